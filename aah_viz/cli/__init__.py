@@ -1,0 +1,84 @@
+"""The ``aah-viz`` command: a thin layer over the library's functions.
+
+Each subcommand lives in its own module of this package and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` (called with the parsed namespace, returns an exit code).
+Benchmarks are ``aah-viz bench NAME`` and live in ``bench_NAME`` modules exposing the same.
+Subcommands that need torch import it inside ``func``, so ``aah-viz --help`` works without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from aah_viz.errors import AAHVizError
+
+COMMANDS = [
+    "regimes",
+    "conformance",
+    "train",
+    "validate",
+    "probe",
+    "compare",
+    "dashboard",
+    "export",
+    "figure",
+    "import_reference",
+]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard"]
+
+
+def _load(module_name: str):
+    try:
+        return importlib.import_module(f"aah_viz.cli.{module_name}")
+    except ModuleNotFoundError as err:  # a command not built yet must not break the others
+        if err.name == f"aah_viz.cli.{module_name}":
+            return None
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aah-viz",
+        description="Routing diagnostics for Transformers with Asymmetric Attention Heads (AAH-v3): "
+        "train and record, explore in a dashboard, export tables and figures.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = _load(name)
+        if module is not None:
+            module.register(sub)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks that print ratios as JSON (side by side, interleaved, medians)",
+        description="Benchmarks. Each compares variants side by side in one process and prints JSON.",
+    )
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
+    for name in BENCHES:
+        module = _load(f"bench_{name}")
+        if module is not None:
+            module.register(bench_sub)
+    bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except AAHVizError as err:
+        print(f"aah-viz: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("aah-viz: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The run-directory contract: schema version, table names and their columns.
+
+A run directory holds ``manifest.json`` and one folder per table of Parquet segments.
+``docs/log-format.md`` documents every field; this module is the single source the writer,
+the reader, ``aah-viz validate`` and the tests share. Columns listed here are required;
+a table may carry more (readers ignore unknown columns). ``group_l{i}`` columns in ``heads``
+are one per hierarchy level that the run can have (``i`` from 0 to ``max_depth - 1``).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1.0"  # major.minor; a reader refuses a newer major
+MANIFEST = "manifest.json"
+
+# status values in the manifest
+STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED = "running", "finished", "failed", "imported"
+
+LIST_INT = pa.list_(pa.int32())
+LIST_FLOAT = pa.list_(pa.float32())
+
+TABLES: dict[str, dict[str, pa.DataType]] = {
+    # one row per (step, layer, head) for every recorded training step
+    "heads": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "window_idx": pa.int8(),  # executed candidate index
+        "window": pa.int32(),  # executed window in tokens (the raw candidate, not W_min-clamped)
+        "raw_idx": pa.int8(),  # level-0 argmax before the parent constraint; null on cached steps
+        # + group_l0 ... group_l{max_depth-1}: pa.int16(), null where the level does not exist
+    },
+    # one row per node of the hierarchy of one layer at one routing update (or warm-up shadow build)
+    "tree": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "level": pa.int8(),
+        "node": pa.int16(),  # group index at this level
+        "parent": pa.int16(),  # node index at level+1; null at the top level
+        "members": LIST_INT,  # member heads (leaves), ascending
+        "children": LIST_INT,  # node indices at level-1 (level 0: the member heads)
+        "logits": LIST_FLOAT,  # final logits per candidate (after the joint scorer / sibling bias)
+        "base_logits": LIST_FLOAT,  # the controller's own logits before any pairwise term
+        "margin": pa.float32(),  # top-1 minus top-2 of the final logits
+        "raw_idx": pa.int8(),  # argmax before the parent constraint
+        "final_idx": pa.int8(),  # after the parent constraint
+        "joint_paired": pa.bool_(),  # scored jointly with a sibling
+        "joint_delta": pa.float32(),  # L2 norm of (final logits - base logits); 0 when unpaired
+        "shadow": pa.bool_(),  # decision computed but not executed (warm-up / control off)
+        "origin": pa.string(),  # clustering origin of this level: natural, forced_bipartition, collapsed, ...
+        "forced_split": pa.bool_(),
+        "merged": pa.int16(),  # small groups merged at this level
+        "sim_mean": pa.float32(),
+        "sim_std": pa.float32(),
+        "sim_min": pa.float32(),
+        "sim_max": pa.float32(),
+        "features": LIST_FLOAT,  # the node's feature row (9-D); empty unless detail="full"
+    },
+    # window-bucket shares per layer and step (the paper's "branch frequencies")
+    "branch": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "window": pa.int32(),
+        "fraction": pa.float32(),
+    },
+    # named scalars; layer is null for model-wide values
+    "scalars": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "name": pa.string(),
+        "value": pa.float64(),
+    },
+    # discrete events: routing_update, warmup_end, freeze, eval, checkpoint, resume, fallback, ...
+    "events": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "kind": pa.string(),
+        "detail": pa.string(),  # JSON object
+    },
+}
+
+# Scalar names with a fixed meaning (others may be added; docs/log-format.md lists them all).
+SCALAR_NAMES = {
+    "acr": "ACR, the paper's key-length proxy: sum of T*w over heads / (H*T^2)",
+    "acr_causal": "causal-pair coverage: attended causal (query,key) pairs / all T(T+1)/2 causal pairs",
+    "realised_work": "score blocks actually computed / those of full causal attention (backend-dependent)",
+    "loss": "training loss of the step's batch (nats)",
+    "val_loss": "mean validation loss (nats)",
+    "val_ppl": "exp(val_loss)",
+    "lr": "learning rate",
+    "tokens_per_s": "training tokens per second over the step",
+    "step_time_s": "wall time of the step",
+    "peak_mem_mb": "peak memory (CUDA allocated, or CPU max RSS) in MiB",
+    "controller_grad_norm": "L2 norm of the controller and joint-scorer gradients (0 when none reach them)",
+    "controller_weight_drift": "L2 distance of controller and joint-scorer weights from their initial values",
+    "flops_ratio_est": "analytic FLOPs ratio estimate (section 11.1), not a measurement",
+}
+
+# Probe tables written by ``aah-viz probe`` / ``aah-viz compare`` (issue: probes).
+PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
+    "probe_heads": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "probe": pa.string(),  # syntax, coref, sufficiency
+        "metric": pa.string(),
+        "value": pa.float64(),
+        "window": pa.int32(),
+    },
+    "probe_relations": {
+        "step": pa.int64(),
+        "relation": pa.string(),
+        "count": pa.int64(),
+        "best_layer": pa.int16(),
+        "best_head": pa.int16(),
+        "direction": pa.string(),
+        "best_acc": pa.float64(),
+        "baseline_offset": pa.int16(),
+        "baseline_acc": pa.float64(),
+    },
+    "probe_coref": {
+        "step": pa.int64(),
+        "layer": pa.int16(),  # null for baselines
+        "head": pa.int16(),
+        "method": pa.string(),  # "head" or a baseline name
+        "bucket": pa.string(),  # distance bucket label, e.g. "1-7", "all"
+        "bucket_lo": pa.int32(),
+        "bucket_hi": pa.int32(),
+        "correct": pa.int64(),
+        "count": pa.int64(),
+        "accuracy": pa.float64(),
+        "window": pa.int32(),
+    },
+    "comparisons": {
+        "step": pa.int64(),
+        "kind": pa.string(),  # partition_agreement, window_association
+        "level": pa.int8(),
+        "target": pa.string(),  # e.g. kmeans:syntax+coref, js_agglomerative, spearman:syntax
+        "metric": pa.string(),  # ari, nmi, v_measure, spearman
+        "value": pa.float64(),
+        "chance_mean": pa.float64(),
+        "p_value": pa.float64(),
+        "ci_low": pa.float64(),
+        "ci_high": pa.float64(),
+        "n": pa.int64(),
+    },
+}
+
+ALL_TABLES = {**TABLES, **PROBE_TABLES}
+
+
+def group_column(level: int) -> str:
+    return f"group_l{level}"
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)

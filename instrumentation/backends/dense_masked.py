@@ -1,0 +1,82 @@
+"""The reference backend (method section 10.1): full T x T scores per head, band-masked.
+
+It computes every score of the T x T matrix whatever the window, so its realised work is
+T^2 / (T(T+1)/2) ~ 2 times full causal attention. It is kept as the parity reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .masks import MASK_CACHE
+from .result import AttentionResult
+from .stats import StatsAccumulator, row_entropy_sum, row_norm_sum
+from .windows import bucket_heads, normalise_windows
+
+NAME = "dense_masked"
+
+
+def fold_heads(x: torch.Tensor, heads: list[int]) -> torch.Tensor:
+    """(B, H, T, D) -> (B * |heads|, T, D), rows ordered (b, head)."""
+    b, _, t, d = x.shape
+    if len(heads) == x.shape[1]:
+        part = x
+    else:
+        part = x.index_select(1, torch.as_tensor(heads, device=x.device))
+    return part.reshape(b * len(heads), t, d)
+
+
+def assemble_heads(parts: list[torch.Tensor], buckets: list[list[int]], batch: int) -> torch.Tensor:
+    """Inverse of the bucket fold: per-bucket (B*n, T, D) outputs -> (B, H, T, D) in head order."""
+    order = [h for heads in buckets for h in heads]
+    pieces = [p.view(batch, len(heads), *p.shape[1:]) for p, heads in zip(parts, buckets)]
+    stacked = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+    if order == list(range(len(order))):
+        return stacked
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.as_tensor(order)] = torch.arange(len(order))
+    return stacked.index_select(1, inverse.to(stacked.device))
+
+
+def dense_masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    windows,
+    *,
+    dropout_p: float = 0.0,
+    training: bool = False,
+    need_stats: bool = False,
+    scale: float | None = None,
+) -> AttentionResult:
+    """Band-masked attention over the full score matrix, heads bucketed by window."""
+    batch, n_heads, seq_len, head_dim = q.shape
+    wins = normalise_windows(windows, n_heads)
+    scale = head_dim ** -0.5 if scale is None else float(scale)
+    buckets = bucket_heads(wins)
+    acc = StatsAccumulator(n_heads, q.device) if need_stats else None
+    parts = []
+    for window, heads in buckets:
+        qb, kb, vb = (fold_heads(x, heads) for x in (q, k, v))
+        mask = MASK_CACHE.get(seq_len, window, q.device)
+        scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale
+        scores = scores.masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        if training and dropout_p > 0.0:
+            probs = F.dropout(probs, p=dropout_p, training=True)
+        out = torch.matmul(probs, vb)
+        parts.append(out)
+        if acc is not None:
+            with torch.no_grad():
+                acc.add(
+                    heads,
+                    batch,
+                    row_entropy_sum(probs),
+                    row_norm_sum(out),
+                    probs[:, :, seq_len - 1].float().sum(-1),
+                    seq_len,
+                )
+    out = assemble_heads(parts, [h for _, h in buckets], batch)
+    work = (seq_len * seq_len) / (seq_len * (seq_len + 1) / 2)
+    return AttentionResult(out=out, stats=acc.result() if acc else None, realised_work=work, backend=NAME)

@@ -1,0 +1,73 @@
+"""Window bookkeeping shared by the backends: validation, head buckets, pair counts."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from aah_viz.errors import ConfigError
+
+
+def normalise_windows(windows, n_heads: int) -> list[int]:
+    """Return the per-head windows as a list of Python ints (a tensor or sequence is accepted)."""
+    if isinstance(windows, torch.Tensor):
+        values = [int(w) for w in windows.reshape(-1).tolist()]
+    else:
+        values = [int(w) for w in windows]
+    if len(values) != n_heads:
+        raise ConfigError(
+            f"attention windows: got {len(values)} windows for {n_heads} heads; "
+            "pass exactly one window (in tokens) per head"
+        )
+    return values
+
+
+def clamp_window(window: int, seq_len: int) -> int:
+    """The window the kernel executes: W = max(1, min(W_h, T)) (method section 10.1)."""
+    return max(1, min(int(window), int(seq_len)))
+
+
+def bucket_heads(windows: Sequence[int], key=lambda w: w) -> list[tuple[int, list[int]]]:
+    """Group heads by ``key(window)``.
+
+    Buckets are ordered by the first head that uses each key; heads ascend inside a bucket
+    (method section 10.1). Returns ``[(key_value, [head, ...]), ...]``.
+    """
+    order: list[int] = []
+    members: dict[int, list[int]] = {}
+    for head, window in enumerate(windows):
+        k = key(window)
+        if k not in members:
+            members[k] = []
+            order.append(k)
+        members[k].append(head)
+    return [(k, members[k]) for k in order]
+
+
+def causal_pairs(seq_len: int) -> int:
+    """Score elements of full causal attention for one head: T(T+1)/2."""
+    return seq_len * (seq_len + 1) // 2
+
+
+def band_pairs(seq_len: int, window: int) -> int:
+    """Causal pairs one head with window W attends: sum_t min(t+1, W)."""
+    w = clamp_window(window, seq_len)
+    # rows 0..w-1 contribute t+1, the remaining T-w rows contribute w each
+    return w * (w + 1) // 2 + (seq_len - w) * w
+
+
+def causal_coverage(windows: Sequence[int], seq_len: int) -> float:
+    """Attended causal pairs over all causal pairs: sum_h sum_t min(t+1, W_h) / (H T(T+1)/2)."""
+    windows = list(windows)
+    if not windows:
+        return 0.0
+    return sum(band_pairs(seq_len, w) for w in windows) / (len(windows) * causal_pairs(seq_len))
+
+
+def acr(windows: Sequence[int], seq_len: int) -> float:
+    """The paper's key-length proxy for one layer: sum_h T min(w_h, T) / (H T^2) (method section 11.1)."""
+    windows = list(windows)
+    if not windows:
+        return 0.0
+    return sum(min(seq_len, max(1, int(w))) for w in windows) / (len(windows) * seq_len)

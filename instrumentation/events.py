@@ -1,0 +1,75 @@
+"""The routing event: one small typed object per AAH layer per forward.
+
+The attention module builds it only when somebody subscribes (``AAHAttention.subscribe``), so a
+model without subscribers pays nothing. Tensors stay on the model's device and are never read
+back here: a subscriber that wants host values copies them with ``non_blocking=True`` and
+converts them at flush time, so the hot path never forces a GPU sync. The hierarchy itself
+(group lists) is plain Python: it is computed on the host at routing updates anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+
+@dataclass
+class ClusterFacts:
+    """What the clustering call that produced one hierarchy level did (method section 11.5)."""
+
+    origin: str  # natural, forced_bipartition, collapsed, single_item, fixed, frozen, passthrough
+    forced_split: bool = False
+    merged: int = 0
+    groups_before_merge: int = 0
+    anchor_similarity: Optional[float] = None
+    sim_mean: Optional[float] = None
+    sim_std: Optional[float] = None
+    sim_min: Optional[float] = None
+    sim_max: Optional[float] = None
+
+
+@dataclass
+class TreeLevel:
+    """One level of a layer's hierarchy at a routing update (level 0 groups heads)."""
+
+    level: int
+    groups: list[list[int]]  # level 0: head indices; level l>0: indices of level l-1 groups
+    parent: Optional[list[int]]  # parent node (index at level+1) of each group; None at the top
+    members: list[list[int]]  # member heads of each group (the leaves), ascending
+    base_logits: torch.Tensor  # (n_groups, K) controller logits before any pairwise term
+    logits: torch.Tensor  # (n_groups, K) final logits (after joint scorer / sibling bias)
+    raw_idx: torch.Tensor  # (n_groups,) argmax of the final logits
+    final_idx: torch.Tensor  # (n_groups,) after the parent constraint
+    joint_paired: list[bool]  # scored jointly with a sibling
+    facts: ClusterFacts
+    features: Optional[torch.Tensor] = None  # (n_groups, 9) feature rows fed to the controller
+
+
+@dataclass
+class RoutingEvent:
+    """Everything one forward of one AAH layer decided."""
+
+    layer: int
+    step: Optional[int]  # the training step set by set_step; None at stand-alone inference
+    path_mode: str  # method section 11.4 names
+    updated: bool  # routing was (re)computed on this forward (a control update, or a shadow rebuild)
+    applied: bool  # decisions were executed (False in warm-up / control off: shadow only)
+    in_warmup: bool
+    training: bool
+    window_idx: torch.Tensor  # (H,) executed candidate index per head (device, long)
+    windows: torch.Tensor  # (H,) executed window in tokens per head (device, long)
+    seq_len: int
+    candidate_windows: tuple[int, ...]
+    raw_head_idx: Optional[torch.Tensor] = None  # (H,) level-0 raw argmax per head, update forwards only
+    tree: Optional[list[TreeLevel]] = None  # the hierarchy, on forwards that (re)built it
+    head_features: Optional[torch.Tensor] = None  # (H, 9) smoothed (EMA) features, when computed
+    group_change_rate: Optional[float] = None
+    resolution_delta: Optional[float] = None
+    backend: str = "dense_masked"
+    realised_work: Optional[float] = None  # computed score blocks / full causal blocks
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Subscriber = Callable[[RoutingEvent], None]

@@ -1,0 +1,1 @@
+"""Routing as pure functions on tensors: features, EMA, clustering, hierarchy, controller, selection."""

@@ -1,0 +1,309 @@
+"""The generic AAH-v3 clustering routine (method §5.1-§5.7), reproducing the reference exactly.
+
+Pure functions on float32 tensors. Group order and member order are part of the result: parent
+maps and the joint sibling scorer depend on them. The reference's quirks are kept on purpose:
+the churn bonus only moves the forced-bipartition anchor (§5.4), and the small-group merge keeps
+stale means of emptied groups, ignores the norm penalty and never merges with two or fewer
+non-empty groups (§5.6). Ties always go to the first index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+METRICS = ("cosine", "centered_cosine", "cosine_normdiff", "l2")
+GROUP_FEATURE_MODES = ("mean", "mean_std", "mean_var", "mean_global_offset")
+NORM_EPS = 1e-6  # floor of every norm in a denominator
+TIE_EPS = 1e-8  # |delta| below this counts as a tie in the forced bipartition
+
+
+@dataclass
+class ClusterResult:
+    """The groups of one clustering call and the facts the reference logs about it (§11.5)."""
+
+    groups: list[list[int]]  # creation order, members in insertion order
+    origin: str  # natural | forced_bipartition | collapsed | single_item
+    forced_bipartition: bool
+    groups_before_merge: int
+    groups_after_merge: int
+    merged_count: int
+    small_groups_before_merge: int
+    singletons_before_merge: int
+    groups_before_force: int
+    anchor_similarity: Optional[float]
+    sim_mean: float
+    sim_std: float
+    sim_min: float
+    sim_max: float
+    threshold: float
+    threshold_kind: str
+    metric: str
+    n_items: int
+    allow_forced_bipartition: bool = False
+    min_group_size: int = 1
+    anchor_pair: Optional[tuple[int, int]] = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.groups)
+
+
+def labels_from_groups(groups: Sequence[Sequence[int]], n: int) -> list[int]:
+    """Group id of each of the n items (-1 for an item in no group)."""
+    labels = [-1] * n
+    for gid, members in enumerate(groups):
+        for item in members:
+            labels[item] = gid
+    return labels
+
+
+def _check_input(X: torch.Tensor) -> torch.Tensor:
+    if not isinstance(X, torch.Tensor):
+        X = torch.as_tensor(X, dtype=torch.float32)
+    if X.dim() != 2:
+        raise ValueError(f"cluster expects an (n, d) feature matrix, got shape {tuple(X.shape)}")
+    return X.detach().to(dtype=torch.float32)
+
+
+def _score_vectors(X: torch.Tensor, metric: str) -> torch.Tensor:
+    """The vectors u_i the centroid assignment works on (§5.1 step 2)."""
+    if metric == "l2":
+        return X
+    if metric == "centered_cosine":
+        X = X - X.mean(dim=0, keepdim=True)
+    return X / X.norm(dim=-1, keepdim=True).clamp_min(NORM_EPS)
+
+
+def _norm_penalty(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    """lambda * |a - b| / max(a, b, eps), elementwise on norms (cosine_normdiff)."""
+    return scale * (a - b).abs() / torch.maximum(a, b).clamp_min(NORM_EPS)
+
+
+def _similarity_matrix(X: torch.Tensor, u: torch.Tensor, metric: str, normdiff_scale: float) -> torch.Tensor:
+    """The full matrix S (§5.1 step 3), used for statistics and the forced-split anchor."""
+    if metric == "l2":
+        return -torch.cdist(X, X)
+    S = u @ u.T
+    if metric == "cosine_normdiff":
+        norms = X.norm(dim=-1)
+        S = S - _norm_penalty(norms[:, None], norms[None, :], normdiff_scale)
+    return S
+
+
+def _offdiag_stats(S: torch.Tensor) -> tuple[float, float, float, float]:
+    n = S.shape[0]
+    if n < 2:
+        return 1.0, 0.0, 1.0, 1.0
+    off = S[~torch.eye(n, dtype=torch.bool)]
+    mean, std, lo, hi = torch.stack([off.mean(), off.std(unbiased=False), off.min(), off.max()]).tolist()
+    return mean, std, lo, hi
+
+
+def _first_argmax(values: torch.Tensor) -> int:
+    """Index of the first maximum (explicit, so ties never depend on the kernel)."""
+    best = values.max()
+    return int(torch.nonzero(values == best)[0, 0])
+
+
+def _assign_sequential(
+    X: torch.Tensor, u: torch.Tensor, threshold: float, metric: str, normdiff_scale: float
+) -> list[list[int]]:
+    """Sequential centroid assignment in item order (§5.1 step 5)."""
+    n = u.shape[0]
+    groups: list[list[int]] = [[0]]
+    centroids = [u[0]]
+    raw_means = [X[0]]
+    normdiff = metric == "cosine_normdiff"
+    for i in range(1, n):
+        ui = u[i]
+        C = torch.stack(centroids)
+        if metric == "l2":
+            sims = -(C - ui).norm(dim=-1)
+        else:
+            sims = C @ ui
+            if normdiff:
+                m_norms = torch.stack(raw_means).norm(dim=-1)
+                sims = sims - _norm_penalty(m_norms, X[i].norm(), normdiff_scale)
+        best = _first_argmax(sims)
+        if float(sims[best]) >= threshold:
+            members = groups[best]
+            members.append(i)
+            c = u[members].mean(dim=0)
+            if metric != "l2":
+                c = c / c.norm().clamp_min(NORM_EPS)
+            centroids[best] = c
+            if normdiff:
+                raw_means[best] = X[members].mean(dim=0)
+        else:
+            groups.append([i])
+            centroids.append(ui)
+            raw_means.append(X[i])
+    return groups
+
+
+def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float) -> torch.Tensor:
+    labels = torch.as_tensor(list(prev_labels), dtype=torch.long)
+    same = labels[:, None] == labels[None, :]
+    return torch.where(same, (S + churn).clamp(max=1.0), S)
+
+
+def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int]], float, tuple[int, int]]:
+    """Split around the least similar pair (§5.5); returns groups, anchor similarity, anchor pair."""
+    n = S.shape[0]
+    S = S.clone()
+    S.fill_diagonal_(2.0)
+    flat = S.reshape(-1)
+    low = flat.min()
+    pos = int(torch.nonzero(flat == low)[0, 0])
+    i0, i1 = divmod(pos, n)
+    if i0 > i1:  # S is symmetric, so the row-major first minimum always has i0 < i1
+        i0, i1 = i1, i0
+    delta = (u @ u[i0] - u @ u[i1]).tolist()
+    g0, g1 = [i0], [i1]
+    for j in range(n):
+        if j == i0 or j == i1:
+            continue
+        d = delta[j]
+        if d > TIE_EPS:
+            g0.append(j)
+        elif d < -TIE_EPS:
+            g1.append(j)
+        elif len(g0) <= len(g1):
+            g0.append(j)
+        else:
+            g1.append(j)
+    return [g0, g1], float(low), (i0, i1)
+
+
+def _merge_small_groups(
+    groups: list[list[int]], u: torch.Tensor, threshold: float, min_group_size: int
+) -> tuple[list[list[int]], int]:
+    """Merge groups below min_group_size into their best match (§5.6), quirks included."""
+    groups = [list(g) for g in groups]
+    means = [u[g].mean(dim=0) for g in groups]
+    small = [gid for gid, g in enumerate(groups) if len(g) < min_group_size]
+    merged = 0
+    for gid in small:
+        if len(groups[gid]) >= min_group_size:
+            continue
+        scores = torch.stack(means) @ means[gid]
+        scores[gid] = -1.0
+        best = _first_argmax(scores)
+        if float(scores[best]) < threshold:
+            continue
+        if sum(1 for g in groups if g) <= 2:
+            continue
+        groups[best].extend(groups[gid])
+        groups[gid] = []
+        means[best] = u[groups[best]].mean(dim=0)  # the emptied group's mean stays stale
+        merged += 1
+    return [g for g in groups if g], merged
+
+
+def cluster(
+    X: torch.Tensor,
+    *,
+    threshold: float,
+    metric: str = "cosine",
+    prev_labels: Optional[Sequence[int]] = None,
+    allow_forced_bipartition: bool = False,
+    min_group_size: int = 1,
+    churn_penalty: float = 0.0,
+    normdiff_scale: float = 16.0,
+    upper_l2_threshold: float = 0.0,
+    threshold_kind: str = "sim_threshold",
+) -> ClusterResult:
+    """CLUSTER(X, tau, metric, prev, allow_forced) of method §5.1 on an (n, d) float32 matrix."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown clustering metric {metric!r}; allowed: {', '.join(METRICS)}")
+    X = _check_input(X)
+    n = X.shape[0]
+    tau = float(upper_l2_threshold) if metric == "l2" else float(threshold)
+    common = dict(
+        threshold=tau,
+        threshold_kind=threshold_kind,
+        metric=metric,
+        n_items=n,
+        allow_forced_bipartition=allow_forced_bipartition,
+        min_group_size=min_group_size,
+    )
+    if n <= 1:
+        groups = [[0]] if n == 1 else []
+        return ClusterResult(
+            groups=groups, origin="single_item", forced_bipartition=False, groups_before_merge=len(groups),
+            groups_after_merge=len(groups), merged_count=0, small_groups_before_merge=0,
+            singletons_before_merge=len(groups), groups_before_force=len(groups), anchor_similarity=None,
+            sim_mean=1.0, sim_std=0.0, sim_min=1.0, sim_max=1.0, **common,
+        )
+
+    u = _score_vectors(X, metric)
+    S = _similarity_matrix(X, u, metric, normdiff_scale)
+    sim_mean, sim_std, sim_min, sim_max = _offdiag_stats(S)
+    if metric == "cosine" and prev_labels is not None and churn_penalty > 0 and len(prev_labels) == n:
+        S = _apply_churn(S, prev_labels, churn_penalty)
+
+    groups = _assign_sequential(X, u, tau, metric, normdiff_scale)
+    groups_before_force = len(groups)
+    forced = False
+    anchor_similarity = None
+    anchor_pair = None
+    if len(groups) == 1:
+        if allow_forced_bipartition:
+            groups, anchor_similarity, anchor_pair = _forced_bipartition(S, u)
+            forced = True
+            origin = "forced_bipartition"
+        else:
+            origin = "collapsed"
+    else:
+        origin = "natural"
+
+    sizes = [len(g) for g in groups]
+    small_before = sum(1 for s in sizes if s < min_group_size)
+    singletons_before = sum(1 for s in sizes if s == 1)
+    groups_before_merge = len(groups)
+    merged = 0
+    if min_group_size > 1 and len(groups) > 1 and not forced:
+        groups, merged = _merge_small_groups(groups, u, tau, min_group_size)
+
+    return ClusterResult(
+        groups=groups,
+        origin=origin,
+        forced_bipartition=forced,
+        groups_before_merge=groups_before_merge,
+        groups_after_merge=len(groups),
+        merged_count=merged,
+        small_groups_before_merge=small_before,
+        singletons_before_merge=singletons_before,
+        groups_before_force=groups_before_force,
+        anchor_similarity=anchor_similarity,
+        anchor_pair=anchor_pair,
+        sim_mean=sim_mean,
+        sim_std=sim_std,
+        sim_min=sim_min,
+        sim_max=sim_max,
+        **common,
+    )
+
+
+def aggregate_group_features(groups: Sequence[Sequence[int]], rows: torch.Tensor, mode: str = "mean") -> torch.Tensor:
+    """One feature row per group from its members' rows (§5.7); unknown modes fall back to the mean."""
+    rows = rows.detach().to(dtype=torch.float32)
+    if not groups:
+        return rows.new_zeros((0, rows.shape[-1]))
+    out = []
+    level_mean = rows.mean(dim=0) if mode == "mean_global_offset" else None
+    for members in groups:
+        R = rows[list(members)]
+        mu = R.mean(dim=0)
+        if mode == "mean_std":
+            mu = mu + (R.std(dim=0, unbiased=False) if R.shape[0] > 1 else torch.zeros_like(mu))
+        elif mode == "mean_var":
+            mu = mu + (R.var(dim=0, unbiased=False) if R.shape[0] > 1 else torch.zeros_like(mu))
+        elif mode == "mean_global_offset":
+            mu = mu + (mu - level_mean)
+        out.append(mu)
+    return torch.stack(out)
