@@ -9,7 +9,7 @@ non-empty groups (§5.6). Ties always go to the first index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 import torch
@@ -51,6 +51,10 @@ class ClusterResult:
     def n_groups(self) -> int:
         return len(self.groups)
 
+    def summary(self) -> dict:
+        """The scalar facts (no group lists), e.g. for a routing event or a debug table."""
+        return {k: v for k, v in asdict(self).items() if k not in ("groups", "extra")}
+
 
 def labels_from_groups(groups: Sequence[Sequence[int]], n: int) -> list[int]:
     """Group id of each of the n items (-1 for an item in no group)."""
@@ -66,7 +70,8 @@ def _check_input(X: torch.Tensor) -> torch.Tensor:
         X = torch.as_tensor(X, dtype=torch.float32)
     if X.dim() != 2:
         raise ValueError(f"cluster expects an (n, d) feature matrix, got shape {tuple(X.shape)}")
-    return X.detach().to(dtype=torch.float32)
+    # Host float32: the group lists are host data anyway, and the reference ran on CPU.
+    return X.detach().to(device="cpu", dtype=torch.float32)
 
 
 def _score_vectors(X: torch.Tensor, metric: str) -> torch.Tensor:
@@ -75,7 +80,7 @@ def _score_vectors(X: torch.Tensor, metric: str) -> torch.Tensor:
         return X
     if metric == "centered_cosine":
         X = X - X.mean(dim=0, keepdim=True)
-    return X / X.norm(dim=-1, keepdim=True).clamp_min(NORM_EPS)
+    return X / torch.linalg.vector_norm(X, dim=-1, keepdim=True).clamp_min(NORM_EPS)
 
 
 def _norm_penalty(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
@@ -89,7 +94,7 @@ def _similarity_matrix(X: torch.Tensor, u: torch.Tensor, metric: str, normdiff_s
         return -torch.cdist(X, X)
     S = u @ u.T
     if metric == "cosine_normdiff":
-        norms = X.norm(dim=-1)
+        norms = torch.linalg.vector_norm(X, dim=-1)
         S = S - _norm_penalty(norms[:, None], norms[None, :], normdiff_scale)
     return S
 
@@ -98,55 +103,79 @@ def _offdiag_stats(S: torch.Tensor) -> tuple[float, float, float, float]:
     n = S.shape[0]
     if n < 2:
         return 1.0, 0.0, 1.0, 1.0
-    off = S[~torch.eye(n, dtype=torch.bool)]
+    off = S.reshape(-1)[1:].view(n - 1, n + 1)[:, :-1].reshape(-1)  # off-diagonal entries, row-major
     mean, std, lo, hi = torch.stack([off.mean(), off.std(unbiased=False), off.min(), off.max()]).tolist()
     return mean, std, lo, hi
 
 
-def _first_argmax(values: torch.Tensor) -> int:
-    """Index of the first maximum (explicit, so ties never depend on the kernel)."""
-    best = values.max()
-    return int(torch.nonzero(values == best)[0, 0])
+def _first_argmax(values: list[float]) -> int:
+    """Index of the first maximum: explicit tie-breaking that never depends on a kernel."""
+    return max(range(len(values)), key=values.__getitem__)
+
+
+def _unit(c: torch.Tensor) -> torch.Tensor:
+    return c / torch.linalg.vector_norm(c).clamp_min(NORM_EPS)
 
 
 def _assign_sequential(
     X: torch.Tensor, u: torch.Tensor, threshold: float, metric: str, normdiff_scale: float
 ) -> list[list[int]]:
-    """Sequential centroid assignment in item order (§5.1 step 5)."""
-    n = u.shape[0]
+    """Sequential centroid assignment in item order (§5.1 step 5).
+
+    Centroids live in one preallocated matrix, so each item costs one matrix-vector product and
+    one host read. A centroid is recomputed (mean of its members' u, re-normalised except for l2)
+    only when an item joins; each group's member rows are kept contiguous in insertion order, so
+    that mean is the same reduction as ``u[members].mean(0)`` without gathering.
+    """
+    n, d = u.shape
     groups: list[list[int]] = [[0]]
-    centroids = [u[0]]
-    raw_means = [X[0]]
+    centroids = u.new_empty((n, d))
+    centroids[0] = u[0]
+    member_u = u.new_empty((n, n, d))  # [group slot, insertion rank] -> u row
+    member_u[0, 0] = u[0]
     normdiff = metric == "cosine_normdiff"
+    if normdiff:
+        x_norms = torch.linalg.vector_norm(X, dim=-1)
+        mean_norms = x_norms.clone()  # norm of each group's mean raw row, by group slot
+        member_x = X.new_empty((n, n, d))
+        member_x[0, 0] = X[0]
     for i in range(1, n):
+        n_groups = len(groups)
         ui = u[i]
-        C = torch.stack(centroids)
+        C = centroids[:n_groups]
         if metric == "l2":
-            sims = -(C - ui).norm(dim=-1)
+            sims = -torch.linalg.vector_norm(C - ui, dim=-1)
         else:
             sims = C @ ui
             if normdiff:
-                m_norms = torch.stack(raw_means).norm(dim=-1)
-                sims = sims - _norm_penalty(m_norms, X[i].norm(), normdiff_scale)
-        best = _first_argmax(sims)
-        if float(sims[best]) >= threshold:
+                sims = sims - _norm_penalty(mean_norms[:n_groups], x_norms[i], normdiff_scale)
+        values = sims.tolist()
+        best = _first_argmax(values)
+        if values[best] >= threshold:
             members = groups[best]
+            size = len(members)
             members.append(i)
-            c = u[members].mean(dim=0)
-            if metric != "l2":
-                c = c / c.norm().clamp_min(NORM_EPS)
-            centroids[best] = c
+            member_u[best, size] = ui
+            c = member_u[best, : size + 1].mean(dim=0)
+            centroids[best] = c if metric == "l2" else _unit(c)
             if normdiff:
-                raw_means[best] = X[members].mean(dim=0)
+                member_x[best, size] = X[i]
+                mean_norms[best] = torch.linalg.vector_norm(member_x[best, : size + 1].mean(dim=0))
         else:
+            centroids[n_groups] = ui
+            member_u[n_groups, 0] = ui
+            if normdiff:
+                mean_norms[n_groups] = x_norms[i]
+                member_x[n_groups, 0] = X[i]
             groups.append([i])
-            centroids.append(ui)
-            raw_means.append(X[i])
     return groups
 
 
 def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float) -> torch.Tensor:
-    labels = torch.as_tensor(list(prev_labels), dtype=torch.long)
+    if isinstance(prev_labels, torch.Tensor):
+        labels = prev_labels.detach().to(device="cpu", dtype=torch.long).reshape(-1)
+    else:
+        labels = torch.as_tensor(list(prev_labels), dtype=torch.long)
     same = labels[:, None] == labels[None, :]
     return torch.where(same, (S + churn).clamp(max=1.0), S)
 
@@ -156,12 +185,12 @@ def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int
     n = S.shape[0]
     S = S.clone()
     S.fill_diagonal_(2.0)
-    flat = S.reshape(-1)
-    low = flat.min()
-    pos = int(torch.nonzero(flat == low)[0, 0])
+    flat = S.reshape(-1).tolist()
+    low = min(flat)
+    pos = flat.index(low)  # the first occurrence in row-major order
+    # Row-major first minimum. u @ u.T is not exactly symmetric in float32, so i0 > i1 happens;
+    # the reference keeps that order (group 0 is the one holding i0).
     i0, i1 = divmod(pos, n)
-    if i0 > i1:  # S is symmetric, so the row-major first minimum always has i0 < i1
-        i0, i1 = i1, i0
     delta = (u @ u[i0] - u @ u[i1]).tolist()
     g0, g1 = [i0], [i1]
     for j in range(n):
@@ -176,7 +205,19 @@ def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int
             g0.append(j)
         else:
             g1.append(j)
-    return [g0, g1], float(low), (i0, i1)
+    return [g0, g1], low, (i0, i1)
+
+
+def _group_means(groups: Sequence[Sequence[int]], rows: torch.Tensor) -> torch.Tensor:
+    """Mean row of each group: ``rows[g].mean(0)``, with all singletons gathered in one step."""
+    means = rows.new_empty((len(groups), rows.shape[-1]))
+    singles = [k for k, g in enumerate(groups) if len(g) == 1]
+    if singles:
+        means[singles] = rows[[groups[k][0] for k in singles]]
+    for k, g in enumerate(groups):
+        if len(g) > 1:
+            means[k] = rows[list(g)].mean(dim=0)
+    return means
 
 
 def _merge_small_groups(
@@ -184,26 +225,27 @@ def _merge_small_groups(
 ) -> tuple[list[list[int]], int]:
     """Merge groups below min_group_size into their best match (§5.6), quirks included."""
     groups = [list(g) for g in groups]
-    means = [u[g].mean(dim=0) for g in groups]
+    means = _group_means(groups, u)  # M_g, not re-normalised
     small = [gid for gid, g in enumerate(groups) if len(g) < min_group_size]
     merged = 0
     for gid in small:
         if len(groups[gid]) >= min_group_size:
             continue
-        scores = torch.stack(means) @ means[gid]
+        scores = (means @ means[gid]).tolist()  # emptied groups keep their stale mean
         scores[gid] = -1.0
         best = _first_argmax(scores)
-        if float(scores[best]) < threshold:
+        if scores[best] < threshold:
             continue
         if sum(1 for g in groups if g) <= 2:
             continue
         groups[best].extend(groups[gid])
         groups[gid] = []
-        means[best] = u[groups[best]].mean(dim=0)  # the emptied group's mean stays stale
+        means[best] = u[groups[best]].mean(dim=0)
         merged += 1
     return [g for g in groups if g], merged
 
 
+@torch.no_grad()
 def cluster(
     X: torch.Tensor,
     *,
@@ -266,7 +308,8 @@ def cluster(
     singletons_before = sum(1 for s in sizes if s == 1)
     groups_before_merge = len(groups)
     merged = 0
-    if min_group_size > 1 and len(groups) > 1 and not forced:
+    # With two groups or fewer no merge can happen (the merge needs > 2 non-empty groups).
+    if min_group_size > 1 and len(groups) > 2 and small_before and not forced:
         groups, merged = _merge_small_groups(groups, u, tau, min_group_size)
 
     return ClusterResult(
@@ -290,20 +333,22 @@ def cluster(
 
 
 def aggregate_group_features(groups: Sequence[Sequence[int]], rows: torch.Tensor, mode: str = "mean") -> torch.Tensor:
-    """One feature row per group from its members' rows (§5.7); unknown modes fall back to the mean."""
+    """One feature row per group from its members' rows (§5.7); unknown modes fall back to the mean.
+
+    ``mean``: the mean row; ``mean_std`` / ``mean_var``: plus the population std / variance per
+    dimension (0 for one row); ``mean_global_offset``: plus (mean - mean of all rows of the level).
+    """
     rows = rows.detach().to(dtype=torch.float32)
     if not groups:
         return rows.new_zeros((0, rows.shape[-1]))
-    out = []
-    level_mean = rows.mean(dim=0) if mode == "mean_global_offset" else None
-    for members in groups:
-        R = rows[list(members)]
-        mu = R.mean(dim=0)
-        if mode == "mean_std":
-            mu = mu + (R.std(dim=0, unbiased=False) if R.shape[0] > 1 else torch.zeros_like(mu))
-        elif mode == "mean_var":
-            mu = mu + (R.var(dim=0, unbiased=False) if R.shape[0] > 1 else torch.zeros_like(mu))
-        elif mode == "mean_global_offset":
-            mu = mu + (mu - level_mean)
-        out.append(mu)
-    return torch.stack(out)
+    mu = _group_means(groups, rows)
+    if mode in ("mean_std", "mean_var"):
+        spread = torch.zeros_like(mu)
+        for k, g in enumerate(groups):
+            if len(g) > 1:
+                R = rows[list(g)]
+                spread[k] = R.std(dim=0, unbiased=False) if mode == "mean_std" else R.var(dim=0, unbiased=False)
+        return mu + spread
+    if mode == "mean_global_offset":
+        return mu + (mu - rows.mean(dim=0))
+    return mu

@@ -1,8 +1,9 @@
 """The routing hierarchy: levels of groups over heads (method §5.2, §5.3, §5.8-§5.11).
 
 Level 0 groups heads; level l >= 1 groups the groups of level l-1. Every builder is a pure
-function returning a ``Hierarchy``; the group lists are plain Python (they are computed on the
-host at routing updates), the feature rows stay float32 tensors.
+function returning a ``Hierarchy``; the group lists are plain Python. Builds run in float32 on
+the CPU (n <= 64 items, many tiny sequential steps, and the reference's float rounding was a
+CPU's); the feature rows are handed back on the caller's device.
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ import torch
 from instrumentation.routing.clustering import ClusterResult, aggregate_group_features, cluster, labels_from_groups
 
 STOP_REASONS = ("", "level0_collapsed", "upper_level_collapsed")
+LEVEL0_ONLY_KEYS = {"sim_threshold", "churn_penalty", "prev_labels"}  # accepted and ignored by grow_upper_levels
+
+
+def _host(features: torch.Tensor) -> torch.Tensor:
+    """Float32 on the CPU: the builds run on the host, as the reference's did."""
+    return features.detach().to(device="cpu", dtype=torch.float32)
+
+
+def _finish(levels: list[Level], device: torch.device, stop: str, attempts: list[ClusterResult]) -> Hierarchy:
+    """Hand the feature rows back on the caller's device."""
+    if device.type != "cpu":
+        for level in levels:
+            level.features = level.features.to(device, non_blocking=True)
+    return Hierarchy(levels, stop, attempts)
 
 
 @dataclass
@@ -77,8 +92,8 @@ def _grow(levels: list[Level], attempts: list[ClusterResult], *, super_threshold
           upper_metric: str, normdiff_scale: float, min_group_size: int, group_feature_mode: str,
           upper_l2_threshold: float) -> str:
     """Add upper levels in place until one collapses or max_depth levels exist (§5.3)."""
-    if len(levels[-1].groups) < 2:
-        return "level0_collapsed" if len(levels) == 1 else "upper_level_collapsed"
+    if len(levels) < max_depth and len(levels[-1].groups) < 2:
+        return "level0_collapsed"  # one level-0 group: nothing to group above it
     while len(levels) < max_depth:
         below = levels[-1]
         res = cluster(
@@ -115,6 +130,8 @@ def build_hierarchy(
     upper_l2_threshold: float = 0.0,
 ) -> Hierarchy:
     """The adaptive build (§5.8): cluster the (EMA) head features, then grow upper levels."""
+    device = head_features.device
+    head_features = _host(head_features)
     res = cluster(
         head_features,
         threshold=sim_threshold,
@@ -132,7 +149,7 @@ def build_hierarchy(
     stop = _grow(levels, attempts, super_threshold=super_threshold, max_depth=max_depth, upper_metric=upper_metric,
                  normdiff_scale=normdiff_scale, min_group_size=min_group_size,
                  group_feature_mode=group_feature_mode, upper_l2_threshold=upper_l2_threshold)
-    return Hierarchy(levels, stop, attempts)
+    return _finish(levels, device, stop, attempts)
 
 
 def grow_upper_levels(
@@ -154,12 +171,15 @@ def grow_upper_levels(
     Level-0-only settings (sim_threshold, churn_penalty, prev_labels) are accepted and ignored,
     so callers can pass the same keyword set as to ``build_hierarchy``.
     """
-    levels = [Level([list(g) for g in level0_groups], level0_features.detach().float(), None)]
+    unknown = set(_level0_only) - LEVEL0_ONLY_KEYS
+    if unknown:
+        raise TypeError(f"grow_upper_levels got unexpected keyword(s) {sorted(unknown)}")
+    levels = [Level([list(g) for g in level0_groups], _host(level0_features), None)]
     attempts: list[ClusterResult] = []
     stop = _grow(levels, attempts, super_threshold=super_threshold, max_depth=max_depth, upper_metric=upper_metric,
                  normdiff_scale=normdiff_scale, min_group_size=min_group_size,
                  group_feature_mode=group_feature_mode, upper_l2_threshold=upper_l2_threshold)
-    return Hierarchy(levels, stop, attempts)
+    return _finish(levels, level0_features.device, stop, attempts)
 
 
 def passthrough_hierarchy(
@@ -167,12 +187,11 @@ def passthrough_hierarchy(
     group_feature_mode: str = "mean",
 ) -> Hierarchy:
     """Level 0 as given, then singleton levels up to exactly max_depth levels (§5.9 passthrough)."""
-    feats = level0_features.detach().float()
-    levels = [Level([list(g) for g in level0_groups], feats, None)]
+    levels = [Level([list(g) for g in level0_groups], _host(level0_features), None)]
     for _ in range(1, max(1, max_depth)):
         singletons = [[i] for i in range(len(levels[-1].groups))]
         levels.append(Level(singletons, aggregate_group_features(singletons, levels[-1].features, group_feature_mode)))
-    return Hierarchy(levels, "", [])
+    return _finish(levels, level0_features.device, "", [])
 
 
 def hierarchy_from_topology(
@@ -181,12 +200,11 @@ def hierarchy_from_topology(
     """Every level's groups from a stored topology; level-0 rows given, upper rows aggregated (§5.9)."""
     if not topology:
         raise ValueError("a stored topology needs at least one level")
-    feats = level0_features.detach().float()
-    levels = [Level([list(g) for g in topology[0]], feats, None)]
+    levels = [Level([list(g) for g in topology[0]], _host(level0_features), None)]
     for groups in topology[1:]:
         groups = [list(g) for g in groups]
         levels.append(Level(groups, aggregate_group_features(groups, levels[-1].features, group_feature_mode)))
-    return Hierarchy(levels, "", [])
+    return _finish(levels, level0_features.device, "", [])
 
 
 def fixed_random_partition(n_heads: int, seed: int) -> list[list[int]]:

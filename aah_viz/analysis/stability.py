@@ -1,0 +1,183 @@
+"""Routing stability between consecutive routing updates.
+
+Input is the ``heads`` table restricted to routing-update steps (see
+:func:`aah_viz.analysis.queries.heads_at_updates`): columns ``step, layer, head, window_idx`` and the
+``group_l{i}`` columns. Everything is computed per layer over consecutive updates, batched with
+numpy (a paper-shaped run has ~2,000 updates x 24 layers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from aah_viz.analysis.partitions import ari_rows
+
+UPDATE_COLUMNS = [
+    "layer",
+    "step",
+    "prev_step",
+    "ari",
+    "group_switch_share",
+    "window_switch_share",
+    "topology_changed",
+    "n_groups",
+    "n_levels",
+]
+
+
+def group_columns(frame: pd.DataFrame) -> list[str]:
+    """The ``group_l{i}`` columns of a frame, in level order."""
+    cols = [c for c in frame.columns if c.startswith("group_l") and c[7:].isdigit()]
+    return sorted(cols, key=lambda c: int(c[7:]))
+
+
+class Matrices:
+    """Head rows reshaped to one row per (layer, update): window indices and group labels per level."""
+
+    def __init__(self, heads: pd.DataFrame, n_head: int):
+        layer = heads["layer"].to_numpy().astype(np.int64)
+        step = heads["step"].to_numpy().astype(np.int64)
+        head = heads["head"].to_numpy().astype(np.int64)
+        order = np.lexsort((head, step, layer))
+        layer, step, head = layer[order], step[order], head[order]
+        new_key = np.ones(len(order), dtype=bool)
+        new_key[1:] = (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
+        row = np.cumsum(new_key) - 1
+        m = int(row[-1]) + 1 if len(row) else 0
+        self.layer = layer[new_key]
+        self.step = step[new_key]
+        self.n_head = n_head
+        ok = (head >= 0) & (head < n_head)
+
+        def mat(values: np.ndarray, fill: int) -> np.ndarray:
+            # missing heads (a run cut mid-flush) keep the fill label
+            out = np.full((m, n_head), fill, dtype=np.int64)
+            out[row[ok], head[ok]] = values[order][ok]
+            return out
+
+        def col(name: str, fill: int) -> np.ndarray:
+            return heads[name].fillna(fill).to_numpy().astype(np.int64)
+
+        self.windows = mat(col("window_idx", -2), -2)
+        self.groups = [mat(col(c, -1), -1) for c in group_columns(heads)]
+        # a level exists for a (layer, update) when any head has a group id there
+        self.present = [(g >= 0).any(axis=1) for g in self.groups]
+        self.co = [g[:, :, None] == g[:, None, :] for g in self.groups]
+
+    def __len__(self) -> int:
+        return len(self.layer)
+
+
+def update_frame(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = None) -> pd.DataFrame:
+    """One row per (layer, routing update) comparing it with the layer's previous update.
+
+    ``ari``: adjusted Rand index of the level-0 partitions (1 = same partition up to relabelling);
+    ``group_switch_share``: heads whose set of level-0 group-mates changed / all heads;
+    ``window_switch_share``: heads whose executed window changed / all heads;
+    ``topology_changed``: the partition at any level, or the number of levels, changed.
+    The first update of each layer has no predecessor: its comparison columns are NaN.
+    """
+    if heads.empty:
+        return pd.DataFrame(columns=UPDATE_COLUMNS)
+    mats = mats if mats is not None else Matrices(heads, n_head)
+    layer, step, m = mats.layer, mats.step, len(mats)
+    has_prev = np.zeros(m, dtype=bool)
+    has_prev[1:] = layer[1:] == layer[:-1]
+    cur = np.flatnonzero(has_prev)
+    prev = cur - 1
+    out = pd.DataFrame({"layer": layer, "step": step})
+    prev_step = np.full(m, np.nan)
+    prev_step[cur] = step[prev]
+    out["prev_step"] = prev_step
+    ari = np.full(m, np.nan)
+    gshare = np.full(m, np.nan)
+    wshare = np.full(m, np.nan)
+    topo = pd.array([pd.NA] * m, dtype="boolean")
+    n_levels = np.sum(np.stack(mats.present, axis=1), axis=1) if mats.present else np.zeros(m, dtype=int)
+    n_groups = _count_groups(mats.groups[0]) if mats.groups else np.zeros(m, dtype=int)
+    if len(cur):
+        wshare[cur] = (mats.windows[prev] != mats.windows[cur]).mean(axis=1)
+        if mats.groups:
+            ari[cur] = ari_rows(mats.groups[0][prev], mats.groups[0][cur])
+            gshare[cur] = np.any(mats.co[0][prev] != mats.co[0][cur], axis=2).mean(axis=1)
+            changed = n_levels[cur] != n_levels[prev]
+            for co in mats.co:
+                changed |= np.any(co[prev] != co[cur], axis=(1, 2))
+            topo[cur] = changed
+    out["ari"] = ari
+    out["group_switch_share"] = gshare
+    out["window_switch_share"] = wshare
+    out["topology_changed"] = topo
+    out["n_groups"] = n_groups
+    out["n_levels"] = n_levels
+    return out[UPDATE_COLUMNS]
+
+
+def _count_groups(labels: np.ndarray) -> np.ndarray:
+    s = np.sort(labels, axis=1)
+    distinct = np.ones_like(s, dtype=bool)
+    distinct[:, 1:] = s[:, 1:] != s[:, :-1]
+    distinct &= s >= 0
+    return distinct.sum(axis=1)
+
+
+def layer_summary(updates: pd.DataFrame) -> pd.DataFrame:
+    """Per layer: updates, mean ARI, mean shares switching, topology changes (count)."""
+    if updates.empty:
+        return pd.DataFrame(columns=["layer", "updates", "mean_ari", "group_switch_share", "window_switch_share", "topology_changes"])
+    g = updates.groupby("layer")
+    return pd.DataFrame(
+        {
+            "updates": g.size(),
+            "mean_ari": g["ari"].mean(),
+            "group_switch_share": g["group_switch_share"].mean(),
+            "window_switch_share": g["window_switch_share"].mean(),
+            "topology_changes": g["topology_changed"].sum().astype(int),
+        }
+    ).reset_index()
+
+
+def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = None) -> pd.DataFrame:
+    """Per (layer, head) over the routing updates given.
+
+    ``window_switches``: updates at which the executed window changed; ``switch_rate``: switches /
+    comparisons (updates - 1); ``mean_dwell_steps``: training steps spanned / (switches + 1), i.e.
+    the mean time a window was kept (the first and last spells are cut by the record);
+    ``flip_flops``: A -> B -> A patterns over three consecutive updates; ``group_switches``: updates
+    at which the head's set of level-0 group-mates changed.
+    """
+    cols = ["layer", "head", "updates", "window_switches", "switch_rate", "mean_dwell_steps", "flip_flops", "group_switches"]
+    if heads.empty:
+        return pd.DataFrame(columns=cols)
+    mats = mats if mats is not None else Matrices(heads, n_head)
+    rows = []
+    boundaries = np.flatnonzero(np.diff(mats.layer)) + 1
+    for idx in np.split(np.arange(len(mats)), boundaries):
+        layer = int(mats.layer[idx[0]])
+        w = mats.windows[idx]
+        steps = mats.step[idx]
+        n_up = len(idx)
+        switches = (w[1:] != w[:-1]).sum(axis=0) if n_up > 1 else np.zeros(n_head, dtype=int)
+        flips = ((w[2:] == w[:-2]) & (w[1:-1] != w[2:])).sum(axis=0) if n_up > 2 else np.zeros(n_head, dtype=int)
+        if mats.groups and n_up > 1:
+            co = mats.co[0][idx]
+            gsw = np.any(co[1:] != co[:-1], axis=2).sum(axis=0)
+        else:
+            gsw = np.zeros(n_head, dtype=int)
+        span = float(steps[-1] - steps[0]) if n_up else 0.0
+        rows.append(
+            pd.DataFrame(
+                {
+                    "layer": layer,
+                    "head": np.arange(n_head),
+                    "updates": n_up,
+                    "window_switches": switches,
+                    "switch_rate": switches / (n_up - 1) if n_up > 1 else np.full(n_head, np.nan),
+                    "mean_dwell_steps": span / (switches + 1),
+                    "flip_flops": flips,
+                    "group_switches": gsw,
+                }
+            )
+        )
+    return pd.concat(rows, ignore_index=True)[cols]

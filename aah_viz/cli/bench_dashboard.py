@@ -1,0 +1,135 @@
+"""``aah-viz bench dashboard``: load-plus-build time and payload of each page's heavy figures.
+
+Generates a paper-shaped synthetic run (24 layers x 16 heads x 10,000 steps = 3.84M head rows by
+default) in a temporary folder, then builds every heavy figure of every page from a freshly
+opened run (as a page does on a cache miss): seconds is the median over ``--repeats`` rounds,
+interleaved across figures; payload_bytes is ``len(fig.to_json())``, what reaches the browser.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MAX_SECONDS = 3.0
+MAX_PAYLOAD = 5_000_000
+
+# (page, figure kind, options): the figures each page builds on a cache miss
+PAGE_FIGURES = [
+    ("hierarchy", "hierarchy", {"layer": 0}),
+    ("windows", "window_heatmap", {}),
+    ("windows", "head_timeline", {"layer": 0}),
+    ("windows", "branch_bars", {}),
+    ("windows", "coverage_over_training", {}),
+    ("windows", "bucket_heatmap", {}),
+    ("stability", "stability", {}),
+    ("stability", "switch_rate", {}),
+    ("stability", "controller_health", {}),
+    ("probes", "probe_heatmap", {"probe": "syntax"}),
+    ("probes", "window_vs_probe", {"probe": "syntax"}),
+    ("compare", "regime_summary", {}),
+]
+
+
+def add_probe_rows(run_dir: Path) -> None:
+    """Per-head probe scores at the last step, shaped like ``aah-viz probe`` output."""
+    import numpy as np
+    import pandas as pd
+
+    from aah_viz.runlog import RunWriter, load_run
+
+    run = load_run(run_dir)
+    last = int(run.steps()[-1])
+    heads = run.table("heads", columns=["layer", "head", "window"], filters=[("step", "==", last)])
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame(
+        {
+            "step": last,
+            "layer": heads["layer"].to_numpy(),
+            "head": heads["head"].to_numpy(),
+            "probe": "syntax",
+            "metric": "uas",
+            "value": rng.uniform(0, 1, len(heads)),
+            "window": heads["window"].to_numpy(),
+        }
+    )
+    writer = RunWriter.resume(run_dir)
+    writer.append("probe_heads", rows)
+    writer.close("finished")
+
+
+def measure(run_dir: Path, repeats: int, progress=None) -> list[dict]:
+    from aah_viz.figures import FIGURE_KINDS
+    from aah_viz.runlog import load_run
+
+    times: dict[int, list[float]] = {i: [] for i in range(len(PAGE_FIGURES))}
+    payload: dict[int, int] = {}
+    for _ in range(repeats):
+        for i, (page, kind, opts) in enumerate(PAGE_FIGURES):  # interleaved: every figure once per round
+            t0 = time.perf_counter()
+            run = load_run(run_dir)
+            fig = FIGURE_KINDS[kind]([run], **opts)
+            text = fig.to_json()
+            times[i].append(time.perf_counter() - t0)
+            payload[i] = len(text)
+            if progress is not None:
+                progress.update(1)
+    out = []
+    for i, (page, kind, _) in enumerate(PAGE_FIGURES):
+        seconds = statistics.median(times[i])
+        out.append({"page": page, "name": kind, "seconds": round(seconds, 3), "payload_bytes": payload[i],
+                    "within_limits": seconds <= MAX_SECONDS and payload[i] <= MAX_PAYLOAD})
+    return out
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    with tempfile.TemporaryDirectory(prefix="aah-viz-bench-") as tmp:
+        run_dir = Path(tmp) / "paper-shaped"
+        t0 = time.perf_counter()
+        print(f"generating a {args.layers} x {args.heads} x {args.steps} synthetic run ...", file=sys.stderr)
+        make_synthetic_run(run_dir, n_layer=args.layers, n_head=args.heads, steps=args.steps,
+                           windows=(512, 1024, 2048, 4096), seq_len=4096, flush_every=args.flush_every)
+        add_probe_rows(run_dir)
+        generated = time.perf_counter() - t0
+        with tqdm(total=args.repeats * len(PAGE_FIGURES), desc="figures", file=sys.stderr, disable=args.quiet) as bar:
+            figures = measure(run_dir, args.repeats, bar)
+    result = {
+        "figures": figures,
+        "run": {"n_layer": args.layers, "n_head": args.heads, "steps": args.steps,
+                "head_rows": args.layers * args.heads * args.steps, "generate_seconds": round(generated, 1)},
+        "limits": {"seconds": MAX_SECONDS, "payload_bytes": MAX_PAYLOAD},
+        "repeats": args.repeats,
+        "all_within_limits": all(f["within_limits"] for f in figures),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for f in figures:
+            flag = "" if f["within_limits"] else "  OVER LIMIT"
+            print(f"{f['page']:10s} {f['name']:24s} {f['seconds']:6.2f} s {f['payload_bytes'] / 1e3:9.1f} kB{flag}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "dashboard",
+        help="time and size each dashboard page's heavy figures on a paper-shaped run",
+        description="Generate a paper-shaped synthetic run and print, per page figure, the median load-plus-build "
+        f"time and the JSON payload size (limits: {MAX_SECONDS:.0f} s, {MAX_PAYLOAD / 1e6:.0f} MB).",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--layers", type=int, default=24, help="layers of the generated run (default 24)")
+    p.add_argument("--heads", type=int, default=16, help="heads per layer (default 16)")
+    p.add_argument("--steps", type=int, default=10_000, help="training steps (default 10000)")
+    p.add_argument("--flush-every", type=int, default=500, help="steps per Parquet segment (default 500)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds over all figures; seconds is their median (default 3)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)

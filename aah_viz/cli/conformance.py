@@ -1,0 +1,32 @@
+"""``aah-viz conformance FILE.json``: check our clustering and hierarchy against reference cases."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "conformance",
+        help="run a conformance case file through our clustering and hierarchy routines",
+        description="Run every case of a conformance file (the format of "
+        "shared/reference/conformance/README.md) through our clustering and hierarchy routines and "
+        'print JSON {"cases", "exact", "same_partition", "failures"}. Exit 0 when every case is exact, '
+        "1 when some differ, 2 when the file cannot be read.",
+    )
+    parser.add_argument("file", metavar="FILE.json", help="conformance case file (JSON with a 'cases' list)")
+    parser.add_argument("--indent", type=int, default=None, help="indent the JSON output by this many spaces")
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar on stderr")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aah_viz.torch_import import require_torch
+
+    require_torch()
+    from instrumentation.conformance import check_file
+
+    report = check_file(args.file, progress=not args.no_progress)
+    print(json.dumps(report, indent=args.indent))
+    return 0 if report["exact"] == report["cases"] else 1

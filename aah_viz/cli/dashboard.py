@@ -1,0 +1,68 @@
+"""``aah-viz dashboard``: start the routing dashboard (Streamlit) on a logs root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from aah_viz.errors import MissingDependencyError, RunLogError
+
+
+def app_path() -> Path:
+    from aah_viz.dashboard.config import REPO_ROOT
+
+    path = REPO_ROOT / "app.py"
+    if not path.is_file():
+        raise MissingDependencyError(
+            f"the dashboard entry point {path} is missing; run aah-viz from a checkout of the repository "
+            "(pip install -e .) or start it with: streamlit run app.py"
+        )
+    return path
+
+
+def streamlit_command(logs: Path, port: int, address: str, reference: Path | None) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "streamlit", "run", str(app_path()),
+        "--server.headless", "true",
+        "--server.address", address,
+        "--server.port", str(port),
+        "--browser.gatherUsageStats", "false",
+        "--", "--logs", str(logs),
+    ]
+    if reference is not None:
+        cmd += ["--reference", str(reference)]
+    return cmd
+
+
+def run(args) -> int:
+    from aah_viz.dashboard import config
+
+    logs = Path(args.logs).expanduser().resolve() if args.logs else config.default_logs_root()
+    if not logs.is_dir():
+        raise RunLogError(f"logs root {logs} is not a folder; give --logs DIR, a folder holding run directories")
+    reference = Path(args.reference).expanduser().resolve() if args.reference else config.default_reference_dir()
+    if args.reference and not reference.is_dir():
+        raise RunLogError(f"reference folder {reference} does not exist; give --reference DIR (the reference's paper/ CSVs)")
+    env = dict(os.environ)
+    env[config.LOGS_ENV] = str(logs)
+    if reference is not None:
+        env[config.REFERENCE_ENV] = str(reference)
+    cmd = streamlit_command(logs, args.port, args.address, reference)
+    print(f"aah-viz dashboard: serving {logs} at http://{args.address}:{args.port} (Ctrl+C stops it)", file=sys.stderr)
+    return subprocess.call(cmd, env=env)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "dashboard",
+        help="open the routing dashboard (Streamlit) on a folder of runs",
+        description="Serve the routing dashboard: runs, hierarchy, windows, stability, probes, compare, export. "
+        "It only opens runs under the logs root and binds 127.0.0.1 unless told otherwise.",
+    )
+    p.add_argument("--logs", metavar="DIR", help="folder holding run directories (default: sample_logs/ of this checkout or the current folder)")
+    p.add_argument("--port", type=int, default=8501, metavar="N", help="TCP port to serve on (default 8501)")
+    p.add_argument("--address", default="127.0.0.1", metavar="A", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
+    p.add_argument("--reference", metavar="DIR", help="folder of the reference's published CSVs for the Compare page (default: ../shared/reference/paper when present)")
+    p.set_defaults(func=run)

@@ -1,0 +1,99 @@
+"""``aah-viz export RUN... --table NAME --format FMT --out DIR``: paper tables from run directories."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "all")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export paper tables (CSV, Markdown, LaTeX booktabs) with seed statistics",
+        description="Write tables built from run directories into --out: training (the paper's Table 1 layout), "
+        "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes. "
+        "With --by regime, runs of a regime are summarised (mean, std, n, 95%% bootstrap interval); with "
+        "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
+        "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
+        "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a folder holding run directories")
+    parser.add_argument("--table", required=True, choices=TABLE_CHOICES, help="which table to write ('all': every table)")
+    parser.add_argument("--format", default="csv", choices=("csv", "md", "latex"), dest="fmt",
+                        help="csv (full precision), md (Markdown) or latex (booktabs table with caption and label)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
+    parser.add_argument("--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds")
+    parser.add_argument("--baseline", metavar="REGIME",
+                        help="compare every regime with this one: significance tests and the paired difference curve")
+    parser.add_argument("--layout", default="toolkit", choices=("toolkit", "paper"),
+                        help="column names: this toolkit's, or the reference CSVs' (training and inference tables)")
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="split the table by (sequence length, candidate windows) instead of refusing mixed runs")
+    parser.add_argument("--windows-source", default="final", choices=("final", "inference"),
+                        help="windows table: per layer at the final step, or model-wide from the inference "
+                        "records (the paper's Figure 4)")
+    parser.add_argument("--factorial", action="store_true",
+                        help="also write the factorial view: the effect of each factor where the runs cover it")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and permutation resampling (default 0)")
+    parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.set_defaults(func=run)
+
+
+def _write(out_dir: Path, stem: str, text: str, fmt: str) -> Path:
+    from aah_viz.export.formats import EXTENSIONS
+    from aah_viz.runlog.paths import atomic_write_bytes
+
+    path = out_dir / f"{stem}.{EXTENSIONS[fmt]}"
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from aah_viz.errors import AAHVizError
+    from aah_viz.export import tables as T
+    from aah_viz.export.formats import render
+
+    if args.n_boot < 100:
+        raise AAHVizError(f"--n-boot must be at least 100 for a 95% interval, got {args.n_boot}")
+    runs = T.collect_runs(args.runs)
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AAHVizError(f"--out {out_dir} exists and is not a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [n for n in TABLE_CHOICES if n != "all"] if args.table == "all" else [args.table]
+    written: list[Path] = []
+    groups = T.split_by_config(runs) if args.allow_mixed else {T.check_same_config(runs): runs}
+    multi = len(groups) > 1
+    if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
+        present = ", ".join(sorted({str(r.regime) for r in runs}))
+        raise AAHVizError(f"--baseline {args.baseline!r} matches no run; regimes present: {present}")
+    for cfg, members in groups.items():
+        suffix = f"_{T.config_label(cfg)}" if multi else ""
+        baseline = args.baseline if any(str(r.regime) == args.baseline for r in members) else None
+        if args.baseline and baseline is None:
+            print(f"aah-viz: note: configuration {T.config_label(cfg)} has no {args.baseline} run; "
+                  "no comparisons written for it", file=sys.stderr)
+        opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline)
+        for name in names:
+            layout = args.layout if name in ("training", "inference") else "toolkit"
+            parts = T.PROBE_PARTS if name == "probes" else (None,)
+            for part in parts:
+                extra = {"part": part} if part else {}
+                if name == "windows":
+                    extra["source"] = args.windows_source
+                table = T.build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
+                stem = f"probes_{part}" if part else name
+                written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
+        if baseline:
+            written.append(_write(out_dir, f"comparison{suffix}", render(T.comparison_table(members, baseline, seed=args.seed), args.fmt), args.fmt))
+            for regime in sorted({str(r.regime) for r in members} - {baseline}):
+                curve = T.difference_curve_table(members, regime, baseline, seed=args.seed)
+                written.append(_write(out_dir, f"difference_{regime}{suffix}", render(curve, args.fmt), args.fmt))
+        if args.factorial:
+            written.append(_write(out_dir, f"factorial{suffix}", render(T.factorial_table(members, seed=args.seed), args.fmt), args.fmt))
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,164 @@
+"""``aah-viz probe``: syntactic and coreference probes of a trained model, written into its run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from importlib import resources
+from pathlib import Path
+
+from aah_viz.errors import InputFormatError, RunLogError
+
+
+def bundled(name: str) -> Path:
+    return Path(str(resources.files("aah_viz") / "data" / name))
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="probe heads for syntax (CoNLL-U) and coreference; write probe_* tables into the run",
+        description="Run a checkpoint of `aah-viz train` (or a local Hugging Face model) over gold syntax and "
+        "coreference data and score every head: Clark et al.'s syntactic probe per relation and direction, the "
+        "coreference probe per antecedent-distance bucket with baselines, and window sufficiency. Writes the "
+        "probe_heads, probe_relations and probe_coref tables into the run directory (docs/probes.md). Without "
+        "--syntax and --coref, the bundled synthetic probe set is used. Inputs are parsed and scored before "
+        "anything is written, so bad input leaves the run untouched.",
+    )
+    p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
+                   help="a run directory (its newest checkpoint, or --step), a checkpoint .pt file, "
+                   "or a local Hugging Face model folder (needs --out)")
+    p.add_argument("--syntax", metavar="FILE.conllu", default=None,
+                   help="CoNLL-U file with gold dependency trees (default: the bundled synthetic set)")
+    p.add_argument("--coref", metavar="FILE", default=None,
+                   help="coreference file: JSONL (docs/probes.md), GAP TSV or CoNLL-2012 *_conll "
+                   "(default: the bundled synthetic set)")
+    p.add_argument("--step", type=int, default=None, help="probe the checkpoint of this step (default: the newest)")
+    p.add_argument("--max-docs", type=int, default=None, metavar="N", help="read at most N documents of each input")
+    p.add_argument("--min-count", type=int, default=100,
+                   help="leave relations rarer than this out of probe_relations (default: 100)")
+    p.add_argument("--out", default=None, metavar="RUN",
+                   help="run directory for the tables when the target has none (a Hugging Face model or a loose "
+                   "checkpoint); created when missing")
+    p.add_argument("--batch-size", type=int, default=16, help="chunks per forward pass (default: 16)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    p.set_defaults(func=run)
+
+
+def _read_inputs(args):
+    from aah_viz.probes.conllu_reader import read_conllu
+    from aah_viz.probes.coref_formats import read_coref
+
+    syntax_path, coref_path = args.syntax, args.coref
+    if syntax_path is None and coref_path is None:
+        syntax_path, coref_path = bundled("synthetic_probe.conllu"), bundled("synthetic_probe.coref.jsonl")
+    if args.max_docs is not None and args.max_docs < 1:
+        raise InputFormatError(f"--max-docs must be at least 1, got {args.max_docs}")
+    syntax_docs = read_conllu(syntax_path, args.max_docs) if syntax_path else []
+    coref_docs = read_coref(coref_path, args.max_docs) if coref_path else []
+    if coref_path and not any(doc.chains for doc in coref_docs):
+        raise InputFormatError(f"{coref_path}: no coreference chains in the documents read")
+    return syntax_docs, coref_docs, syntax_path, coref_path
+
+
+def _output_run(target, args, source):
+    from aah_viz.schema import MANIFEST
+
+    if target.run_dir is not None and args.out is None:
+        return target.run_dir
+    if args.out is None:
+        raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
+    out = Path(args.out)
+    if (out / MANIFEST).is_file():
+        return out
+    from aah_viz.runlog import RunWriter, make_manifest
+
+    windows = sorted({int(w) for w in source.windows.ravel()} | set(source.candidate_windows))
+    manifest = make_manifest(
+        run_id=out.name, regime="external" if target.kind == "hf" else "checkpoint", seed=None,
+        config={"source": str(target.model_path), "kind": target.kind}, windows=windows, seq_len=int(source.max_len),
+        n_layer=int(source.n_layer), n_head=int(source.n_head), max_depth=0, probed_model=str(target.model_path),
+    )
+    RunWriter.create(out, manifest).close("imported")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from aah_viz.probes.runner import run_probes
+    from aah_viz.probes.store import write_probe_tables
+    from aah_viz.probes.target import resolve_target, windows_from_heads
+    from aah_viz.torch_import import require_torch
+
+    target = resolve_target(args.target, args.step)
+    if target.run_dir is None and args.out is None:
+        raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
+    syntax_docs, coref_docs, syntax_path, coref_path = _read_inputs(args)  # before the model: fail fast
+
+    torch = require_torch()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from instrumentation.probe_extract import load_aah_checkpoint, load_hf_model
+
+    source = load_aah_checkpoint(target.model_path, args.device) if target.kind == "aah" else load_hf_model(
+        target.model_path, device=args.device)
+    step = int(target.step if target.step is not None else (source.step or 0))
+    windows = None
+    if target.run_dir is not None:
+        from aah_viz.runlog import load_run
+
+        heads = load_run(target.run_dir).table("heads", columns=["step", "layer", "head", "window"])
+        windows = windows_from_heads(heads, step, source.n_layer, source.n_head)
+    if windows is None:
+        windows = source.windows
+    result = run_probes(
+        source, syntax_docs, coref_docs, step=step, windows=windows, candidate_windows=source.candidate_windows,
+        min_count=args.min_count, progress=not args.no_progress, batch_size=args.batch_size,
+    )
+    run_dir = _output_run(target, args, source)
+    written = write_probe_tables(run_dir, result.tables(), step)
+    summary = _summary(result, run_dir, step, syntax_path, coref_path, written)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_tables(result, summary)
+    return 0
+
+
+def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
+    coref_all = result.probe_coref[result.probe_coref["bucket"] == "all"] if len(result.probe_coref) else None
+    best_coref = None
+    if coref_all is not None and len(coref_all):
+        heads = coref_all[coref_all["method"] == "head"]
+        if len(heads):
+            row = heads.loc[heads["accuracy"].idxmax()]
+            best_coref = {"layer": int(row["layer"]), "head": int(row["head"]), "accuracy": float(row["accuracy"])}
+    return {
+        "run": str(run_dir),
+        "step": step,
+        "syntax": str(syntax_path) if syntax_path else None,
+        "coref": str(coref_path) if coref_path else None,
+        "syntax_docs": result.n_syntax_docs,
+        "coref_docs": result.n_coref_docs,
+        "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
+        "best_coref_head": best_coref,
+        "coref_baselines": {
+            r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"
+        } if coref_all is not None else {},
+        "segments": [str(p) for p in written],
+    }
+
+
+def _print_tables(result, summary) -> None:
+    print(f"probed step {summary['step']}: {summary['syntax_docs']} syntax and {summary['coref_docs']} coreference documents")
+    if len(result.probe_relations):
+        print(result.probe_relations.drop(columns=["step"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    else:
+        print("no relation reaches --min-count (or no syntax input)")
+    if summary["best_coref_head"]:
+        b = summary["best_coref_head"]
+        base = ", ".join(f"{k} {v:.3f}" for k, v in summary["coref_baselines"].items())
+        print(f"coreference: best head L{b['layer']}H{b['head']} accuracy {b['accuracy']:.3f}; baselines: {base}")
+    print(f"wrote {len(summary['segments'])} segments into {summary['run']}")

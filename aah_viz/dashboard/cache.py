@@ -1,0 +1,144 @@
+"""Cached reads for the pages: ``st.cache_data`` over the pure data functions.
+
+Every function takes the logs root, a run key (or a tuple of keys) and the refresh token, so a
+refresh (new token) rereads everything. Results are small: the data functions reduce a run to
+one step, one layer, sampled or binned steps before returning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis import queries
+from aah_viz.errors import AAHVizError
+from aah_viz.figures import data
+from aah_viz.runlog import discover_runs, load_run, resolve_under
+
+
+def open_run(root: str, key: str):
+    return load_run(resolve_under(root, key))
+
+
+@st.cache_data(show_spinner=False)
+def discover(root: str, token: int) -> list[str]:
+    try:
+        paths = discover_runs(root)
+    except AAHVizError:
+        return []
+    base = Path(root).resolve()
+    keys = []
+    for p in paths:
+        rel = Path(p).resolve().relative_to(base).as_posix()
+        keys.append(rel if rel != "." else ".")
+    return keys
+
+
+@st.cache_data(show_spinner=False)
+def overview(root: str, key: str, token: int) -> dict:
+    """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
+    try:
+        run = open_run(root, key)
+        row = queries.run_overview(run)
+        row["warnings"] = list(run.warnings)
+        return row
+    except AAHVizError as err:
+        return {"key": key, "error": str(err)}
+    except Exception as err:  # noqa: BLE001 - a damaged run must not take the page down
+        return {"key": key, "error": f"run {key} could not be read: {type(err).__name__}: {err}"}
+
+
+@st.cache_data(show_spinner=False)
+def manifest(root: str, key: str, token: int) -> dict:
+    return dict(open_run(root, key).manifest)
+
+
+@st.cache_data(show_spinner=False)
+def tree_steps(root: str, key: str, token: int, layer: int):
+    return queries.tree_steps(open_run(root, key), layer)
+
+
+@st.cache_data(show_spinner=False)
+def recorded_steps(root: str, key: str, token: int):
+    return queries.recorded_steps(open_run(root, key))
+
+
+@st.cache_data(show_spinner="Reading the hierarchy ...")
+def hierarchy(root: str, key: str, token: int, layer: int, step: int | None) -> dict:
+    return data.hierarchy_data(open_run(root, key), layer, step)
+
+
+@st.cache_data(show_spinner="Reading windows ...")
+def heatmap(root: str, key: str, token: int, step: int | None) -> dict:
+    return data.window_heatmap_data(open_run(root, key), step)
+
+
+@st.cache_data(show_spinner="Reading the timeline ...")
+def timeline(root: str, key: str, token: int, layer: int) -> dict:
+    return data.timeline_data(open_run(root, key), layer)
+
+
+@st.cache_data(show_spinner=False)
+def branch(root: str, key: str, token: int, step: int | None) -> dict:
+    return data.branch_data(open_run(root, key), step)
+
+
+@st.cache_data(show_spinner="Reading coverage ...")
+def coverage(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
+    return data.coverage_data([open_run(root, k) for k in keys])
+
+
+@st.cache_data(show_spinner=False)
+def bucket_table(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
+    return data.bucket_table([open_run(root, k) for k in keys])
+
+
+@st.cache_data(show_spinner="Comparing routing updates ...")
+def stability(root: str, key: str, token: int) -> dict:
+    return data.stability_data(open_run(root, key))
+
+
+@st.cache_data(show_spinner=False)
+def controller(root: str, key: str, token: int) -> dict:
+    return data.controller_data(open_run(root, key))
+
+
+@st.cache_data(show_spinner=False)
+def probe_tables(root: str, key: str, token: int) -> dict[str, pd.DataFrame]:
+    return queries.probe_tables(open_run(root, key))
+
+
+@st.cache_data(show_spinner=False)
+def probe_points(root: str, key: str, token: int, probe: str, metric: str) -> pd.DataFrame:
+    return data.probe_points(open_run(root, key), probe, metric)
+
+
+@st.cache_data(show_spinner=False)
+def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
+    """Share of (layer, head) slots at each candidate window at the run's last step."""
+    from aah_viz.analysis.windows import run_bucket_fractions
+
+    run = open_run(root, key)
+    shares = run_bucket_fractions(data.branch_data(run)["per_layer"])
+    return {int(w): float(v) for w, v in shares.items()}
+
+
+@st.cache_resource(show_spinner="Importing the reference's published results ...")
+def reference_runs(reference_dir: str, stamp: float) -> tuple[str, list[str]]:
+    """Import the reference CSVs once per process into a private folder; (folder, run keys)."""
+    import tempfile
+
+    from aah_viz.dashboard import providers
+
+    out = tempfile.mkdtemp(prefix="aah-viz-reference-")
+    written = providers.import_reference(reference_dir, out)
+    base = Path(out).resolve()
+    return out, [Path(p).resolve().relative_to(base).as_posix() for p in written]
+
+
+def reference_stamp(reference_dir: str) -> float:
+    """Newest modification time of the reference CSVs (a changed file triggers a new import)."""
+    files = list(Path(reference_dir).glob("*.csv"))
+    return max((f.stat().st_mtime for f in files), default=0.0)

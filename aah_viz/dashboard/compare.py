@@ -1,0 +1,117 @@
+"""Compare: runs grouped by regime (mean ± spread over seeds) beside the reference's published results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis.compare import mean_pm
+from aah_viz.dashboard import cache, providers, state
+from aah_viz.dashboard.common import chart, guarded
+from aah_viz.errors import AAHVizError
+from aah_viz.figures import compare as cfig
+from aah_viz.figures import windows as wfig
+
+METRICS = ["final_loss", "final_val_loss", "final_acr", "final_causal_coverage"]
+METRIC_NAMES = {
+    "final_loss": "final loss (nats)",
+    "final_val_loss": "final val loss (nats)",
+    "final_acr": "final ACR",
+    "final_causal_coverage": "final causal-pair coverage",
+}
+
+
+def per_run_frame(root: str, keys: list[str], token: int) -> pd.DataFrame:
+    rows = []
+    for k in keys:
+        o = cache.overview(root, k, token)
+        if "error" in o:
+            continue
+        row = {"key": k, "regime": o.get("regime"), "seed": o.get("seed"), "status": o.get("status")}
+        row.update({m: o.get(m) for m in METRICS})
+        buckets = cache.run_buckets(root, k, token)
+        row["windows"] = ", ".join(str(w) for w in sorted(buckets))
+        row.update({f"frac_{w}": v for w, v in buckets.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFrame]:
+    """Window set -> regime x window mean shares (runs with other candidate windows never share a grid)."""
+    out: dict[str, pd.DataFrame] = {}
+    if frame.empty or "windows" not in frame:
+        return out
+    for wset, part in frame.groupby("windows", sort=True):
+        if not wset:
+            continue
+        cols = [f"frac_{w.strip()}" for w in wset.split(",")]
+        g = part.groupby("regime")[cols].mean()
+        g.columns = [int(c[5:]) for c in cols]
+        g.index = [f"{prefix}{r}" for r in g.index]
+        out[wset] = g
+    return out
+
+
+@guarded
+def render() -> None:
+    st.title("Compare")
+    root, token = state.logs_root(), state.token()
+    keys = state.selected_keys()
+    if not keys:
+        st.info("No readable runs to compare: pick runs on the Runs page.")
+        return
+    ours = per_run_frame(root, keys, token)
+    metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
+    st.subheader("Our runs by regime")
+    st.caption("Mean ± sample standard deviation over seeds; n = number of runs.")
+    frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
+    summary = providers.regime_summary(ours, metrics + frac_cols)
+    shown = mean_pm(summary, metrics + frac_cols).rename(columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}})
+    st.dataframe(shown, hide_index=True, width="stretch", key="cmp_summary")
+
+    reference = None
+    ref_keys: list[str] = []
+    ref_root = None
+    ref_dir = state.reference_dir()
+    if ref_dir:
+        try:
+            ref_root, ref_keys = cache.reference_runs(ref_dir, cache.reference_stamp(ref_dir))
+        except AAHVizError as err:
+            st.error(f"The reference results in {ref_dir} could not be imported: {err}")
+    paper_keys = [k for k in ref_keys if k.startswith("paper-")]
+    qwen_keys = [k for k in ref_keys if k.startswith("qwen")]
+    if paper_keys:
+        reference = per_run_frame(ref_root, paper_keys, 0)
+    chart(cfig.regime_metric_figure(ours, metrics, reference, "regimes: our runs (mean ± sd) and the published reference"), key="cmp_metrics")
+    buckets = _bucket_rows(ours)
+    for wset, ref_b in (_bucket_rows(reference, "reference: ") if reference is not None else {}).items():
+        buckets[wset] = pd.concat([buckets[wset], ref_b]) if wset in buckets else ref_b
+    for i, (wset, grid) in enumerate(sorted(buckets.items())):
+        chart(wfig.bucket_heatmap_figure(grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens"), key=f"cmp_buckets_{i}")
+
+    st.subheader("The reference's published results")
+    if not ref_dir:
+        st.info("No reference folder configured: start the dashboard with `--reference DIR` (the format of the reference's `paper/` folder).")
+        return
+    st.caption(f"Imported from `{ref_dir}` (the paper's Tables 1 and 2, window-bucket fractions, Qwen3-4B per-head heatmaps).")
+    for name, title in (("aah_v3_4096_table1_training.csv", "Table 1 (training)"), ("aah_v3_4096_table2_inference.csv", "Table 2 (inference)")):
+        try:
+            df = pd.read_csv(f"{ref_dir}/{name}")
+        except (OSError, ValueError):
+            continue
+        with st.expander(title, expanded=name.endswith("training.csv")):
+            st.dataframe(df, hide_index=True, width="stretch")
+    if qwen_keys:
+        labels = {k: k.replace("qwen3-4b-", "").replace("-", "_") for k in qwen_keys}
+        q = st.selectbox("Qwen3-4B per-head heatmap (regime)", qwen_keys, format_func=lambda k: labels[k], key="cmp_qwen")
+        m = cache.manifest(ref_root, q, 0)
+        d = cache.heatmap(ref_root, q, 0, None)
+        chart(wfig.window_heatmap_figure(d["matrix"], m["windows"], f"Qwen3-4B {labels[q]}: window per head (published)"), key="cmp_qwen_fig")
+        finite = d["matrix"][np.isfinite(d["matrix"])]
+        if finite.size:
+            st.caption(f"Mean window {finite.mean():.0f} tokens over {finite.size} heads.")
+
+
+if __name__ == "__main__":
+    render()

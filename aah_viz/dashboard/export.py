@@ -1,0 +1,91 @@
+"""Export: every table as CSV, Markdown or LaTeX and every figure as PNG, SVG or PDF, to download."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from aah_viz.dashboard import cache, providers, state
+from aah_viz.dashboard.common import chart, guarded
+from aah_viz.errors import AAHVizError
+from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "csv": "text/csv", "md": "text/markdown", "latex": "application/x-tex"}
+SINGLE_RUN_KINDS = {"hierarchy", "window_heatmap", "head_timeline", "branch_bars", "stability", "switch_rate", "controller_health", "probe_heatmap", "window_vs_probe"}
+
+
+@st.cache_data(show_spinner="Building the table ...")
+def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str, fmt: str) -> tuple[str, object]:
+    runs = [cache.open_run(root, k) for k in keys]
+    table = providers.build_table(name, runs, by=by)
+    return providers.render_table(table, fmt), table.df
+
+
+def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
+    st.subheader("Tables")
+    names = providers.table_names()
+    c1, c2, c3 = st.columns(3)
+    name = c1.selectbox("Table", names, key="exp_table")
+    by = c2.radio("Rows", ["run", "regime"], horizontal=True, key="exp_by", format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime")
+    fmt = c3.radio("Format", providers.formats(), horizontal=True, key="exp_table_fmt")
+    try:
+        text, df = table_text(root, keys, token, name, by, fmt)
+    except AAHVizError as err:
+        st.error(f"Table {name!r} cannot be built from the selected runs: {err}")
+        return
+    st.dataframe(df, hide_index=True, width="stretch", key="exp_table_preview")
+    st.download_button(
+        f"Download {name}.{providers.extension(fmt)}",
+        data=text,
+        file_name=f"{name}-{by}.{providers.extension(fmt)}",
+        mime=MIME.get(fmt, "text/plain"),
+        key="exp_table_download",
+    )
+    with st.expander("Rendered text"):
+        st.code(text, language="latex" if fmt == "latex" else None)
+
+
+def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
+    st.subheader("Figures")
+    c1, c2 = st.columns(2)
+    kind = c1.selectbox("Figure", list(FIGURE_KINDS), key="exp_fig_kind")
+    fmt = c2.radio("Format", FIGURE_FORMATS, horizontal=True, key="exp_fig_fmt")
+    current = state.pick_run() if kind in SINGLE_RUN_KINDS else None
+    use = (current,) if current else keys
+    opts = FIGURE_OPTIONS.get(kind, {})
+    if opts:
+        st.caption("Options (defaults used here): " + "; ".join(f"{k}: {v}" for k, v in opts.items()))
+    runs = [cache.open_run(root, k) for k in use]
+    fig = FIGURE_KINDS[kind](runs)
+    chart(fig, key="exp_fig_preview")
+
+    def make_bytes() -> bytes:  # runs only when the button is clicked
+        return providers.figure_bytes(fig, fmt)
+
+    st.download_button(
+        f"Download {kind}.{fmt}",
+        data=make_bytes,
+        file_name=f"{kind}.{fmt}",
+        mime=MIME[fmt],
+        key="exp_fig_download",
+    )
+
+
+@guarded
+def render() -> None:
+    st.title("Export")
+    root, token = state.logs_root(), state.token()
+    keys = tuple(state.selected_keys())
+    if not keys:
+        st.info("No readable runs to export: pick runs on the Runs page.")
+        return
+    st.caption(f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show.")
+    try:
+        _tables(root, keys, token)
+    except ImportError as err:
+        st.error(f"Table export is not available in this install: {err}")
+    _figures(root, keys, token)
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,60 @@
+"""Windows: layer x head heatmap at a step, head x step timeline, branch bars, coverage, regimes."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from aah_viz.dashboard import cache, state
+from aah_viz.dashboard.common import chart, guarded, layer_picker, step_slider
+from aah_viz.figures import windows as wfig
+
+MAX_SIDE_BY_SIDE = 4
+
+
+@guarded
+def render() -> None:
+    st.title("Windows")
+    key = state.pick_run()
+    if key is None:
+        return
+    root, token = state.logs_root(), state.token()
+    m = cache.manifest(root, key, token)
+    state.show_run_warnings(key)
+    windows = m["windows"]
+
+    st.subheader("Layer × head windows at a step")
+    steps = cache.recorded_steps(root, key, token)
+    step = step_slider(steps, key="win_step", label="Training step")
+    hm = cache.heatmap(root, key, token, step)
+    left, right = st.columns(2)
+    with left:
+        chart(wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"), key="win_heatmap")
+    with right:
+        br = cache.branch(root, key, token, step)
+        chart(wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"), key="win_branch")
+
+    st.subheader("Head × step timeline")
+    layer = layer_picker(m["n_layer"], key="win_layer")
+    tl = cache.timeline(root, key, token, layer)
+    chart(wfig.head_timeline_figure(tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"), key="win_timeline")
+    st.caption(f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change).")
+
+    st.subheader("Coverage over training and regimes side by side")
+    keys = tuple(state.selected_keys())
+    chart(wfig.coverage_figure(cache.coverage(root, keys, token), "ACR and causal-pair coverage (selected runs)"), key="win_coverage")
+    table = cache.bucket_table(root, keys, token)
+    if not table.empty:
+        chart(wfig.bucket_heatmap_figure(table, "final selected-window distribution (selected runs)"), key="win_buckets")
+    side = keys[:MAX_SIDE_BY_SIDE]
+    if len(side) > 1:
+        st.caption(f"Final windows of the first {len(side)} selected runs.")
+        cols = st.columns(len(side))
+        for i, (col, k) in enumerate(zip(cols, side)):
+            mk = cache.manifest(root, k, token)
+            d = cache.heatmap(root, k, token, None)
+            with col:
+                chart(wfig.window_heatmap_figure(d["matrix"], mk["windows"], state.label(k)), key=f"win_side_{i}")
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,245 @@
+"""Render a :class:`~aah_viz.export.tables.Table` as CSV, Markdown or LaTeX (booktabs).
+
+CSV keeps full precision (Python's shortest round-trip repr, or the original published string of
+an imported cell) and adds ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` columns when the
+table has uncertainties. Markdown and LaTeX round: a number with an uncertainty is printed to two
+significant digits of that uncertainty (``6.557 ± 0.012``), other numbers to the column's fixed
+decimals; the best value of a column is bold.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from aah_viz.errors import AAHVizError
+from aah_viz.export.stats import NO_VARIANCE
+
+FORMATS = ("csv", "md", "latex")
+EXTENSIONS = {"csv": "csv", "md": "md", "latex": "tex"}
+
+
+def render(table, fmt: str) -> str:
+    """The table as text in ``fmt`` (csv, md or latex)."""
+    if fmt == "csv":
+        return to_csv(table)
+    if fmt == "md":
+        return to_markdown(table)
+    if fmt in ("latex", "tex"):
+        return to_latex(table)
+    raise AAHVizError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+# ------------------------------------------------------------------------------ numbers
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, (float, np.floating)):
+        return math.isnan(float(value))
+    try:
+        return bool(value is np.nan)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def exact_text(value: Any) -> str:
+    """Full-precision text: integers as integers, floats by shortest round-trip repr, missing as ''."""
+    if _is_missing(value):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    return str(value)
+
+
+def decimals_for(uncertainty: float, sig: int = 2) -> int | None:
+    """Decimal position that keeps ``sig`` significant digits of ``uncertainty`` (negative: tens,
+    hundreds, ...); None when the uncertainty is not a finite positive number."""
+    if not (uncertainty > 0) or not math.isfinite(uncertainty):
+        return None
+    return sig - 1 - int(math.floor(math.log10(uncertainty)))
+
+
+def _fixed(value: float, d: int) -> str:
+    if d >= 0:
+        return f"{value:.{d}f}"
+    return f"{int(round(value, d))}"
+
+
+def format_number(value: Any, decimals: int, uncertainty: float | None = None, *, pm: str = " ± ") -> str:
+    """A rounded number; with a finite positive uncertainty, ``mean ± u`` with two significant digits
+    of ``u`` and the mean rounded at the same position (``31490 ± 3461`` -> ``31500 ± 3500``)."""
+    if _is_missing(value):
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    v = float(value)
+    d = None if uncertainty is None or _is_missing(uncertainty) else decimals_for(float(uncertainty))
+    if d is not None:
+        return f"{_fixed(v, d)}{pm}{_fixed(float(uncertainty), d)}"
+    if isinstance(value, (int, np.integer)) or (decimals == 0 and float(v).is_integer()):
+        return f"{int(round(v))}"
+    return f"{v:.{max(0, decimals)}f}"
+
+
+def _cell_uncertainty(table, i: int, col: str) -> float | None:
+    unc = table.uncertainty
+    if unc is None or col not in unc.columns:
+        return None
+    u = unc[col].iloc[i]
+    return None if _is_missing(u) else float(u)
+
+
+def _is_best(table, i: int, col: str) -> bool:
+    best = table.best
+    return bool(best is not None and col in best.columns and bool(best[col].iloc[i]))
+
+
+def _display_rows(table, *, pm: str) -> list[list[str]]:
+    rows = []
+    for i in range(len(table.df)):
+        row = []
+        for col in table.df.columns:
+            value = table.df[col].iloc[i]
+            if col == "n" and "n" in table.id_columns and not _is_missing(value) and int(value) < 2:
+                row.append(NO_VARIANCE)
+                continue
+            if col in table.value_columns:
+                row.append(format_number(value, table.decimals.get(col, 4), _cell_uncertainty(table, i, col), pm=pm))
+            else:
+                row.append(format_number(value, 0) if not isinstance(value, str) else value)
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------------------ CSV
+
+
+def to_csv(table) -> str:
+    """Full-precision CSV; uncertainty columns follow each value column when the table has them."""
+    has_unc = table.by == "regime" and table.uncertainty is not None and bool(table.uncertainty.notna().to_numpy().any())
+    header: list[str] = []
+    for col in table.df.columns:
+        header.append(col)
+        if has_unc and col in table.value_columns:
+            header += [f"{col}_std", f"{col}_ci_low", f"{col}_ci_high"]
+    if "n" in table.id_columns and "n" in table.df.columns:
+        header.append("n_note")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for i in range(len(table.df)):
+        out = []
+        for col in table.df.columns:
+            text = None
+            if table.exact is not None and col in table.exact.columns:
+                t = table.exact[col].iloc[i]
+                text = t if isinstance(t, str) else None
+            out.append(text if text is not None else exact_text(table.df[col].iloc[i]))
+            if has_unc and col in table.value_columns:
+                for frame in (table.uncertainty, table.ci_low, table.ci_high):
+                    out.append(exact_text(frame[col].iloc[i]) if frame is not None and col in frame.columns else "")
+        if "n" in table.id_columns and "n" in table.df.columns:
+            n = table.df["n"].iloc[i]
+            out.append(NO_VARIANCE if not _is_missing(n) and int(n) < 2 else "")
+        writer.writerow(out)
+    if table.is_empty and table.empty_message:
+        return buf.getvalue() + f"# {table.empty_message}\n"
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------ Markdown
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(table) -> str:
+    lines = [f"**{_md_escape(table.caption)}** <!-- {table.label} -->", ""]
+    if table.is_empty:
+        lines.append(f"_{_md_escape(table.empty_message or 'no rows')}_")
+        return "\n".join(lines) + "\n"
+    cols = list(table.df.columns)
+    lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+    lines.append("|" + "|".join("---:" if c in table.value_columns else "---" for c in cols) + "|")
+    for i, row in enumerate(_display_rows(table, pm=" ± ")):
+        cells = []
+        for col, text in zip(cols, row):
+            text = _md_escape(text)
+            cells.append(f"**{text}**" if _is_best(table, i, col) else text)
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.notes:
+        lines.append("")
+        lines.extend(f"- {_md_escape(n)}" for n in table.notes)
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ LaTeX
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+    "±": r"$\pm$",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table) -> str:
+    """A booktabs ``table`` environment with caption and label; needs ``\\usepackage{booktabs}``."""
+    cols = list(table.df.columns)
+    out = ["% requires \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering", "\\small",
+           f"\\caption{{{latex_escape(table.caption)}}}", f"\\label{{{table.label}}}"]
+    if table.is_empty:
+        out += [f"\\emph{{{latex_escape(table.empty_message or 'no rows')}}}", "\\end{table}"]
+        return "\n".join(out) + "\n"
+    spec = "".join("r" if c in table.value_columns else "l" for c in cols)
+    out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(latex_escape(c) for c in cols) + " \\\\", "\\midrule"]
+    for i, row in enumerate(_display_rows(table, pm=" ± ")):
+        cells = []
+        for col, text in zip(cols, row):
+            text = latex_escape(text)
+            cells.append(f"\\textbf{{{text}}}" if _is_best(table, i, col) else text)
+        out.append(" & ".join(cells) + " \\\\")
+    out += ["\\bottomrule", "\\end{tabular}"]
+    if table.notes:
+        out.append("\\par\\smallskip\\footnotesize")
+        out.extend(latex_escape(n) + "\\par" for n in table.notes)
+    out.append("\\end{table}")
+    return "\n".join(out) + "\n"
+
+
+def latex_document(tables) -> str:
+    """A standalone document holding the tables (for checking that they compile)."""
+    body = "\n".join(to_latex(t) for t in tables)
+    return (
+        "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
+        "\\usepackage{booktabs}\n\\usepackage[margin=1cm,landscape]{geometry}\n\\begin{document}\n"
+        f"{body}\\end{{document}}\n"
+    )

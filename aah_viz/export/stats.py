@@ -1,0 +1,392 @@
+"""Seed statistics for paper tables: summaries, bootstrap intervals, significance, factorial effects.
+
+Everything here is a pure function of numbers (numpy/scipy), so the tests check it against
+scipy on known data. Randomness (bootstrap, Monte-Carlo permutations) always comes from a
+``numpy.random.default_rng(seed)``: the same input and seed give the same interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.special import stdtr  # Student t CDF; scipy.stats is heavier to import
+
+NO_VARIANCE = "n = 1, no variance estimate"
+DEFAULT_BOOT = 2000
+DEFAULT_SEED = 0
+EXACT_PERMUTATION_LIMIT = 20000  # enumerate every relabelling up to this many, else sample
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, sample standard deviation (ddof=1), n and a percentile-bootstrap interval of the mean."""
+
+    mean: float
+    std: float  # nan when n < 2
+    n: int
+    ci_low: float  # nan when n < 2
+    ci_high: float
+    level: float = 0.95
+
+    @property
+    def has_spread(self) -> bool:
+        return self.n >= 2
+
+    def spread_text(self) -> str:
+        return "" if self.has_spread else NO_VARIANCE
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean; ``(nan, nan)`` for fewer than two values.
+
+    Seeded and deterministic: resampling indices come from ``default_rng(seed)``.
+    """
+    arr = _finite(values)
+    if arr.size < 2:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
+    means = arr[idx].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def summarize(values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED) -> Summary:
+    """Summary of the finite values (NaN and None are dropped; n counts what is left)."""
+    arr = _finite(values)
+    n = int(arr.size)
+    if n == 0:
+        return Summary(math.nan, math.nan, 0, math.nan, math.nan, level)
+    mean = float(arr.mean())
+    if n < 2:
+        return Summary(mean, math.nan, 1, math.nan, math.nan, level)
+    lo, hi = bootstrap_ci(arr, n_boot=n_boot, level=level, seed=seed)
+    return Summary(mean, float(arr.std(ddof=1)), n, lo, hi, level)
+
+
+def group_summaries(
+    df: pd.DataFrame, value_columns: Sequence[str], *, by: str = "regime", n_boot: int = DEFAULT_BOOT, seed: int = DEFAULT_SEED
+) -> pd.DataFrame:
+    """One row per group with ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` and ``n``.
+
+    ``n`` is the number of rows (runs) in the group; a column whose values are missing in some
+    runs gets its own ``<col>_n``.
+    """
+    rows = []
+    for key, part in df.groupby(by, sort=False, dropna=False):
+        row: dict = {by: key, "n": int(len(part))}
+        for col in value_columns:
+            s = summarize(part[col].tolist(), n_boot=n_boot, seed=seed)
+            row[col] = s.mean
+            row[f"{col}_std"] = s.std
+            row[f"{col}_ci_low"] = s.ci_low
+            row[f"{col}_ci_high"] = s.ci_high
+            row[f"{col}_n"] = s.n
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- significance -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TestResult:
+    statistic: float
+    p_value: float
+    df: float = math.nan
+    n_a: int = 0
+    n_b: int = 0
+    method: str = ""
+    note: str = ""
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> TestResult:
+    """Welch's two-sided t-test of mean(a) - mean(b) with the Welch-Satterthwaite degrees of freedom.
+
+    Needs at least two values on each side and some variance; otherwise the p-value is NaN and
+    ``note`` says why.
+    """
+    x, y = _finite(a), _finite(b)
+    na, nb = int(x.size), int(y.size)
+    if na < 2 or nb < 2:
+        return TestResult(math.nan, math.nan, math.nan, na, nb, "welch_t", "needs n >= 2 per regime")
+    va, vb = x.var(ddof=1) / na, y.var(ddof=1) / nb
+    se2 = va + vb
+    if se2 == 0:
+        return TestResult(math.nan, math.nan, math.nan, na, nb, "welch_t", "zero variance in both regimes")
+    t = (x.mean() - y.mean()) / math.sqrt(se2)
+    dof = se2**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    p = 2.0 * float(stdtr(dof, -abs(t)))
+    return TestResult(float(t), float(min(1.0, p)), float(dof), na, nb, "welch_t")
+
+
+def permutation_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_resamples: int = 9999,
+    seed: int = DEFAULT_SEED,
+    exact_limit: int = EXACT_PERMUTATION_LIMIT,
+) -> TestResult:
+    """Two-sided permutation test of the difference of means, relabelling runs (seeds) between regimes.
+
+    Every relabelling is enumerated when there are at most ``exact_limit`` of them (the p-value is
+    then exact, as in ``scipy.stats.permutation_test``); otherwise ``n_resamples`` random ones are
+    drawn from ``default_rng(seed)`` and p = (1 + #extreme) / (1 + n_resamples).
+    """
+    x, y = _finite(a), _finite(b)
+    na, nb = int(x.size), int(y.size)
+    if na < 1 or nb < 1 or na + nb < 3:
+        return TestResult(math.nan, math.nan, math.nan, na, nb, "permutation (not run)", "needs at least 3 runs in all")
+    pooled = np.concatenate([x, y])
+    observed = x.mean() - y.mean()
+    total = pooled.sum()
+    n = na + nb
+    eps = 1e-12 * max(1.0, abs(observed))
+    n_comb = math.comb(n, na)
+    if n_comb <= exact_limit:
+        sums = np.array([pooled[list(c)].sum() for c in itertools.combinations(range(n), na)])
+        diffs = sums / na - (total - sums) / nb
+        p = float(np.mean(np.abs(diffs) >= abs(observed) - eps))
+        method = "permutation (exact)"
+    else:
+        rng = np.random.default_rng(seed)
+        extreme = 0
+        for _ in range(n_resamples):
+            perm = rng.permutation(n)
+            sa = pooled[perm[:na]].sum()
+            if abs(sa / na - (total - sa) / nb) >= abs(observed) - eps:
+                extreme += 1
+        p = (1 + extreme) / (1 + n_resamples)
+        method = f"permutation ({n_resamples} random)"
+    return TestResult(float(observed), min(1.0, p), math.nan, na, nb, method)
+
+
+def paired_difference_curve(
+    values: pd.DataFrame,
+    regime: str,
+    baseline: str,
+    *,
+    metric: str = "val_loss",
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
+    """Per-step paired difference ``regime - baseline`` over the seeds both regimes share.
+
+    ``values`` has columns ``regime, seed, step, <metric>`` (one row per run and step). Returns
+    ``step, mean_diff, std, n, ci_low, ci_high`` for steps where at least one seed has both values.
+    """
+    need = {"regime", "seed", "step", metric}
+    missing = need - set(values.columns)
+    if missing:
+        raise ValueError(f"paired_difference_curve needs columns {sorted(need)}; missing {sorted(missing)}")
+    a = values[values["regime"] == regime].groupby(["seed", "step"])[metric].mean()
+    b = values[values["regime"] == baseline].groupby(["seed", "step"])[metric].mean()
+    diff = (a - b).dropna()
+    rows = []
+    for step, part in diff.groupby(level="step"):
+        s = summarize(part.to_numpy(), n_boot=n_boot, seed=seed)
+        rows.append({"step": int(step), "mean_diff": s.mean, "std": s.std, "n": s.n, "ci_low": s.ci_low, "ci_high": s.ci_high})
+    return pd.DataFrame(rows, columns=["step", "mean_diff", "std", "n", "ci_low", "ci_high"])
+
+
+def compare_to_baseline(
+    finals: pd.DataFrame,
+    baseline: str,
+    *,
+    metric: str = "val_loss",
+    n_resamples: int = 9999,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
+    """For every regime other than ``baseline``: difference of means, Welch's t and a permutation test.
+
+    ``finals`` has one row per run with ``regime`` and ``metric``. A regime with a single run gets
+    the difference but NaN p-values and the note "n = 1, no variance estimate".
+    """
+    if baseline not in set(finals["regime"]):
+        known = ", ".join(sorted(map(str, set(finals["regime"]))))
+        raise ValueError(f"baseline regime {baseline!r} has no runs here; regimes present: {known}")
+    base = finals.loc[finals["regime"] == baseline, metric].to_numpy(dtype=float)
+    rows = []
+    for regime, part in finals.groupby("regime", sort=False):
+        if regime == baseline:
+            continue
+        vals = part[metric].to_numpy(dtype=float)
+        w = welch_t_test(vals, base)
+        p = permutation_test(vals, base, n_resamples=n_resamples, seed=seed)
+        na, nb = len(_finite(vals)), len(_finite(base))
+        note = NO_VARIANCE if min(na, nb) < 2 else ""
+        rows.append(
+            {
+                "regime": regime,
+                "baseline": baseline,
+                "metric": metric,
+                "n": na,
+                "n_baseline": nb,
+                "mean": float(np.mean(_finite(vals))) if na else math.nan,
+                "mean_baseline": float(np.mean(_finite(base))) if nb else math.nan,
+                "diff": float(np.mean(_finite(vals)) - np.mean(_finite(base))) if na and nb else math.nan,
+                "welch_t": w.statistic,
+                "welch_df": w.df,
+                "welch_p": w.p_value,
+                "perm_p": p.p_value,
+                "perm_method": p.method,
+                "note": note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# --- factorial view -----------------------------------------------------------------------
+
+FACTORS = ("grouping", "hierarchy_refresh", "freeze", "joint_scoring", "window_control")
+FACTOR_LABELS = {
+    "grouping": "grouping (heads clustered into groups)",
+    "hierarchy_refresh": "hierarchy refresh (upper levels rebuilt at each routing update)",
+    "freeze": "freeze (level-0 partition fixed after it is first built)",
+    "joint_scoring": "joint sibling scoring",
+    "window_control": "window control (decisions executed)",
+}
+# Factor levels of the named regimes (method section 13). None: the factor does not apply
+# (no grouping means no hierarchy to refresh or freeze). "other" collects flags outside the
+# five factors, so that a regime is only ever compared with one equal in everything else.
+REGIME_FACTORS: dict[str, dict] = {
+    "full_attention": {"grouping": None, "hierarchy_refresh": None, "freeze": None, "joint_scoring": None, "window_control": 0},
+    "grouping_off": {"grouping": 0, "hierarchy_refresh": None, "freeze": None, "joint_scoring": 0, "window_control": 1},
+    "full_adaptive": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1},
+    "shallow_freeze": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1},
+    "deep_practical_reuse": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 1, "joint_scoring": 1, "window_control": 1},
+    "independent_scoring": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 0, "window_control": 1},
+    "control_off": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 0},
+    "freeze_after_warmup": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1, "other": "passthrough"},
+    "fixed_random": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1, "other": "random_partition"},
+    "no_feature_ema": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1, "other": "no_feature_ema"},
+    "no_parent_constraint": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1, "other": "no_parent_constraint"},
+}
+
+
+def regime_factors(regime: str) -> dict | None:
+    """The factor levels of a named regime, or None for a regime outside the factorial design."""
+    key = str(regime).strip().lower().replace("-", "_").replace(" ", "_")
+    aliases = {"pure_baseline": "full_attention", "fixed_random_grouping": "fixed_random", "full_attn": "full_attention"}
+    key = aliases.get(key, key)
+    found = REGIME_FACTORS.get(key)
+    return None if found is None else {"other": "", **found}
+
+
+def _differs_only_in(fa: Mapping, fb: Mapping, factor: str) -> bool:
+    if fa.get(factor) is None or fb.get(factor) is None or fa[factor] == fb[factor]:
+        return False
+    if fa.get("other", "") != fb.get("other", ""):
+        return False
+    for f in FACTORS:
+        if f == factor:
+            continue
+        # a factor that does not apply on one side (None) is nested under the one that varies
+        if fa.get(f) is None or fb.get(f) is None:
+            if factor != "grouping":
+                return False
+            continue
+        if fa[f] != fb[f]:
+            return False
+    return True
+
+
+def factorial_effects(
+    finals: pd.DataFrame,
+    *,
+    metric: str = "val_loss",
+    factors_of=regime_factors,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = DEFAULT_SEED,
+) -> pd.DataFrame:
+    """The effect of each factor on ``metric``: mean(factor on) - mean(factor off) over regime pairs
+    that differ in that factor only.
+
+    ``finals`` has one row per run (``regime``, ``metric``). A factor no pair of present regimes
+    isolates is reported with ``covered = False`` and a note naming what is missing; an effect
+    estimated from n = 1 per side carries the no-variance note instead of a p-value.
+    """
+    by_regime = {r: part[metric].to_numpy(dtype=float) for r, part in finals.groupby("regime", sort=False)}
+    levels = {r: factors_of(r) for r in by_regime}
+    known = {r: f for r, f in levels.items() if f is not None}
+    rows = []
+    for factor in FACTORS:
+        pairs = []
+        for ra, rb in itertools.permutations(known, 2):
+            fa, fb = known[ra], known[rb]
+            if fa.get(factor) == 1 and fb.get(factor) == 0 and _differs_only_in(fa, fb, factor):
+                pairs.append((ra, rb))
+        if not pairs:
+            rows.append(
+                {
+                    "factor": factor,
+                    "description": FACTOR_LABELS[factor],
+                    "covered": False,
+                    "pairs": "",
+                    "effect": math.nan,
+                    "ci_low": math.nan,
+                    "ci_high": math.nan,
+                    "welch_p": math.nan,
+                    "n_on": 0,
+                    "n_off": 0,
+                    "note": "not covered: no two regimes here differ in this factor alone",
+                }
+            )
+            continue
+        effects = []
+        for ra, rb in pairs:
+            on, off = _finite(by_regime[ra]), _finite(by_regime[rb])
+            effects.append(on.mean() - off.mean() if on.size and off.size else math.nan)
+        n_on = sum(len(_finite(by_regime[a])) for a, _ in pairs)
+        n_off = sum(len(_finite(by_regime[b])) for _, b in pairs)
+        finite_effects = [e for e in effects if np.isfinite(e)]
+        effect = float(np.mean(finite_effects)) if finite_effects else math.nan
+        if len(pairs) == 1:
+            on, off = _finite(by_regime[pairs[0][0]]), _finite(by_regime[pairs[0][1]])
+            test = welch_t_test(on, off)
+            lo, hi = _bootstrap_diff(on, off, n_boot=n_boot, seed=seed)
+        else:
+            test = TestResult(math.nan, math.nan, note="several pairs: mean of pair effects")
+            lo, hi = bootstrap_ci(finite_effects, n_boot=n_boot, seed=seed)
+        note = NO_VARIANCE if min(len(_finite(by_regime[a])) for pair in pairs for a in pair) < 2 else test.note
+        rows.append(
+            {
+                "factor": factor,
+                "description": FACTOR_LABELS[factor],
+                "covered": True,
+                "pairs": "; ".join(f"{a} - {b}" for a, b in pairs),
+                "effect": effect,
+                "ci_low": lo,
+                "ci_high": hi,
+                "welch_p": test.p_value,
+                "n_on": n_on,
+                "n_off": n_off,
+                "note": note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _bootstrap_diff(on: np.ndarray, off: np.ndarray, *, n_boot: int, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(on) - mean(off), resampling each side independently."""
+    if on.size < 2 or off.size < 2:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    da = on[rng.integers(0, on.size, size=(n_boot, on.size))].mean(axis=1)
+    db = off[rng.integers(0, off.size, size=(n_boot, off.size))].mean(axis=1)
+    lo, hi = np.quantile(da - db, [0.025, 0.975])
+    return (float(lo), float(hi))

@@ -1,0 +1,188 @@
+"""Plotly figure builders and the registry ``FIGURE_KINDS`` (name -> builder).
+
+Every registered builder is ``builder(runs: list[Run], **opts) -> go.Figure``: it reads what it
+needs from the runs (single-run figures use ``runs[0]``), reduces it, and plots. The dashboard
+uses the same pieces with caching in between; ``aah-viz figure --kind NAME`` uses the registry.
+Options per kind are listed in ``FIGURE_OPTIONS``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import plotly.graph_objects as go
+
+from aah_viz.errors import AAHVizError
+
+FIGURE_OPTIONS: dict[str, dict[str, str]] = {
+    "hierarchy": {"layer": "layer to draw (default 0)", "step": "training step; the nearest routing update is used (default: last)"},
+    "window_heatmap": {"step": "training step (default: last recorded)"},
+    "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
+    "branch_bars": {"step": "training step (default: last)"},
+    "bucket_heatmap": {"step": "training step (default: last); one row per run"},
+    "coverage_over_training": {"max_points": "points per line (default 1000); one line per run"},
+    "stability": {"max_points": "step bins (default 600)"},
+    "switch_rate": {},
+    "controller_health": {"max_points": "points per line (default 1000)"},
+    "probe_heatmap": {"probe": "syntax, coref or sufficiency (default syntax)", "metric": "probe metric (default: first logged)"},
+    "window_vs_probe": {"probe": "syntax, coref or sufficiency (default syntax)", "metric": "probe metric (default: first logged)"},
+    "regime_summary": {"metrics": "comma-separated per-run metrics (default final_loss,final_acr)"},
+}
+
+
+def _first(runs):
+    runs = list(runs)
+    if not runs:
+        raise AAHVizError("no run given: pass at least one run directory")
+    return runs[0]
+
+
+def _title(run, what: str) -> str:
+    from aah_viz.figures.data import run_label
+
+    return f"{what}: {run_label(run)}"
+
+
+def build_hierarchy(runs, layer: int = 0, step: int | None = None, **_) -> go.Figure:
+    from aah_viz.analysis.hierarchy import tree_graph
+    from aah_viz.figures import data, hierarchy, style
+
+    run = _first(runs)
+    d = data.hierarchy_data(run, int(layer), step)
+    if d["step"] is None:
+        return style.empty_figure(f"layer {layer} has no hierarchy rows (grouping off or not yet updated)", _title(run, "hierarchy"))
+    g = tree_graph(d["tree"], run.n_head, run.windows, d["head_windows"])
+    return hierarchy.hierarchy_figure(g, run.windows, _title(run, f"hierarchy of layer {layer} at step {d['step']}"))
+
+
+def build_window_heatmap(runs, step: int | None = None, **_) -> go.Figure:
+    from aah_viz.figures import data, style, windows
+
+    run = _first(runs)
+    d = data.window_heatmap_data(run, step)
+    if d["step"] is None:
+        return style.empty_figure("no head rows recorded yet", _title(run, "windows"))
+    return windows.window_heatmap_figure(d["matrix"], run.windows, _title(run, f"executed windows at step {d['step']}"))
+
+
+def build_head_timeline(runs, layer: int = 0, max_columns: int = 400, **_) -> go.Figure:
+    from aah_viz.figures import data, windows
+
+    run = _first(runs)
+    d = data.timeline_data(run, int(layer), int(max_columns))
+    return windows.head_timeline_figure(d["steps"], d["matrix"], run.windows, _title(run, f"windows of layer {layer} over training"))
+
+
+def build_branch_bars(runs, step: int | None = None, **_) -> go.Figure:
+    from aah_viz.figures import data, windows
+
+    run = _first(runs)
+    d = data.branch_data(run, step)
+    return windows.branch_bars_figure(d["per_layer"], run.windows, _title(run, f"branch frequencies at step {d['step']}"))
+
+
+def build_bucket_heatmap(runs, step: int | None = None, **_) -> go.Figure:
+    from aah_viz.figures import data, windows
+
+    table = data.bucket_table(list(runs), step)
+    return windows.bucket_heatmap_figure(table, "selected-window distribution per run (final step)")
+
+
+def build_coverage(runs, max_points: int = 1000, **_) -> go.Figure:
+    from aah_viz.figures import data, windows
+
+    return windows.coverage_figure(data.coverage_data(list(runs), int(max_points)), "coverage over training")
+
+
+def build_stability(runs, max_points: int = 600, **_) -> go.Figure:
+    from aah_viz.figures import data, stability
+
+    run = _first(runs)
+    return stability.stability_figure(data.stability_data(run)["updates"], _title(run, "routing stability"), int(max_points))
+
+
+def build_switch_rate(runs, **_) -> go.Figure:
+    from aah_viz.figures import data, stability
+
+    run = _first(runs)
+    return stability.switch_rate_figure(data.stability_data(run)["heads"], run.n_layer, run.n_head, _title(run, "window switches per update"))
+
+
+def build_controller_health(runs, max_points: int = 1000, **_) -> go.Figure:
+    from aah_viz.figures import data, stability
+
+    run = _first(runs)
+    d = data.controller_data(run, int(max_points))
+    return stability.controller_health_figure(d["series"], d["margins"], _title(run, "controller health"))
+
+
+def _probe_metric(run, probe: str, metric: str | None) -> str | None:
+    from aah_viz.analysis import queries
+
+    ph = queries.probe_tables(run).get("probe_heads")
+    if ph is None or ph.empty:
+        return None
+    if metric:
+        return metric
+    metrics = sorted(ph.loc[ph["probe"] == probe, "metric"].dropna().unique())
+    return metrics[0] if metrics else None
+
+
+def build_probe_heatmap(runs, probe: str = "syntax", metric: str | None = None, **_) -> go.Figure:
+    from aah_viz.analysis import queries
+    from aah_viz.figures import probes, style
+
+    run = _first(runs)
+    metric = _probe_metric(run, probe, metric)
+    if metric is None:
+        return style.empty_figure(f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes"))
+    ph = queries.probe_tables(run)["probe_heads"]
+    z = probes.probe_matrix(ph, probe, metric, run.n_layer, run.n_head)
+    return probes.probe_heatmap_figure(z, probe, metric, _title(run, f"{probe} {metric}"))
+
+
+def build_window_vs_probe(runs, probe: str = "syntax", metric: str | None = None, **_) -> go.Figure:
+    from aah_viz.figures import data, probes, style
+
+    run = _first(runs)
+    metric = _probe_metric(run, probe, metric)
+    if metric is None:
+        return style.empty_figure(f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes"))
+    return probes.window_vs_probe_figure(data.probe_points(run, probe, metric), probe, metric, run.windows, _title(run, f"window vs {probe} {metric}"))
+
+
+def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr", **_) -> go.Figure:
+    import pandas as pd
+
+    from aah_viz.analysis import queries
+    from aah_viz.figures import compare
+
+    if isinstance(metrics, str):
+        metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    per_run = pd.DataFrame([queries.run_overview(r) for r in runs])
+    return compare.regime_metric_figure(per_run, list(metrics), title="regimes: mean ± sd over seeds")
+
+
+FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
+    "hierarchy": build_hierarchy,
+    "window_heatmap": build_window_heatmap,
+    "head_timeline": build_head_timeline,
+    "branch_bars": build_branch_bars,
+    "bucket_heatmap": build_bucket_heatmap,
+    "coverage_over_training": build_coverage,
+    "stability": build_stability,
+    "switch_rate": build_switch_rate,
+    "controller_health": build_controller_health,
+    "probe_heatmap": build_probe_heatmap,
+    "window_vs_probe": build_window_vs_probe,
+    "regime_summary": build_regime_summary,
+}
+
+
+def build_figure(kind: str, runs, **opts) -> go.Figure:
+    """Look up ``kind`` in the registry and build it; an unknown kind names the known ones."""
+    try:
+        builder = FIGURE_KINDS[kind]
+    except KeyError:
+        raise AAHVizError(f"unknown figure kind {kind!r}; choose one of {', '.join(sorted(FIGURE_KINDS))}") from None
+    return builder(list(runs), **opts)

@@ -1,0 +1,93 @@
+"""Cross-run figures: regime means with spread over seeds, beside the reference's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from aah_viz.figures import style
+
+SHORT_TITLES = {
+    "final_loss": "final training loss",
+    "final_val_loss": "final validation loss",
+    "final_acr": "final ACR",
+    "final_causal_coverage": "final causal-pair coverage",
+}
+METRIC_TITLES = {
+    "final_loss": style.LOSS,
+    "final_val_loss": style.VAL_LOSS,
+    "final_acr": style.ACR,
+    "final_causal_coverage": style.COVERAGE,
+}
+
+
+def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: pd.DataFrame | None = None, title: str = "") -> go.Figure:
+    """One panel per metric: mean ± std over seeds per regime (bars), seeds as points.
+
+    ``per_run``: one row per run with ``regime``, ``seed`` and the metric columns.
+    ``reference``: optional rows with ``regime`` and metric columns (published values), drawn as
+    diamonds beside our bars.
+    """
+    metrics = [m for m in metrics if m in per_run.columns]
+    n_cols = 2 if len(metrics) > 1 else 1
+    n_rows = max(1, -(-len(metrics) // n_cols))
+    fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=[SHORT_TITLES.get(m, m) for m in metrics] or [""], vertical_spacing=0.2, horizontal_spacing=0.12)
+    regimes = sorted(per_run["regime"].dropna().astype(str).unique()) if not per_run.empty else []
+    if reference is not None and not reference.empty:
+        regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
+    for i, metric in enumerate(metrics):
+        row, col = i // n_cols + 1, i % n_cols + 1
+        first = i == 0
+        g = per_run.groupby(per_run["regime"].astype(str))[metric]
+        mean = g.mean().reindex(regimes)
+        std = g.std(ddof=1).reindex(regimes).fillna(0.0)
+        n = g.count().reindex(regimes).fillna(0)
+        fig.add_trace(
+            go.Bar(
+                x=regimes,
+                y=mean.to_numpy(dtype=np.float64),
+                error_y=dict(type="data", array=std.to_numpy(dtype=np.float64), visible=True),
+                customdata=n.to_numpy(dtype=np.float64),
+                name="our runs (mean ± sd)",
+                marker_color="#1f77b4",
+                showlegend=first,
+                legendgroup="ours",
+                hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}<br>n = %{customdata:.0f} seeds<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=per_run["regime"].astype(str),
+                y=per_run[metric].to_numpy(dtype=np.float64),
+                mode="markers",
+                marker=dict(color="#333", size=6),
+                name="one seed",
+                showlegend=first,
+                legendgroup="seeds",
+                hovertemplate="%{x}<br>%{y:.4f}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+        if reference is not None and metric in reference.columns:
+            ref = reference.dropna(subset=[metric])
+            fig.add_trace(
+                go.Scatter(
+                    x=ref["regime"].astype(str),
+                    y=ref[metric].to_numpy(dtype=np.float64),
+                    mode="markers",
+                    marker=dict(symbol="diamond", color="#d62728", size=11),
+                    name="reference (published)",
+                    showlegend=first,
+                    legendgroup="ref",
+                    hovertemplate="%{x}<br>published %{y:.4f}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+        fig.update_yaxes(title=METRIC_TITLES.get(metric, metric), row=row, col=col, title_font=dict(size=10))
+    return style.base_layout(fig, title, height=380 * n_rows + 60)

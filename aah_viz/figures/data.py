@@ -1,0 +1,148 @@
+"""From runs to the small, plot-ready data each figure needs (read + analyse, no plotting).
+
+The dashboard caches these results (``st.cache_data``); the figure registry and the bench call
+them directly. Every function reduces a run to a bounded size before it returns: one step, one
+layer, sampled or binned steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from aah_viz.analysis import queries, stability, windows
+
+MAX_TIMELINE_COLUMNS = 400
+MAX_SERIES_POINTS = 1000
+
+
+def run_label(run) -> str:
+    seed = "" if run.seed is None else f" s{run.seed}"
+    return f"{run.regime}{seed} ({run.run_id})"
+
+
+def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
+    if len(steps) == 0:
+        return None
+    return int(steps[-1]) if step is None else queries.nearest(steps, int(step))
+
+
+def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
+    """Tree rows of one layer at the routing update nearest ``step`` (default: the last)."""
+    steps = queries.tree_steps(run, layer)
+    chosen = _pick_step(steps, step)
+    tree = queries.tree_at(run, layer, chosen) if chosen is not None else pd.DataFrame()
+    heads = queries.heads_of_layer(run, layer, steps=[chosen]) if chosen is not None else pd.DataFrame()
+    head_windows = {int(h): int(w) for h, w in zip(heads.get("head", []), heads.get("window", []))}
+    return {"steps": steps, "step": chosen, "layer": layer, "tree": tree, "head_windows": head_windows}
+
+
+def window_heatmap_data(run, step: int | None = None) -> dict:
+    steps = queries.recorded_steps(run)
+    chosen = _pick_step(steps, step)
+    heads = queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "head", "window"])
+    matrix = windows.window_matrix(heads, run.n_layer, run.n_head)
+    return {"steps": steps, "step": chosen, "matrix": matrix}
+
+
+def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) -> dict:
+    """One layer's windows per head at sampled steps (routing updates when they fit)."""
+    steps = queries.recorded_steps(run)
+    ups = queries.update_steps(run)
+    prefer = ups.loc[ups["layer"] == layer, "step"].to_numpy() if not ups.empty else None
+    sampled = windows.sample_steps(steps, max_columns, prefer=prefer)
+    heads = queries.heads_of_layer(run, layer, steps=sampled) if len(sampled) else pd.DataFrame(columns=["step", "head", "window"])
+    cols, matrix = windows.head_timeline(heads, run.n_head)
+    return {"layer": layer, "steps": cols, "matrix": matrix, "recorded": len(steps)}
+
+
+def branch_data(run, step: int | None = None) -> dict:
+    """Per-layer window shares at ``step`` (default: last), from ``branch`` or else from ``heads``."""
+    bsteps = queries.branch_steps(run)
+    if len(bsteps):
+        chosen = _pick_step(bsteps, step)
+        per_layer = windows.bucket_fractions(queries.branch_at(run, chosen), run.windows)
+    else:
+        hsteps = queries.recorded_steps(run)
+        chosen = _pick_step(hsteps, step)
+        heads = queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "window"])
+        per_layer = windows.bucket_fractions_from_heads(heads, run.windows)
+    return {"step": chosen, "per_layer": per_layer}
+
+
+def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+    """ACR and causal-pair coverage per run, binned to at most ``max_points`` per line."""
+    parts = []
+    for run in runs:
+        s = queries.scalar_frame(run, ["acr", "acr_causal"])
+        s = s[s["layer"].isna()]
+        if s.empty:
+            continue
+        b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")
+        b.insert(0, "label", run_label(run))
+        parts.append(b)
+    if not parts:
+        return pd.DataFrame(columns=["label", "name", "step", "value"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def bucket_table(runs, step: int | None = None) -> pd.DataFrame:
+    """Run label x candidate window: share of (layer, head) slots at the final (or given) step."""
+    rows = {}
+    all_windows: list[int] = []
+    for run in runs:
+        per_layer = branch_data(run, step)["per_layer"]
+        rows[run_label(run)] = windows.run_bucket_fractions(per_layer)
+        all_windows = sorted(set(all_windows) | set(run.windows))
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).T.reindex(columns=all_windows).fillna(0.0)
+
+
+def stability_data(run) -> dict:
+    """Per-update comparisons and per-head switch statistics, from head rows at routing updates."""
+    heads = queries.heads_at_updates(run)
+    mats = stability.Matrices(heads, run.n_head) if not heads.empty else None
+    updates = stability.update_frame(heads, run.n_head, mats)
+    return {
+        "updates": updates,
+        "layers": stability.layer_summary(updates),
+        "heads": stability.head_switch_stats(heads, run.n_head, mats),
+    }
+
+
+def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
+    s = queries.scalar_frame(run, ["controller_grad_norm", "controller_weight_drift"])
+    model_wide = s[s["layer"].isna()]
+    if model_wide.empty and not s.empty:  # per-layer values only: show their mean over layers
+        model_wide = s.groupby(["step", "name"], as_index=False)["value"].mean()
+    series = windows.binned_series(model_wide, "step", "value", max_points=max_points, by="name") if not model_wide.empty else pd.DataFrame(columns=["name", "step", "value"])
+    t = queries.tree_stats(run, columns=("step", "margin", "shadow"))
+    if not t.empty:
+        t = t[~t["shadow"].fillna(False).astype(bool)]
+        m = t.groupby("step", as_index=False)["margin"].mean()
+        margins = windows.binned_series(m, "step", "margin", max_points=max_points)
+    else:
+        margins = pd.DataFrame(columns=["step", "margin"])
+    return {"series": series, "margins": margins}
+
+
+def probe_points(run, probe: str, metric: str) -> pd.DataFrame:
+    """Per head at the latest probed step: layer, head, window, value of one probe metric."""
+    tables = queries.probe_tables(run)
+    ph = tables.get("probe_heads")
+    if ph is None or ph.empty:
+        return pd.DataFrame(columns=["layer", "head", "window", "value"])
+    rows = ph[(ph["probe"] == probe) & (ph["metric"] == metric)]
+    if rows.empty:
+        return pd.DataFrame(columns=["layer", "head", "window", "value"])
+    rows = rows[rows["step"] == rows["step"].max()] if rows["step"].notna().any() else rows
+    rows = rows.dropna(subset=["layer", "head"])
+    if rows["window"].isna().any():  # fill missing windows from the heads table at that step
+        step = rows["step"].max()
+        heads = queries.heads_at_step(run, int(step)) if pd.notna(step) else pd.DataFrame()
+        if not heads.empty:
+            w = heads.set_index(["layer", "head"])["window"]
+            idx = pd.MultiIndex.from_arrays([rows["layer"].astype(int), rows["head"].astype(int)])
+            rows = rows.assign(window=rows["window"].fillna(pd.Series(w.reindex(idx).to_numpy(), index=rows.index)))
+    return rows[["layer", "head", "window", "value"]].dropna().reset_index(drop=True)

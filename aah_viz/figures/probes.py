@@ -1,0 +1,68 @@
+"""Probe figures: per-head score heatmaps and window vs score scatter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from aah_viz.figures import style
+
+
+def probe_matrix(probe_heads: pd.DataFrame, probe: str, metric: str, n_layer: int, n_head: int) -> np.ndarray:
+    """(n_layer, n_head) values of one probe metric at the latest probed step."""
+    z = np.full((n_layer, n_head), np.nan)
+    rows = probe_heads[(probe_heads["probe"] == probe) & (probe_heads["metric"] == metric)]
+    if rows.empty:
+        return z
+    rows = rows[rows["step"] == rows["step"].max()] if "step" in rows and rows["step"].notna().any() else rows
+    rows = rows.dropna(subset=["layer", "head"])
+    li = rows["layer"].to_numpy().astype(int)
+    hi = rows["head"].to_numpy().astype(int)
+    ok = (li >= 0) & (li < n_layer) & (hi >= 0) & (hi < n_head)
+    z[li[ok], hi[ok]] = rows["value"].to_numpy(dtype=np.float64)[ok]
+    return z
+
+
+def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str = "") -> go.Figure:
+    n_layer, n_head = matrix.shape
+    finite = matrix[np.isfinite(matrix)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=matrix.astype(np.float32),
+            colorscale="Magma",
+            zmin=float(finite.min()) if finite.size else 0.0,
+            zmax=float(finite.max()) if finite.size else 1.0,
+            colorbar=dict(title=dict(text=metric)),
+            hovertemplate=f"layer %{{y}}, head %{{x}}<br>{probe} {metric}: %{{z:.3f}}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
+    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
+    return style.base_layout(fig, title or f"{probe}: {metric} per head", height=max(320, 22 * n_layer + 140))
+
+
+def window_vs_probe_figure(points: pd.DataFrame, probe: str, metric: str, windows: list[int], title: str = "") -> go.Figure:
+    """One point per head: its window (x, log scale) against its probe score (y), jittered in x."""
+    colors = style.window_colors(windows)
+    fig = go.Figure()
+    if not points.empty:
+        rng = np.random.default_rng(0)  # fixed jitter: the same picture every time
+        jitter = np.exp(rng.uniform(-0.08, 0.08, len(points)))
+        w = points["window"].to_numpy(dtype=np.float64)
+        fig.add_trace(
+            go.Scatter(
+                x=w * jitter,
+                y=points["value"].to_numpy(dtype=np.float64),
+                mode="markers",
+                marker=dict(color=[colors.get(int(v), "#888") for v in w], size=8, line=dict(color="#333", width=0.5)),
+                customdata=np.stack([points["layer"].to_numpy(dtype=np.float64), points["head"].to_numpy(dtype=np.float64), w], axis=1),
+                hovertemplate="layer %{customdata[0]:.0f}, head %{customdata[1]:.0f}<br>window %{customdata[2]:.0f} tokens<br>score %{y:.3f}<extra></extra>",
+                name="heads",
+            )
+        )
+    fig.update_xaxes(title=style.WINDOW, type="log", tickvals=list(windows), ticktext=[str(w) for w in windows])
+    fig.update_yaxes(title=f"{probe} {metric}")
+    return style.base_layout(fig, title or f"window vs {probe} {metric}", height=420)

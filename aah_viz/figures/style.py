@@ -1,0 +1,85 @@
+"""Axis titles (with units and denominators), the window palette and shared layout defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.colors as pcolors
+import plotly.graph_objects as go
+
+STEP = "training step"
+LAYER = "layer"
+HEAD = "head"
+WINDOW = "window (tokens)"
+ACR = "ACR (Σ T·w / H·T²)"
+COVERAGE = "causal-pair coverage (attended causal pairs / all causal pairs)"
+LOSS = "training loss (nats)"
+VAL_LOSS = "validation loss (nats)"
+BUCKET_SHARE = "share of heads (heads at window / heads in layer)"
+RUN_BUCKET_SHARE = "share of (layer, head) slots (slots at window / all slots)"
+ARI = "ARI vs previous update (level-0 partitions; 1 = same)"
+GROUP_SWITCH = "heads switching group (heads / H)"
+WINDOW_SWITCH = "heads switching window (heads / H)"
+TOPOLOGY = "layers with a topology change (layers / update bin)"
+SWITCH_RATE = "window switches per update (switches / updates − 1)"
+GRAD_NORM = "controller gradient norm (L2)"
+WEIGHT_DRIFT = "controller weight drift (L2 distance from init)"
+MARGIN = "decision margin (top-1 − top-2 logit)"
+LEVEL = "hierarchy level (heads = 0)"
+
+TEMPLATE = "plotly_white"
+
+
+def window_colors(windows: list[int]) -> dict[int, str]:
+    """One colour per candidate window, short (dark) to long (light), stable for a window set."""
+    windows = sorted(int(w) for w in windows)
+    if not windows:
+        return {}
+    if len(windows) == 1:
+        return {windows[0]: pcolors.sample_colorscale("Viridis", [0.5])[0]}
+    points = [i / (len(windows) - 1) for i in range(len(windows))]
+    return dict(zip(windows, pcolors.sample_colorscale("Viridis", points)))
+
+
+def window_z(windows_tokens: np.ndarray) -> np.ndarray:
+    """Colour coordinate of windows: log2 of the tokens, so doubling windows get equal colour bands."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log2(np.asarray(windows_tokens, dtype=np.float64)).astype(np.float32)
+
+
+def discrete_window_scale(windows: list[int]) -> tuple[list, float, float]:
+    """A step colourscale over log2(window): each candidate gets one flat, equally wide band.
+
+    Returns (colorscale, zmin, zmax) for a heatmap whose z is :func:`window_z` of the windows.
+    """
+    windows = sorted(int(w) for w in windows)
+    colors = window_colors(windows)
+    if not windows:
+        return [[0.0, "#cccccc"], [1.0, "#cccccc"]], 0.0, 1.0
+    zs = [float(np.log2(w)) for w in windows]
+    if len(windows) == 1:
+        c = colors[windows[0]]
+        return [[0.0, c], [1.0, c]], zs[0] - 0.5, zs[0] + 0.5
+    zmin, zmax = zs[0], zs[-1]
+    span = zmax - zmin
+    bounds = [0.0] + [((a + b) / 2 - zmin) / span for a, b in zip(zs, zs[1:])] + [1.0]
+    scale = []
+    for i, w in enumerate(windows):
+        scale.append([bounds[i], colors[w]])
+        scale.append([bounds[i + 1], colors[w]])
+    return scale, zmin, zmax
+
+
+def base_layout(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=60, r=20, t=60, b=50))
+    if height:
+        fig.update_layout(height=height)
+    return fig
+
+
+def empty_figure(message: str, title: str = "") -> go.Figure:
+    """A figure that says why it has no data (instead of an empty plot)."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return base_layout(fig, title, height=300)

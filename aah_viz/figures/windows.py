@@ -1,0 +1,144 @@
+"""Window allocation figures: layer x head heatmap, head x step timeline, branch bars, coverage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from aah_viz.figures import style
+
+
+def _window_colorbar(windows: list[int]) -> dict:
+    return dict(title=dict(text=style.WINDOW), tickvals=[float(np.log2(w)) for w in windows], ticktext=[str(w) for w in windows])
+
+
+def window_heatmap_figure(matrix: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
+    """Layer (rows) x head (columns) executed windows at one step.
+
+    z is log2(window) (equal colour bands per doubling); customdata holds the window in tokens.
+    """
+    scale, zmin, zmax = style.discrete_window_scale(windows)
+    n_layer, n_head = matrix.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=style.window_z(matrix),
+            customdata=np.nan_to_num(matrix, nan=-1).astype(np.int32),
+            x=np.arange(n_head),
+            y=np.arange(n_layer),
+            colorscale=scale,
+            zmin=zmin,
+            zmax=zmax,
+            colorbar=_window_colorbar(windows),
+            hovertemplate="layer %{y}, head %{x}<br>window %{customdata} tokens<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
+    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
+    return style.base_layout(fig, title, height=max(320, 22 * n_layer + 140))
+
+
+def head_timeline_figure(steps: np.ndarray, matrix: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
+    """Head (rows) x sampled training step (columns) windows of one layer."""
+    scale, zmin, zmax = style.discrete_window_scale(windows)
+    n_head = matrix.shape[0]
+    fig = go.Figure(
+        go.Heatmap(
+            z=style.window_z(matrix),
+            customdata=np.nan_to_num(matrix, nan=-1).astype(np.int32),
+            x=np.asarray(steps, dtype=np.int64),
+            y=np.arange(n_head),
+            colorscale=scale,
+            zmin=zmin,
+            zmax=zmax,
+            colorbar=_window_colorbar(windows),
+            hovertemplate="step %{x}, head %{y}<br>window %{customdata} tokens<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title=style.STEP)
+    fig.update_yaxes(title=style.HEAD, autorange="reversed", dtick=1 if n_head <= 32 else None)
+    return style.base_layout(fig, title, height=max(300, 18 * n_head + 140))
+
+
+def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str = "") -> go.Figure:
+    """Stacked bars per layer: share of its heads at each window (the paper's branch frequencies)."""
+    colors = style.window_colors(windows)
+    fig = go.Figure()
+    layers = per_layer.index.to_numpy()
+    for w in windows:
+        vals = per_layer[w].to_numpy(dtype=np.float64) if w in per_layer else np.zeros(len(layers))
+        fig.add_trace(
+            go.Bar(
+                x=layers,
+                y=vals,
+                name=f"{w}",
+                marker_color=colors.get(w),
+                hovertemplate=f"layer %{{x}}<br>window {w}: %{{y:.1%}}<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack", legend_title_text=style.WINDOW)
+    fig.update_xaxes(title=style.LAYER, dtick=1 if len(layers) <= 32 else None)
+    fig.update_yaxes(title=style.BUCKET_SHARE, range=[0, 1], tickformat=".0%")
+    return style.base_layout(fig, title, height=420)
+
+
+def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
+    """ACR and causal-pair coverage over training, one line per run (``label``), two panels.
+
+    ``series`` has columns label, name (``acr`` / ``acr_causal``), step, value (already binned).
+    """
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("ACR", "causal-pair coverage"), horizontal_spacing=0.1)
+    labels = list(dict.fromkeys(series["label"])) if not series.empty else []
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
+    for i, label in enumerate(labels):
+        color = palette[i % len(palette)]
+        for col, name in ((1, "acr"), (2, "acr_causal")):
+            part = series[(series["label"] == label) & (series["name"] == name)]
+            if part.empty:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=part["step"].to_numpy(dtype=np.float64),
+                    y=part["value"].to_numpy(dtype=np.float64),
+                    mode="lines",
+                    name=label,
+                    legendgroup=label,
+                    showlegend=col == 1,
+                    line=dict(color=color),
+                    hovertemplate=f"{label}<br>step %{{x:.0f}}<br>%{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(title=style.STEP)
+    fig.update_yaxes(title=style.ACR, range=[0, 1.05], row=1, col=1)
+    fig.update_yaxes(title=style.COVERAGE, range=[0, 1.05], row=1, col=2)
+    return style.base_layout(fig, title, height=420)
+
+
+def bucket_heatmap_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
+    """Runs or regimes (rows) x window (columns): share of slots at each window, annotated in %.
+
+    The layout of the paper's Figure 4 ("final selected-window distribution").
+    """
+    z = table.to_numpy(dtype=np.float64) * 100.0
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(c) for c in table.columns],
+            y=[str(i) for i in table.index],
+            colorscale="Inferno",
+            zmin=0,
+            zmax=max(65.0, float(np.nanmax(z)) if z.size else 65.0),
+            colorbar=dict(title=dict(text="% of slots")),
+            text=np.round(z, 1),
+            texttemplate="%{text:.1f}%",
+            hovertemplate="%{y}<br>window %{x}: %{z:.1f}%<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title=style.WINDOW, type="category")
+    fig.update_yaxes(title="run", autorange="reversed")
+    return style.base_layout(fig, title, height=max(300, 40 * len(table) + 160))

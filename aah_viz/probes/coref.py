@@ -1,0 +1,192 @@
+"""The coreference probe: does a mention's head word attend to an earlier mention of its chain?
+
+For every mention with an earlier antecedent, a head is right when the word it attends to most,
+among the words of the mentions that end before this mention starts, belongs to an earlier
+mention of the same chain. Results are given per antecedent-distance bucket: the distance, in
+tokens, from the first token of the nearest antecedent's head word to the first token of the
+mention's head word. Bucket edges include the candidate windows, so a bucket at or above a
+head's window holds antecedents that head cannot reach at all.
+
+Baselines (no model): the nearest preceding mention; the nearest preceding mention with the same
+head word (else the nearest); and a rule: a pronoun takes the nearest preceding name or noun
+phrase that agrees in gender and number where both are known (else the nearest agreeing mention,
+else the nearest), any other mention takes the nearest with the same head word (else the nearest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from aah_viz.corpus.document import Document, Mention
+from aah_viz.probes.predict import CorefQuery
+
+BASE_EDGES = (1, 4, 8, 16)
+BASELINES = ("nearest_mention", "same_head", "rule")
+
+
+def flat_mentions(doc: Document) -> list[tuple[int, Mention]]:
+    """(chain index, mention) for every mention, in text order."""
+    items = [(c, m) for c, chain in enumerate(doc.chains) for m in chain.mentions]
+    items.sort(key=lambda cm: (cm[1].start, -cm[1].end))
+    return items
+
+
+def coref_queries(doc: Document) -> list[CorefQuery]:
+    """The probe's questions for one document: mentions with an earlier same-chain mention."""
+    mentions = flat_mentions(doc)
+    queries = []
+    for index, (chain, mention) in enumerate(mentions):
+        earlier = [(c, m) for c, m in mentions if m.end <= mention.start]
+        same = [m for c, m in earlier if c == chain]
+        if not same:
+            continue
+        antecedent = max(same, key=lambda m: (m.end, m.start))
+        correct_words = {w for c, m in earlier if c == chain for w in m.words}
+        candidates = sorted({w for _, m in earlier for w in m.words})
+        queries.append(
+            CorefQuery(
+                mention=index,
+                head=mention.head,
+                candidates=np.array(candidates, dtype=np.int64),
+                correct=np.array([w in correct_words for w in candidates], dtype=bool),
+                antecedent_head=antecedent.head,
+            )
+        )
+    return queries
+
+
+def bucket_edges(windows: Sequence[int] = ()) -> list[int]:
+    """Lower edges of the distance buckets: 1, 4, 8, 16 and every candidate window."""
+    return sorted(set(BASE_EDGES) | {int(w) for w in windows if int(w) > 0})
+
+
+def bucket_label(lo: int, hi: Optional[int]) -> str:
+    return f"{lo}+" if hi is None else f"{lo}-{hi}"
+
+
+def bucket_ranges(edges: Sequence[int]) -> list[tuple[int, Optional[int]]]:
+    """(lo, hi) inclusive; the last bucket is open (hi None)."""
+    return [(lo, (edges[i + 1] - 1) if i + 1 < len(edges) else None) for i, lo in enumerate(edges)]
+
+
+def _agrees(query: Mention, other: Mention) -> bool:
+    for a, b in ((query.gender, other.gender), (query.number, other.number)):
+        if a is not None and b is not None and a != b:
+            return False
+    return True
+
+
+def baseline_choices(doc: Document) -> dict[int, dict[str, Optional[int]]]:
+    """mention index -> baseline name -> chosen earlier mention index (None: no earlier mention)."""
+    mentions = flat_mentions(doc)
+    words = doc.words
+    out = {}
+    for index, (_, mention) in enumerate(mentions):
+        earlier = [i for i, (_, m) in enumerate(mentions) if m.end <= mention.start]
+        if not earlier:
+            out[index] = {name: None for name in BASELINES}
+            continue
+        order = sorted(earlier, key=lambda i: (mentions[i][1].end, mentions[i][1].start), reverse=True)
+        nearest = order[0]
+        head_form = words[mention.head].form.lower()
+        same_head = next((i for i in order if words[mentions[i][1].head].form.lower() == head_form), nearest)
+        if mention.kind == "pronoun":
+            agreeing = [i for i in order if _agrees(mention, mentions[i][1])]
+            full = [i for i in agreeing if mentions[i][1].kind in ("name", "np")]
+            rule = full[0] if full else (agreeing[0] if agreeing else nearest)
+        else:
+            rule = same_head
+        out[index] = {"nearest_mention": nearest, "same_head": same_head, "rule": rule}
+    return out
+
+
+class CorefScorer:
+    """Accumulates per head and per distance bucket; baselines alongside."""
+
+    def __init__(self, n_layer: int, n_head: int, edges: Sequence[int]):
+        self.n_layer, self.n_head = n_layer, n_head
+        self.edges = list(edges)
+        self.ranges = bucket_ranges(self.edges)
+        n_b = len(self.ranges)
+        self.head_correct = np.zeros((n_layer * n_head, n_b), dtype=np.int64)
+        self.count = np.zeros(n_b, dtype=np.int64)
+        self.base_correct = {name: np.zeros(n_b, dtype=np.int64) for name in BASELINES}
+        self.distances: list[int] = []  # every query's antecedent distance (tokens), for sufficiency
+
+    def bucket_of(self, distance: int) -> int:
+        return max(0, int(np.searchsorted(self.edges, distance, side="right")) - 1)
+
+    def add(self, doc: Document, predictions) -> None:
+        queries = predictions.queries
+        if not queries:
+            return
+        alignment = predictions.alignment
+        first = alignment.word_first_token
+        mentions = flat_mentions(doc)
+        choices = baseline_choices(doc)
+        for qi, q in enumerate(queries):
+            if first[q.head] < 0 or first[q.antecedent_head] < 0:
+                continue  # a word without tokens cannot be probed
+            distance = int(first[q.head] - first[q.antecedent_head])
+            self.distances.append(distance)
+            b = self.bucket_of(distance)
+            self.count[b] += 1
+            chosen = predictions.coref[:, qi]  # (n_heads,) candidate word or -1
+            correct_words = q.candidates[q.correct]
+            self.head_correct[:, b] += np.isin(chosen, correct_words) & (chosen >= 0)
+            chain = mentions[q.mention][0]
+            for name in BASELINES:
+                pick = choices[q.mention][name]
+                self.base_correct[name][b] += int(pick is not None and mentions[pick][0] == chain)
+
+    def _rows(self, step, layer, head, method, correct, window):
+        rows = []
+        for (lo, hi), c, n in zip(self.ranges, correct, self.count):
+            rows.append(_row(step, layer, head, method, bucket_label(lo, hi), lo, hi, int(c), int(n), window))
+        rows.append(_row(step, layer, head, method, "all", 1, None, int(correct.sum()), int(self.count.sum()), window))
+        return rows
+
+    def coref_table(self, step: int, windows: np.ndarray) -> pd.DataFrame:
+        rows = []
+        for flat in range(self.n_layer * self.n_head):
+            layer, head = divmod(flat, self.n_head)
+            rows += self._rows(step, layer, head, "head", self.head_correct[flat], int(windows[layer, head]))
+        for name in BASELINES:
+            rows += self._rows(step, None, None, name, self.base_correct[name], None)
+        return pd.DataFrame(rows)
+
+    def head_rows(self, step: int, windows: np.ndarray) -> list[dict]:
+        """probe_heads rows: ``accuracy`` (all mentions), ``reachable_accuracy`` (antecedent nearer
+        than the head's window), ``count``, and ``acc:BUCKET`` per bucket."""
+        rows = []
+        total = int(self.count.sum())
+        los = np.array([lo for lo, _ in self.ranges])
+        for flat in range(self.n_layer * self.n_head):
+            layer, head = divmod(flat, self.n_head)
+            window = int(windows[layer, head])
+            correct = self.head_correct[flat]
+
+            def row(metric, value):
+                rows.append({"step": step, "layer": layer, "head": head, "probe": "coref", "metric": metric,
+                             "value": float(value), "window": window})
+
+            row("count", total)
+            row("accuracy", correct.sum() / total if total else np.nan)
+            reach = los < window  # buckets entirely below the window (window is itself an edge)
+            n_reach = int(self.count[reach].sum())
+            row("reachable_accuracy", correct[reach].sum() / n_reach if n_reach else np.nan)
+            for (lo, hi), c, n in zip(self.ranges, correct, self.count):
+                row(f"acc:{bucket_label(lo, hi)}", c / n if n else np.nan)
+        return rows
+
+
+def _row(step, layer, head, method, bucket, lo, hi, correct, count, window):
+    return {
+        "step": step, "layer": layer, "head": head, "method": method, "bucket": bucket,
+        "bucket_lo": lo, "bucket_hi": hi, "correct": correct, "count": count,
+        "accuracy": correct / count if count else np.nan, "window": window,
+    }

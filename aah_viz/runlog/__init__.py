@@ -1,0 +1,30 @@
+"""The run directory: writer, reader, validator (format: ``docs/log-format.md``).
+
+``RunWriter`` writes atomic Parquet segments and the manifest; ``load_run`` reads a run, also one
+still being written; ``validate_run`` lists what is wrong with one. No torch here.
+"""
+
+from aah_viz.runlog.manifest import make_manifest, read_manifest
+from aah_viz.runlog.paths import discover_runs, resolve_under
+from aah_viz.runlog.reader import Run, load_run
+from aah_viz.runlog.writer import RunWriter, table_schema
+
+
+def validate_run(run_dir, **kwargs):
+    """Problems of a run directory, one string each; an empty list means valid."""
+    from aah_viz.runlog.validate import validate_run as _validate_run
+
+    return _validate_run(run_dir, **kwargs)
+
+
+__all__ = [
+    "Run",
+    "RunWriter",
+    "discover_runs",
+    "load_run",
+    "make_manifest",
+    "read_manifest",
+    "resolve_under",
+    "table_schema",
+    "validate_run",
+]

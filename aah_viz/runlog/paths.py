@@ -1,0 +1,217 @@
+"""Where things live in a run directory, and how user paths stay inside the folder they name.
+
+Segment files are ``<run>/<table>/part-<session>-<seq>.parquet``. Anything whose name starts
+with ``.`` or ``_`` is invisible to readers (pyarrow, pandas and DuckDB's ``*.parquet`` glob):
+temporary files are ``.part-...parquet.tmp`` and quarantined segments ``_part-...parquet.corrupt``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from aah_viz.errors import RunLogError, UnsafePathError
+from aah_viz.schema import MANIFEST
+
+SEGMENT_RE = re.compile(r"^part-(?P<session>[0-9A-Za-z]+)-(?P<seq>\d+)\.parquet$")
+TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+TEMP_PREFIX = ".part-"
+TEMP_SUFFIX = ".tmp"
+QUARANTINE_SUFFIX = ".corrupt"
+
+
+def manifest_path(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / MANIFEST
+
+
+def check_table_name(name: str) -> str:
+    """Table names become folder names: lower-case identifiers only, nothing path-like."""
+    if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
+        raise RunLogError(
+            f"invalid table name {name!r}: use a lower-case identifier such as 'heads' or 'probe_heads'"
+        )
+    return name
+
+
+def table_dir(run_dir: str | os.PathLike, table: str) -> Path:
+    return Path(run_dir) / check_table_name(table)
+
+
+def segment_name(session: str, seq: int) -> str:
+    return f"part-{session}-{seq:06d}.parquet"
+
+
+def temp_name(final_name: str) -> str:
+    return f".{final_name}{TEMP_SUFFIX}"
+
+
+def quarantine_name(final_name: str) -> str:
+    return f"_{final_name}{QUARANTINE_SUFFIX}"
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def list_segments(directory: str | os.PathLike) -> list[Path]:
+    """Visible ``*.parquet`` files of one table folder, in write order (session, then sequence)."""
+    directory = Path(directory)
+    try:
+        entries = [e for e in os.scandir(directory) if e.is_file() and not is_hidden(e.name)]
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        return []
+    files = [e.name for e in entries if e.name.endswith(".parquet")]
+    return [directory / name for name in sorted(files, key=_segment_order)]
+
+
+def list_stray_files(directory: str | os.PathLike) -> list[Path]:
+    """Visible files that are not ``*.parquet``: they would break ``pd.read_parquet(folder)``."""
+    try:
+        return sorted(
+            Path(directory) / e.name
+            for e in os.scandir(directory)
+            if not is_hidden(e.name) and not e.name.endswith(".parquet")
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def list_temp_files(directory: str | os.PathLike) -> list[Path]:
+    try:
+        return sorted(
+            Path(directory) / e.name
+            for e in os.scandir(directory)
+            if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def list_table_dirs(run_dir: str | os.PathLike) -> list[str]:
+    """Names of the table folders of a run, sorted: sub-folders named like a table that are a
+    contract table or hold segment files (so ``checkpoints/`` and the like are not tables)."""
+    from aah_viz.schema import ALL_TABLES
+
+    try:
+        entries = list(os.scandir(run_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    names = []
+    for e in entries:
+        if not (e.is_dir(follow_symlinks=False) and TABLE_NAME_RE.match(e.name)):
+            continue
+        if e.name in ALL_TABLES or _holds_segments(Path(run_dir) / e.name):
+            names.append(e.name)
+    return sorted(names)
+
+
+def _holds_segments(directory: Path) -> bool:
+    try:
+        return any(
+            e.name.endswith(".parquet") or e.name.endswith(TEMP_SUFFIX) or e.name.endswith(QUARANTINE_SUFFIX)
+            for e in os.scandir(directory)
+        )
+    except OSError:
+        return False
+
+
+def _segment_order(name: str):
+    match = SEGMENT_RE.match(name)
+    if match is None:
+        return (1, name, 0)
+    return (0, match["session"], int(match["seq"]))
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Make a rename durable. Some file systems refuse to open directories: then there is nothing to do."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{TEMP_SUFFIX}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def resolve_under(root: str | os.PathLike, user_path: str | os.PathLike) -> Path:
+    """Resolve a user-supplied relative path (or run id) inside ``root``.
+
+    Raises :class:`UnsafePathError` for an absolute path, or one that leaves ``root`` through
+    ``..`` or a symbolic link. The result is the resolved path; it need not exist.
+    """
+    root_resolved = Path(root).resolve()
+    text = os.fspath(user_path)
+    if "\x00" in text:
+        raise UnsafePathError(f"path {text!r} contains a NUL byte; give a path relative to {root_resolved}")
+    candidate = Path(text)
+    if candidate.is_absolute() or text.startswith(("/", "\\")) or candidate.drive:
+        raise UnsafePathError(
+            f"path {text!r} is absolute; give a path relative to {root_resolved} (for example a run id)"
+        )
+    resolved = (root_resolved / candidate).resolve()
+    if not _is_within(resolved, root_resolved):
+        raise UnsafePathError(
+            f"path {text!r} leaves {root_resolved} (through '..' or a symbolic link); "
+            f"give a path inside that folder"
+        )
+    return resolved
+
+
+def discover_runs(root: str | os.PathLike) -> list[Path]:
+    """Every run directory (a folder holding ``manifest.json``) under ``root``, sorted.
+
+    Symbolic links are followed only while they stay inside ``root``; a run's own folders are not
+    searched for further runs. ``root`` itself counts when it is a run.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise RunLogError(f"{root} is not a folder; give the folder that holds run directories")
+    root_resolved = root.resolve()
+    found: list[Path] = []
+    seen: set[Path] = set()
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        real = current.resolve()
+        if real in seen or not _is_within(real, root_resolved):
+            continue
+        seen.add(real)
+        manifest = current / MANIFEST
+        if manifest.is_file() and _is_within(manifest.resolve(), root_resolved):
+            found.append(current)
+            continue
+        try:
+            children = sorted(os.scandir(current), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in children:
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=True):
+                    stack.append(current / entry.name)
+            except OSError:
+                continue
+    return sorted(found)

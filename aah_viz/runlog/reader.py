@@ -1,0 +1,266 @@
+"""``load_run`` and ``Run``: read a run directory, also while it is still being written.
+
+Segments are found by listing the table folder at every read (so new segments of a live run
+appear), checked by their Parquet footer (cached by size and mtime), and read together through
+``pyarrow.dataset`` with column projection and filters. A segment that cannot be read is
+skipped with a warning naming the file; it never stops the others from being read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from aah_viz.errors import RunLogError
+from aah_viz.runlog import paths
+from aah_viz.runlog.manifest import check_version, read_manifest
+from aah_viz.runlog.writer import column_type, table_schema
+from aah_viz.schema import SCHEMA_VERSION, parse_version
+
+
+class Run:
+    """An opened run directory. ``table(name)`` returns a pandas DataFrame."""
+
+    def __init__(self, path: Path, manifest: dict, version: tuple[int, int]):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.schema_version = version
+        self.warnings: list[str] = []
+        self._footers: dict[str, tuple[int, int, pa.Schema | None]] = {}
+        ours = parse_version(SCHEMA_VERSION)
+        if version[1] > ours[1]:
+            self._warn(
+                f"run {self.path} was written with schema {manifest.get('schema_version')}, newer than "
+                f"{SCHEMA_VERSION}: columns this aah-viz does not know are ignored"
+            )
+
+    # ------------------------------------------------------------------ manifest facts
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.path.name)
+
+    @property
+    def regime(self) -> str | None:
+        return self.manifest.get("regime")
+
+    @property
+    def seed(self) -> int | None:
+        return self.manifest.get("seed")
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest.get("status")
+
+    @property
+    def windows(self) -> list[int]:
+        return list(self.manifest.get("windows") or [])
+
+    @property
+    def n_layer(self) -> int | None:
+        return self.manifest.get("n_layer")
+
+    @property
+    def n_head(self) -> int | None:
+        return self.manifest.get("n_head")
+
+    @property
+    def seq_len(self) -> int | None:
+        return self.manifest.get("seq_len")
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.manifest.get("max_depth") or 0)
+
+    @property
+    def config(self) -> dict:
+        return dict(self.manifest.get("config") or {})
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}, regime={self.regime!r}, seed={self.seed!r}, status={self.status!r})"
+
+    # ------------------------------------------------------------------ listing
+    def refresh(self) -> "Run":
+        """Re-read the manifest (status, last_step) and forget cached segment footers."""
+        manifest = read_manifest(self.path)
+        self.schema_version = check_version(manifest, self.path)
+        self.manifest = manifest
+        self._footers.clear()
+        return self
+
+    def tables(self) -> list[str]:
+        """Names of the tables this run has on disk."""
+        return paths.list_table_dirs(self.path)
+
+    def segments(self, name: str) -> list[Path]:
+        """Readable segments of a table, in write order (unreadable ones are skipped with a warning)."""
+        return [seg for seg, _ in self._good_segments(name)]
+
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def _footer(self, seg: Path) -> pa.Schema | None:
+        try:
+            st = seg.stat()
+        except FileNotFoundError:
+            return None
+        key = str(seg)
+        cached = self._footers.get(key)
+        if cached is not None and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
+            return cached[2]
+        try:
+            schema = pq.read_schema(seg)
+        except Exception as err:  # noqa: BLE001 - truncated or garbage: skip, report by name
+            self._warn(f"skipped unreadable segment {seg.parent.name}/{seg.name}: {_short(err)}")
+            schema = None
+        self._footers[key] = (st.st_size, st.st_mtime_ns, schema)
+        return schema
+
+    def _good_segments(self, name: str) -> list[tuple[Path, pa.Schema]]:
+        directory = paths.table_dir(self.path, name)
+        out = []
+        for seg in paths.list_segments(directory):
+            schema = self._footer(seg)
+            if schema is not None:
+                out.append((seg, schema))
+        return out
+
+    def _mark_bad(self, seg: Path, err: Exception) -> None:
+        try:
+            st = seg.stat()
+            self._footers[str(seg)] = (st.st_size, st.st_mtime_ns, None)
+        except FileNotFoundError:
+            return
+        self._warn(f"skipped unreadable segment {seg.parent.name}/{seg.name}: {_short(err)}")
+
+    # ------------------------------------------------------------------ reading
+    def arrow_table(
+        self, name: str, columns: Sequence[str] | None = None, filters: Any = None
+    ) -> pa.Table:
+        """Like :meth:`table`, as a pyarrow Table."""
+        base = table_schema(name, self.max_depth)
+        good = self._good_segments(name)
+        if good:
+            unified = pa.unify_schemas([s for _, s in good], promote_options="permissive")
+        else:
+            unified = pa.schema([])
+        for field in base:
+            if field.name not in unified.names:
+                unified = unified.append(field)
+        unified = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in unified])
+        wanted = list(columns) if columns is not None else list(unified.names)
+        missing = [c for c in wanted if c not in unified.names]
+        for col in missing:
+            typ = column_type(name, col)
+            if typ is None:
+                raise RunLogError(
+                    f"table {name!r} of run {self.path} has no column {col!r}; it has {', '.join(unified.names)}"
+                )
+            unified = unified.append(pa.field(col, typ))
+        expression = _filter_expression(filters, name, unified)
+        if not good:
+            return _empty(unified, wanted)
+        try:
+            data = self._scan([s for s, _ in good], unified, wanted, expression)
+        except (OSError, pa.ArrowException):
+            data = self._scan_one_by_one([s for s, _ in good], unified, wanted, expression)
+        return data
+
+    def table(self, name: str, columns: Sequence[str] | None = None, filters: Any = None) -> pd.DataFrame:
+        """All rows of ``name`` as a DataFrame (segments in write order).
+
+        ``columns`` projects; ``filters`` is a pyarrow-style list such as ``[("layer", "==", 3)]``
+        (or a list of such lists for OR) or a ``pyarrow.compute`` expression. A missing table gives
+        an empty DataFrame with the contract's columns. Integer columns with nulls come back as
+        float64 with NaN (pandas' default), list columns as object arrays of numpy arrays.
+        """
+        return self.arrow_table(name, columns, filters).to_pandas()
+
+    @staticmethod
+    def _scan(segs: list[Path], schema: pa.Schema, columns: list[str], expression) -> pa.Table:
+        dataset = ds.dataset([str(s) for s in segs], schema=schema, format="parquet")
+        return dataset.to_table(columns=columns, filter=expression)
+
+    def _scan_one_by_one(self, segs, schema, columns, expression) -> pa.Table:
+        parts = []
+        for seg in segs:
+            try:
+                parts.append(self._scan([seg], schema, columns, expression))
+            except FileNotFoundError:
+                continue  # removed while we read (a resume rewrote the run): nothing to report
+            except (OSError, pa.ArrowException) as err:
+                self._mark_bad(seg, err)
+        if not parts:
+            return _empty(schema, columns)
+        return pa.concat_tables(parts)
+
+    def steps(self) -> np.ndarray:
+        """Sorted distinct steps recorded in ``heads`` (or ``scalars`` when there are no head rows)."""
+        for name in ("heads", "scalars"):
+            col = self.arrow_table(name, columns=["step"]).column("step")
+            if len(col):
+                values = pc.unique(col.combine_chunks()).to_numpy(zero_copy_only=False)
+                return np.sort(values[~pd.isna(values)].astype(np.int64))
+        return np.zeros(0, dtype=np.int64)
+
+    def scalar(self, name: str, layer: int | None = None) -> pd.DataFrame:
+        """Rows of one named scalar: model-wide (``layer=None``) or of one layer, sorted by step."""
+        filters = [("name", "==", name)]
+        df = self.table("scalars", filters=filters)
+        df = df[df["layer"].isna()] if layer is None else df[df["layer"] == layer]
+        return df.sort_values("step", kind="stable").reset_index(drop=True)
+
+    def events(self, kind: str | None = None) -> pd.DataFrame:
+        """The events table, optionally of one kind."""
+        return self.table("events", filters=None if kind is None else [("kind", "==", kind)])
+
+
+def _empty(schema: pa.Schema, columns: list[str]) -> pa.Table:
+    return pa.schema([schema.field(c) for c in columns]).empty_table()
+
+
+def _filter_expression(filters: Any, table: str, schema: pa.Schema):
+    if filters is None:
+        return None
+    if isinstance(filters, pc.Expression):
+        return filters
+    try:
+        names = set()
+        groups = filters if filters and isinstance(filters[0], list) else [filters]
+        for group in groups:
+            for clause in group:
+                names.add(clause[0])
+        unknown = sorted(names - set(schema.names))
+        if unknown:
+            raise RunLogError(f"filter on table {table!r} names unknown column(s) {unknown}; it has {', '.join(schema.names)}")
+        return pq.filters_to_expression(filters)
+    except RunLogError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise RunLogError(
+            f"invalid filters {filters!r} for table {table!r}: {err}; use a list like [('layer', '==', 3)]"
+        ) from None
+
+
+def _short(err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text[:200]
+
+
+def load_run(path: str | os.PathLike | Run) -> Run:
+    """Open a run directory. Raises :class:`RunLogError` (no or unreadable manifest) or
+    :class:`SchemaVersionError` (written by a newer major schema)."""
+    if isinstance(path, Run):
+        return path
+    path = Path(path)
+    manifest = read_manifest(path)
+    version = check_version(manifest, path)
+    return Run(path, manifest, version)

@@ -1,0 +1,353 @@
+"""A plausible, complete, synthetic run written through ``RunWriter`` (no model, no torch).
+
+Used by tests of the other parts and by the dashboard's scale benchmark. Everything is drawn
+from ``numpy.random.RandomState(seed)`` and generated with vectorised numpy, so 24 layers x 16
+heads x 10,000 steps (3.84M head rows) takes seconds.
+
+The routing it simulates: a hierarchy rebuilt every ``control_interval`` steps (shadow builds
+during warm-up, when every head runs the full context), level-0 groups of heads merged in pairs
+level by level, controller logits per node with a per-layer window preference, joint scoring of
+siblings, and the top-down parent constraint (a child's window index is at most its parent's).
+Groups and preferences persist between updates and change with a small probability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from aah_viz.runlog.manifest import make_manifest
+from aah_viz.runlog.validate import causal_pairs, effective_windows
+from aah_viz.runlog.writer import RunWriter, table_schema
+
+FEATURE_DIM = 9
+
+
+def make_synthetic_run(
+    run_dir: str | os.PathLike,
+    *,
+    n_layer: int = 4,
+    n_head: int = 12,
+    steps: int = 300,
+    windows=(32, 64, 128, 256),
+    seq_len: int = 256,
+    regime: str = "full_adaptive",
+    seed: int = 0,
+    control_interval: int = 5,
+    warmup: int = 20,
+    max_depth: int = 4,
+    flush_every: int = 50,
+    eval_interval: int | None = None,
+    w_min: int = 0,
+    detail: str = "full",
+    status: str = "finished",
+    overwrite: bool = False,
+) -> Path:
+    """Write a synthetic run to ``run_dir`` and return its path.
+
+    ``flush_every`` steps go into one segment per table; ``status`` is what the manifest ends with
+    (``"running"`` leaves the writer unclosed, as if the process were still training).
+    """
+    rng = np.random.RandomState(seed)
+    windows = [int(w) for w in windows]
+    sim = _simulate(rng, n_layer, n_head, steps, windows, seq_len, control_interval, warmup, max_depth, w_min)
+    routed = max_depth > 0 and regime != "full_attention"
+    if not routed:  # every head attends the full context; nothing is routed
+        sim["idx"][:] = windows.index(seq_len) if seq_len in windows else len(windows) - 1
+        sim["win"] = np.asarray(windows, dtype=np.int64)[sim["idx"]]
+        sim["raw_step"][:] = -1
+        sim["valid"][:] = False
+        sim["shadow"][:] = True
+        warmup = steps
+    eval_interval = eval_interval or max(1, steps // 10)
+    tables = {
+        "heads": _heads_table(sim, max_depth),
+        "tree": _tree_table(rng, sim, detail == "full") if routed else table_schema("tree").empty_table(),
+        "branch": _branch_table(sim, windows),
+        "scalars": _scalars_table(rng, sim, steps, warmup, eval_interval, seq_len, w_min),
+        "events": _events_table(sim, steps, warmup, eval_interval),
+    }
+    config = {
+        "n_layer": n_layer, "n_head": n_head, "n_embd": 32 * n_head, "vocab_size": 256, "seq_len": seq_len,
+        "windows": windows, "w_min": w_min, "control_interval": control_interval, "warmup_steps": warmup,
+        "max_depth": max_depth, "regime": regime,
+    }
+    manifest = make_manifest(
+        run_id=Path(run_dir).name, regime=regime, seed=seed, config=config, windows=windows, seq_len=seq_len,
+        n_layer=n_layer, n_head=n_head, max_depth=max_depth, preset="synthetic", steps=steps,
+        data="synthetic-run", backend={"requested": "none", "resolved": "none", "fallback_reason": None},
+        synthetic=True, detail=detail,
+    )
+    writer = RunWriter.create(run_dir, manifest, overwrite=overwrite)
+    writer.flush_rows = 1 << 62  # one segment per table per chunk, written by the loop below
+    step_cols = {name: table.column("step").to_numpy() for name, table in tables.items()}
+    for start in range(0, steps, max(1, int(flush_every))):
+        stop = min(steps, start + max(1, int(flush_every)))
+        for name, table in tables.items():
+            lo, hi = np.searchsorted(step_cols[name], [start, stop])
+            if hi > lo:
+                writer.append(name, table.slice(int(lo), int(hi - lo)))
+        writer.flush()
+    if status == "running":
+        writer.flush()
+    else:
+        writer.close(status)
+    return Path(run_dir)
+
+
+# ---------------------------------------------------------------------- the simulation
+def _persist(rng, n_build: int, n_layer: int, p_change: float) -> np.ndarray:
+    """Index of the build whose draw each (build, layer) keeps: draws change with p_change."""
+    change = rng.random_sample((n_build, n_layer)) < p_change
+    change[0] = True
+    marks = np.where(change, np.arange(n_build)[:, None], 0)
+    return np.maximum.accumulate(marks, axis=0)
+
+
+def _take(array: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """array[source[b, l], l, ...] for every (b, l)."""
+    layers = np.arange(array.shape[1])[None, :]
+    return array[source, layers]
+
+
+def _simulate(rng, L, H, steps, windows, T, ci, warmup, D, w_min):
+    K = len(windows)
+    n_build = -(-steps // ci)
+    build_step = np.arange(n_build) * ci
+    shadow = build_step < warmup
+    D = max(1, D)
+    # partitions: level-0 groups of heads (contiguous chunks of a random permutation)
+    part_src = _persist(rng, n_build, L, 0.15)
+    n0 = rng.randint(max(1, H // 4), max(1, H // 2) + 1, size=(n_build, L))
+    perm = np.argsort(rng.random_sample((n_build, L, H)), axis=-1)
+    pos = np.argsort(perm, axis=-1)
+    levels = rng.randint(max(1, D - 1), D + 1, size=(n_build, L))
+    n0, pos, levels = _take(n0, part_src), _take(pos, part_src), _take(levels, part_src)
+    g0 = pos * n0[..., None] // H  # (B, L, H)
+    n_max = int(n0.max())
+    level_ids = np.arange(D)
+    n_nodes = ((n0[..., None] - 1) >> level_ids) + 1  # (B, L, D)
+    node_ids = np.arange(n_max)
+    valid = (level_ids[None, None, :, None] < levels[..., None, None]) & (node_ids < n_nodes[..., None])
+    # controller logits: a per-layer preferred window plus persistent noise
+    centre = np.linspace(0.3, K - 1.2, L) if L > 1 else np.array([K / 2])
+    pref = -0.9 * (np.arange(K)[None, :] - centre[:, None]) ** 2  # (L, K)
+    noise_src = _persist(rng, n_build, L, 0.3)
+    noise = _take(rng.normal(0.0, 1.0, size=(n_build, L, D, n_max, K)), noise_src)
+    base = (pref[None, :, None, None, :] + noise).astype(np.float32)
+    sibling = node_ids ^ 1
+    paired = valid & (sibling < n_nodes[..., None])
+    delta = (rng.normal(0.0, 0.25, size=base.shape) * paired[..., None]).astype(np.float32)
+    final_logits = base + delta
+    raw = final_logits.argmax(axis=-1).astype(np.int64)  # (B, L, D, N)
+    final = raw.copy()
+    parent_of = node_ids >> 1
+    for level in range(D - 2, -1, -1):  # top-down parent constraint (ascending windows: min of indices)
+        parent_final = final[:, :, level + 1, :][..., parent_of]
+        has_parent = (level + 1 < levels)[..., None]
+        final[:, :, level, :] = np.where(has_parent, np.minimum(raw[:, :, level, :], parent_final), raw[:, :, level, :])
+    heads_b = np.arange(n_build)[:, None, None]
+    heads_l = np.arange(L)[None, :, None]
+    build_idx = final[heads_b, heads_l, 0, g0]  # (B, L, H) executed index after the update
+    build_raw = raw[heads_b, heads_l, 0, g0]
+    warm_idx = windows.index(T) if T in windows else 0
+    step_ids = np.arange(steps)
+    b_of_step = step_ids // ci
+    is_update = (step_ids % ci == 0) & (step_ids >= warmup)
+    idx = build_idx[b_of_step]  # (S, L, H)
+    idx[step_ids < warmup] = warm_idx
+    raw_step = np.where(is_update[:, None, None], build_raw[b_of_step], -1)
+    win = np.asarray(windows, dtype=np.int64)[idx]
+    return dict(
+        L=L, H=H, D=D, K=K, T=T, steps=steps, windows=windows, w_min=w_min, n_build=n_build,
+        build_step=build_step, shadow=shadow, g0=g0, levels=levels, n_nodes=n_nodes, valid=valid,
+        base=base, final_logits=final_logits, delta=delta, paired=paired, raw=raw, final=final,
+        b_of_step=b_of_step, idx=idx, raw_step=raw_step, win=win, part_src=part_src,
+    )
+
+
+# ---------------------------------------------------------------------- tables
+def _heads_table(sim, max_depth: int) -> pa.Table:
+    S, L, H = sim["steps"], sim["L"], sim["H"]
+    n = S * L * H
+    cols = {
+        "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * H)),
+        "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), H), S)),
+        "head": pa.array(np.tile(np.arange(H, dtype=np.int16), S * L)),
+        "window_idx": pa.array(sim["idx"].reshape(n).astype(np.int8)),
+        "window": pa.array(sim["win"].reshape(n).astype(np.int32)),
+    }
+    raw = sim["raw_step"].reshape(n)
+    cols["raw_idx"] = pa.array(raw.astype(np.int8), mask=raw < 0)
+    g0 = sim["g0"][sim["b_of_step"]]  # (S, L, H)
+    levels = sim["levels"][sim["b_of_step"]][..., None]
+    for level in range(max_depth):
+        group = (g0 >> level).reshape(n).astype(np.int16)
+        missing = np.broadcast_to(level >= levels, g0.shape).reshape(n)
+        cols[f"group_l{level}"] = pa.array(group, mask=missing)
+    return pa.table(cols)
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray, typ) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=typ))
+
+
+def _tree_table(rng, sim, with_features: bool) -> pa.Table:
+    valid, K, H, D = sim["valid"], sim["K"], sim["H"], sim["D"]
+    bi, li, lev, node = np.nonzero(valid)  # rows in (build, layer, level, node) order
+    n_rows = len(bi)
+    row_id = np.full(valid.shape, -1, dtype=np.int64)
+    row_id[valid] = np.arange(n_rows)
+    levels = sim["levels"]
+    # members: heads whose level-l group is the node; children: level 0 -> heads, else nodes below
+    B, L = levels.shape
+    g = sim["g0"][:, :, None, :] >> np.arange(D)[None, None, :, None]  # (B, L, D, H)
+    in_use = np.arange(D)[None, None, :, None] < levels[..., None, None]
+    eb, el, ed, eh = np.nonzero(np.broadcast_to(in_use, g.shape))
+    member_row = row_id[eb, el, ed, g[eb, el, ed, eh]]
+    order = np.argsort(member_row, kind="stable")  # heads are enumerated ascending within each row
+    member_values = eh[order].astype(np.int32)
+    member_offsets = np.concatenate([[0], np.cumsum(np.bincount(member_row, minlength=n_rows))])
+    upper = lev > 0
+    n_below = np.where(upper, sim["n_nodes"][bi, li, np.maximum(lev - 1, 0)], 0)
+    first, second = 2 * node, 2 * node + 1
+    child_rows = np.concatenate([member_row[ed == 0], np.nonzero(upper)[0], np.nonzero(upper & (second < n_below))[0]])
+    child_vals = np.concatenate([eh[ed == 0], first[upper], second[upper & (second < n_below)]])
+    order = np.argsort(child_rows, kind="stable")  # heads ascending, then first before second child
+    child_values = child_vals[order].astype(np.int32)
+    child_offsets = np.concatenate([[0], np.cumsum(np.bincount(child_rows, minlength=n_rows))])
+    final_logits = sim["final_logits"][bi, li, lev, node]  # (R, K)
+    base = sim["base"][bi, li, lev, node]
+    top2 = np.sort(final_logits, axis=-1)[:, -2:] if K > 1 else np.concatenate([final_logits, final_logits], 1)
+    has_parent = lev + 1 < levels[bi, li]
+    forced = (lev == 0) & (rng.random_sample(n_rows) < 0.05)
+    sim_mean = rng.uniform(0.2, 0.9, n_rows)
+    sim_std = rng.uniform(0.01, 0.2, n_rows)
+    log_off = np.arange(n_rows + 1) * K
+    feat_dim = FEATURE_DIM if with_features else 0
+    features = rng.normal(0.0, 1.0, n_rows * feat_dim).astype(np.float32)
+    cols = {
+        "step": pa.array(sim["build_step"][bi].astype(np.int64)),
+        "layer": pa.array(li.astype(np.int16)),
+        "level": pa.array(lev.astype(np.int8)),
+        "node": pa.array(node.astype(np.int16)),
+        "parent": pa.array((node >> 1).astype(np.int16), mask=~has_parent),
+        "members": _list_array(member_values, member_offsets, pa.int32()),
+        "children": _list_array(child_values, child_offsets, pa.int32()),
+        "logits": _list_array(final_logits.reshape(-1), log_off, pa.float32()),
+        "base_logits": _list_array(base.reshape(-1), log_off, pa.float32()),
+        "margin": pa.array((top2[:, 1] - top2[:, 0]).astype(np.float32)),
+        "raw_idx": pa.array(sim["raw"][bi, li, lev, node].astype(np.int8)),
+        "final_idx": pa.array(sim["final"][bi, li, lev, node].astype(np.int8)),
+        "joint_paired": pa.array(sim["paired"][bi, li, lev, node]),
+        "joint_delta": pa.array(np.linalg.norm(sim["delta"][bi, li, lev, node], axis=-1).astype(np.float32)),
+        "shadow": pa.array(sim["shadow"][bi]),
+        "origin": pa.array(np.where(forced, "forced_bipartition", "natural")),
+        "forced_split": pa.array(forced),
+        "merged": pa.array(np.where(lev == 0, rng.randint(0, 2, n_rows), 0).astype(np.int16)),
+        "sim_mean": pa.array(sim_mean.astype(np.float32)),
+        "sim_std": pa.array(sim_std.astype(np.float32)),
+        "sim_min": pa.array(np.maximum(-1.0, sim_mean - 2.5 * sim_std).astype(np.float32)),
+        "sim_max": pa.array(np.minimum(1.0, sim_mean + 2.5 * sim_std).astype(np.float32)),
+        "features": _list_array(features, np.arange(n_rows + 1) * feat_dim, pa.float32()),
+    }
+    return pa.table(cols)
+
+
+def _branch_table(sim, windows) -> pa.Table:
+    S, L, K, H = sim["steps"], sim["L"], sim["K"], sim["H"]
+    counts = np.zeros((S, L, K), dtype=np.int64)
+    idx = sim["idx"]
+    for k in range(K):
+        counts[:, :, k] = (idx == k).sum(axis=-1)
+    n = S * L * K
+    return pa.table({
+        "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * K)),
+        "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), K), S)),
+        "window": pa.array(np.tile(np.asarray(windows, dtype=np.int32), S * L)),
+        "fraction": pa.array((counts.reshape(n) / H).astype(np.float32)),
+    })
+
+
+def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table:
+    S, L, H = steps, sim["L"], sim["H"]
+    eff = effective_windows(sim["win"], T, w_min)  # (S, L, H)
+    layer_acr = eff.sum(axis=-1) / (H * T)  # (S, L)
+    pairs = causal_pairs(sim["win"], T).sum(axis=-1) / (H * T * (T + 1) / 2)  # raw windows, as coverage.band_pairs
+    s = np.arange(S, dtype=np.float64)
+    model = {
+        "acr": layer_acr.mean(axis=1),
+        "acr_causal": pairs.mean(axis=1),
+        "loss": 2.2 + 3.3 * np.exp(-s / max(1.0, S / 4)) + rng.normal(0, 0.05, S),
+        "lr": np.where(s < warmup, 3e-4 * (s + 1) / max(1, warmup), 3e-4 * 0.5 * (1 + np.cos(np.pi * s / max(1, S)))),
+        "tokens_per_s": 20000.0 / (0.4 + 0.6 * layer_acr.mean(axis=1)) * rng.lognormal(0, 0.03, S),
+        "step_time_s": rng.lognormal(np.log(0.05), 0.05, S),
+        "peak_mem_mb": 900.0 + 5 * rng.random_sample(S),
+        "controller_grad_norm": np.where(s < warmup, 0.0, rng.lognormal(np.log(0.02), 0.4, S)),
+        "controller_weight_drift": np.sqrt(np.maximum(0.0, s - warmup)) * 1e-3,
+    }
+    names, values, steps_col, layers_col = [], [], [], []
+    for name, series in model.items():
+        names.append(np.full(S, name, dtype=object))
+        values.append(series)
+        steps_col.append(np.arange(S))
+        layers_col.append(np.full(S, -1))
+    for name, per_layer in (("acr", layer_acr), ("acr_causal", pairs)):
+        names.append(np.full(S * L, name, dtype=object))
+        values.append(per_layer.reshape(-1))
+        steps_col.append(np.repeat(np.arange(S), L))
+        layers_col.append(np.tile(np.arange(L), S))
+    eval_steps = np.arange(eval_interval - 1, S, eval_interval)
+    val_loss = 2.3 + 3.3 * np.exp(-eval_steps / max(1.0, S / 4)) + rng.normal(0, 0.02, len(eval_steps))
+    for name, series in (("val_loss", val_loss), ("val_ppl", np.exp(val_loss))):
+        names.append(np.full(len(eval_steps), name, dtype=object))
+        values.append(series)
+        steps_col.append(eval_steps)
+        layers_col.append(np.full(len(eval_steps), -1))
+    step = np.concatenate(steps_col)
+    order = np.argsort(step, kind="stable")
+    layer = np.concatenate(layers_col)[order]
+    return pa.table({
+        "step": pa.array(step[order].astype(np.int64)),
+        "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
+        "name": pa.array(np.concatenate(names)[order], type=pa.string()),
+        "value": pa.array(np.concatenate(values)[order].astype(np.float64)),
+    })
+
+
+def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
+    L, n_build = sim["L"], sim["n_build"]
+    real = np.nonzero(~sim["shadow"])[0]
+    n_nodes, levels, part_src = sim["n_nodes"], sim["levels"], sim["part_src"]
+    bb, ll = np.repeat(real, L), np.tile(np.arange(L), len(real))
+    depth = levels[bb, ll]
+    counts = n_nodes[bb, ll].tolist()
+    recl = (part_src[bb, ll] == bb).tolist()
+    rows_step = sim["build_step"][bb].tolist()
+    rows_layer = ll.tolist()
+    rows_kind = ["routing_update"] * len(bb)
+    rows_detail = [  # the recorder's routing_update fields that a synthetic run can know
+        f'{{"applied": true, "group_counts": [{", ".join(map(str, c[:d]))}], "n_levels": {d}, '
+        f'"reclustered": {"true" if r else "false"}, "shadow": false}}'
+        for c, d, r in zip(counts, depth.tolist(), recl)
+    ]
+    if warmup < steps:
+        rows_step.append(int(warmup)); rows_layer.append(-1); rows_kind.append("warmup_end"); rows_detail.append("{}")
+    for s in range(eval_interval - 1, steps, eval_interval):
+        rows_step.append(int(s)); rows_layer.append(-1); rows_kind.append("eval"); rows_detail.append(json.dumps({"split": "val"}))
+    if steps:
+        rows_step.append(int(steps - 1)); rows_layer.append(-1); rows_kind.append("checkpoint")
+        rows_detail.append(json.dumps({"path": f"checkpoints/step-{steps - 1:07d}.pt"}))
+    step = np.asarray(rows_step, dtype=np.int64)
+    order = np.argsort(step, kind="stable")
+    layer = np.asarray(rows_layer, dtype=np.int64)[order]
+    return pa.table({
+        "step": pa.array(step[order]),
+        "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
+        "kind": pa.array(np.asarray(rows_kind, dtype=object)[order], type=pa.string()),
+        "detail": pa.array(np.asarray(rows_detail, dtype=object)[order], type=pa.string()),
+    })

@@ -1,0 +1,346 @@
+"""``validate_run``: everything that can be wrong with a run directory, one message per problem.
+
+Checks: the manifest (fields, types, schema version); every segment readable; required columns
+and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
+stray files that would break ``pd.read_parquet(folder)``; value ranges (layer, head, window
+index, window = windows[window_idx], branch fractions); duplicated keys in ``heads``,
+``branch`` and ``scalars``; ``events.detail`` as JSON objects; and ACR scalars against what the
+``heads`` table implies (method section 11.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aah_viz.errors import RunLogError
+from aah_viz.runlog import paths
+from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
+from aah_viz.runlog.writer import GROUP_COLUMN_RE, column_type
+from aah_viz.schema import ALL_TABLES
+
+ACR_TOLERANCE = 1e-5  # recorders may compute in float32
+MAX_EXAMPLES = 3
+
+
+# ---------------------------------------------------------------------- coverage formulas
+def effective_windows(windows, seq_len: int, w_min: int = 0) -> np.ndarray:
+    """w = min(T, max(W_min, window)) per head (method section 11.1)."""
+    w = np.asarray(windows, dtype=np.float64)
+    return np.minimum(float(seq_len), np.maximum(float(w_min), w))
+
+
+def causal_pairs(window, seq_len: int) -> np.ndarray:
+    """Causal (query, key) pairs a head of window w attends: sum_t min(t + 1, w) over queries t < T
+    (the raw window clipped to 1..T, as ``aah_viz.coverage.band_pairs``)."""
+    w = np.clip(np.asarray(window, dtype=np.float64), 1.0, float(seq_len))
+    return w * (w + 1) / 2 + (seq_len - w) * w
+
+
+def _coverage_formulas():
+    """(effective_windows, band_pairs) of ``aah_viz.coverage`` when present, else the local copies."""
+    try:
+        from aah_viz import coverage
+    except ImportError:
+        return effective_windows, causal_pairs
+    eff = getattr(coverage, "effective_windows", effective_windows)
+    band = getattr(coverage, "band_pairs", None)
+    pairs = (lambda w, T: band(int(T), np.asarray(w, dtype=np.int64))) if band is not None else causal_pairs
+    return eff, pairs
+
+
+# ---------------------------------------------------------------------- the check
+def validate_run(run_dir: str | os.PathLike) -> list[str]:
+    """Problems of ``run_dir``; an empty list means the run is valid."""
+    run_dir = Path(run_dir)
+    try:
+        manifest = read_manifest(run_dir)
+        check_version(manifest, run_dir)
+    except RunLogError as err:
+        return [str(err)]
+    problems = manifest_problems(manifest)
+    max_depth = manifest.get("max_depth") if isinstance(manifest.get("max_depth"), int) else 0
+    kept: dict[str, pd.DataFrame] = {}
+    for table in paths.list_table_dirs(run_dir):
+        frame, table_problems = _check_table(run_dir, table, max_depth)
+        problems += table_problems
+        if frame is not None:
+            kept[table] = frame
+    problems += _check_values(manifest, kept)
+    return problems
+
+
+_KEEP_COLUMNS = {
+    "heads": ["step", "layer", "head", "window_idx", "window"],
+    "branch": ["step", "layer", "window", "fraction"],
+    "scalars": ["step", "layer", "name", "value"],
+    "events": ["step", "kind", "detail"],
+    "tree": ["step", "layer", "level", "node"],
+}
+
+
+def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFrame | None, list[str]]:
+    directory = run_dir / table
+    problems = []
+    for stray in paths.list_stray_files(directory):
+        problems.append(
+            f"{table}/{stray.name}: not a .parquet segment; it breaks pd.read_parquet('{table}'): "
+            f"move it out of the table folder"
+        )
+    required = dict(ALL_TABLES.get(table, {}))
+    if table == "heads":
+        for level in range(max_depth):
+            required[f"group_l{level}"] = pa.int16()
+    keep = _KEEP_COLUMNS.get(table, [])
+    parts, names = [], []
+    for seg in paths.list_segments(directory):
+        where = f"{table}/{seg.name}"
+        try:
+            data = pq.read_table(seg)
+        except Exception as err:  # noqa: BLE001 - any failure to read is a problem of this file
+            problems.append(f"{where}: unreadable segment ({_first_line(err)}); readers skip it")
+            continue
+        schema = data.schema
+        for name, typ in required.items():
+            if name not in schema.names:
+                problems.append(f"{where}: missing required column {name!r} ({typ})")
+            elif schema.field(name).type != typ and not pa.types.is_null(schema.field(name).type):
+                problems.append(f"{where}: column {name!r} has type {schema.field(name).type}, expected {typ}")
+        for name in schema.names:
+            if table == "heads" and GROUP_COLUMN_RE.match(name) and not pa.types.is_integer(schema.field(name).type) \
+                    and not pa.types.is_null(schema.field(name).type):
+                problems.append(f"{where}: column {name!r} has type {schema.field(name).type}, expected int16")
+        if "step" in schema.names and data.column("step").null_count:
+            problems.append(f"{where}: {data.column('step').null_count} rows without a step")
+        if keep and all(c in schema.names for c in keep):
+            part = data.select(keep)
+            types = {c: required.get(c, part.schema.field(c).type) for c in keep}
+            try:
+                part = part.cast(pa.schema([pa.field(c, types[c]) for c in keep]))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue  # wrong types are reported above; value checks need the contract's types
+            parts.append(part.append_column("_file", pa.array(np.full(part.num_rows, len(names), np.int32))))
+            names.append(seg.name)
+    if not parts:
+        return None, problems
+    frame = pa.concat_tables(parts).to_pandas()
+    frame["_file"] = pd.Categorical.from_codes(frame["_file"].to_numpy(), categories=names)
+    return frame, problems
+
+
+def _check_values(manifest: dict, tables: dict[str, pd.DataFrame]) -> list[str]:
+    problems = []
+    n_layer, n_head = manifest.get("n_layer"), manifest.get("n_head")
+    windows = manifest.get("windows") if isinstance(manifest.get("windows"), list) else []
+    heads = tables.get("heads")
+    if heads is not None and len(heads):
+        problems += _check_heads(heads, n_layer, n_head, windows)
+    branch = tables.get("branch")
+    if branch is not None and len(branch):
+        problems += _check_branch(branch, n_layer)
+    scalars = tables.get("scalars")
+    if scalars is not None and len(scalars):
+        problems += _duplicates(scalars, ["step", "layer", "name"], "scalars")
+        if heads is not None and len(heads):
+            problems += _check_acr(manifest, heads, scalars)
+    events = tables.get("events")
+    if events is not None and len(events):
+        problems += _check_events(events)
+    tree = tables.get("tree")
+    if tree is not None and len(tree) and isinstance(n_layer, int):
+        problems += _range(tree, "layer", 0, n_layer - 1, "tree")
+    return problems
+
+
+def _check_heads(heads: pd.DataFrame, n_layer, n_head, windows) -> list[str]:
+    problems = []
+    if isinstance(n_layer, int):
+        problems += _range(heads, "layer", 0, n_layer - 1, "heads")
+    if isinstance(n_head, int):
+        problems += _range(heads, "head", 0, n_head - 1, "heads")
+    problems += _duplicates(heads, ["step", "layer", "head"], "heads")
+    if windows:
+        problems += _range(heads, "window_idx", 0, len(windows) - 1, "heads")
+        idx = heads["window_idx"].to_numpy(dtype=np.float64)
+        ok = ~np.isnan(idx) & (idx >= 0) & (idx < len(windows))
+        expected = np.full(len(heads), np.nan)
+        expected[ok] = np.asarray(windows, dtype=np.float64)[idx[ok].astype(np.int64)]
+        win = heads["window"].to_numpy(dtype=np.float64)
+        bad = ok & ~np.isnan(win) & (win != expected)
+        if bad.any():
+            problems.append(
+                f"heads: {int(bad.sum())} rows where window != windows[window_idx] "
+                f"(first: {_example(heads[bad])}; files: {_files(heads[bad])})"
+            )
+    return problems
+
+
+def _check_branch(branch: pd.DataFrame, n_layer) -> list[str]:
+    problems = []
+    if isinstance(n_layer, int):
+        problems += _range(branch, "layer", 0, n_layer - 1, "branch")
+    problems += _range(branch, "fraction", 0.0, 1.0, "branch")
+    problems += _duplicates(branch, ["step", "layer", "window"], "branch")
+    sums = branch.groupby(["step", "layer"], dropna=False)["fraction"].sum()
+    bad = sums[(sums - 1.0).abs() > 1e-3]
+    if len(bad):
+        step, layer = bad.index[0]
+        problems.append(
+            f"branch: fractions of {len(bad)} (step, layer) pairs do not sum to 1 "
+            f"(first: step {step} layer {layer} sums to {bad.iloc[0]:.4f})"
+        )
+    return problems
+
+
+def _check_events(events: pd.DataFrame) -> list[str]:
+    bad_rows = []
+    for i, text in enumerate(events["detail"].tolist()):
+        if text is None or (isinstance(text, float) and np.isnan(text)):
+            continue
+        try:
+            ok = isinstance(json.loads(text), dict)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            bad_rows.append(i)
+    if not bad_rows:
+        return []
+    bad = events.iloc[bad_rows]
+    return [
+        f"events: {len(bad_rows)} rows whose detail is not a JSON object "
+        f"(first: step {bad['step'].iloc[0]} kind {bad['kind'].iloc[0]!r}; files: {_files(bad)})"
+    ]
+
+
+def _check_acr(manifest: dict, heads: pd.DataFrame, scalars: pd.DataFrame) -> list[str]:
+    """Logged ``acr`` / ``acr_causal`` against the values the heads table implies."""
+    seq_len, n_head, n_layer = manifest.get("seq_len"), manifest.get("n_head"), manifest.get("n_layer")
+    if not all(isinstance(v, int) and v > 0 for v in (seq_len, n_head, n_layer)):
+        return []
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    w_min = config.get("w_min") or 0
+    step_T = scalars[(scalars["name"] == "seq_len") & scalars["layer"].isna()]
+    problems = []
+    for name in ("acr", "acr_causal"):
+        logged = scalars[scalars["name"] == name]
+        if not len(logged):
+            continue
+        expected_layer, expected_model = implied_coverage(heads, seq_len, n_head, n_layer, w_min, name, step_T)
+        per_layer = logged[logged["layer"].notna()]
+        if len(per_layer):
+            joined = per_layer.merge(expected_layer, on=["step", "layer"], how="inner")
+            problems += _compare(joined, f"per-layer {name}")
+        model = logged[logged["layer"].isna()]
+        if len(model):
+            joined = model.drop(columns=["layer"]).merge(expected_model, on="step", how="inner")
+            problems += _compare(joined, f"model-wide {name}")
+    return problems
+
+
+def implied_coverage(heads: pd.DataFrame, seq_len: int, n_head: int, n_layer: int, w_min: float = 0,
+                     name: str = "acr", step_seq_len: pd.DataFrame | None = None):
+    """``acr`` (or ``acr_causal``) per (step, layer) and model-wide per step implied by ``heads``.
+
+    Per layer: ACR = sum_h min(T, max(W_min, w_h)) / (H T); causal coverage = sum_h
+    sum_t min(t + 1, w_h) / (H T (T + 1) / 2). Model-wide values are the mean over layers, for
+    steps that have every layer. T is the manifest's ``seq_len`` unless a model-wide ``seq_len``
+    scalar gives the step's own.
+    """
+    eff_fn, pairs_fn = _coverage_formulas()
+    steps = heads["step"].to_numpy()
+    T = np.full(len(heads), float(seq_len))
+    if step_seq_len is not None and len(step_seq_len):
+        lookup = step_seq_len.drop_duplicates("step").set_index("step")["value"]
+        found = pd.Series(steps).map(lookup).to_numpy(dtype=np.float64)
+        T = np.where(np.isnan(found), T, found)
+    windows = heads["window"].to_numpy(dtype=np.float64)
+    value = np.empty(len(heads))
+    for t in np.unique(T):
+        rows = T == t
+        if name == "acr":
+            value[rows] = np.asarray(eff_fn(windows[rows], int(t), w_min), dtype=np.float64) / (n_head * t)
+        else:
+            value[rows] = np.asarray(pairs_fn(windows[rows], int(t)), dtype=np.float64) / (n_head * t * (t + 1) / 2)
+    frame = pd.DataFrame({"step": steps, "layer": heads["layer"].to_numpy(), "v": value})
+    per_layer = frame.groupby(["step", "layer"], sort=True)["v"].sum().rename("expected").reset_index()
+    by_step = per_layer.groupby("step")["expected"].agg(["mean", "size"]).reset_index()
+    model = by_step[by_step["size"] == n_layer][["step", "mean"]].rename(columns={"mean": "expected"})
+    per_layer["layer"] = per_layer["layer"].astype(np.float64)
+    return per_layer, model
+
+
+def implied_acr(heads: pd.DataFrame, seq_len: int, n_head: int, n_layer: int, w_min: float = 0):
+    """ACR per (step, layer) and model-wide per step implied by ``heads`` (method section 11.1)."""
+    return implied_coverage(heads, seq_len, n_head, n_layer, w_min, "acr")
+
+
+def _compare(joined: pd.DataFrame, what: str) -> list[str]:
+    if not len(joined):
+        return []
+    joined = joined[joined["value"].notna()]
+    diff = (joined["value"] - joined["expected"]).abs()
+    bad = joined[~(diff <= ACR_TOLERANCE)]
+    if not len(bad):
+        return []
+    first = bad.iloc[0]
+    where = f"step {int(first['step'])}" + (f" layer {int(first['layer'])}" if "layer" in bad and pd.notna(first.get("layer")) else "")
+    return [
+        f"scalars: {what} disagrees with the heads table at {len(bad)} of {len(joined)} points "
+        f"(first: {where} logged {first['value']:.6g}, heads imply {first['expected']:.6g}; "
+        f"files: {_files(bad)})"
+    ]
+
+
+def _range(frame: pd.DataFrame, column: str, lo, hi, table: str) -> list[str]:
+    values = frame[column].to_numpy(dtype=np.float64)
+    bad = ~np.isnan(values) & ((values < lo) | (values > hi))
+    if not bad.any():
+        return []
+    return [
+        f"{table}: {int(bad.sum())} rows with {column} outside [{lo}, {hi}] "
+        f"(first: {_example(frame[bad])}; files: {_files(frame[bad])})"
+    ]
+
+
+def _duplicates(frame: pd.DataFrame, keys: list[str], table: str) -> list[str]:
+    dup = frame.duplicated(subset=keys, keep=False)
+    if not dup.any():
+        return []
+    rows = frame[dup]
+    return [
+        f"{table}: {int(dup.sum())} rows share a ({', '.join(keys)}) key "
+        f"(first: {_example(rows, keys)}; files: {_files(rows)})"
+    ]
+
+
+def _example(frame: pd.DataFrame, keys: list[str] | None = None) -> str:
+    row = frame.iloc[0]
+    cols = keys or [c for c in frame.columns if c != "_file"]
+    return ", ".join(f"{c}={_fmt(row[c])}" for c in cols)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "null"
+    return str(value)
+
+
+def _files(frame: pd.DataFrame) -> str:
+    if "_file" not in frame:
+        return "?"
+    names = [str(n) for n in pd.unique(frame["_file"])]
+    shown = ", ".join(names[:MAX_EXAMPLES])
+    return shown + (f" and {len(names) - MAX_EXAMPLES} more" if len(names) > MAX_EXAMPLES else "")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]

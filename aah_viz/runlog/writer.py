@@ -1,0 +1,423 @@
+"""``RunWriter``: buffered rows, atomic Parquet segments, and the manifest of one run.
+
+Each ``flush`` writes one segment per table that has buffered rows: a temporary file, fsync,
+rename to ``<table>/part-<session>-<seq>.parquet``, fsync of the folder. A crash therefore
+loses at most the rows appended since the last flush; a reader never sees a partial segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from aah_viz.errors import RunLogError
+from aah_viz.runlog import paths
+from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
+from aah_viz.schema import ALL_TABLES, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
+from aah_viz.schema import MANIFEST
+
+GROUP_COLUMN_RE = re.compile(r"^group_l(\d+)$")
+GROUP_TYPE = pa.int16()
+COMPRESSION = "zstd"
+
+
+def column_type(table: str, column: str) -> pa.DataType | None:
+    """The contract type of a column, or None for a column the schema does not name."""
+    known = ALL_TABLES.get(table, {})
+    if column in known:
+        return known[column]
+    if table == "heads" and GROUP_COLUMN_RE.match(column):
+        return GROUP_TYPE
+    return None
+
+
+def table_schema(table: str, max_depth: int = 0) -> pa.Schema:
+    """Required columns of ``table`` (``heads`` with ``group_l0..group_l{max_depth-1}``)."""
+    fields = [pa.field(name, typ) for name, typ in ALL_TABLES.get(table, {}).items()]
+    if table == "heads":
+        fields += [pa.field(f"group_l{i}", GROUP_TYPE) for i in range(max_depth)]
+    return pa.schema(fields)
+
+
+def _is_array_like(value: Any) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray)) or (
+        hasattr(value, "__array__") and not np.isscalar(value) and getattr(value, "ndim", 1) > 0
+    )
+
+
+def _to_array(table: str, column: str, value: Any, n: int, target: pa.DataType | None) -> pa.Array:
+    try:
+        return _convert(table, column, value, n, target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError) as err:
+        raise RunLogError(
+            f"table {table!r}: column {column!r} cannot be stored as {target or 'a Parquet column'} "
+            f"({str(err).splitlines()[0][:200]}); see docs/log-format.md for the column types"
+        ) from None
+
+
+def _convert(table: str, column: str, value: Any, n: int, target: pa.DataType | None) -> pa.Array:
+    # NaN stands for null only where the column cannot hold NaN (integers, strings, lists);
+    # in float columns NaN stays NaN, as in numpy.
+    nan_is_null = target is None or not pa.types.is_floating(target)
+    if isinstance(value, (pa.Array, pa.ChunkedArray)):
+        arr = value
+    elif not _is_array_like(value):  # a scalar: one value for every row
+        if isinstance(value, dict):
+            value = json.dumps(to_jsonable(value))
+        if isinstance(value, (int, float, bool, np.number, np.bool_)) and not isinstance(value, str):
+            arr = pa.array(np.full(n, value), type=target, from_pandas=nan_is_null)
+        elif value is None:
+            arr = pa.nulls(n, type=target) if target is not None else pa.nulls(n)
+        else:
+            arr = pa.array([value] * n, type=target)
+    elif isinstance(value, np.ndarray) or (hasattr(value, "dtype") and isinstance(value.dtype, np.dtype)
+                                           and hasattr(value, "to_numpy")):
+        np_value = value if isinstance(value, np.ndarray) else value.to_numpy()
+        if np_value.ndim == 1 and np_value.dtype.kind in "iufb":
+            arr = pa.array(np_value, type=target, from_pandas=nan_is_null and np_value.dtype.kind == "f")
+        elif np_value.ndim == 2 and target is not None and pa.types.is_list(target):
+            flat = pa.array(np_value.reshape(-1), type=target.value_type)
+            arr = pa.ListArray.from_arrays(pa.array(np.arange(len(np_value) + 1) * np_value.shape[1], pa.int32()), flat)
+        else:
+            data = [x.tolist() if isinstance(x, np.ndarray) else x for x in np_value.tolist()] \
+                if np_value.dtype == object else np_value.tolist()
+            arr = pa.array(data, type=target, from_pandas=nan_is_null)
+    elif hasattr(value, "dtype") and hasattr(value, "array"):  # pandas Series with an extension dtype
+        arr = pa.array(value, type=target, from_pandas=True)
+    else:
+        data = [x.tolist() if isinstance(x, np.ndarray) else x for x in value]
+        arr = pa.array(data, type=target, from_pandas=nan_is_null)
+    if len(arr) != n:
+        raise RunLogError(f"table {table!r}: column {column!r} has {len(arr)} rows, the other columns {n}")
+    if target is not None and arr.type != target:
+        try:
+            arr = arr.cast(target)  # safe cast: overflow raises
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            raise RunLogError(
+                f"table {table!r}: column {column!r} cannot be stored as {target} ({err}); "
+                f"see docs/log-format.md for the column types"
+            ) from None
+    return arr
+
+
+def rows_to_arrow(table: str, rows: Any, max_depth: int = 0, remembered: dict | None = None) -> pa.Table:
+    """Rows (dict of columns, DataFrame or pyarrow Table) as a Table in the contract's types.
+
+    Missing contract columns become nulls; unknown columns are kept with the type they first had.
+    """
+    if isinstance(rows, pa.RecordBatch):
+        rows = pa.Table.from_batches([rows])
+    if isinstance(rows, pa.Table):
+        columns = {name: rows.column(name) for name in rows.column_names}
+        n = rows.num_rows
+    elif hasattr(rows, "columns") and hasattr(rows, "iloc"):  # pandas DataFrame
+        columns = {str(c): rows[c] for c in rows.columns}
+        n = len(rows)
+    elif isinstance(rows, Mapping):
+        columns = dict(rows)
+        lengths = {len(v) for v in columns.values() if _is_array_like(v)}
+        if len(lengths) > 1:
+            detail = {k: len(v) for k, v in columns.items() if _is_array_like(v)}
+            raise RunLogError(f"table {table!r}: columns have different lengths {detail}")
+        n = lengths.pop() if lengths else 1
+    else:
+        raise RunLogError(f"table {table!r}: rows must be a dict of columns, a DataFrame or a pyarrow Table, got {type(rows).__name__}")
+    if "step" not in columns:
+        raise RunLogError(f"table {table!r}: rows need a 'step' column")
+    remembered = remembered if remembered is not None else {}
+    arrays: dict[str, pa.Array] = {}
+    for name, value in columns.items():
+        target = column_type(table, name) or remembered.get(name)
+        arr = _to_array(table, name, value, n, target)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if target is None and not pa.types.is_null(arr.type):
+            remembered[name] = arr.type
+        arrays[name] = arr
+    schema = table_schema(table, max_depth)
+    ordered = {}
+    for field in schema:
+        ordered[field.name] = arrays.pop(field.name) if field.name in arrays else pa.nulls(n, type=field.type)
+    for name in sorted(arrays):
+        ordered[name] = arrays[name]
+    return pa.table(ordered)
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Dictionary-encode repetitive columns (ids, names, flags); floats and float lists are
+    mostly distinct values, where dictionary encoding costs time and saves nothing."""
+    keep = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean)
+    return [f.name for f in schema if any(test(f.type) for test in keep)]
+
+
+def write_segment(directory: Path, name: str, table: pa.Table) -> Path:
+    """Write one segment atomically (temp file, fsync, rename, fsync of the folder)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / name
+    tmp = directory / paths.temp_name(name)
+    with open(tmp, "wb") as fh:
+        pq.write_table(table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    paths.fsync_dir(directory)
+    return final
+
+
+def _new_session(run_dir: Path) -> str:
+    """A session id that sorts after every earlier one of this run (time in ns, bumped past existing)."""
+    session = time.time_ns()
+    existing = 0
+    for table in paths.list_table_dirs(run_dir):
+        for seg in paths.list_segments(run_dir / table):
+            match = paths.SEGMENT_RE.match(seg.name)
+            if match and match["session"].isdigit():
+                existing = max(existing, int(match["session"]))
+    return f"{max(session, existing + 1):020d}"
+
+
+class RunWriter:
+    """Writes one run directory. Only one writer (rank 0) per run at a time."""
+
+    flush_rows: int = 200_000  # auto-flush once a table buffers this many rows
+    flush_interval_s: float | None = None  # and/or once this long has passed since the last flush
+    manifest_interval_s: float = 1.0  # rewrite the manifest's last_step at most this often while flushing
+
+    def __init__(self, run_dir: Path, manifest: dict, *, _token: object = None):
+        if _token is not _CONSTRUCT:
+            raise TypeError("use RunWriter.create(run_dir, manifest) or RunWriter.resume(run_dir, ...)")
+        self.path = Path(run_dir)
+        self.manifest = manifest
+        self.session = _new_session(self.path)
+        self._seq = 0
+        self._buffers: dict[str, list[pa.Table]] = {}
+        self._buffered_rows: dict[str, int] = {}
+        self._types: dict[str, dict[str, pa.DataType]] = {}
+        self._max_step: int | None = manifest.get("last_step")
+        self._last_flush = time.monotonic()
+        self._last_manifest_write = float("-inf")
+        self.closed = False
+        self.segments_written = 0
+        self.bytes_written = 0
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def create(cls, run_dir: str | os.PathLike, manifest: dict, *, overwrite: bool = False) -> "RunWriter":
+        """Start a new run in ``run_dir`` (created). Refuses an existing run unless ``overwrite``."""
+        run_dir = Path(run_dir)
+        if not isinstance(manifest, dict) or "schema_version" not in manifest:
+            raise RunLogError("RunWriter.create needs a manifest from aah_viz.runlog.make_manifest(...)")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise RunLogError(f"{run_dir} exists and is not a folder; choose another --out")
+        has_segments = run_dir.is_dir() and any(
+            paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir)
+        )
+        if (run_dir / MANIFEST).exists() or has_segments:
+            if not overwrite:
+                raise RunLogError(
+                    f"{run_dir} already holds a run; choose another output folder, resume it, "
+                    f"or pass overwrite=True (--overwrite) to replace it"
+                )
+            _remove_run_contents(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manifest = dict(manifest)
+        manifest["status"] = STATUS_RUNNING
+        manifest.setdefault("last_step", None)
+        write_manifest(run_dir, manifest)
+        return cls(run_dir, manifest, _token=_CONSTRUCT)
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, keep_through_step: int | None = None) -> "RunWriter":
+        """Reopen a run. Rows with ``step > keep_through_step`` are removed from every table.
+
+        Affected segments are rewritten atomically; leftover temporary files are deleted; a
+        segment that cannot be read is set aside as ``_<name>.corrupt`` (kept, never read).
+        ``keep_through_step=None`` keeps every row. Records a ``resume`` event.
+        """
+        run_dir = Path(run_dir)
+        manifest = read_manifest(run_dir)
+        check_version(manifest, run_dir)
+        dropped, set_aside = {}, []
+        max_kept = None
+        for table in paths.list_table_dirs(run_dir):
+            directory = run_dir / table
+            for tmp in paths.list_temp_files(directory):
+                tmp.unlink(missing_ok=True)
+            for seg in paths.list_segments(directory):
+                try:
+                    data = pq.read_table(seg)
+                except Exception:  # noqa: BLE001 - any unreadable segment is set aside, never deleted
+                    os.replace(seg, directory / paths.quarantine_name(seg.name))
+                    set_aside.append(f"{table}/{seg.name}")
+                    continue
+                if "step" not in data.column_names or data.num_rows == 0:
+                    continue
+                steps = data.column("step")
+                seg_max = pc.max(steps).as_py()
+                if keep_through_step is not None and seg_max is not None and seg_max > keep_through_step:
+                    kept = data.filter(pc.less_equal(steps, keep_through_step))
+                    dropped[table] = dropped.get(table, 0) + data.num_rows - kept.num_rows
+                    if kept.num_rows == 0:
+                        seg.unlink()
+                        paths.fsync_dir(directory)
+                        continue
+                    write_segment(directory, seg.name, kept)
+                    seg_max = pc.max(kept.column("step")).as_py()
+                if table in ALL_TABLES and seg_max is not None:
+                    max_kept = seg_max if max_kept is None else max(max_kept, seg_max)
+        manifest = dict(manifest)
+        manifest["status"] = STATUS_RUNNING
+        manifest["finished_at"] = None
+        manifest["last_step"] = max_kept
+        manifest.setdefault("resumes", [])
+        manifest["resumes"] = list(manifest["resumes"]) + [
+            {"at": utc_now(), "keep_through_step": keep_through_step, "dropped_rows": dropped, "set_aside": set_aside}
+        ]
+        write_manifest(run_dir, manifest)
+        writer = cls(run_dir, manifest, _token=_CONSTRUCT)
+        step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
+        writer.event(step, "resume", keep_through_step=keep_through_step, dropped_rows=dropped, set_aside=set_aside)
+        writer.flush()
+        return writer
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def last_step(self) -> int | None:
+        """Largest step appended so far (flushed or buffered), or None."""
+        return self._max_step
+
+    def append(self, table: str, rows: Any) -> None:
+        """Buffer rows for ``table`` (dict of columns, DataFrame or pyarrow Table)."""
+        self._check_open()
+        paths.check_table_name(table)
+        data = rows_to_arrow(table, rows, int(self.manifest.get("max_depth") or 0), self._types.setdefault(table, {}))
+        if data.num_rows == 0:
+            return
+        step_max = pc.max(data.column("step")).as_py()
+        if step_max is not None:
+            self._max_step = step_max if self._max_step is None else max(self._max_step, step_max)
+        self._buffers.setdefault(table, []).append(data)
+        self._buffered_rows[table] = self._buffered_rows.get(table, 0) + data.num_rows
+        if self._buffered_rows[table] >= self.flush_rows or (
+            self.flush_interval_s is not None and time.monotonic() - self._last_flush >= self.flush_interval_s
+        ):
+            self.flush()
+
+    def event(self, step: int, kind: str, layer: int | None = None, **detail: Any) -> None:
+        """One row of the ``events`` table; ``detail`` is stored as a JSON object."""
+        if not isinstance(kind, str) or not kind:
+            raise RunLogError(f"event kind must be a non-empty string, got {kind!r}")
+        self.append(
+            "events",
+            {
+                "step": [int(step)],
+                "layer": [None if layer is None else int(layer)],
+                "kind": [kind],
+                "detail": [json.dumps(to_jsonable(detail), sort_keys=True)],
+            },
+        )
+
+    def buffered_rows(self, table: str | None = None) -> int:
+        if table is not None:
+            return self._buffered_rows.get(table, 0)
+        return sum(self._buffered_rows.values())
+
+    def flush(self) -> list[Path]:
+        """Write one atomic segment per table with buffered rows; update ``last_step`` in the manifest."""
+        self._check_open()
+        written = []
+        for table in list(self._buffers):
+            chunks = self._buffers.pop(table)
+            self._buffered_rows.pop(table, None)
+            if not chunks:
+                continue
+            data = pa.concat_tables(chunks, promote_options="permissive") if len(chunks) > 1 else chunks[0]
+            name = paths.segment_name(self.session, self._seq)
+            self._seq += 1
+            seg = write_segment(self.path / table, name, data)
+            self.segments_written += 1
+            self.bytes_written += seg.stat().st_size
+            written.append(seg)
+        now = time.monotonic()
+        self._last_flush = now
+        if written and self.manifest.get("last_step") != self._max_step and (
+            now - self._last_manifest_write >= self.manifest_interval_s
+        ):
+            self._write_manifest_progress(now)
+        return written
+
+    def _write_manifest_progress(self, now: float) -> None:
+        self.manifest["last_step"] = self._max_step
+        write_manifest(self.path, self.manifest)
+        self._last_manifest_write = now
+
+    def update_manifest(self, **fields: Any) -> None:
+        """Set manifest fields and rewrite the manifest atomically."""
+        self._check_open()
+        protected = {"schema_version"} & set(fields)
+        if protected:
+            raise RunLogError(f"manifest field(s) {sorted(protected)} are set by the writer, not by callers")
+        for key, value in fields.items():
+            self.manifest[key] = to_jsonable(value)
+        write_manifest(self.path, self.manifest)
+
+    def close(self, status: str = STATUS_FINISHED) -> None:
+        """Flush, set ``status`` and ``finished_at``, rewrite the manifest. Closing twice is harmless."""
+        if self.closed:
+            return
+        if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_RUNNING, STATUS_IMPORTED):
+            raise RunLogError(f"close status must be finished, failed or imported, got {status!r}")
+        try:
+            self.flush()
+        finally:
+            self.manifest["status"] = status
+            self.manifest["finished_at"] = utc_now()
+            self.manifest["last_step"] = self._max_step
+            write_manifest(self.path, self.manifest)
+            self.closed = True
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.closed:
+            return
+        if exc_type is None:
+            self.close(STATUS_FINISHED)
+            return
+        try:
+            step = self._max_step if self._max_step is not None else 0
+            self.event(step, "error", error=exc_type.__name__, message=str(exc)[:500])
+        finally:
+            self.close(STATUS_FAILED)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RunLogError(f"the writer of {self.path} is closed; resume the run to write more")
+
+
+_CONSTRUCT = object()
+
+
+def _remove_run_contents(run_dir: Path) -> None:
+    """Delete what a run writer put in ``run_dir`` (manifest and table folders of segments) only."""
+    (run_dir / MANIFEST).unlink(missing_ok=True)
+    for table in paths.list_table_dirs(run_dir):
+        directory = run_dir / table
+        for entry in os.scandir(directory):
+            name = entry.name
+            if entry.is_file() and (name.endswith(".parquet") or name.endswith(paths.TEMP_SUFFIX) or name.endswith(paths.QUARANTINE_SUFFIX)):
+                os.unlink(directory / name)
+        try:
+            directory.rmdir()
+        except OSError:
+            pass  # the folder holds other files: keep them

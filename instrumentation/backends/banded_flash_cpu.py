@@ -1,0 +1,157 @@
+"""The fast banded kernel on CPU: PyTorch's fused flash-attention CPU operator per region.
+
+One head's rows split into regions that each map to one fused call:
+
+* the causal prefix, rows [0, min(W, T)): every row sees all earlier keys (``is_causal``);
+* the band, rows [W, T): query tiles of ``block`` rows, each with the key span it needs
+  (block + W - 1 keys, gathered with ``unfold``), batched into one call with a shared additive
+  tile mask. A first, shorter tile takes the rows that do not fill a whole block.
+
+Each call covers many tiles, so a bucket costs a handful of large parallel operations. The
+operator returns the row log-sum-exp, which gives the head statistics without the probability
+matrix: -sum P ln P = lse - s . P (with s . P = scale * q . (P K), one more fused call with the
+keys as values) and P[T-1, T-1] = exp(scale q_{T-1} . k_{T-1} - lse_{T-1}).
+No attention dropout (the operator has none): the dispatcher uses the loop kernel for that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tiles import Tile, tile_blocked_mask
+
+_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def supported(q: torch.Tensor, dropout_p: float) -> bool:
+    return q.device.type == "cpu" and dropout_p == 0.0 and q.dtype in SUPPORTED_DTYPES
+
+
+@dataclass(frozen=True)
+class Region:
+    """Rows [q0, q0 + rows * tiles); causal regions have one tile of all their rows and k0 = 0."""
+
+    kind: str  # "causal" or "tiles"
+    q0: int
+    rows: int  # rows per tile
+    tiles: int
+    window: int
+
+    @property
+    def q1(self) -> int:
+        return self.q0 + self.rows * self.tiles
+
+    @property
+    def k0(self) -> int:
+        return 0 if self.kind == "causal" else self.q0 - self.window + 1
+
+    @property
+    def cols(self) -> int:  # keys per tile
+        return self.rows + self.window - 1
+
+
+def regions(seq_len: int, window: int, block: int) -> list[Region]:
+    w = min(window, seq_len)
+    out = [Region("causal", 0, w, 1, w)]
+    band_rows = seq_len - w
+    if band_rows <= 0:
+        return out
+    rest = band_rows % block
+    if rest:
+        out.append(Region("tiles", w, rest, 1, w))
+    if band_rows >= block:
+        out.append(Region("tiles", w + rest, block, band_rows // block, w))
+    return out
+
+
+def region_elements(seq_len: int, window: int, block: int) -> int:
+    total = 0
+    for reg in regions(seq_len, window, block):
+        if reg.kind == "causal":
+            total += reg.rows * (reg.rows + 1) // 2
+        else:
+            total += reg.tiles * reg.rows * reg.cols
+    return total
+
+
+def _tile_mask(reg: Region, dtype, device) -> torch.Tensor:
+    blocked = tile_blocked_mask(Tile(reg.q0, reg.q0 + reg.rows, reg.k0, reg.window), device)
+    return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, float("-inf"))
+
+
+def _tile_views(x: torch.Tensor, reg: Region, keys: bool) -> torch.Tensor:
+    """(B, n, T, D) -> (B, n * tiles, rows or cols, D) for the region's query rows or key spans."""
+    b, n, _, d = x.shape
+    if not keys:
+        return x[:, :, reg.q0 : reg.q1].reshape(b, n * reg.tiles, reg.rows, d)
+    span = x[:, :, reg.k0 : reg.q1]
+    tiles = span.unfold(2, reg.cols, reg.rows)  # (B, n, tiles, D, cols)
+    return tiles.transpose(-1, -2).reshape(b, n * reg.tiles, reg.cols, d)
+
+
+@dataclass
+class FlashState:
+    regions: list
+    saved: list  # per region: (q, k, v, out, lse, mask)
+    scale: float
+    shape: tuple
+
+
+def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool):
+    """q, k, v: (B, n, T, D). Returns (out, state, stats) with stats = (entropy_sum, usage) per (b, head)."""
+    b, n, seq_len, d = q.shape
+    regs = regions(seq_len, window, block)
+    outs, saved = [], []
+    entropy = torch.zeros(b, n, dtype=torch.float32, device=q.device) if want_stats else None
+    usage = None
+    for reg in regs:
+        if reg.kind == "causal":
+            qr, kr, vr = (x[:, :, : reg.q1] for x in (q, k, v))
+            mask, causal = None, True
+        else:
+            qr, kr, vr = _tile_views(q, reg, False), _tile_views(k, reg, True), _tile_views(v, reg, True)
+            mask, causal = _tile_mask(reg, q.dtype, q.device), False
+        out, lse = _fwd(qr, kr, vr, 0.0, causal, attn_mask=mask, scale=scale)
+        saved.append((qr, kr, vr, out, lse, mask))
+        outs.append(out.reshape(b, n, reg.q1 - reg.q0, d))
+        if want_stats:
+            pk, _ = _fwd(qr, kr, kr, 0.0, causal, attn_mask=mask, scale=scale)
+            rows = lse.float() - scale * (qr.float() * pk.float()).sum(-1)
+            entropy += rows.reshape(b, n, -1).sum(-1)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    if want_stats:
+        last_lse = saved[-1][4].reshape(b, n, -1)[:, :, -1].float()
+        diag = scale * (q[:, :, -1].float() * k[:, :, -1].float()).sum(-1)
+        usage = torch.exp(diag - last_lse)
+        stats = (entropy.reshape(-1), usage.reshape(-1))
+    else:
+        stats = None
+    return out, FlashState(regs, saved, scale, tuple(q.shape)), stats
+
+
+def flash_backward(state: FlashState, grad_out: torch.Tensor):
+    b, n, seq_len, d = state.shape
+    dq = torch.empty(state.shape, dtype=grad_out.dtype, device=grad_out.device)
+    dk = torch.zeros_like(dq)
+    dv = torch.zeros_like(dq)
+    for reg, (qr, kr, vr, out, lse, mask) in zip(state.regions, state.saved):
+        if reg.kind == "causal":
+            g = grad_out[:, :, : reg.q1]
+            gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, True, attn_mask=None, scale=state.scale)
+            dq[:, :, : reg.q1] = gq
+            dk[:, :, : reg.q1] += gk
+            dv[:, :, : reg.q1] += gv
+            continue
+        g = grad_out[:, :, reg.q0 : reg.q1].reshape(b, n * reg.tiles, reg.rows, d)
+        gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, False, attn_mask=mask, scale=state.scale)
+        dq[:, :, reg.q0 : reg.q1] = gq.reshape(b, n, reg.q1 - reg.q0, d)
+        span = [b, n, reg.q1 - reg.k0, d]
+        for dst, gt in ((dk, gk), (dv, gv)):
+            folded = gt.reshape(b, n, reg.tiles, reg.cols, d).transpose(-1, -2)
+            dst[:, :, reg.k0 : reg.q1] += torch.ops.aten.unfold_backward(folded, span, 2, reg.cols, reg.rows)
+    return dq, dk, dv

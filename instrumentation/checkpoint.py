@@ -1,0 +1,121 @@
+"""Checkpoints: ``RUN/checkpoints/step-XXXXXXXX.pt``, routing state included, safe to load.
+
+A checkpoint is one ``torch.save`` of plain containers and tensors, so it loads with
+``torch.load(..., weights_only=True)`` (nothing is unpickled):
+
+    {"model": state_dict,            # parameters and the routing state (partitions, EMA, windows)
+     "optimizer": optimizer.state_dict(),
+     "step": S,                      # the last completed step; a resume starts at S + 1
+     "config": cfg.to_dict(),
+     "rng": {"torch": ByteTensor, "cuda": [ByteTensor, ...]},
+     "controller_init": [tensors]}   # the controller weights at step 0 (for weight drift)
+
+Files are written to a temporary name, fsynced and renamed, so a killed process never leaves a
+half-written checkpoint under a real name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from aah_viz.errors import RunLogError
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^step-(\d{8})\.pt$")
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR / f"step-{int(step):08d}.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
+                    config: dict, extra: Optional[dict] = None) -> Path:
+    """Write the checkpoint of the completed ``step`` atomically; returns its path."""
+    path = checkpoint_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else {},
+        "step": int(step),
+        "config": config,
+        "rng": rng_state(),
+    }
+    payload.update(extra or {})
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        torch.save(payload, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint of the run, in step order."""
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.iterdir():
+        match = _NAME.match(entry.name)
+        if match and entry.is_file():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Optional[tuple[int, Path]]:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``; a damaged file raises RunLogError naming it."""
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unpickling failure means an unusable file
+        raise RunLogError(
+            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); delete it to resume from the one before"
+        ) from err
+    for key in ("model", "step", "config"):
+        if key not in payload:
+            raise RunLogError(f"checkpoint {path} has no {key!r} entry; it was not written by aah-viz train")
+    return payload
+
+
+def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` checkpoints (keep_last <= 0 keeps everything)."""
+    if keep_last <= 0:
+        return
+    for _, path in list_checkpoints(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,346 @@
+"""AAHConfig: one dataclass for the backbone and every behaviour-changing AAH-v3 key (method §3).
+
+Keys drop the reference's ``aah_v3_`` prefix. The dataclass defaults are the paper's base values
+(method §13) at the ``tiny`` shape; ``AAHConfig.from_preset(size, regime=..., **overrides)``
+applies a size preset, then a regime (a named set of flag overrides, never a code fork), then the
+caller's overrides, and validates. ``from_reference_dict`` maps a reference ``GPTConfig``/YAML
+dict (``aah_v3_*`` keys and the legacy aliases of §15.20) onto this config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from aah_viz.errors import ConfigError
+
+# Enumerated values of the keys that take a name (the reference's choices plus our named options).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "controller_input_mode": ("base", "enriched", "contrastive", "position_aware", "relative_sibling_mean"),
+    "controller_arch": ("mlp", "deep_mlp"),
+    "controller_choice_mode": ("learned", "oracle_alternating"),
+    "controller_pairwise_mode": ("none", "sibling_bias", "joint_sibling"),
+    "diagnostic_detail": ("full", "light", "minimal", "off"),
+    "hierarchy_ablation_mode": (
+        "adaptive", "freeze_learned_topology", "freeze_after_warmup", "fixed_random", "fixed_deterministic",
+    ),
+    "window_ablation_mode": ("adaptive", "fixed_window", "shuffle_post_select", "random_uniform"),
+    "group_feature_mode": ("mean", "mean_std", "mean_var", "mean_global_offset"),
+    "upper_cluster_metric": ("cosine", "centered_cosine", "cosine_normdiff", "l2"),
+    "attention_backend": ("dense_masked", "banded", "flex", "flash"),
+    "controller_training": ("none", "straight_through", "soft_mixture"),
+}
+
+
+@dataclass
+class AAHConfig:
+    # --- names (recorded so a run says what it is) ---
+    preset: str = "custom"
+    regime: str = "full_adaptive"
+
+    # --- backbone (method §2) ---
+    vocab_size: int = 256
+    block_size: int = 64  # T_max: the sequence length of training and of the position table
+    n_layer: int = 2
+    n_head: int = 12
+    n_embd: int = 96
+    n_ff: int = 384
+    dropout: float = 0.0
+    bias: bool = True  # biases of the MLP linears (attention projections are always bias-free)
+
+    # --- AAH-v3 (method §3), paper base values of §13 ---
+    enabled: bool = True  # False: plain causal attention module (the pure baseline)
+    windows: tuple[int, ...] = (8, 16, 32, 64)
+    build_hierarchy: bool = True
+    apply_window_control: bool = True
+    control_dim: int = 16
+    control_interval: int = 5
+    sim_threshold: float = 0.72
+    super_threshold: float = 0.76
+    max_depth: int = 4
+    ema_alpha: float = 0.9
+    churn_penalty: float = 0.02
+    min_group_size: int = 3
+    warmup_steps: int = 3
+    w_min: int = 4  # accounting only (§10.3)
+    mask_cache_size: int = 16
+    resolution_ema_alpha: float = 0.15
+    resolution_collapse_min_frac: float = 0.98
+    resolution_collapse_max_frac: float = 0.98
+    post_warmup_ramp_steps: int = 0
+    group_feature_mode: str = "mean"
+    upper_cluster_metric: str = "cosine_normdiff"
+    upper_l2_threshold: float = 0.0
+    cosine_normdiff_scale: float = 16.0
+    controller_input_mode: str = "enriched"
+    controller_arch: str = "mlp"
+    controller_logit_scale: float = 1.0
+    controller_rng_reference_dim: int = 16
+    controller_choice_mode: str = "learned"
+    controller_pairwise_mode: str = "joint_sibling"
+    pairwise_bias_scale: float = 1.0
+    joint_output_scale: float = 1.0
+    joint_hidden_dim: int = 64
+    diagnostic_detail: str = "light"
+    reuse_group_hierarchy: bool = False
+    hierarchy_ablation_mode: str = "adaptive"
+    fixed_hierarchy_seed: int = 0
+    parent_constraint: bool = True
+    window_ablation_mode: str = "adaptive"
+    fixed_window: int = 0
+    window_ablation_seed: int = 0
+    attention_backend: str = "dense_masked"
+
+    # --- baselines outside the reference (sliding_window, local_global_layers) ---
+    static_window: int = 0  # > 0: plain attention with this causal band in every local layer, no routing
+    global_every: int = 0  # with static_window: every N-th layer (1-based) is global (full causal)
+
+    # --- named, non-default deviations from the reference (method §15; see docs/model.md) ---
+    controller_training: str = "none"  # §15.1 / §9: none (reference), straight_through, soft_mixture
+    controller_float32: bool = False  # §15.25: run the controller in float32 under autocast
+    fix_group_ratios: bool = False  # §15.6: report the intended per-group window ratio
+    # Issue requirements that deviate from the reference; set to the reference value by name:
+    persist_routing_state: bool = True  # §15.10: the reference saves no routing state (False)
+    eval_mutates_routing: bool = False  # §15.11: the reference mutates routing in eval (True)
+
+    # ------------------------------------------------------------------ construction
+    def __post_init__(self) -> None:
+        self.windows = tuple(int(w) for w in self.windows)
+        validate(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def seq_len(self) -> int:
+        return self.block_size
+
+    @classmethod
+    def from_preset(cls, size: str = "tiny", regime: str = "full_adaptive", **overrides: Any) -> "AAHConfig":
+        """Size preset, then the regime's flags, then ``overrides`` (any config key)."""
+        if size not in PRESETS:
+            raise ConfigError(f"unknown preset {size!r}; allowed presets are {', '.join(PRESETS)}")
+        if regime not in REGIMES:
+            raise ConfigError(f"unknown regime {regime!r}; allowed regimes are {', '.join(REGIMES)}")
+        overrides = dict(overrides)
+        values = dict(PRESETS[size].values)
+        window = overrides.pop("window", None)
+        spec = REGIMES[regime]
+        values.update(spec.overrides)
+        if spec.parameter is not None:
+            windows = tuple(overrides.get("windows", values.get("windows", cls.windows)))
+            default = windows[1] if len(windows) > 1 else windows[0]
+            chosen = overrides.pop(spec.parameter, window if window is not None else default)
+            values[spec.parameter] = int(chosen)
+        elif window is not None:
+            raise ConfigError(f"regime {regime!r} takes no window parameter; only "
+                              f"{', '.join(n for n, r in REGIMES.items() if r.parameter)} do")
+        values.update(overrides)
+        values["preset"] = size
+        values["regime"] = regime
+        return cls.from_dict(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["windows"] = list(self.windows)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AAHConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config key(s) {', '.join(map(repr, unknown))}; "
+                f"allowed keys are: {', '.join(sorted(known))}"
+            )
+        return cls(**d)
+
+    @classmethod
+    def from_reference_dict(cls, d: dict[str, Any], **overrides: Any) -> "AAHConfig":
+        """Map a reference ``GPTConfig``/YAML dict (``aah_v3_*`` keys, legacy aliases) onto this config.
+
+        ``grouping_enabled`` / ``control_enabled`` fill ``build_hierarchy`` / ``apply_window_control``
+        only when those are absent (the reference trainer's fallback, method §3 and §15.20).
+        """
+        src = dict(d)
+        out: dict[str, Any] = {}
+        rename = {"W_min_gpu": "w_min", "flex_block_size": None}
+        aliases = {}
+        for key, value in src.items():
+            name = key[len("aah_v3_"):] if key.startswith("aah_v3_") else key
+            if name in ("grouping_enabled", "control_enabled"):
+                aliases[name] = value
+                continue
+            name = rename.get(name, name)
+            if name is None:
+                continue
+            out[name] = value
+        if "build_hierarchy" not in out and "grouping_enabled" in aliases:
+            out["build_hierarchy"] = bool(aliases["grouping_enabled"])
+        if "apply_window_control" not in out and "control_enabled" in aliases:
+            out["apply_window_control"] = bool(aliases["control_enabled"])
+        known = {f.name for f in dataclasses.fields(cls)}
+        out = {k: v for k, v in out.items() if k in known}
+        out.update(overrides)
+        return cls.from_dict(out)
+
+    def replace(self, **changes: Any) -> "AAHConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def _fail(key: str, message: str) -> None:
+    raise ConfigError(f"config key {key!r}: {message}")
+
+
+def validate(cfg: AAHConfig) -> None:
+    """Raise ConfigError naming the key and the allowed values for every invalid setting."""
+    for key, allowed in CHOICES.items():
+        value = getattr(cfg, key)
+        if value not in allowed:
+            _fail(key, f"unknown value {value!r}; allowed values are {', '.join(allowed)}")
+    for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_ff"):
+        if int(getattr(cfg, key)) < 1:
+            _fail(key, f"must be a positive integer, got {getattr(cfg, key)!r}")
+    if cfg.n_embd % cfg.n_head != 0:
+        _fail("n_head", f"must divide n_embd={cfg.n_embd} (head dim = n_embd / n_head); got n_head={cfg.n_head}; "
+              f"allowed values are the divisors of {cfg.n_embd}: "
+              f"{', '.join(str(h) for h in range(1, cfg.n_embd + 1) if cfg.n_embd % h == 0)}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        _fail("dropout", f"must be in [0, 1), got {cfg.dropout!r}")
+    w = cfg.windows
+    if len(w) == 0:
+        _fail("windows", "needs at least one candidate window")
+    if any(x < 1 for x in w):
+        _fail("windows", f"every window must be a positive number of tokens, got {list(w)}")
+    if any(b <= a for a, b in zip(w, w[1:])):
+        _fail("windows", f"must be strictly ascending (the parent constraint takes the minimum index, §15.17); "
+              f"got {list(w)}, allowed e.g. {sorted(set(w))}")
+    if w[-1] > cfg.block_size:
+        _fail("windows", f"window {w[-1]} is above the sequence length block_size={cfg.block_size}; "
+              f"allowed windows are 1..{cfg.block_size}")
+    for key in ("control_interval", "warmup_steps", "post_warmup_ramp_steps", "w_min", "min_group_size",
+                "mask_cache_size", "joint_hidden_dim", "control_dim", "controller_rng_reference_dim",
+                "static_window", "global_every"):
+        if int(getattr(cfg, key)) < 0:
+            _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")
+    if cfg.max_depth < 1:
+        _fail("max_depth", f"must be >= 1 (level 0 included), got {cfg.max_depth}")
+    if not 0.0 <= cfg.resolution_ema_alpha < 1.0:
+        _fail("resolution_ema_alpha", f"must be in [0, 1), got {cfg.resolution_ema_alpha}")
+    if cfg.window_ablation_mode == "fixed_window" and cfg.fixed_window not in w:
+        _fail("fixed_window", f"{cfg.fixed_window} is not a candidate window; allowed values are {list(w)}")
+    if cfg.static_window > cfg.block_size:
+        _fail("static_window", f"{cfg.static_window} is above block_size={cfg.block_size}; allowed 1..{cfg.block_size}")
+    if cfg.global_every and not cfg.static_window:
+        _fail("global_every", "needs static_window > 0 (layers alternate between that window and full attention)")
+    if cfg.static_window and cfg.enabled:
+        _fail("static_window", "is a plain-attention baseline; it needs enabled=False (use regime='sliding_window' "
+              "or 'local_global_layers')")
+
+
+
+# ---------------------------------------------------------------------------- size presets
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    values: dict
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        "unit tests, seconds on CPU: method §16's recommended CPU configuration",
+        dict(vocab_size=256, block_size=64, n_layer=2, n_head=12, n_embd=96, n_ff=384, windows=(8, 16, 32, 64),
+             w_min=4, warmup_steps=3, control_interval=5, max_depth=4, dropout=0.0),
+    ),
+    "small": Preset(
+        "CPU demo with byte tokens: a few hundred steps in minutes",
+        dict(vocab_size=256, block_size=128, n_layer=4, n_head=12, n_embd=192, n_ff=768,
+             windows=(16, 32, 64, 128), w_min=4, warmup_steps=20, control_interval=5, max_depth=4, dropout=0.1),
+    ),
+    "paper-1b": Preset(
+        "the paper's 4096-token shape (method §16 '1b'); for GPUs",
+        dict(vocab_size=50257, block_size=4096, n_layer=16, n_head=12, n_embd=1536, n_ff=6144,
+             windows=(512, 1024, 2048, 4096), w_min=64, warmup_steps=100, control_interval=5, max_depth=4,
+             dropout=0.1),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------- regimes
+@dataclass(frozen=True)
+class Regime:
+    description: str
+    overrides: dict
+    parameter: Optional[str] = None  # the config key a regime takes as its size parameter
+    source: str = ""  # where the regime comes from (method §13 row, lab branch, new baseline)
+
+
+_SHALLOW = dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology")
+_PLAIN = dict(enabled=False, build_hierarchy=False, apply_window_control=False, controller_pairwise_mode="none")
+
+REGIMES: dict[str, Regime] = {
+    "full_attention": Regime("plain causal attention, no AAH state; ACR 1", dict(_PLAIN), source="paper"),
+    "grouping_off": Regime("every head scored alone from raw features; no EMA, clustering or joint scorer",
+                           dict(build_hierarchy=False, controller_pairwise_mode="none"), source="paper"),
+    "full_adaptive": Regime("EMA features re-clustered every control update, up to max_depth levels, joint "
+                            "scorer at the top, argmax + parent constraint", {}, source="paper"),
+    "shallow_freeze": Regime("level 0 only; topology frozen at the first post-warm-up update, joint scorer "
+                             "decides the groups' windows", dict(_SHALLOW), source="paper"),
+    "deep_practical_reuse": Regime("the first level-0 partition reused forever, upper levels re-clustered from "
+                                   "pooled features", dict(reuse_group_hierarchy=True), source="paper"),
+    "control_off": Regime("full attention for every head; the hierarchy is rebuilt every step for diagnostics",
+                          dict(apply_window_control=False), source="appendix"),
+    "fixed_window": Regime("shallow freeze with every head executing one candidate window (parameter "
+                           "fixed_window); control machinery still runs",
+                           dict(_SHALLOW, window_ablation_mode="fixed_window"), parameter="fixed_window",
+                           source="lab"),
+    "fixed_random_grouping": Regime("balanced random bipartition (seed fixed_hierarchy_seed), passthrough "
+                                    "hierarchy", dict(hierarchy_ablation_mode="fixed_random"), source="appendix"),
+    "freeze_after_warmup": Regime("the step-0 partition frozen, passthrough hierarchy of max_depth levels",
+                                  dict(hierarchy_ablation_mode="freeze_after_warmup"), source="appendix"),
+    "shuffle_post_select": Regime("shallow freeze, then the selected per-head windows are randomly permuted "
+                                  "every forward (histogram kept, head identity destroyed)",
+                                  dict(_SHALLOW, window_ablation_mode="shuffle_post_select"), source="lab"),
+    "random_uniform": Regime("shallow freeze, then every head gets a uniformly random window every forward",
+                             dict(_SHALLOW, window_ablation_mode="random_uniform"), source="lab"),
+    "independent_scoring": Regime("full adaptive without the joint sibling scorer",
+                                  dict(controller_pairwise_mode="none"), source="appendix"),
+    "no_feature_ema": Regime("full adaptive clustering on instantaneous features", dict(ema_alpha=0.0),
+                             source="appendix"),
+    "no_parent_constraint": Regime("full adaptive; the level-0 raw argmax is executed",
+                                   dict(parent_constraint=False), source="appendix"),
+    "sliding_window": Regime("every head of every layer one causal window (parameter static_window), "
+                             "Mistral-style; no routing", dict(_PLAIN), parameter="static_window",
+                             source="new baseline"),
+    "local_global_layers": Regime("layers alternate a local window (parameter static_window) and full "
+                                  "attention, Gemma-style; no routing",
+                                  dict(_PLAIN, global_every=2), parameter="static_window", source="new baseline"),
+}
+
+
+def regimes_table() -> list[dict[str, Any]]:
+    """The registry as plain rows (what ``aah-viz regimes --json`` prints)."""
+    rows = []
+    for name, spec in REGIMES.items():
+        rows.append({
+            "name": name,
+            "description": spec.description,
+            "source": spec.source,
+            "flags": {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.overrides.items()},
+            "parameter": spec.parameter,
+        })
+    return rows
+
+
+# What the reference GPTConfig uses when a key is absent (method §3 "default" column); our dataclass
+# defaults are the paper values instead. Kept for documentation and for from_reference_dict users.
+REFERENCE_DEFAULTS: dict[str, Any] = dict(
+    enabled=False, windows=(64, 128, 256, 512), control_interval=100, sim_threshold=0.7, super_threshold=0.7,
+    max_depth=6, churn_penalty=0.05, min_group_size=2, warmup_steps=0, w_min=64, resolution_ema_alpha=0.0,
+    resolution_collapse_min_frac=0.95, resolution_collapse_max_frac=0.95, upper_cluster_metric="cosine",
+    controller_input_mode="base", controller_pairwise_mode="none", joint_hidden_dim=0, diagnostic_detail="full",
+    fixed_hierarchy_seed=1337,
+)

@@ -1,0 +1,204 @@
+"""Run conformance case files (reference inputs and outputs) through our clustering and hierarchy.
+
+The file format is ``../shared/reference/conformance/README.md``: top-level ``cases``, each with a
+``kind`` (``cluster_level0``, ``cluster_upper``, ``hierarchy``), its inputs and an ``expect``
+object. A case is *exact* when every expected field matches (group order and member order
+included) and *same_partition* when the sets of items grouped together agree, ignoring order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+
+from aah_viz.errors import InputFormatError
+from instrumentation.routing.clustering import METRICS, cluster
+from instrumentation.routing.hierarchy import build_hierarchy
+
+CLUSTER_KINDS = ("cluster_level0", "cluster_upper")
+KINDS = CLUSTER_KINDS + ("hierarchy",)
+_REQUIRED = {
+    "cluster_level0": ("threshold",),
+    "cluster_upper": ("threshold",),
+    "hierarchy": ("sim_threshold", "super_threshold", "max_depth"),
+}
+_CLUSTER_FACTS = ("origin", "forced_bipartition", "groups_before_merge")
+
+
+def _fail(where: str, what: str) -> InputFormatError:
+    return InputFormatError(f"{where}: {what}; expected the conformance format of "
+                            "shared/reference/conformance/README.md")
+
+
+def _check_matrix(X: Any, where: str) -> None:
+    if not isinstance(X, list) or not X:
+        raise _fail(where, "'X' must be a non-empty list of feature rows")
+    width = None
+    for r, row in enumerate(X):
+        if not isinstance(row, list) or not row:
+            raise _fail(where, f"'X' row {r} is not a non-empty list of numbers")
+        if width is None:
+            width = len(row)
+        if len(row) != width:
+            raise _fail(where, f"'X' row {r} has {len(row)} values, row 0 has {width}")
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise _fail(where, f"'X' row {r} holds {v!r}, not a finite number")
+
+
+def _check_groups(groups: Any, where: str) -> None:
+    if not isinstance(groups, list) or not all(
+        isinstance(g, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in g) for g in groups
+    ):
+        raise _fail(where, "expected groups must be a list of lists of integers")
+
+
+def validate_case(case: Any, where: str) -> None:
+    """Raise InputFormatError naming ``where`` when ``case`` is not a well-formed case."""
+    if not isinstance(case, dict):
+        raise _fail(where, "a case must be a JSON object")
+    kind = case.get("kind")
+    if kind not in KINDS:
+        raise _fail(where, f"unknown kind {kind!r} (allowed: {', '.join(KINDS)})")
+    _check_matrix(case.get("X"), where)
+    for key in _REQUIRED[kind]:
+        value = case.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _fail(where, f"missing or non-numeric {key!r}")
+    metric_key = "upper_metric" if kind == "hierarchy" else "metric"
+    if case.get(metric_key, "cosine") not in METRICS:
+        raise _fail(where, f"unknown {metric_key} {case.get(metric_key)!r} (allowed: {', '.join(METRICS)})")
+    expect = case.get("expect")
+    if not isinstance(expect, dict):
+        raise _fail(where, "missing 'expect' object")
+    if kind == "hierarchy":
+        levels = expect.get("levels")
+        if not isinstance(levels, list) or not levels:
+            raise _fail(where, "'expect.levels' must be a non-empty list of levels")
+        for level in levels:
+            _check_groups(level, where)
+    else:
+        _check_groups(expect.get("groups"), where)
+        prev = case.get("prev_groups")
+        if prev is not None and (not isinstance(prev, list) or len(prev) != len(case["X"])
+                                 or not all(isinstance(v, int) for v in prev)):
+            raise _fail(where, "'prev_groups' must be null or one integer label per row of 'X'")
+
+
+def load_cases(path: str | Path) -> list[dict]:
+    """Read and validate a conformance file; InputFormatError names the file and the bad case."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputFormatError(f"{path}: cannot read the conformance file ({err}); pass a readable JSON file") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputFormatError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                               "expected the conformance format of shared/reference/conformance/README.md") from err
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise _fail(str(path), "the top level must be an object with a 'cases' list")
+    for i, case in enumerate(data["cases"]):
+        validate_case(case, f"{path}: case {i}")
+    return data["cases"]
+
+
+def _tensor(X: list) -> torch.Tensor:
+    return torch.tensor(X, dtype=torch.float32)
+
+
+def run_case(case: dict) -> dict:
+    """Run one case through our routines; returns the fields its ``expect`` can hold."""
+    kind = case["kind"]
+    X = _tensor(case["X"])
+    if kind == "hierarchy":
+        h = build_hierarchy(
+            X,
+            sim_threshold=case["sim_threshold"],
+            super_threshold=case["super_threshold"],
+            max_depth=int(case["max_depth"]),
+            upper_metric=case.get("upper_metric", "cosine"),
+            normdiff_scale=case.get("normdiff_scale", 16.0),
+            min_group_size=int(case.get("min_group_size", 1)),
+            churn_penalty=case.get("churn_penalty", 0.0),
+            group_feature_mode=case.get("group_feature_mode", "mean"),
+            prev_labels=case.get("prev_groups"),
+            upper_l2_threshold=case.get("upper_l2_threshold", 0.0),
+        )
+        return {"levels": h.topology(), "stop_reason": h.stop_reason}
+    res = cluster(
+        X,
+        threshold=case["threshold"],
+        metric=case.get("metric", "cosine"),
+        prev_labels=case.get("prev_groups"),
+        allow_forced_bipartition=bool(case.get("allow_forced_bipartition", kind == "cluster_level0")),
+        min_group_size=int(case.get("min_group_size", 1)),
+        churn_penalty=case.get("churn_penalty", 0.0),
+        normdiff_scale=case.get("normdiff_scale", 16.0),
+        upper_l2_threshold=case.get("upper_l2_threshold", 0.0),
+        threshold_kind="sim_threshold" if kind == "cluster_level0" else "super_threshold",
+    )
+    return {"groups": res.groups, "origin": res.origin, "forced_bipartition": res.forced_bipartition,
+            "groups_before_merge": res.groups_before_merge}
+
+
+def _partition(groups: Iterable[Iterable[int]]) -> frozenset:
+    return frozenset(frozenset(g) for g in groups)
+
+
+def _level_partitions(levels: list) -> list[frozenset]:
+    """Each level as a set partition of the heads (upper groups expanded to their leaf heads)."""
+    out = []
+    heads: Optional[list[frozenset]] = None
+    for groups in levels:
+        if heads is None:
+            heads = [frozenset(g) for g in groups]
+        else:
+            heads = [frozenset().union(*(heads[c] for c in g if 0 <= c < len(heads))) for g in groups]
+        out.append(frozenset(heads))
+    return out
+
+
+def compare(case: dict, got: dict) -> tuple[bool, bool]:
+    """(exact, same_partition) of our output against the case's expectation."""
+    expect = case["expect"]
+    if case["kind"] == "hierarchy":
+        exact = got["levels"] == expect["levels"]
+        same = _level_partitions(got["levels"]) == _level_partitions(expect["levels"])
+        return exact, same
+    exact = got["groups"] == expect["groups"] and all(
+        got[key] == expect[key] for key in _CLUSTER_FACTS if key in expect
+    )
+    return exact, _partition(got["groups"]) == _partition(expect["groups"])
+
+
+def check_cases(cases: list[dict], progress: bool = False) -> dict:
+    """Run every case; the report is ``{"cases", "exact", "same_partition", "failures"}``."""
+    iterator: Iterable = enumerate(cases)
+    if progress:
+        from tqdm import tqdm
+
+        # disable=None: no bar when stderr is not a terminal (CI logs, pipes)
+        iterator = tqdm(iterator, total=len(cases), desc="conformance", unit="case", leave=False, disable=None)
+    n_exact = n_same = 0
+    failures = []
+    for index, case in iterator:
+        got = run_case(case)
+        exact, same = compare(case, got)
+        n_exact += exact
+        n_same += same
+        if not exact:
+            shown = {k: got[k] for k in case["expect"] if k in got}
+            failures.append({"index": index, "kind": case["kind"], "same_partition": same,
+                             "expected": case["expect"], "got": shown})
+    return {"cases": len(cases), "exact": n_exact, "same_partition": n_same, "failures": failures}
+
+
+def check_file(path: str | Path, progress: bool = False) -> dict:
+    """Load a conformance file and run all its cases."""
+    return check_cases(load_cases(path), progress=progress)

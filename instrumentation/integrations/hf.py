@@ -1,0 +1,108 @@
+"""Hugging Face ``transformers``: a ``TrainerCallback`` that records AAH routing.
+
+    from instrumentation.integrations.hf import AAHForCausalLM, AAHRoutingCallback
+    model = AAHForCausalLM(AAHTransformer(cfg))
+    trainer = Trainer(model=model, args=args, train_dataset=ds,
+                      callbacks=[AAHRoutingCallback("runs/hf-run", detail="full")])
+    trainer.train()
+
+The callback calls ``set_step(state.global_step)`` at the start of every training step (before
+its forwards), closes one recorder step at its end (``global_step - 1``: the step just
+completed), records the Trainer's logged loss and every evaluation's ``eval_loss``, and always
+detaches at the end of training (use it as a context manager around ``trainer.train()`` to
+detach on exceptions too: the Trainer calls no callback when training raises). Only the main
+process writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from transformers import TrainerCallback
+
+from instrumentation.integrations import find_aah_model
+from instrumentation.recorder import RoutingRecorder
+
+
+class AAHForCausalLM(torch.nn.Module):
+    """The Trainer-facing face of an ``AAHTransformer``: ``forward(input_ids, labels)`` -> dict.
+
+    ``labels`` are the next-token targets aligned with ``input_ids`` (already shifted by one, as
+    the T+1 blocks of ``instrumentation.data`` give them), so no shift happens here.
+    """
+
+    def __init__(self, aah: torch.nn.Module):
+        super().__init__()
+        self.aah = aah
+
+    def forward(self, input_ids: torch.Tensor, labels: Optional[torch.Tensor] = None, **_: Any) -> dict:
+        out = self.aah(input_ids, targets=labels)
+        return {"loss": out.loss, "logits": out.logits}
+
+
+class AAHRoutingCallback(TrainerCallback):
+    """Attach a ``RoutingRecorder`` for the length of ``Trainer.train()``."""
+
+    def __init__(self, run_dir: str | Path, detail: str = "full", **recorder_kwargs: Any):
+        self.run_dir = Path(run_dir)
+        self.detail = detail
+        self.recorder_kwargs = recorder_kwargs
+        self.recorder: Optional[RoutingRecorder] = None
+        self.aah: Optional[torch.nn.Module] = None
+        self._tokens = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.aah = find_aah_model(model)
+        rank = 0 if state.is_world_process_zero else 1
+        kwargs = dict(self.recorder_kwargs)
+        kwargs.setdefault("steps", int(state.max_steps) if state.max_steps else None)
+        kwargs.setdefault("seed", int(args.seed))
+        kwargs.setdefault("manifest_extra", {"integration": "transformers.Trainer"})
+        self.recorder = RoutingRecorder(self.aah, self.run_dir, self.detail, rank=rank, **kwargs).attach()
+        self._tokens = args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps) * \
+            int(self.aah.cfg.block_size) * max(1, args.world_size)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.aah is not None:
+            self.aah.set_step(int(state.global_step))
+
+    def on_step_end(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        if self.recorder is None:
+            return
+        lr = None
+        if lr_scheduler is not None:
+            lr = float(lr_scheduler.get_last_lr()[0])
+        elif optimizer is not None:
+            lr = float(optimizer.param_groups[0]["lr"])
+        self.recorder.step(int(state.global_step) - 1, lr=lr, tokens=self._tokens)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.recorder is not None and logs and "loss" in logs and state.global_step > 0:
+            self.recorder.scalars(int(state.global_step) - 1, loss=float(logs["loss"]))
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.recorder is not None and metrics and "eval_loss" in metrics:
+            self.recorder.eval(max(0, int(state.global_step) - 1), val_loss=float(metrics["eval_loss"]))
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.recorder is not None:
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.recorder.event(max(0, int(state.global_step) - 1), "checkpoint", path=str(path), framework="transformers")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def __enter__(self) -> "AAHRoutingCallback":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """``with AAHRoutingCallback(...) as cb: trainer.train()`` detaches even when training raises."""
+        self.close("failed" if exc_type is not None else None)
+
+    def close(self, status: Optional[str] = None) -> None:
+        """Detach the recorder (also safe to call after an exception in ``trainer.train()``)."""
+        recorder, self.recorder = self.recorder, None
+        if recorder is not None:
+            recorder.detach(status)

@@ -1,0 +1,97 @@
+"""PyTorch Lightning: a ``Callback`` that records AAH routing.
+
+    from instrumentation.integrations.lightning import AAHRoutingCallback
+    trainer = lightning.Trainer(max_steps=100, callbacks=[AAHRoutingCallback("runs/pl-run")])
+    trainer.fit(module)     # module: a LightningModule holding the AAHTransformer (as .model/.aah or itself)
+
+The callback calls ``set_step(trainer.global_step)`` before every training batch, closes one
+recorder step per optimiser step (``global_step - 1`` after it advanced; gradient accumulation
+gives one recorded step per optimiser step), takes the loss from ``training_step``'s output,
+records ``val_loss`` when the module logs it, and detaches at the end of fitting and on any
+exception. Only global rank 0 writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # pragma: no cover - the older package name
+    import pytorch_lightning as pl
+
+import torch
+
+from instrumentation.integrations import find_aah_model
+from instrumentation.recorder import RoutingRecorder
+
+
+def _loss_of(outputs: Any) -> Optional[torch.Tensor]:
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, dict):
+        return outputs.get("loss")
+    return None
+
+
+class AAHRoutingCallback(pl.Callback):
+    """Attach a ``RoutingRecorder`` for the length of ``trainer.fit``."""
+
+    def __init__(self, run_dir: str | Path, detail: str = "full", val_metric: str = "val_loss", **recorder_kwargs: Any):
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self.detail = detail
+        self.val_metric = val_metric
+        self.recorder_kwargs = recorder_kwargs
+        self.recorder: Optional[RoutingRecorder] = None
+        self.aah: Optional[torch.nn.Module] = None
+        self._recorded_step = -1
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.aah = find_aah_model(pl_module)
+        kwargs = dict(self.recorder_kwargs)
+        kwargs.setdefault("steps", int(trainer.max_steps) if trainer.max_steps and trainer.max_steps > 0 else None)
+        kwargs.setdefault("manifest_extra", {"integration": "lightning.Trainer"})
+        self.recorder = RoutingRecorder(self.aah, self.run_dir, self.detail, rank=int(trainer.global_rank),
+                                        **kwargs).attach()
+        self._recorded_step = int(trainer.global_step) - 1
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.aah is not None:
+            self.aah.set_step(int(trainer.global_step))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.recorder is None:
+            return
+        step = int(trainer.global_step) - 1
+        if step <= self._recorded_step:  # no optimiser step yet (gradient accumulation)
+            return
+        self._recorded_step = step
+        lr = None
+        if trainer.optimizers:
+            lr = float(trainer.optimizers[0].param_groups[0]["lr"])
+        tokens = None
+        x = batch[0] if isinstance(batch, (list, tuple)) else batch.get("input_ids") if isinstance(batch, dict) else batch
+        if isinstance(x, torch.Tensor):
+            tokens = int(x.numel()) * int(trainer.accumulate_grad_batches) * int(trainer.world_size)
+        loss = _loss_of(outputs)
+        self.recorder.step(step, loss=loss, lr=lr, tokens=tokens)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.recorder is None or trainer.sanity_checking:
+            return
+        value = trainer.callback_metrics.get(self.val_metric)
+        if value is not None:
+            self.recorder.eval(max(0, int(trainer.global_step) - 1), val_loss=float(value))
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.close()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.close("failed")
+
+    def close(self, status: Optional[str] = None) -> None:
+        recorder, self.recorder = self.recorder, None
+        if recorder is not None:
+            recorder.detach(status)

@@ -1,0 +1,78 @@
+"""Head features (method §4): per-head 9-D vectors, pooled group features, the feature EMA.
+
+All features are float32 and detached. Per-head moments are computed in one vectorised pass over
+(B, H, T, D); the previous forward's entropy / norm / usage (§11.2) fill the last three columns.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+FEATURE_DIM = 9
+
+
+def _prev_columns(prev_stats: Optional[torch.Tensor], n_rows_heads: int, device) -> torch.Tensor:
+    """(H, 3) previous-forward [entropy, norm, usage], zeros when there is none (§4.1)."""
+    if prev_stats is None:
+        return torch.zeros((n_rows_heads, 3), dtype=torch.float32, device=device)
+    return prev_stats.detach().to(device=device, dtype=torch.float32)
+
+
+def head_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  prev_stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(H, 9) = [mean|q|, std q, mean|k|, std k, mean|v|, std v, e, n, u] per head (§4.1).
+
+    ``mean|x|`` is the mean absolute activation over the head's B*T*D entries and ``std`` the
+    unbiased standard deviation over the same entries. ``prev_stats`` is (H, 3) or None.
+    """
+    with torch.no_grad():
+        n_heads = q.shape[1]
+        cols = []
+        for x in (q, k, v):
+            flat = x.detach().float().transpose(0, 1).reshape(n_heads, -1)
+            cols.append(flat.abs().mean(dim=1))
+            cols.append(flat.std(dim=1, unbiased=True))
+        base = torch.stack(cols, dim=1)
+        return torch.cat([base, _prev_columns(prev_stats, n_heads, base.device)], dim=1)
+
+
+def pooled_group_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: Sequence[Sequence[int]],
+                          prev_stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(G, 9) pooled Q/K/V group features (§4.2), groups in group-id order.
+
+    The first six columns pool the raw activations of all member heads (so the std is the std of
+    the pooled entries, not a mean of per-head stds); the last three average the members' previous
+    entropy / norm / usage. No EMA.
+    """
+    with torch.no_grad():
+        n_heads = q.shape[1]
+        prev = _prev_columns(prev_stats, n_heads, q.device)
+        flats = [x.detach().float().transpose(0, 1).reshape(n_heads, -1) for x in (q, k, v)]
+        rows = []
+        for members in groups:
+            idx = torch.as_tensor(list(members), dtype=torch.long).to(q.device, non_blocking=True)
+            cols = []
+            for flat in flats:
+                pooled = flat.index_select(0, idx).reshape(-1)
+                cols.append(pooled.abs().mean())
+                cols.append(pooled.std(unbiased=True))
+            rows.append(torch.cat([torch.stack(cols), prev.index_select(0, idx).mean(dim=0)]))
+        if not rows:
+            return torch.zeros((0, FEATURE_DIM), dtype=torch.float32, device=q.device)
+        return torch.stack(rows)
+
+
+def ema_update(ema: Optional[torch.Tensor], current: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Feature EMA of §4.3: alpha weights the old value; first use (or a shape change) copies."""
+    current = current.detach().float()
+    if ema is None or ema.shape != current.shape:
+        return current.clone()
+    a = min(1.0, max(0.0, float(alpha)))
+    return a * ema.to(current.device) + (1.0 - a) * current
+
+
+def stats_matrix(entropy: torch.Tensor, norm: torch.Tensor, usage: torch.Tensor) -> torch.Tensor:
+    """Stack a forward's head statistics into the (H, 3) [e, n, u] block of the next features."""
+    return torch.stack([entropy.detach().float(), norm.detach().float(), usage.detach().float()], dim=1)

@@ -1,0 +1,238 @@
+"""Every dashboard page through ``streamlit.testing.v1.AppTest`` on real run directories.
+
+Runs are written by ``make_synthetic_run`` in a temporary logs root, next to a corrupt run and one
+with a newer schema; each page's elements, its figures' data (decoded from Plotly's base64 arrays)
+and its interactions (pick a run, move the slider, change layer) are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from aah_viz.figures.payload import figure_data
+from aah_viz.runlog import RunWriter, load_run
+from aah_viz.runlog.synthetic import make_synthetic_run
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+PAGE = "aah_viz/dashboard/{}.py"
+N_LAYER, N_HEAD, STEPS = 3, 6, 120
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logs")
+    make_synthetic_run(root / "adaptive-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=0)
+    make_synthetic_run(root / "adaptive-s1", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=1)
+    make_synthetic_run(root / "nested" / "freeze-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="shallow_freeze", seed=0)
+    bad = root / "broken"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    newer = root / "from-the-future"
+    shutil.copytree(root / "adaptive-s0", newer)
+    m = json.loads((newer / "manifest.json").read_text())
+    m["schema_version"] = "99.0"
+    (newer / "manifest.json").write_text(json.dumps(m))
+    return root
+
+
+@pytest.fixture
+def app(logs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))  # absent: Compare shows ours only
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(PAGE.format(page)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [figure_data(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [c["layout"].get("title", {}).get("text", "") for c in charts(at)]
+
+
+def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
+    table = app.dataframe[0].value
+    assert sorted(table["run"]) == ["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]
+    row = table.set_index("run").loc["adaptive-s1"]
+    run = load_run(Path(app.session_state["logs_root"]) / "adaptive-s1")
+    assert row["regime"] == "full_adaptive" and row["seed"] == 1 and row["last step"] == STEPS - 1
+    assert row["final loss (nats)"] == pytest.approx(run.scalar("loss")["value"].iloc[-1])
+    errors = [e.value for e in app.error]
+    assert len(errors) == 2
+    assert any("broken" in e and "not valid JSON" in e for e in errors)
+    assert any("from-the-future" in e and "99.0" in e for e in errors)
+    assert app.multiselect[0].value == ["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]
+
+
+def test_picking_runs_limits_the_other_pages(app):
+    app.multiselect[0].set_value(["nested/freeze-s0"]).run()
+    assert app.session_state["selected_runs"] == ["nested/freeze-s0"]
+    goto(app, "windows")
+    assert app.selectbox(key="run_picker").options == ["shallow_freeze s0 · nested/freeze-s0"]
+    assert all("freeze" in t or "selected" in t or "step" in t or "layer" in t for t in chart_titles(app))
+
+
+def test_hierarchy_page_slider_and_layer_picker(app, logs):
+    goto(app, "hierarchy")
+    run = load_run(logs / "adaptive-s0")
+    slider = app.select_slider(key="hier_step_0")
+    tree_steps = sorted(run.table("tree", columns=["step"], filters=[("layer", "==", 0)])["step"].unique())
+    assert list(map(int, slider.options)) == [int(s) for s in tree_steps]
+    fig = charts(app)[0]
+    assert fig["layout"]["title"]["text"] == f"layer 0 at step {tree_steps[-1]}"
+    head_trace_text = [t for tr in fig["data"][1:] for t in tr["text"] if t.startswith("h")]
+    assert sorted(head_trace_text) == sorted(f"h{h}" for h in range(N_HEAD))
+    levels = app.metric[0].value
+    tree = run.table("tree", filters=[("layer", "==", 0), ("step", "==", int(tree_steps[-1]))])
+    assert int(levels) == tree["level"].nunique()
+    # move the slider to an earlier routing update
+    target = int(tree_steps[len(tree_steps) // 2])
+    slider.set_value(target).run()
+    assert not app.exception
+    assert charts(app)[0]["layout"]["title"]["text"] == f"layer 0 at step {target}"
+    # change layer
+    app.selectbox(key="hier_layer").set_value(2).run()
+    assert not app.exception
+    assert charts(app)[0]["layout"]["title"]["text"].startswith("layer 2 at step")
+
+
+def test_windows_page_heatmap_follows_the_step_slider(app, logs):
+    goto(app, "windows")
+    run = load_run(logs / "adaptive-s0")
+    assert app.selectbox(key="run_picker").value == "adaptive-s0"
+    app.select_slider(key="win_step").set_value(50).run()
+    assert not app.exception
+    figs = charts(app)
+    heat = next(f for f in figs if f["layout"]["title"]["text"] == "executed windows at step 50")
+    heads = run.table("heads", filters=[("step", "==", 50)])
+    want = np.zeros((N_LAYER, N_HEAD))
+    want[heads["layer"], heads["head"]] = heads["window"]
+    np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
+    bars = next(f for f in figs if f["layout"]["title"]["text"] == "branch frequencies at step 50")
+    np.testing.assert_allclose(sum(np.asarray(t["y"], float) for t in bars["data"]), 1.0, atol=1e-6)
+    # timeline of another layer
+    app.selectbox(key="win_layer").set_value(1).run()
+    tl = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("layer 1: window per head"))
+    assert tl["data"][0]["customdata"].shape[0] == N_HEAD
+    titles = chart_titles(app)
+    assert "ACR and causal-pair coverage (selected runs)" in titles
+    assert "final selected-window distribution (selected runs)" in titles
+    cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR and causal"))
+    assert {tr["name"] for tr in cov["data"]} == {"full_adaptive s0 (adaptive-s0)", "full_adaptive s1 (adaptive-s1)", "shallow_freeze s0 (freeze-s0)"}
+    assert cov["layout"]["yaxis"]["title"]["text"] == "ACR (Σ T·w / H·T²)"
+    assert cov["layout"]["xaxis"]["title"]["text"] == "training step"
+
+
+def test_stability_page(app):
+    goto(app, "stability")
+    layers = app.dataframe[0].value
+    assert layers["layer"].tolist() == list(range(N_LAYER))
+    assert layers["mean ARI vs previous update"].between(-1, 1).all()
+    figs = charts(app)
+    stab = figs[0]
+    ari = np.asarray(stab["data"][0]["y"], dtype=float)
+    assert ari.size and np.nanmax(ari) <= 1.0
+    assert any(f["layout"]["title"]["text"].startswith("controller gradient norm") for f in figs)
+
+
+def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app):
+    goto(app, "probes")
+    assert any("aah-viz probe" in i.value for i in app.info)
+    assert not app.get("plotly_chart")
+
+
+def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
+    from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
+
+    root = tmp_path / "probed"
+    run_dir = make_synthetic_run(root / "p", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS)
+    add_probe_tables(run_dir, N_LAYER, N_HEAD, STEPS - 1)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    goto(at, "probes")
+    assert at.selectbox(key="probe_name").options == ["coref", "syntax"]
+    at.selectbox(key="probe_name").set_value("syntax").run()
+    assert not at.exception
+    figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
+    z = figs["syntax: uas per head"]["data"][0]["z"]
+    np.testing.assert_allclose(z, np.add.outer(np.arange(N_LAYER) / 10, np.arange(N_HEAD) / 100), rtol=1e-6)
+    assert f"windows at step {STEPS - 1}" in figs
+    assert "window vs syntax uas" in figs
+    assert figs["window vs syntax uas"]["layout"]["xaxis"]["title"]["text"] == "window (tokens)"
+    assert "links beyond the window: syntax_links_beyond_window" in figs
+    comp = at.dataframe[0].value
+    assert comp[["metric", "value", "chance_mean", "p_value"]].values.tolist() == [["ari", 0.2, 0.0, 0.04]]
+
+
+def test_compare_page_groups_by_regime(app):
+    goto(app, "compare")
+    summary = app.dataframe[0].value.set_index("regime")
+    assert summary.loc["full_adaptive", "n"] == 2 and summary.loc["shallow_freeze", "n"] == 1
+    assert "±" in summary.loc["full_adaptive", "final loss (nats)"]
+    assert "±" not in summary.loc["shallow_freeze", "final loss (nats)"]
+    titles = chart_titles(app)
+    assert any(t.startswith("regimes:") for t in titles)
+    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("selected-window distribution"))
+    np.testing.assert_allclose(np.asarray(buckets["data"][0]["z"]).sum(axis=1), 100.0, rtol=1e-5)
+    assert any("No reference folder" in i.value for i in app.info)
+
+
+def test_export_page_offers_tables_and_figures(app):
+    goto(app, "export")
+    assert app.selectbox(key="exp_table").options
+    assert app.get("download_button")
+    app.selectbox(key="exp_fig_kind").set_value("stability").run()
+    assert not app.exception
+    assert charts(app)[-1]["layout"]["title"]["text"].startswith("routing stability")
+
+
+def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["run"] = "../../etc"
+    at.run()
+    at.switch_page(PAGE.format("windows")).run()
+    assert not at.exception
+    assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
+    assert at.selectbox(key="run_picker").value == "adaptive-s0"
+
+
+def test_refresh_shows_new_rows_of_a_run_still_being_written(tmp_path, monkeypatch):
+    root = tmp_path / "live"
+    run_dir = make_synthetic_run(root / "live-run", n_layer=2, n_head=4, steps=60, status="running")
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    row = at.dataframe[0].value.iloc[0]
+    assert row["status"] == "running" and row["last step"] == 59
+    w = RunWriter.resume(run_dir)
+    w.append("scalars", pd.DataFrame({"step": [80], "layer": [None], "name": ["loss"], "value": [1.25]}))
+    w.flush()
+    at.run()
+    assert at.dataframe[0].value.iloc[0]["last step"] == 59  # cached until refreshed
+    at.button(key="refresh").click().run()
+    row = at.dataframe[0].value.iloc[0]
+    assert row["last step"] == 80 and row["final loss (nats)"] == 1.25

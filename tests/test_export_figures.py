@@ -1,0 +1,85 @@
+"""Static figure export: real files through Kaleido and Chromium, and one clear error without a browser."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aah_viz.cli import main
+from aah_viz.errors import MissingDependencyError
+from aah_viz.export import collect_runs
+from aah_viz.export.static import figures_bytes, find_browser, write_figure
+from aah_viz.figures import FIGURE_KINDS
+from aah_viz.runlog.synthetic import make_synthetic_run
+
+MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF-"}
+needs_browser = pytest.mark.skipif(
+    not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) and not os.environ.get("BROWSER_PATH"),
+    reason="no Chromium-family browser here (apt-get install chromium)",
+)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return make_synthetic_run(tmp_path_factory.mktemp("fig") / "run", n_layer=2, n_head=6, steps=30,
+                              windows=(8, 16, 32, 64), seq_len=64, warmup=5)
+
+
+def _is_svg(data: bytes) -> bool:
+    head = data.lstrip()[:200]
+    return head.startswith(b"<svg") or (head.startswith(b"<?xml") and b"<svg" in data[:1000])
+
+
+@needs_browser
+def test_dashboard_figure_to_png_svg_pdf(run_dir, tmp_path):
+    fig = FIGURE_KINDS["window_heatmap"](collect_runs([run_dir]))
+    png, svg, pdf = figures_bytes([(fig, "png"), (fig, "svg"), (fig, "pdf")])
+    assert png.startswith(MAGIC["png"]) and len(png) > 1000
+    assert _is_svg(svg) and b"</svg>" in svg[-200:]
+    assert pdf.startswith(MAGIC["pdf"]) and b"%%EOF" in pdf[-64:]
+    # the heatmap's title is in the vector output: it is this figure, not a blank page
+    assert fig.layout.title.text.split(":")[0].encode() in svg
+
+
+@needs_browser
+def test_cli_figure_writes_the_file(run_dir, tmp_path):
+    out = tmp_path / "sub" / "branch.pdf"
+    assert main(["figure", str(run_dir), "--kind", "branch_bars", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(MAGIC["pdf"])
+    assert not list(out.parent.glob(".*.tmp"))
+
+
+def test_cli_figure_rejects_unknown_kind_and_option(run_dir, tmp_path, capsys):
+    assert main(["figure", str(run_dir), "--kind", "nope", "--out", str(tmp_path / "x.png")]) == 2
+    assert "unknown figure kind 'nope'" in capsys.readouterr().err
+    assert main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", "colour=red", "--out", str(tmp_path / "x.png")]) == 2
+    assert "takes no option(s) ['colour']" in capsys.readouterr().err
+
+
+def test_no_browser_gives_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no chromium on PATH
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    with pytest.raises(MissingDependencyError, match="apt-get install chromium"):
+        find_browser()
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "missing-chrome"))
+    with pytest.raises(MissingDependencyError, match="BROWSER_PATH=.*missing-chrome.*is not an executable"):
+        write_figure(object(), tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_no_browser_cli_exits_2_with_one_line(run_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "BROWSER_PATH"}
+    env["PATH"] = str(tmp_path)  # hides /usr/bin/chromium; python is called by its absolute path
+    proc = subprocess.run([sys.executable, "-m", "aah_viz", "figure", str(run_dir), "--kind", "window_heatmap",
+                           "--out", str(tmp_path / "f.png")], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("aah-viz: error:") and "apt-get install chromium" in lines[0]
+    assert not (tmp_path / "f.png").exists()

@@ -1,0 +1,361 @@
+"""Paper tables from real run directories: every number checked against the Parquet files,
+read here with pandas independently of the exporter."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from aah_viz.cli import main
+from aah_viz.export import build_table, build_tables, collect_runs, render
+from aah_viz.export.formats import latex_document
+from aah_viz.export.tables import MixedConfigError, comparison_table, factorial_table
+from aah_viz.runlog import RunWriter
+from aah_viz.runlog.synthetic import make_synthetic_run
+
+WINDOWS = (8, 16, 32, 64)
+STEPS = 60
+# final validation loss of each regime (plus 0.01 * seed): known effects for the statistics
+FINAL = {"full_attention": 2.50, "full_adaptive": 2.45, "shallow_freeze": 2.40, "deep_practical_reuse": 2.47}
+SEEDS = {"full_attention": (0, 1, 2), "full_adaptive": (0, 1, 2), "shallow_freeze": (0, 1, 2), "deep_practical_reuse": (0,)}
+
+
+def _final_eval(run_dir: Path, regime: str, seed: int) -> None:
+    """A closing evaluation: val_loss at the last step and a stand-alone inference record."""
+    value = FINAL[regime] + 0.01 * seed
+    w = RunWriter.resume(run_dir)
+    w.append("scalars", {"step": [STEPS], "layer": [None], "name": ["val_loss"], "value": [value]})
+    w.event(STEPS, "inference", checkpoint_step=STEPS, n_batches=4, val_loss=value + 0.02, val_ppl=math.exp(value + 0.02),
+            acr=0.5 + 0.01 * seed, tokens_per_s=1000.0 + seed, elapsed_s=2.5,
+            window_frac={"8": 0.25, "16": 0.25, "32": 0.25, "64": 0.25})
+    w.close("finished")
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    for regime, seeds in SEEDS.items():
+        for seed in seeds:
+            run_dir = root / f"{regime}-s{seed}"
+            make_synthetic_run(run_dir, n_layer=2, n_head=6, steps=STEPS, windows=WINDOWS, seq_len=64,
+                               regime=regime, seed=seed, warmup=10, flush_every=30)
+            _final_eval(run_dir, regime, seed)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(runs_root):
+    return collect_runs([runs_root])
+
+
+@pytest.fixture(scope="module")
+def by_regime(runs):
+    return build_table("training", runs, by="regime")
+
+
+# ------------------------------------------------------------------ independent readers
+
+
+def _scalars(run_dir: Path) -> pd.DataFrame:
+    df = pd.read_parquet(run_dir / "scalars")
+    return df[df["layer"].isna()].sort_values("step", kind="stable")
+
+
+def _last(df: pd.DataFrame, name: str) -> float:
+    part = df[df["name"] == name].dropna(subset=["value"])
+    return float(part["value"].iloc[-1])
+
+
+def _expected_training(run_dir: Path) -> dict:
+    sc = _scalars(run_dir)
+    branch = pd.read_parquet(run_dir / "branch")
+    last = branch[branch["step"] == branch["step"].max()]
+    n_layers = last["layer"].nunique()
+    exp = {
+        "val_loss": _last(sc, "val_loss"),
+        "acr": _last(sc, "acr"),
+        "acr_causal": _last(sc, "acr_causal"),
+        "tokens_per_s": float(np.median(sc.loc[sc["name"] == "tokens_per_s", "value"])),
+        "peak_mem_mb": float(sc.loc[sc["name"] == "peak_mem_mb", "value"].max()),
+    }
+    last_val_step = sc.loc[sc["name"] == "val_loss", "step"].max()
+    ppl = sc[(sc["name"] == "val_ppl") & (sc["step"] == last_val_step)]
+    exp["val_ppl"] = float(ppl["value"].iloc[-1]) if len(ppl) else math.exp(exp["val_loss"])
+    for w in WINDOWS:
+        exp[f"window_frac_{w}"] = float(last.loc[last["window"] == w, "fraction"].sum()) / n_layers
+    return exp
+
+
+# ------------------------------------------------------------------ training
+
+
+def test_training_per_run_matches_parquet(runs_root, runs):
+    table = build_table("training", runs)
+    assert len(table.df) == len(runs)
+    assert "FLOPs ratio" in table.caption and "analytic estimate" in table.caption
+    for _, row in table.df.iterrows():
+        exp = _expected_training(runs_root / row["run"])
+        for col, value in exp.items():
+            if col.startswith("window_frac_") and row["regime"] == "full_attention":
+                assert math.isnan(row[col])  # the baseline has no window buckets
+                continue
+            assert row[col] == pytest.approx(value, rel=1e-12, abs=1e-12), (row["run"], col)
+    # paper order: baseline first, then grouping off, full adaptive, shallow freeze, deep reuse
+    assert list(dict.fromkeys(table.df["regime"])) == ["full_attention", "full_adaptive", "shallow_freeze", "deep_practical_reuse"]
+
+
+def test_training_by_regime_mean_std_n_and_interval(runs_root, runs, by_regime):
+    table = by_regime
+    by = table.df.set_index("regime")
+    for regime, seeds in SEEDS.items():
+        vals = [_expected_training(runs_root / f"{regime}-s{s}")["val_loss"] for s in seeds]
+        assert by.loc[regime, "n"] == len(seeds)
+        assert by.loc[regime, "val_loss"] == pytest.approx(np.mean(vals), rel=1e-12)
+        unc = table.uncertainty.set_index(table.df["regime"])
+        lo = table.ci_low.set_index(table.df["regime"])
+        hi = table.ci_high.set_index(table.df["regime"])
+        if len(seeds) > 1:
+            assert unc.loc[regime, "val_loss"] == pytest.approx(np.std(vals, ddof=1), rel=1e-9)
+            assert lo.loc[regime, "val_loss"] <= np.mean(vals) <= hi.loc[regime, "val_loss"]
+        else:
+            assert math.isnan(unc.loc[regime, "val_loss"]) and math.isnan(lo.loc[regime, "val_loss"])
+    # deterministic: the same call gives the same intervals
+    again = build_table("training", runs, by="regime")
+    pd.testing.assert_frame_equal(again.ci_low, table.ci_low)
+    md = render(table, "md")
+    assert "n = 1, no variance estimate" in md
+    # best (lowest) validation loss is bold, on the shallow-freeze row
+    line = next(l for l in md.splitlines() if l.startswith("| shallow_freeze"))
+    assert "**2.4" in line
+    assert "±" in line
+
+
+def test_csv_round_trips_full_precision(by_regime):
+    table = by_regime
+    rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
+    assert len(rows) == len(table.df)
+    for row, (_, ref) in zip(rows, table.df.iterrows()):
+        assert float(row["val_loss"]) == ref["val_loss"]  # repr round trip: bit-exact
+        if int(row["n"]) > 1:
+            assert float(row["val_loss_std"]) == table.uncertainty.loc[_, "val_loss"]
+            assert row["n_note"] == ""
+        else:
+            assert row["val_loss_std"] == "" and row["n_note"] == "n = 1, no variance estimate"
+
+
+def test_rounding_follows_uncertainty(by_regime):
+    table = by_regime
+    md = render(table, "md")
+    i = int(np.flatnonzero(table.df["regime"] == "full_adaptive")[0])
+    u = table.uncertainty.loc[i, "val_loss"]  # 0.01 (seeds 0, 1, 2 add 0.01 each)
+    d = 1 - int(math.floor(math.log10(u)))
+    expected = f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}"
+    assert expected in md
+
+
+# ------------------------------------------------------------------ inference, windows, stability
+
+
+def test_inference_table_reads_the_inference_record(runs_root, runs):
+    table = build_table("inference", runs)
+    for _, row in table.df.iterrows():
+        ev = pd.read_parquet(runs_root / row["run"] / "events")
+        detail = json.loads(ev[ev["kind"] == "inference"]["detail"].iloc[-1])
+        assert row["val_loss"] == detail["val_loss"]
+        assert row["acr"] == detail["acr"]
+        assert row["tokens_per_s"] == detail["tokens_per_s"]
+        assert row["window_frac_16"] == detail["window_frac"]["16"]
+
+
+def test_windows_table_per_layer(runs_root, runs):
+    table = build_table("windows", runs)
+    for (run_id, layer), part in table.df.groupby(["run", "layer"]):
+        branch = pd.read_parquet(runs_root / run_id / "branch")
+        last = branch[branch["step"] == branch["step"].max()]
+        if layer == "all":
+            want = {w: last.loc[last["window"] == w, "fraction"].sum() / last["layer"].nunique() for w in WINDOWS}
+        else:
+            rows = last[last["layer"] == int(layer)]
+            want = {w: rows.loc[rows["window"] == w, "fraction"].sum() for w in WINDOWS}
+        for w in WINDOWS:
+            assert part[f"window_frac_{w}"].iloc[0] == pytest.approx(float(want[w]), abs=1e-7)
+
+
+def _partition_changes(a: np.ndarray, b: np.ndarray) -> float:
+    same_a = a[:, None] == a[None, :]
+    same_b = b[:, None] == b[None, :]
+    return float(np.mean(np.any(same_a != same_b, axis=1)))
+
+
+def test_stability_table_against_sklearn(runs_root, runs):
+    table = build_table("stability", runs)
+    for _, row in table.df.iterrows():
+        run_dir = runs_root / row["run"]
+        ev = pd.read_parquet(run_dir / "events")
+        ups = ev[ev["kind"] == "routing_update"][["layer", "step"]].drop_duplicates()
+        assert row["routing_updates"] == len(ups)
+        heads = pd.read_parquet(run_dir / "heads", columns=["step", "layer", "head", "window_idx", "group_l0"])
+        aris, wsw, gsw = [], [], []
+        for layer, lu in ups.groupby("layer"):
+            steps = sorted(lu["step"])
+            h = heads[heads["layer"] == layer]
+            mats = [h[h["step"] == s].sort_values("head") for s in steps]
+            for prev, cur in zip(mats, mats[1:]):
+                aris.append(adjusted_rand_score(prev["group_l0"], cur["group_l0"]))
+                wsw.append(np.mean(prev["window_idx"].to_numpy() != cur["window_idx"].to_numpy()))
+                gsw.append(_partition_changes(prev["group_l0"].to_numpy(), cur["group_l0"].to_numpy()))
+        if not aris:  # a run without routing updates has no agreement to report
+            assert math.isnan(row["partition_agreement_ari"]) and math.isnan(row["window_switch_rate"])
+            continue
+        assert row["partition_agreement_ari"] == pytest.approx(np.mean(aris), abs=1e-12)
+        assert row["window_switch_rate"] == pytest.approx(np.mean(wsw), abs=1e-12)
+        assert row["group_switch_rate"] == pytest.approx(np.mean(gsw), abs=1e-12)
+        sc = _scalars(run_dir)
+        grad = sc.loc[sc["name"] == "controller_grad_norm", "value"]
+        assert row["controller_grad_norm_mean"] == pytest.approx(grad.mean(), rel=1e-12)
+
+
+# ------------------------------------------------------------------ probes
+
+
+def test_probes_empty_with_message(runs):
+    table = build_table("probes", runs)
+    assert table.is_empty
+    assert "no run here has a comparisons table" in render(table, "md")
+    assert "no run here has a comparisons table" in render(table, "csv")
+    assert "\\emph{no run here" in render(table, "latex")
+
+
+def test_probe_comparisons_with_chance_levels(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5)
+    w = RunWriter.resume(run_dir)
+    w.append("comparisons", {
+        "step": [19, 19], "kind": ["partition_agreement", "window_association"], "level": [0, 0],
+        "target": ["kmeans:syntax", "spearman:syntax"], "metric": ["ari", "spearman"], "value": [0.31, -0.12],
+        "chance_mean": [0.002, 0.0], "p_value": [0.004, 0.41], "ci_low": [0.12, -0.4], "ci_high": [0.5, 0.2], "n": [12, 12],
+    })
+    w.close("finished")
+    table = build_table("probes", collect_runs([run_dir]))
+    ref = pd.read_parquet(run_dir / "comparisons")
+    assert list(table.df["target"]) == list(ref["target"])
+    assert list(table.df["value"]) == list(ref["value"])
+    assert list(table.df["chance_mean"]) == list(ref["chance_mean"])
+    assert "chance\\_mean" in render(table, "latex")
+
+
+# ------------------------------------------------------------------ mixed configurations
+
+
+def test_mixed_windows_and_seq_len_are_refused(tmp_path):
+    a = make_synthetic_run(tmp_path / "a", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=64, warmup=2)
+    b = make_synthetic_run(tmp_path / "b", n_layer=1, n_head=4, steps=12, windows=(4, 8, 16, 32), seq_len=64, warmup=2)
+    c = make_synthetic_run(tmp_path / "c", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=128, warmup=2)
+    runs = collect_runs([a, b, c])
+    with pytest.raises(MixedConfigError) as err:
+        build_table("training", runs)
+    text = str(err.value)
+    assert "windows 8/16/32/64: a" in text and "windows 4/8/16/32: b" in text and "seq_len 128" in text
+    assert "--allow-mixed" in text
+    split = build_tables("training", runs, allow_mixed=True)
+    assert sorted(len(t.df) for t in split) == [1, 1, 1]
+    assert len({t.label for t in split}) == 3
+    # the CLI says the same on one line and exits 2
+    out = tmp_path / "out"
+    assert main(["export", str(a), str(b), "--table", "training", "--out", str(out)]) == 2
+    assert main(["export", str(a), str(b), "--table", "training", "--out", str(out), "--allow-mixed"]) == 0
+    assert len(list(out.glob("training_T64_*.csv"))) == 2
+
+
+# ------------------------------------------------------------------ comparisons, factorial, CLI
+
+
+def test_comparison_and_factorial_tables(runs_root, runs):
+    from scipy import stats as sps
+
+    cmp = comparison_table(runs, "full_attention").df.set_index("regime")
+    base = [FINAL["full_attention"] + 0.01 * s for s in SEEDS["full_attention"]]
+    new = [FINAL["shallow_freeze"] + 0.01 * s for s in SEEDS["shallow_freeze"]]
+    assert cmp.loc["shallow_freeze", "diff"] == pytest.approx(np.mean(new) - np.mean(base))
+    assert cmp.loc["shallow_freeze", "welch_p"] == pytest.approx(sps.ttest_ind(new, base, equal_var=False).pvalue, rel=1e-9)
+    assert cmp.loc["deep_practical_reuse", "note"] == "n = 1, no variance estimate"
+    fac = factorial_table(runs).df.set_index("factor")
+    assert fac.loc["freeze", "effect"] == pytest.approx(FINAL["deep_practical_reuse"] - np.mean([FINAL["full_adaptive"] + 0.01 * s for s in (0, 1, 2)]))
+    assert fac.loc["hierarchy_refresh", "covered"] and not fac.loc["joint_scoring", "covered"]
+
+
+def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
+    out = tmp_path / "tables"
+    rc = main(["export", str(runs_root), "--table", "all", "--format", "md", "--out", str(out), "--by", "regime",
+               "--baseline", "full_attention", "--factorial"])
+    assert rc == 0
+    names = {p.name for p in out.iterdir()}
+    for name in ("training.md", "inference.md", "windows.md", "stability.md", "probes_comparisons.md",
+                 "comparison.md", "factorial.md", "difference_shallow_freeze.md"):
+        assert name in names
+    diff = (out / "difference_shallow_freeze.md").read_text()
+    assert f"| {STEPS} |" in diff  # the paired step of the final evaluation
+    assert "Welch t" in (out / "training.md").read_text()
+    assert main(["export", str(runs_root), "--table", "training", "--out", str(out), "--baseline", "nope"]) == 2
+    assert "--baseline 'nope' matches no run" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ LaTeX
+
+
+def test_latex_structure(by_regime):
+    tex = render(by_regime, "latex")
+    assert tex.count("\\toprule") == 1 and tex.count("\\midrule") == 1 and tex.count("\\bottomrule") == 1
+    assert "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
+    assert "\\textbf{" in tex and "$\\pm$" in tex
+    assert "val\\_loss" in tex  # underscores escaped
+    header = tex.split("\\toprule\n")[1].splitlines()[0]
+    assert header.count("&") == len(by_regime.df.columns) - 1
+
+
+def test_latex_compiles(runs, by_regime, tmp_path):
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    tables = [by_regime] + [build_table(n, runs, by="regime") for n in ("inference", "windows", "stability", "probes")]
+    tables.append(factorial_table(runs))
+    (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
+    proc = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_windows_from_inference_records(runs_root, runs):
+    table = build_table("windows", runs, source="inference")
+    assert set(table.df["layer"]) == {"all"} and len(table.df) == len(runs)
+    for _, row in table.df.iterrows():
+        ev = pd.read_parquet(runs_root / row["run"] / "events")
+        fr = json.loads(ev.loc[ev["kind"] == "inference", "detail"].iloc[-1])["window_frac"]
+        assert [row[f"window_frac_{w}"] for w in WINDOWS] == [fr[str(w)] for w in WINDOWS]
+
+
+def test_flops_ratio_estimate_from_the_model_shape(tmp_path):
+    """Without a logged flops_ratio_est the table applies method 11.1 to the final ACR and says so."""
+    from aah_viz.runlog import make_manifest
+
+    cfg = {"n_embd": 96, "n_ff": 384, "n_layer": 1, "n_head": 4}
+    m = make_manifest(run_id="shape", regime="full_adaptive", seed=0, config=cfg, windows=[8, 16, 32, 64], seq_len=64,
+                      n_layer=1, n_head=4, max_depth=0)
+    w = RunWriter.create(tmp_path / "shape", m)
+    w.append("heads", {"step": [0] * 4, "layer": [0] * 4, "head": [0, 1, 2, 3], "window_idx": [0, 1, 2, 3], "window": [8, 16, 32, 64]})
+    w.append("scalars", {"step": [0, 0], "layer": [None, None], "name": ["acr", "val_loss"], "value": [0.46875, 3.0]})
+    w.close("finished")
+    table = build_table("training", collect_runs([tmp_path / "shape"]))
+    r = 64 / (2 * 96 + 384)  # attention share of the analytic budget per unit ACR
+    assert table.df["flops_ratio_est"].iloc[0] == pytest.approx((0.46875 * r + 1) / (r + 1), rel=1e-12)
+    assert any("analytic estimate" in n for n in table.notes)

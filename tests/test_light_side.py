@@ -1,0 +1,50 @@
+"""The light side (aah_viz and the dashboard) imports and runs without torch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BLOCK_TORCH = """
+import sys
+sys.modules['torch'] = None  # any 'import torch' now raises ImportError
+import importlib, pkgutil
+import aah_viz
+names = [m.name for m in pkgutil.walk_packages(aah_viz.__path__, 'aah_viz.')]
+failed = []
+for name in names:
+    try:
+        importlib.import_module(name)
+    except ImportError as err:
+        failed.append(f'{name}: {err}')
+print(len(names))
+if failed:
+    print('\\n'.join(failed))
+    sys.exit(1)
+"""
+
+
+def test_every_aah_viz_module_imports_without_torch():
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert int(proc.stdout.split()[0]) > 5  # the walk really found the package's modules
+
+
+def test_cli_help_lists_commands_without_torch():
+    code = "import sys; sys.modules['torch'] = None; from aah_viz.cli import main; sys.exit(main(['--help']))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("train", "validate", "dashboard", "export", "bench"):
+        assert command in proc.stdout
+
+
+def test_torch_command_without_torch_says_how_to_install():
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['instrumentation'] = None\n"
+        "from aah_viz.cli import main; sys.exit(main(['train', '--preset', 'tiny', '--regime', 'full_adaptive',"
+        " '--steps', '1', '--out', '/tmp/aah-viz-no-torch-run']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "pip install" in proc.stderr and "torch" in proc.stderr

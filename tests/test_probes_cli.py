@@ -1,0 +1,147 @@
+"""``aah-viz probe`` end to end on a model trained briefly on the synthetic corpus; bad input; HF models."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.runlog import load_run, validate_run  # noqa: E402
+
+DATA = Path(str(resources.files("aah_viz") / "data"))
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("probe") / "run"
+    code = main(["train", "--preset", "tiny", "--steps", "4", "--n-docs", "20", "--out", str(run),
+                 "--threads", "1", "--no-progress", "--set", "warmup_steps=1"])
+    assert code == 0
+    return run
+
+
+def _snapshot(run: Path) -> dict[str, str]:
+    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_probe_end_to_end_writes_the_three_tables(trained_run, capsys):
+    code = main(["probe", str(trained_run), "--max-docs", "3", "--min-count", "10", "--no-progress", "--threads", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "relation" in out and "coreference: best head" in out
+    run = load_run(trained_run)
+    n_layer, n_head = run.n_layer, run.n_head
+    heads = run.table("probe_heads")
+    step = int(heads["step"].iloc[0])
+    assert set(heads["probe"]) == {"syntax", "coref", "sufficiency", "attention_js"}
+    for probe in ("syntax", "coref", "sufficiency"):
+        sub = heads[heads["probe"] == probe]
+        assert len(sub[["layer", "head"]].drop_duplicates()) == n_layer * n_head
+    # the window of each head is the run's heads table at the probed step
+    recorded = run.table("heads")
+    at = recorded[recorded["step"] == recorded.loc[recorded["step"] <= step, "step"].max()]
+    expected = {(int(r.layer), int(r.head)): int(r.window) for r in at.itertuples()}
+    got = heads[heads["probe"] == "syntax"].drop_duplicates(["layer", "head"])
+    assert {(int(r.layer), int(r.head)): int(r.window) for r in got.itertuples()} == expected
+    relations = run.table("probe_relations")
+    assert {"det", "nsubj"} <= set(relations["relation"]) and relations["best_acc"].between(0, 1).all()
+    coref = run.table("probe_coref")
+    assert {"head", "nearest_mention", "same_head", "rule"} == set(coref["method"])
+    assert validate_run(trained_run) == []
+    # probing the same step again replaces the step's rows instead of duplicating them
+    assert main(["probe", str(trained_run), "--max-docs", "2", "--min-count", "10", "--no-progress", "--json"]) == 0
+    again = load_run(trained_run).table("probe_heads")
+    assert again.duplicated(subset=["step", "layer", "head", "probe", "metric"]).sum() == 0
+    # and the comparisons run on it
+    assert main(["compare", str(trained_run), "--permutations", "20", "--bootstrap", "20"]) == 0
+    assert len(load_run(trained_run).table("comparisons")) > 0
+
+
+def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
+    bad_conllu = tmp_path / "bad.conllu"
+    lines = (DATA / "english_fixture.conllu").read_text(encoding="utf-8").splitlines()
+    lines[7] = lines[7].replace("\t", " ")  # a token line without tabs
+    bad_conllu.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bad_coref = tmp_path / "bad.jsonl"
+    bad_coref.write_text('{"id": "a", "text": "Tom ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 99}]}]}\n')
+    empty = tmp_path / "empty.conllu"
+    empty.write_text("")
+    return [
+        (["--syntax", str(bad_conllu)], f"{bad_conllu}:8:"),
+        (["--coref", str(bad_coref)], f"{bad_coref}:1: chain 0 mention 0"),
+        (["--syntax", str(empty)], f"{empty}: the file is empty"),
+        (["--syntax", str(DATA / "synthetic_probe.coref.jsonl")], "synthetic_probe.coref.jsonl:1:"),
+    ]
+
+
+def test_bad_input_is_one_error_and_leaves_the_run_untouched(trained_run, tmp_path, capsys):
+    before = _snapshot(trained_run)
+    for extra, where in _bad_inputs(tmp_path):
+        code = main(["probe", str(trained_run), "--no-progress", *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and where in err[0], (extra, err)
+    assert _snapshot(trained_run) == before
+
+
+def test_unknown_step_and_missing_out(trained_run, tmp_path, capsys):
+    assert main(["probe", str(trained_run), "--step", "999"]) == 2
+    assert "no checkpoint at step 999" in capsys.readouterr().err
+    ckpt = sorted((trained_run / "checkpoints").glob("step-*.pt"))[-1]
+    loose = tmp_path / ckpt.name
+    loose.write_bytes(ckpt.read_bytes())
+    assert main(["probe", str(loose), "--max-docs", "1"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def _tiny_hf_model(folder: Path) -> Path:
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from aah_viz.corpus.synthetic import training_text
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    fixture_text = " ".join(l[9:] for l in (DATA / "english_fixture.conllu").read_text().splitlines() if l.startswith("# text = "))
+    tok.train_from_iterator([training_text(20, seed=0), fixture_text], trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]"]))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, n_positions=128, vocab_size=len(fast))
+    model = transformers.GPT2Model(config)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def test_hugging_face_model_with_a_fast_tokenizer(tmp_path, capsys):
+    folder = _tiny_hf_model(tmp_path / "hf")
+    out = tmp_path / "hf-run"
+    code = main(["probe", str(folder), "--out", str(out), "--syntax", str(DATA / "english_fixture.conllu"),
+                 "--coref", str(DATA / "gap_sample.tsv"), "--min-count", "5", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    run = load_run(out)
+    heads = run.table("probe_heads")
+    assert set(heads["layer"]) == {0, 1} and set(heads["head"]) == {0, 1, 2, 3}
+    assert set(heads["window"]) == {128}
+    assert "det" in set(run.table("probe_relations")["relation"])
+    assert validate_run(out) == []
+
+
+def test_hf_source_offsets_and_attention_shape(tmp_path):
+    from instrumentation.probe_extract import load_hf_model
+
+    source = load_hf_model(_tiny_hf_model(tmp_path / "hf"))
+    text = "The old man saw a dog."
+    ids, offsets = source.encode(text)
+    assert [text[a:b].strip() for a, b in offsets] == ["The", "old", "man", "saw", "a", "dog", "."]
+    att = source.attend([ids, ids[:3]])
+    assert att.shape == (2, 2, 4, len(ids), len(ids))
+    assert np.allclose(att[0].sum(-1), 1.0, atol=1e-5)
+    assert np.allclose(att[1, :, :, :3, :3], att[0, :, :, :3, :3], atol=1e-5)  # padding does not leak (causal)

@@ -1,0 +1,48 @@
+"""Head features (method §4.1), pooled group features (§4.2), feature EMA (§4.3)."""
+
+import torch
+
+from instrumentation.routing.features import ema_update, head_features, pooled_group_features
+
+
+def _qkv(seed=0, B=2, H=4, T=5, D=3):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g) for _ in range(3)]
+
+
+def test_head_features_are_mean_abs_and_unbiased_std():
+    q, k, v = _qkv()
+    prev = torch.rand(4, 3)
+    f = head_features(q, k, v, prev)
+    assert f.shape == (4, 9) and f.dtype == torch.float32
+    for h in range(4):
+        for j, x in enumerate((q, k, v)):
+            e = x[:, h]
+            assert torch.allclose(f[h, 2 * j], e.abs().mean())
+            assert torch.allclose(f[h, 2 * j + 1], e.std(unbiased=True))
+            assert not torch.allclose(f[h, 2 * j], e.mean().abs())  # mean |x|, not |mean x|
+    assert torch.equal(f[:, 6:], prev)
+    assert torch.all(head_features(q, k, v, None)[:, 6:] == 0)  # first forward
+
+
+def test_pooled_group_features_pool_raw_entries():
+    q, k, v = _qkv(1)
+    prev = torch.rand(4, 3)
+    groups = [[2, 0], [1, 3]]
+    F = pooled_group_features(q, k, v, groups, prev)
+    per_head = head_features(q, k, v, prev)
+    for gi, g in enumerate(groups):
+        pooled = q[:, g]
+        assert torch.allclose(F[gi, 0], pooled.abs().mean())
+        assert torch.allclose(F[gi, 1], pooled.std(unbiased=True))
+        assert torch.allclose(F[gi, 6:], prev[g].mean(0))
+        assert not torch.allclose(F[gi, 1], per_head[g, 1].mean())  # not the mean of per-head stds
+
+
+def test_feature_ema():
+    a, b = torch.ones(3, 9), torch.zeros(3, 9)
+    assert torch.equal(ema_update(None, a, 0.9), a)
+    assert torch.allclose(ema_update(a, b, 0.9), torch.full((3, 9), 0.9))
+    assert torch.equal(ema_update(a, b, 0.0), b)  # no-EMA ablation
+    assert torch.equal(ema_update(torch.ones(2, 9), b, 0.9), b)  # shape change restarts
+    assert torch.equal(ema_update(a, b, 1.5), a)  # alpha clipped to [0, 1]

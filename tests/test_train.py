@@ -1,0 +1,173 @@
+"""``aah-viz train``: the loop, checkpoints with routing state, SIGKILL and exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.runlog import load_run, read_manifest, validate_run  # noqa: E402
+from instrumentation import checkpoint as ckpt  # noqa: E402
+from instrumentation import data as data_mod  # noqa: E402
+from instrumentation.config import AAHConfig  # noqa: E402
+from instrumentation.model import AAHTransformer  # noqa: E402
+from instrumentation.train import lr_multiplier  # noqa: E402
+
+pytestmark = pytest.mark.torch
+REPO = Path(__file__).resolve().parents[1]
+COMMON = ["--preset", "tiny", "--n-docs", "24", "--no-progress", "--threads", "1", "--eval-interval", "5",
+          "--eval-batches", "2", "--flush-every", "1"]
+
+
+def train_cli(out, *extra):
+    return main(["train", "--out", str(out), *COMMON, *extra])
+
+
+def test_lr_schedule_is_the_reference_one():
+    assert lr_multiplier(0, 10, 100) == 0.0
+    assert lr_multiplier(5, 10, 100) == pytest.approx(0.5)
+    assert lr_multiplier(10, 10, 100) == pytest.approx(1.0)
+    assert lr_multiplier(55, 10, 100) == pytest.approx(0.5)
+    assert lr_multiplier(100, 10, 100) == pytest.approx(0.0)
+
+
+def test_blocks_are_consecutive_and_batches_deterministic():
+    tokens = np.arange(1000) % 256
+    blocks = data_mod.cut_blocks(tokens, 64)
+    assert blocks.shape == ((1000 - 1) // 64, 65)
+    assert (blocks[1, 0] == tokens[64]) and (blocks[0, -1] == tokens[64])
+    splits = data_mod.split_blocks(tokens, 64, val_fraction=0.2)
+    assert splits.n_train + splits.n_val == blocks.shape[0] and splits.n_val == 3
+    a = data_mod.batch_indices(splits.n_train, 7, 4, seed=3)
+    assert (a == data_mod.batch_indices(splits.n_train, 7, 4, seed=3)).all()
+    # two ranks split each global batch without overlap
+    r0 = data_mod.batch_indices(splits.n_train, 2, 2, seed=1, rank=0, world_size=2)
+    r1 = data_mod.batch_indices(splits.n_train, 2, 2, seed=1, rank=1, world_size=2)
+    assert not set(r0) & set(r1)
+    # every block once per epoch
+    epoch = np.concatenate([data_mod.batch_indices(splits.n_train, s, 1, seed=0) for s in range(splits.n_train)])
+    assert sorted(epoch) == list(range(splits.n_train))
+
+
+def test_plain_text_data_and_bad_input(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("The cat sat on the mat. " * 400, encoding="utf-8")
+    tokens = data_mod.load_token_stream(text)
+    assert tokens.dtype == np.int64 and tokens.max() < 256 and tokens.size == len(text.read_bytes())
+    from aah_viz.errors import InputFormatError
+
+    with pytest.raises(InputFormatError, match="not a file"):
+        data_mod.load_token_stream(tmp_path / "missing.txt")
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(InputFormatError, match="UTF-8"):
+        data_mod.load_token_stream(tmp_path / "bin.txt")
+    (tmp_path / "short.txt").write_text("tiny", encoding="utf-8")
+    assert main(["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path / "short.txt"), "--steps", "2",
+                 "--no-progress"]) == 2
+    assert not (tmp_path / "r" / "manifest.json").exists()
+
+
+def test_train_writes_a_valid_run_with_checkpoints(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train_cli(out, "--steps", "12", "--checkpoint-interval", "5", "--keep-checkpoints", "5", "--json") == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["last_step"] == 11
+    assert validate_run(out) == []
+    run = load_run(out)
+    assert run.manifest["status"] == "finished"
+    assert run.manifest["train"]["lr_warmup_steps"] == 1
+    kinds = run.table("events")["kind"]
+    assert (kinds == "eval").sum() == 3  # steps 4, 9 and the last
+    assert (kinds == "checkpoint").sum() == 3  # steps 4, 9 and the last
+    assert [s for s, _ in ckpt.list_checkpoints(out)] == [4, 9, 11]
+    payload = torch.load(ckpt.checkpoint_path(out, 11), weights_only=True)
+    assert payload["step"] == 11 and set(payload["rng"]) >= {"torch"}
+    assert any(k.endswith("_extra_state") for k in payload["model"])  # routing state is model state
+    # the checkpoint reproduces the routing of the run's last step
+    model = AAHTransformer(AAHConfig.from_dict(payload["config"]))
+    model.load_state_dict(payload["model"])
+    heads = run.table("heads")
+    last = heads[heads["step"] == 11].sort_values(["layer", "head"])["window"].to_numpy().reshape(2, 12)
+    assert (model.current_windows().numpy() == last).all()
+    # an existing run is never overwritten by accident
+    assert train_cli(out, "--steps", "2") == 2
+    assert read_manifest(out)["status"] == "finished"
+
+
+def test_keep_checkpoints_zero_saves_none(tmp_path):
+    out = tmp_path / "nock"
+    assert train_cli(out, "--steps", "3", "--keep-checkpoints", "0") == 0
+    assert ckpt.list_checkpoints(out) == []
+    assert validate_run(out) == []
+
+
+def _rows(run_dir):
+    run = load_run(run_dir)
+    heads = run.table("heads").sort_values(["step", "layer", "head"]).reset_index(drop=True)
+    sc = run.table("scalars")
+    loss = sc[(sc["name"] == "loss")].sort_values("step")[["step", "value"]].reset_index(drop=True)
+    return run, heads, loss
+
+
+def test_sigkill_mid_run_leaves_a_valid_run_that_resumes_exactly(tmp_path):
+    steps = "16"
+    ref = tmp_path / "ref"
+    assert train_cli(ref, "--steps", steps, "--checkpoint-interval", "4") == 0
+
+    out = tmp_path / "killed"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "aah_viz", "train", "--out", str(out), *COMMON, "--steps", steps,
+                             "--checkpoint-interval", "4"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    killed_at = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = ckpt.latest_checkpoint(out)
+        if found is not None and found[0] >= 7:
+            try:
+                last = read_manifest(out).get("last_step")
+            except Exception:  # noqa: BLE001 - the manifest is being replaced; look again
+                last = None
+            if last is not None and last >= found[0] + 2:
+                os.kill(proc.pid, signal.SIGKILL)
+                killed_at = last
+                break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert killed_at is not None and proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert validate_run(out) == []  # the killed run is valid as it stands
+    killed = read_manifest(out)
+    assert killed["status"] == "running"
+    ck_step = ckpt.latest_checkpoint(out)[0]
+    assert killed["last_step"] > ck_step  # rows past the checkpoint exist and must be dropped
+
+    assert train_cli(out, "--steps", steps, "--resume") == 0
+    assert validate_run(out) == []
+    run, heads, loss = _rows(out)
+    _, ref_heads, ref_loss = _rows(ref)
+    assert run.manifest["status"] == "finished"
+    assert run.manifest["resumes"][-1]["keep_through_step"] == ck_step
+    # no duplicated or missing steps, and the same run as without the kill
+    assert not heads.duplicated(["step", "layer", "head"]).any()
+    assert list(loss["step"]) == list(range(16))
+    cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
+    assert heads[cols].equals(ref_heads[cols])
+    assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)
+    events = run.table("events")
+    assert (events["kind"] == "resume").sum() == 1
+    assert (events[events["kind"] == "warmup_end"]).shape[0] == 1
+
+
+def test_resume_without_a_run_is_a_clear_error(tmp_path, capsys):
+    assert train_cli(tmp_path / "none", "--steps", "2", "--resume") == 2
+    assert "no run" in capsys.readouterr().err
