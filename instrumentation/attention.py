@@ -324,6 +324,7 @@ class AAHAttention(nn.Module, _Hookable):
         self.timings: dict[str, float] = {}
         self._backends: dict[tuple, tuple] = {}
         self._event_idx_cache: Optional[tuple] = None
+        self._froze_now = False
         self._init_hooks()
 
     # ------------------------------------------------------------- public controls
@@ -349,11 +350,11 @@ class AAHAttention(nn.Module, _Hookable):
 
     def executed_windows(self, seq_len: Optional[int] = None) -> list[int]:
         """Windows (tokens) executed by the last forward; the warm-up choice before any forward."""
-        if self.state.executed_idx is not None:
-            return [self.windows[i] for i in self.state.executed_idx.tolist()]
         T = seq_len or self.last_seq_len or self.cfg.block_size
         if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
-            return [T] * self.n_head
+            return [T] * self.n_head  # the fast path always runs full causal attention
+        if self.state.executed_idx is not None:
+            return [self.windows[i] for i in self.state.executed_idx.tolist()]
         return [self.windows[full_window_index(self.windows, T)]] * self.n_head
 
     # ------------------------------------------------------------- checkpointed state
@@ -450,7 +451,9 @@ class AAHAttention(nn.Module, _Hookable):
             y, probs, stats = dense_attention_with_probs(q, k, v, wins, dropout_p=cfg.dropout, training=self.training,
                                                          need_stats=need_stats)
             return y, probs, stats, "dense_masked", None
-        fn, name, _reason = self._backend(q.device, self.training)
+        fn, name, reason = self._backend(q.device, self.training)
+        if reason is not None:
+            route.extra["fallback_reason"] = reason
         res = fn(q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats)
         stats = None
         if res.stats is not None:
@@ -554,6 +557,7 @@ class AAHAttention(nn.Module, _Hookable):
         hier, feats, change = self._adaptive_build(q, k, v)
         if mode == "freeze_learned_topology" and st.topology is None:
             st.topology = hier.topology()
+            self._froze_now = True
         return hier, "grouped_control_update", feats, change, ""
 
     def _decide(self, hier: Hierarchy, want_tree: bool, level0_origin: str, remember_scoring: bool):
@@ -618,10 +622,15 @@ class AAHAttention(nn.Module, _Hookable):
                    or step - st.last_control_step >= c.control_interval)
             if not due and st.cached_idx is not None:  # C1
                 path = "grouped_control_cached" if c.build_hierarchy else "ungrouped_control_cached"
-                return _Route(st.cached_idx, path, False, True, False, resolution_delta=0.0)
+                return _Route(st.cached_idx, path, False, True, False, resolution_delta=0.0,
+                              group_change_rate=0.0 if c.build_hierarchy else None,
+                              extra={"group_counts": st.cached_group_counts})
             extra: dict = {}
             if c.build_hierarchy:  # C2, C3
+                self._froze_now = False
                 hier, path, feats, change, origin = self._level0_source(q, k, v)
+                if c.hierarchy_ablation_mode == "freeze_learned_topology":
+                    extra["froze_topology"] = self._froze_now
                 idx, raw_head, tree, labels = self._decide(hier, want, origin, remember_scoring=True)
                 st.cached_labels = labels
                 st.cached_group_counts = hier.group_counts()
@@ -667,12 +676,16 @@ class AAHAttention(nn.Module, _Hookable):
             groups = groups_from_labels(st.cached_labels)
             stale = (st.pooled_cache is None or step is None or st.pooled_cache_step is None
                      or step - st.pooled_cache_step >= max(1, c.control_interval))
-            if stale:
-                st.pooled_cache = self._pooled(q, k, v, groups)
-                st.pooled_cache_step = step
+            if not stale:
+                # Same partition, same cached features, same (untrained) networks: the rebuild and
+                # the shadow decision would repeat the previous forward's exactly, so skip them.
+                route.extra["group_counts"] = st.cached_group_counts
+                return route
+            st.pooled_cache = self._pooled(q, k, v, groups)
+            st.pooled_cache_step = step
             hier = grow_upper_levels(groups, st.pooled_cache, **self._upper_kwargs())
             origin = "frozen"
-            route.updated = stale
+            route.updated = True
         else:
             hier, feats, change = self._adaptive_build(q, k, v)
             st.cached_labels = labels_from_groups(hier.levels[0].groups, H)
@@ -683,15 +696,32 @@ class AAHAttention(nn.Module, _Hookable):
         route.extra["stop_reason"] = hier.stop_reason
         route.head_features = feats
         route.group_change_rate = change
-        if c.apply_window_control or (want and route.updated):
+        if c.apply_window_control or want:
             # shadow decision: logged, never executed (computed in control-off only for subscribers)
-            shadow, raw_head, tree, _ = self._decide(hier, want and route.updated, origin, remember_scoring=False)
+            shadow, raw_head, tree, _ = self._decide(hier, want, origin, remember_scoring=False)
             route.extra["shadow_idx"] = shadow
             route.tree = tree
-            route.raw_head_idx = raw_head if route.updated else None
+            route.raw_head_idx = raw_head
         return route
 
     # ------------------------------------------------------------- the event
+    def _group_ratios(self, members: list[list[int]], executed: torch.Tensor, T: int) -> list[float]:
+        """Mean accounting window / T per level-0 group (method §11.4).
+
+        The reference indexes the per-head window vector by each head's *window index* instead of
+        its head index (§15.6); that is reproduced unless ``fix_group_ratios`` is set.
+        """
+        w = [min(T, max(self.cfg.w_min, self.windows[i])) for i in executed.tolist()]
+        idx = executed.tolist()
+        out = []
+        for heads in members:
+            if self.cfg.fix_group_ratios:
+                vals = [w[h] for h in heads]
+            else:
+                vals = [w[idx[h]] for h in heads if idx[h] < len(w)]
+            out.append(sum(vals) / (len(vals) * T) if vals else 0.0)
+        return out
+
     def _device_idx(self, executed: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
         key = (tuple(executed.tolist()), str(device))
         cached = self._event_idx_cache
@@ -708,6 +738,8 @@ class AAHAttention(nn.Module, _Hookable):
         extra["pre_execution_idx"] = route.idx
         extra["mutated"] = self._mutates()
         extra["controller_training"] = self.cfg.controller_training
+        if route.tree is not None and route.applied:
+            extra["group_ratios"] = self._group_ratios(route.tree[0].members, executed, T)
         return RoutingEvent(
             layer=self.layer_index, step=self.step, path_mode=route.path_mode, updated=route.updated,
             applied=route.applied, in_warmup=route.in_warmup, training=self.training, window_idx=idx_d,

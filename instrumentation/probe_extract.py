@@ -97,6 +97,11 @@ class HFAttentionSource:
     """
 
     def __init__(self, model, tokenizer=None, max_len: Optional[int] = None, device: str = "cpu"):
+        if hasattr(model, "set_attn_implementation"):  # fused kernels return no attention probabilities
+            try:
+                model.set_attn_implementation("eager")
+            except (ValueError, ImportError, AttributeError):
+                pass
         self.model = model.to(device).eval()
         self.device = device
         cfg = model.config

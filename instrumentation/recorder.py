@@ -20,6 +20,7 @@ included) and removes every subscription.
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import time
@@ -232,6 +233,7 @@ class RoutingRecorder:
         controller_init: Optional[list[torch.Tensor]] = None,
         manifest_extra: Optional[dict] = None,
         backend: Any = None,
+        background: bool = True,
     ):
         if detail not in DETAILS:
             raise ConfigError(f"recorder detail {detail!r} is not one of {', '.join(DETAILS)}")
@@ -258,6 +260,9 @@ class RoutingRecorder:
         self._overwrite = overwrite
         self._controller_init = controller_init
         self.writer = None
+        self.background = bool(background)
+        self._pool = None
+        self._futures: list = []
         self._handles: list[Any] = []
         self.attached = False
         self._reset_buffers()
@@ -276,6 +281,8 @@ class RoutingRecorder:
         self._step_work: list[dict[int, Any]] = []
         self._step_scalars: list[tuple[int, str, Any]] = []
         self._updates: list[dict[str, Any]] = []
+        self._events: list[tuple[int, Optional[int], str, dict]] = []
+        self._layer_scalars: list[tuple[int, int, str, Any]] = []
         self._needs_sync = False
 
     def attach(self) -> "RoutingRecorder":
@@ -294,6 +301,7 @@ class RoutingRecorder:
         self._groups = np.full((self.n_layer, max(self.max_depth, 0), self.n_head), -1, dtype=np.int16)
         self._controller_params = adapter.controller_parameters(self.model)
         self._device = adapter.device(self.model)
+        self._last_drift = None
         self._controller_ref = adapter.controller_reference(self.model, self._controller_params, self._controller_init)
         if not self.is_writer:  # only rank 0 writes; other ranks record nothing
             self.attached = True
@@ -305,10 +313,18 @@ class RoutingRecorder:
             self._restore_from_run()
         else:
             self.writer = RunWriter.create(self.run_dir, self._build_manifest(), overwrite=self._overwrite)
+        if self.background:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aah-recorder")
         try:
             self._handles = adapter.subscribe(self.model, self._on_event)
         except BaseException:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
             self.writer.close(STATUS_FAILED)
+            self.writer = None
             raise
         self.attached = True
         return self
@@ -326,11 +342,17 @@ class RoutingRecorder:
         self.attached = False
         if self.writer is None:
             return
-        writer, self.writer = self.writer, None
         try:
-            self._flush_into(writer)
+            self.flush(wait=True)
         finally:
-            writer.close(status or STATUS_FINISHED)
+            writer, self.writer = self.writer, None
+            try:
+                self._wait()  # never leave a worker writing behind a closed writer
+            finally:
+                if self._pool is not None:
+                    self._pool.shutdown(wait=True)
+                    self._pool = None
+                writer.close(status or STATUS_FINISHED)
 
     def __enter__(self) -> "RoutingRecorder":
         return self.attach()
@@ -338,7 +360,7 @@ class RoutingRecorder:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None and self.writer is not None:
             try:
-                self.writer.event(self._last_step_or_zero(), "error", error=exc_type.__name__, message=str(exc)[:500])
+                self._event(self._last_step_or_zero(), "error", error=exc_type.__name__, message=str(exc)[:500])
             except Exception:  # noqa: BLE001 - detaching must still happen
                 pass
         self.detach(STATUS_FAILED if exc_type is not None else STATUS_FINISHED)
@@ -411,11 +433,11 @@ class RoutingRecorder:
             self._warmup_seen = True
         elif self._warmup_seen and not self._warmup_end_done and ev.step is not None:
             self._warmup_end_done = True
-            self.writer.event(int(ev.step), "warmup_end")
+            self._event(int(ev.step), "warmup_end")
         fallback = ev.extra.get("fallback_reason") if ev.extra else None
         if fallback and not self._fallback_done:
             self._fallback_done = True
-            self.writer.event(int(ev.step or 0), "fallback", layer=layer, backend=ev.backend, reason=str(fallback))
+            self._event(int(ev.step or 0), "fallback", layer=layer, backend=ev.backend, reason=str(fallback))
         if ev.updated:
             self._on_update(ev, layer)
 
@@ -433,14 +455,14 @@ class RoutingRecorder:
                         groups[layer, tl.level, members] = gid
             self._groups = groups
         counts = [len(tl.groups) for tl in tree]
-        self.writer.event(
+        self._event(
             step, "routing_update", layer=layer, path_mode=ev.path_mode, applied=bool(ev.applied),
             shadow=not ev.applied, in_warmup=bool(ev.in_warmup), group_counts=counts, n_levels=len(counts),
             group_change_rate=ev.group_change_rate, resolution_delta=ev.resolution_delta, backend=ev.backend,
         )
         if tree and ev.applied and layer not in self._frozen_layers and adapter.freezes_topology(self.cfg, ev):
             self._frozen_layers.add(layer)
-            self.writer.event(step, "freeze", layer=layer, path_mode=ev.path_mode,
+            self._event(step, "freeze", layer=layer, path_mode=ev.path_mode,
                               topology=[tl.groups for tl in tree], members=[tl.members for tl in tree])
         if self.detail == "minimal" or not tree:
             return
@@ -499,14 +521,22 @@ class RoutingRecorder:
             self.flush()
 
     def _controller_health(self) -> tuple[Any, Any]:
+        """(gradient norm, weight drift) of the routing networks, as device tensors (no sync).
+
+        Without any gradient the optimiser leaves the weights alone (AdamW skips parameters
+        without a gradient, weight decay included), so the drift is the last value computed.
+        """
         params = self._controller_params
         if not params:
             return 0.0, 0.0
         grads = [p.grad for p in params if p.grad is not None]
+        if not grads and self._last_drift is not None:
+            return 0.0, self._last_drift
         grad_norm = _stage(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
         with torch.no_grad():
             diffs = torch._foreach_sub([p.detach() for p in params], self._controller_ref)
             drift = _stage(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(diffs))))
+        self._last_drift = drift
         return grad_norm, drift
 
     def eval(self, step: int, *, val_loss: float, n_batches: Optional[int] = None, **scalars: Any) -> None:
@@ -520,7 +550,7 @@ class RoutingRecorder:
         extra = {k: _float_or_none(v) for k, v in scalars.items()}
         for name, value in extra.items():
             self._step_scalars.append((int(step), name, value))
-        self.writer.event(int(step), "eval", val_loss=val_loss, val_ppl=ppl, n_batches=n_batches, **extra)
+        self._event(int(step), "eval", val_loss=val_loss, val_ppl=ppl, n_batches=n_batches, **extra)
 
     def scalars(self, step: int, layer: Optional[int] = None, **named: Any) -> None:
         """Extra named scalars of an already recorded ``step`` (model-wide unless ``layer``)."""
@@ -530,20 +560,34 @@ class RoutingRecorder:
             for name, value in named.items():
                 self._step_scalars.append((int(step), name, _stage(value) if isinstance(value, torch.Tensor) else value))
             return
-        self.writer.append("scalars", {"step": [int(step)] * len(named), "layer": [int(layer)] * len(named),
-                                       "name": list(named), "value": [_float_or_none(v) for v in named.values()]})
+        for name, value in named.items():
+            self._layer_scalars.append((int(step), int(layer), name,
+                                        _stage(value) if isinstance(value, torch.Tensor) else value))
 
     def event(self, step: int, kind: str, layer: Optional[int] = None, **detail: Any) -> None:
         """A free-form event row (checkpoint, fallback, ...)."""
         if self.attached and self.is_writer:
-            self.writer.event(int(step), kind, layer=layer, **detail)
+            self._event(int(step), kind, layer=layer, **detail)
 
     def checkpoint(self, step: int, path: str | Path) -> None:
         """Record a checkpoint and flush, so the run holds every row up to ``step`` before it is saved."""
         if self.attached and self.is_writer:
-            self.writer.event(int(step), "checkpoint", path=str(Path(path).relative_to(self.run_dir))
-                              if Path(path).is_relative_to(self.run_dir) else str(path))
-            self.flush()
+            self._event(int(step), "checkpoint", path=str(Path(path).relative_to(self.run_dir))
+                        if Path(path).is_relative_to(self.run_dir) else str(path))
+            self.flush(wait=True)
+
+    def _event(self, step: int, kind: str, layer: Optional[int] = None, **detail: Any) -> None:
+        self._events.append((int(step), None if layer is None else int(layer), kind, detail))
+
+    def _write_events(self, writer, events) -> None:
+        from aah_viz.runlog.manifest import to_jsonable
+
+        writer.append("events", {
+            "step": np.asarray([e[0] for e in events], dtype=np.int64),
+            "layer": pa.array([e[1] for e in events], type=pa.int16()),
+            "kind": [e[2] for e in events],
+            "detail": [json.dumps(to_jsonable(e[3]), sort_keys=True) for e in events],
+        })
 
     def _last_step_or_zero(self) -> int:
         if self._steps:
@@ -553,29 +597,79 @@ class RoutingRecorder:
         return 0
 
     # ------------------------------------------------------------------ flush: numpy row building
-    def flush(self) -> None:
-        """Write what is buffered as one atomic segment per table."""
-        if self.writer is not None:
-            self._flush_into(self.writer)
+    def flush(self, wait: bool = False) -> None:
+        """Write what is buffered as one atomic segment per table.
 
-    def _flush_into(self, writer) -> None:
+        With ``background=True`` (the default) the rows are built and written by one worker
+        thread, in order, while training goes on; ``wait=True`` returns only once everything
+        flushed so far is on disk (``checkpoint`` and ``detach`` wait).
+        """
+        if self.writer is None:
+            return
+        self._raise_failed()
+        payload = self._snapshot()
+        if self._pool is None:
+            self._write_payload(self.writer, payload)
+            return
+        self._futures.append(self._pool.submit(self._write_payload, self.writer, payload))
+        if wait:
+            self._wait()
+
+    def _raise_failed(self) -> None:
+        """Re-raise, in the training thread, an error a background flush met."""
+        done = [f for f in self._futures if f.done()]
+        self._futures = [f for f in self._futures if not f.done()]
+        for f in done:
+            f.result()
+
+    def _wait(self) -> None:
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.result()
+
+    def update_manifest(self, **fields: Any) -> None:
+        """Set manifest fields (after everything buffered so far is written)."""
+        if self.writer is not None:
+            self.flush(wait=True)
+            self.writer.update_manifest(**fields)
+
+    def _snapshot(self) -> dict:
+        """Hand the buffers over (training thread) and start new ones; nothing is converted here."""
         self._since_flush = 0
+        ready = None
         if self._needs_sync and torch.cuda.is_available():
-            torch.cuda.synchronize()  # once per flush: non-blocking host copies are complete after this
-        steps, idx_list, win_list = self._steps, self._step_idx, self._step_win
-        groups_list, raw_list, work_list, T_list = self._step_groups, self._step_raw, self._step_work, self._step_T
-        scalars, updates = self._step_scalars, self._updates
+            ready = torch.cuda.Event()
+            ready.record()  # the worker waits for this, so the copies are complete; no sync here
+        payload = {
+            "steps": self._steps, "idx": self._step_idx, "win": self._step_win, "groups": self._step_groups,
+            "raw": self._step_raw, "work": self._step_work, "T": self._step_T, "scalars": self._step_scalars,
+            "layer_scalars": self._layer_scalars, "updates": self._updates, "events": self._events, "ready": ready,
+        }
         self._steps, self._step_idx, self._step_win, self._step_groups = [], [], [], []
         self._step_raw, self._step_work, self._step_T, self._step_scalars, self._updates = [], [], [], [], []
+        self._events, self._layer_scalars = [], []
         self._needs_sync = False
-        if steps:
-            self._write_steps(writer, np.asarray(steps, dtype=np.int64), torch.stack(idx_list).numpy(),
-                              torch.stack(win_list).numpy(), np.asarray(T_list, dtype=np.int64),
-                              groups_list, raw_list, work_list, scalars)
-        elif scalars:
-            self._write_scalars(writer, scalars, [])
-        if updates and self.detail != "minimal":
-            self._write_tree(writer, updates)
+        return payload
+
+    def _write_payload(self, writer, p: dict) -> None:
+        if p["ready"] is not None:
+            p["ready"].synchronize()
+        if p["steps"]:
+            self._write_steps(writer, np.asarray(p["steps"], dtype=np.int64), torch.stack(p["idx"]).numpy(),
+                              torch.stack(p["win"]).numpy(), np.asarray(p["T"], dtype=np.int64),
+                              p["groups"], p["raw"], p["work"], p["scalars"])
+        elif p["scalars"]:
+            self._write_scalars(writer, p["scalars"], [])
+        if p["layer_scalars"]:
+            rows = p["layer_scalars"]
+            writer.append("scalars", {"step": np.asarray([r[0] for r in rows], dtype=np.int64),
+                                      "layer": np.asarray([r[1] for r in rows], dtype=np.int16),
+                                      "name": [r[2] for r in rows],
+                                      "value": pa.array([_float_or_none(_host(r[3])) for r in rows], type=pa.float64())})
+        if p["updates"] and self.detail != "minimal":
+            self._write_tree(writer, p["updates"])
+        if p["events"]:
+            self._write_events(writer, p["events"])
         writer.flush()
 
     def _write_steps(self, writer, steps, idx, win, T, groups_list, raw_list, work_list, scalars) -> None:

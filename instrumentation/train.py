@@ -385,8 +385,8 @@ def train(tc: TrainConfig) -> TrainResult:
                             bar.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
             finally:
                 bar.close()
-            if dist.active and rec.writer is not None:
-                rec.writer.update_manifest(distributed={
+            if dist.active:
+                rec.update_manifest(distributed={
                     "world_size": dist.world_size, "routing_sync": sync_mode,
                     "ranks_consistent": not divergent_steps, "divergent_steps": divergent_steps[:100]})
         return TrainResult(out, first_step, tc.steps - 1, last_loss, last_val, time.perf_counter() - t0)

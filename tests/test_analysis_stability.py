@@ -119,3 +119,35 @@ def test_stability_of_a_synthetic_run_matches_a_direct_computation(tmp_path):
     want = [adjusted_rand_score(a, b) for a, b in zip(parts, parts[1:])]
     got = u[u["layer"] == 2].sort_values("step")["ari"].to_numpy()[1:]
     np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_compare_rows_matches_the_contingency_ari_and_co_membership():
+    rng = np.random.default_rng(7)
+    a = rng.integers(-1, 4, size=(5000, 10))  # -1 stands for a missing level (one label of its own)
+    b = a.copy()
+    flip = rng.random(a.shape) < 0.1
+    b[flip] = rng.integers(-1, 4, size=flip.sum())
+    ari, changed = partitions.compare_rows(a, b)
+    np.testing.assert_allclose(ari, partitions.ari_rows(a, b), atol=1e-12)
+    co_a, co_b = partitions.co_membership(a), partitions.co_membership(b)
+    np.testing.assert_array_equal(changed, (co_a != co_b).any(axis=2))
+    # the chunked co-membership path (wide layers) agrees with the bitmask path
+    wide_a, wide_b = np.tile(a[:300], 6), np.tile(b[:300], 6)  # 60 heads
+    ari_w, changed_w = partitions.compare_rows(wide_a, wide_b)
+    np.testing.assert_allclose(ari_w, partitions.ari_rows(wide_a, wide_b), atol=1e-12)
+    np.testing.assert_array_equal(changed_w, (partitions.co_membership(wide_a) != partitions.co_membership(wide_b)).any(axis=2))
+    idx = rng.choice(len(a), 50, replace=False)
+    np.testing.assert_allclose(ari[idx], [adjusted_rand_score(a[i], b[i]) for i in idx], atol=1e-12)
+
+
+def test_incomplete_rows_give_the_same_answer_as_complete_ones():
+    heads = _heads().sort_values(["step", "layer", "head"])
+    fast = stability.update_frame(heads, n_head=4)
+    shuffled = stability.update_frame(heads.sample(frac=1.0, random_state=0), n_head=4)
+    pd.testing.assert_frame_equal(fast, shuffled)
+    cut = heads.iloc[:-1]  # the newest rows (step 25) lost one head row
+    partial = stability.update_frame(cut, n_head=4)
+    assert len(partial) == len(fast)
+    keep = ~((fast["layer"] == 0) & (fast["step"] == 25))
+    pd.testing.assert_frame_equal(partial[keep], fast[keep])
+    assert partial.loc[~keep, "window_switch_share"].item() == 0.5  # head 3 missing counts as changed

@@ -34,6 +34,16 @@ def test_batched_scores_equal_scikit_learn():
             assert got["v_measure"][i] == pytest.approx(v_measure_score(a[i], b), abs=1e-9)
 
 
+def test_rankdata_equals_scipy():
+    from scipy.stats import rankdata as scipy_rankdata
+
+    from aah_viz.probes.compare import rankdata
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, size=(6, 11)).astype(float)
+    assert np.allclose(rankdata(x, axis=-1), scipy_rankdata(x, axis=-1))
+
+
 def test_identical_partitions_beat_the_permutation_null():
     aah = np.array([[0, 0, 0, 1, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1, 0, 1]])
     result = agreement_with_null(aah, aah.copy(), permutations=300, seed=1)

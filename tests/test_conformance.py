@@ -110,7 +110,6 @@ def test_cli_malformed_file_exits_2_with_one_line(tmp_path):
     assert proc.stdout == ""
 
 
-def test_cli_missing_file_exits_2(tmp_path):
-    proc = _cli(str(tmp_path / "absent.json"))
-    assert proc.returncode == 2
-    assert "cannot read" in proc.stderr
+def test_missing_file_raises_input_format_error(tmp_path):
+    with pytest.raises(InputFormatError, match="cannot read"):
+        load_cases(tmp_path / "absent.json")

@@ -172,3 +172,16 @@ def test_bad_arguments_are_refused():
         generate_corpus(-1)
     with pytest.raises(ValueError):
         generate_corpus(1, min_chars=500, max_chars=100)
+
+
+def test_bundled_probe_set_is_what_the_generator_writes(tmp_path):
+    from importlib import resources
+
+    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF, write_probe_set
+
+    fresh = write_probe_set(tmp_path)
+    data = resources.files("aah_viz") / "data"
+    for name, path in zip((PROBE_SET_CONLLU, PROBE_SET_COREF), fresh):
+        assert (data / name).read_text(encoding="utf-8") == path.read_text(encoding="utf-8"), (
+            f"aah_viz/data/{name} is stale: regenerate it with python -m aah_viz.corpus --out aah_viz/data"
+        )

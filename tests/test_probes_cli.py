@@ -145,3 +145,16 @@ def test_hf_source_offsets_and_attention_shape(tmp_path):
     assert att.shape == (2, 2, 4, len(ids), len(ids))
     assert np.allclose(att[0].sum(-1), 1.0, atol=1e-5)
     assert np.allclose(att[1, :, :, :3, :3], att[0, :, :, :3, :3], atol=1e-5)  # padding does not leak (causal)
+
+
+def test_hf_source_without_a_fast_tokenizer_uses_bytes():
+    transformers = pytest.importorskip("transformers")
+    from instrumentation.probe_extract import HFAttentionSource
+
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=260))
+    source = HFAttentionSource(model, tokenizer=None)
+    ids, offsets = source.encode("né")
+    assert ids == list("né".encode("utf-8")) and offsets == [(0, 1), (1, 2), (1, 2)]
+    assert source.max_len == 32 and source.windows.shape == (1, 2)
+    assert source.attend([ids]).shape == (1, 1, 2, 3, 3)

@@ -294,3 +294,14 @@ def test_real_reference_folder(tmp_path):
         assert len(heads) == 36 * 32
     got = _cells(render(build_table("training", collect_runs(written[:5]), layout="paper"), "csv"))
     assert got == _cells((SHARED / "aah_v3_4096_table1_training.csv").read_text())
+
+
+def test_names_from_files_never_leave_the_output_folder(tmp_path):
+    folder = tmp_path / "paper"
+    folder.mkdir()
+    (folder / "heat.csv").write_text(_heatmap("../../escape"), encoding="utf-8")
+    out = tmp_path / "deep" / "runs"
+    written = import_reference(folder, out)
+    assert [p.parent for p in written] == [out]
+    assert written[0].name == "qwen3-4b-escape"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "paper"]

@@ -83,6 +83,7 @@ def test_shallow_freeze_topology_never_changes_after_the_freeze():
         assert ev[s].path_mode == "grouped_control_frozen_learned_topology_update"
         assert [[list(g) for g in lvl.groups] for lvl in ev[s].tree] == frozen
     assert model.aah_layers()[0].state.topology == frozen
+    assert ev[3].extra["froze_topology"] is True and ev[8].extra["froze_topology"] is False
     assert all(ev[s].tree[0].joint_paired == [True] * len(frozen[0]) for s in UPDATES if len(frozen[0]) == 2)
 
 

@@ -462,3 +462,25 @@ def test_append_accepts_dataframes_numpy_matrices_and_keeps_nan_in_floats(tmp_pa
     assert [list(v) for v in tree["members"]] == [[0, 1], [2, 3]]
     assert np.allclose(tree["logits"].iloc[1], [0.3, 0.2, 0.1]) and tree["parent"].isna().all()
     assert len(run.table("scalars", filters=[[("name", "==", "a")], [("name", "==", "b")]])) == 2
+
+
+def test_segment_with_conflicting_types_is_skipped_by_name(run_dir):
+    pq.write_table(pa.table({"step": pa.array(["seven"]), "layer": pa.array([0], pa.int16())}),
+                   run_dir / "heads" / "part-9-000001.parquet")
+    run = load_run(run_dir)
+    assert len(run.table("heads")) == 3 * L * H
+    assert any("part-9-000001.parquet" in w and "conflict" in w for w in run.warnings)
+    assert any("part-9-000001.parquet: column 'step' has type string" in p for p in validate_run(run_dir))
+
+
+def test_failed_flush_keeps_rows_buffered(tmp_path):
+    path = tmp_path / "full"
+    w = RunWriter.create(path, manifest())
+    w.append("heads", heads_rows(0))
+    (path / "heads").write_text("a file where the table folder should be")
+    with pytest.raises(RunLogError, match="rows stay buffered"):
+        w.flush()
+    assert w.buffered_rows("heads") == L * H
+    (path / "heads").unlink()
+    w.close()
+    assert len(load_run(path).table("heads")) == L * H

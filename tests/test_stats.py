@@ -138,3 +138,17 @@ def test_factorial_reports_uncovered_factors_and_confounding():
     eff = stats.factorial_effects(pd.DataFrame(rows)).set_index("factor")
     assert eff.loc["window_control", "covered"]
     assert eff.loc["window_control", "note"] == "n = 1, no variance estimate"
+
+
+def test_paired_sign_flip_matches_scipy():
+    x = np.array([6.561, 6.552, 6.570, 6.549, 6.566, 6.558])
+    y = x - np.array([0.011, 0.004, 0.020, -0.003, 0.015, 0.009])
+    ours = stats.paired_permutation_test(x - y)
+    ref = sps.permutation_test((x, y), lambda a, b, axis=-1: np.mean(a - b, axis=axis), permutation_type="samples",
+                               n_resamples=np.inf, vectorized=True)
+    assert ours.method == "paired sign-flip (exact)"
+    assert ours.statistic == pytest.approx(ref.statistic)
+    assert ours.p_value == pytest.approx(ref.pvalue, abs=1e-12)
+    finals = pd.DataFrame({"regime": ["base"] * 6 + ["new"] * 6, "seed": list(range(6)) * 2, "val_loss": list(y) + list(x)})
+    row = stats.compare_to_baseline(finals, "base").iloc[0]
+    assert row["n_paired"] == 6 and row["paired_perm_p"] == pytest.approx(ref.pvalue, abs=1e-12)

@@ -72,12 +72,13 @@ def heads_at_updates(run, layers=None) -> pd.DataFrame:
     ups = update_steps(run)
     if layers is not None:
         ups = ups[ups["layer"].isin(list(layers))]
+    columns = ["step", "layer", "head", "window_idx"] + [group_column(i) for i in range(run.max_depth)]
     if ups.empty:
-        return pd.DataFrame(columns=head_columns(run))
+        return pd.DataFrame(columns=columns)
     filt = pc.field("step").isin(np.unique(ups["step"].to_numpy()).tolist())
     if layers is not None:
         filt = filt & pc.field("layer").isin([int(x) for x in layers])
-    heads = run.table("heads", columns=head_columns(run), filters=filt)
+    heads = run.table("heads", columns=columns, filters=filt)
     if heads.empty:
         return heads
     heads = heads.astype({"step": "int64", "layer": "int64"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from aah_viz.analysis.partitions import ari_rows
+from aah_viz.analysis.partitions import compare_rows
 
 UPDATE_COLUMNS = [
     "layer",
@@ -36,37 +36,53 @@ class Matrices:
     """Head rows reshaped to one row per (layer, update): window indices and group labels per level."""
 
     def __init__(self, heads: pd.DataFrame, n_head: int):
+        self.n_head = n_head
+        gcols = group_columns(heads)
         layer = heads["layer"].to_numpy().astype(np.int64)
         step = heads["step"].to_numpy().astype(np.int64)
         head = heads["head"].to_numpy().astype(np.int64)
-        order = np.lexsort((head, step, layer))
-        layer, step, head = layer[order], step[order], head[order]
-        new_key = np.ones(len(order), dtype=bool)
-        new_key[1:] = (layer[1:] != layer[:-1]) | (step[1:] != step[:-1])
-        row = np.cumsum(new_key) - 1
-        m = int(row[-1]) + 1 if len(row) else 0
-        self.layer = layer[new_key]
-        self.step = step[new_key]
-        self.n_head = n_head
-        ok = (head >= 0) & (head < n_head)
-
-        def mat(values: np.ndarray, fill: int) -> np.ndarray:
-            # missing heads (a run cut mid-flush) keep the fill label
-            out = np.full((m, n_head), fill, dtype=np.int64)
-            out[row[ok], head[ok]] = values[order][ok]
-            return out
 
         def col(name: str, fill: int) -> np.ndarray:
-            return heads[name].fillna(fill).to_numpy().astype(np.int64)
+            return np.nan_to_num(heads[name].to_numpy(dtype=np.float64), nan=fill).astype(np.int16)
 
-        self.windows = mat(col("window_idx", -2), -2)
-        self.groups = [mat(col(c, -1), -1) for c in group_columns(heads)]
+        n = len(heads)
+        blocks = n // n_head if n_head else 0
+        complete = n_head > 0 and n == blocks * n_head and blocks > 0
+        if complete:  # the usual case: rows come in full (step, layer) blocks of heads 0..H-1
+            hb, lb, sb = head.reshape(blocks, n_head), layer.reshape(blocks, n_head), step.reshape(blocks, n_head)
+            complete = bool((hb == np.arange(n_head)).all() and (lb == lb[:, :1]).all() and (sb == sb[:, :1]).all())
+        if complete:
+            order = np.lexsort((sb[:, 0], lb[:, 0]))
+            self.layer, self.step = lb[order, 0], sb[order, 0]
+            self.windows = col("window_idx", -2).reshape(blocks, n_head)[order]
+            self.groups = [col(c, -1).reshape(blocks, n_head)[order] for c in gcols]
+        else:  # rows missing or out of order (a run cut mid-flush): scatter into place
+            order = np.lexsort((head, step, layer))
+            layer_s, step_s, head_s = layer[order], step[order], head[order]
+            new_key = np.ones(n, dtype=bool)
+            new_key[1:] = (layer_s[1:] != layer_s[:-1]) | (step_s[1:] != step_s[:-1])
+            row = np.cumsum(new_key) - 1
+            m = int(row[-1]) + 1 if n else 0
+            self.layer, self.step = layer_s[new_key], step_s[new_key]
+            ok = (head_s >= 0) & (head_s < n_head)
+
+            def mat(values: np.ndarray, fill: int) -> np.ndarray:
+                out = np.full((m, n_head), fill, dtype=np.int16)
+                out[row[ok], head_s[ok]] = values[order][ok]
+                return out
+
+            self.windows = mat(col("window_idx", -2), -2)
+            self.groups = [mat(col(c, -1), -1) for c in gcols]
         # a level exists for a (layer, update) when any head has a group id there
         self.present = [(g >= 0).any(axis=1) for g in self.groups]
-        self.co = [g[:, :, None] == g[:, None, :] for g in self.groups]
 
     def __len__(self) -> int:
         return len(self.layer)
+
+    def consecutive(self) -> tuple[np.ndarray, np.ndarray]:
+        """Row indices (prev, cur) of consecutive updates of the same layer."""
+        cur = np.flatnonzero(self.layer[1:] == self.layer[:-1]) + 1
+        return cur - 1, cur
 
 
 def update_frame(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = None) -> pd.DataFrame:
@@ -99,11 +115,13 @@ def update_frame(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = Non
     if len(cur):
         wshare[cur] = (mats.windows[prev] != mats.windows[cur]).mean(axis=1)
         if mats.groups:
-            ari[cur] = ari_rows(mats.groups[0][prev], mats.groups[0][cur])
-            gshare[cur] = np.any(mats.co[0][prev] != mats.co[0][cur], axis=2).mean(axis=1)
             changed = n_levels[cur] != n_levels[prev]
-            for co in mats.co:
-                changed |= np.any(co[prev] != co[cur], axis=(1, 2))
+            for level, g in enumerate(mats.groups):
+                level_ari, moved = compare_rows(g[prev], g[cur])
+                if level == 0:
+                    ari[cur] = level_ari
+                    gshare[cur] = moved.mean(axis=1)
+                changed |= moved.any(axis=1)
             topo[cur] = changed
     out["ari"] = ari
     out["group_switch_share"] = gshare
@@ -161,8 +179,8 @@ def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" 
         switches = (w[1:] != w[:-1]).sum(axis=0) if n_up > 1 else np.zeros(n_head, dtype=int)
         flips = ((w[2:] == w[:-2]) & (w[1:-1] != w[2:])).sum(axis=0) if n_up > 2 else np.zeros(n_head, dtype=int)
         if mats.groups and n_up > 1:
-            co = mats.co[0][idx]
-            gsw = np.any(co[1:] != co[:-1], axis=2).sum(axis=0)
+            g = mats.groups[0][idx]
+            gsw = compare_rows(g[:-1], g[1:])[1].sum(axis=0)
         else:
             gsw = np.zeros(n_head, dtype=int)
         span = float(steps[-1] - steps[0]) if n_up else 0.0

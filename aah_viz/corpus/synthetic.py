@@ -83,27 +83,28 @@ def _pick(rng: random.Random, seq):
 
 
 class _Builder:
-    """Words of one sentence with heads as 0-based sentence indices (-1 = root), patched as built."""
+    """Words of one sentence as [form, upos, head, rel]; heads are 0-based sentence indices
+    (-1 = root), patched as the sentence is built."""
 
-    __slots__ = ("forms", "upos", "heads", "rels", "mentions")
+    __slots__ = ("words", "mentions")
 
     def __init__(self):
-        self.forms: list[str] = []
-        self.upos: list[str] = []
-        self.heads: list[int] = []
-        self.rels: list[str] = []
+        self.words: list[list] = []
         self.mentions: list[tuple[int, int, int, int]] = []  # (entity, first word, last word, head word)
 
+    @property
+    def forms(self) -> list[str]:
+        return [w[0] for w in self.words]
+
     def add(self, form: str, upos: str, head: int = -2, rel: str = "_") -> int:
-        self.forms.append(form)
-        self.upos.append(upos)
-        self.heads.append(head)
-        self.rels.append(rel)
-        return len(self.forms) - 1
+        words = self.words
+        words.append([form, upos, head, rel])
+        return len(words) - 1
 
     def attach(self, word: int, head: int, rel: str) -> None:
-        self.heads[word] = head
-        self.rels[word] = rel
+        item = self.words[word]
+        item[2] = head
+        item[3] = rel
 
 
 class _Entity:
@@ -175,7 +176,7 @@ class _DocGenerator:
     def entity_ref(self, b: _Builder, ent: _Entity, role: str) -> int:
         """A mention of ``ent`` in ``role`` (subj, obj); returns the head word."""
         rng = self.rng
-        first = len(b.forms)
+        first = len(b.words)
         if ent.mentioned and rng.random() < 0.5:
             form = PRONOUNS[ent.cls][0 if role == "subj" else 1]
             head = b.add(form, "PRON")
@@ -189,7 +190,7 @@ class _DocGenerator:
             if adj >= 0:
                 b.attach(adj, head, "amod")
         ent.mentioned = True
-        b.mentions.append((ent.index, first, len(b.forms) - 1, head))
+        b.mentions.append((ent.index, first, len(b.words) - 1, head))
         return head
 
     def possessed_np(self, b: _Builder, ent: _Entity) -> int:
@@ -329,7 +330,8 @@ def generate_document(
     n_words = 0
     while True:
         b = gen.sentence()
-        forms, upos = b.forms, b.upos
+        items = b.words
+        forms = [w[0] for w in items]
         for i, form in enumerate(forms):
             if form == "a" and forms[i + 1][0] in _VOWELS:
                 forms[i] = "an"
@@ -346,11 +348,11 @@ def generate_document(
         else:
             words = []
             start = sent_start
-            heads, rels = b.heads, b.rels
             last = len(forms) - 1
             for i, form in enumerate(forms):
                 end = start + len(form)
-                words.append(Word(form, start, end, heads[i] + 1, rels[i], upos[i]))
+                item = items[i]
+                words.append(Word(form, start, end, item[2] + 1, item[3], item[1]))
                 start = end + (1 if i + 1 < last else 0)
             sentences.append(Sentence(f"{doc_id}-s{len(sentences) + 1}", sent_start, pos, tuple(words)))
             for ent_index, lo, hi, head in b.mentions:
@@ -361,7 +363,7 @@ def generate_document(
                         words[hi].end,
                         tuple(range(n_words + lo, n_words + hi + 1)),
                         n_words + head,
-                        "pronoun" if upos[head] == "PRON" else ent.kind,
+                        "pronoun" if items[head][1] == "PRON" else ent.kind,
                         ent.gender,
                         ent.number,
                     )

@@ -25,7 +25,8 @@ def guarded(fn):
 
 
 def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+    # theme=None: the figure keeps its own template, so the page looks like the exported figure
+    st.plotly_chart(fig, key=key, width="stretch", theme=None, config={"displaylogo": False})
 
 
 def layer_picker(n_layer: int, key: str, where=None, label: str = "Layer") -> int:

@@ -210,10 +210,6 @@ def inference_record(run, windows) -> dict:
             rec["n_batches"] = _num(d.get("n_batches"))
             for key in INFERENCE_KEYS:
                 rec[key] = _num(d.get(key))
-            if kind == "eval" and math.isnan(rec["val_loss"]):  # older eval events keep only the scalar
-                sc = run.scalar("val_loss")
-                at = sc.loc[sc["step"] == row["step"], "value"]
-                rec["val_loss"] = float(at.iloc[-1]) if len(at) else math.nan
             if math.isnan(rec["val_ppl"]) and not math.isnan(rec["val_loss"]):
                 rec["val_ppl"] = math.exp(rec["val_loss"])
             if math.isnan(rec["acr"]) and run.regime == "full_attention":
@@ -224,8 +220,37 @@ def inference_record(run, windows) -> dict:
             res = d.get("resolution_per_head_mean")
             if isinstance(res, list):
                 rec["resolution_per_head_mean"] = "[" + ",".join(repr(float(x)) for x in res) + "]"
+            if kind == "eval":
+                _fill_from_training_state(run, rec, int(row["step"]), windows)
             break
     return rec
+
+
+def _fill_from_training_state(run, rec: dict, step: int, windows) -> None:
+    """An ``eval`` event holds the losses only. Evaluation leaves routing as it is, so ACR, coverage
+    and window fractions at evaluation are those recorded at the last step up to ``step``."""
+    if math.isnan(rec["val_loss"]):  # events that keep the loss only as a scalar
+        sc = run.scalar("val_loss")
+        at = sc.loc[sc["step"] == step, "value"]
+        rec["val_loss"] = float(at.iloc[-1]) if len(at) else math.nan
+        if not math.isnan(rec["val_loss"]) and math.isnan(rec["val_ppl"]):
+            rec["val_ppl"] = math.exp(rec["val_loss"])
+    sc = _model_scalars(run, ["acr", "acr_causal"])
+    sc = sc[sc["step"] <= step]
+    for key in ("acr", "acr_causal"):
+        if math.isnan(rec[key]):
+            rec[key] = _last(sc, key)
+    steps = queries.branch_steps(run)
+    steps = steps[steps <= step]
+    if len(steps) and run.regime != "full_attention":
+        branch = queries.branch_at(run, int(steps[-1]))
+        n_layers = branch["layer"].nunique()
+        sums = branch.groupby("window")["fraction"].sum()
+        for w in windows:
+            if math.isnan(rec[f"window_frac_{w}"]):
+                rec[f"window_frac_{w}"] = float(sums.get(w, 0.0)) / n_layers
+    if math.isnan(rec["flops_ratio_est"]):
+        rec["flops_ratio_est"] = _flops_ratio(run, math.nan, rec["acr"])
 
 
 def _num(value: Any) -> float:

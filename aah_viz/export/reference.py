@@ -175,12 +175,17 @@ def regime_of(method: str, variant: str | None = None) -> str:
     if variant:
         m = re.match(r"^main_\d+_(.+)$", variant.strip())
         if m:
-            name = m.group(1)
+            name = _slug(m.group(1))
             return "full_attention" if name == "pure_baseline" else name
     key = method.strip().lower()
     if key in METHOD_REGIME:
         return METHOD_REGIME[key]
-    return re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "unknown"
+    return _slug(key)
+
+
+def _slug(text: str) -> str:
+    """A regime name safe as part of a folder name: lower-case letters, digits and underscores."""
+    return re.sub(r"[^a-z0-9]+", "_", str(text).strip().lower()).strip("_") or "unknown"
 
 
 def _method(methods: dict, name: str, regime: str) -> _Method:
@@ -400,7 +405,7 @@ def _qwen_run(path_csv: Path, rows: list[dict], out_dir: Path, overwrite: bool, 
     regimes = {r["regime"].strip() for r in rows}
     if len(regimes) != 1:
         raise InputFormatError(f"{path_csv}: one regime per heatmap file expected, found {sorted(regimes)}")
-    regime = regimes.pop()
+    regime = _slug(regimes.pop())
     layer = np.array([_int(path_csv, r, "layer_id") for r in rows])
     head = np.array([_int(path_csv, r, "head_id") for r in rows])
     idx = np.array([_int(path_csv, r, "final_window_idx") for r in rows])
@@ -496,7 +501,7 @@ def import_reference(
         rid = f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (f"-seed{entry.seed}" if entry.seed is not None else "")
         targets.append(rid)
     for path_csv, rows in heatmaps:
-        regime = rows[0]["regime"].strip() if rows else "empty"
+        regime = _slug(rows[0]["regime"]) if rows else "empty"
         targets.append(f"qwen3-4b-{regime.replace('_', '-')}")
     dupes = sorted({t for t in targets if targets.count(t) > 1})
     if dupes:

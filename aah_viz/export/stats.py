@@ -175,6 +175,33 @@ def permutation_test(
     return TestResult(float(observed), min(1.0, p), math.nan, na, nb, method)
 
 
+def paired_permutation_test(
+    differences: Sequence[float], *, n_resamples: int = 9999, seed: int = DEFAULT_SEED, exact_limit: int = 1 << 16
+) -> TestResult:
+    """Two-sided sign-flip test of mean(differences) = 0 for runs paired by seed.
+
+    Under the null each seed's difference is as likely negated; all 2**n sign patterns are
+    enumerated when there are at most ``exact_limit`` (as ``scipy.stats.permutation_test`` with
+    ``permutation_type="samples"``), else ``n_resamples`` seeded random ones.
+    """
+    d = _finite(differences)
+    n = int(d.size)
+    if n < 2:
+        return TestResult(math.nan, math.nan, math.nan, n, n, "paired sign-flip (not run)", "needs at least 2 shared seeds")
+    observed = float(d.mean())
+    eps = 1e-12 * max(1.0, abs(observed))
+    if 2**n <= exact_limit:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+        method = "paired sign-flip (exact)"
+    else:
+        signs = np.random.default_rng(seed).choice([-1, 1], size=(n_resamples, n))
+        method = f"paired sign-flip ({n_resamples} random)"
+    means = (signs * d).mean(axis=1)
+    extreme = int(np.sum(np.abs(means) >= abs(observed) - eps))
+    p = extreme / len(means) if 2**n <= exact_limit else (1 + extreme) / (1 + n_resamples)
+    return TestResult(observed, min(1.0, float(p)), math.nan, n, n, method)
+
+
 def paired_difference_curve(
     values: pd.DataFrame,
     regime: str,
@@ -229,6 +256,8 @@ def compare_to_baseline(
         p = permutation_test(vals, base, n_resamples=n_resamples, seed=seed)
         na, nb = len(_finite(vals)), len(_finite(base))
         note = NO_VARIANCE if min(na, nb) < 2 else ""
+        paired = _paired_differences(part, finals[finals["regime"] == baseline], metric)
+        pp = paired_permutation_test(paired, n_resamples=n_resamples, seed=seed)
         rows.append(
             {
                 "regime": regime,
@@ -244,10 +273,22 @@ def compare_to_baseline(
                 "welch_p": w.p_value,
                 "perm_p": p.p_value,
                 "perm_method": p.method,
+                "n_paired": len(paired),
+                "paired_perm_p": pp.p_value,
                 "note": note,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _paired_differences(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> list[float]:
+    """metric(a) - metric(b) for every seed both frames hold (one run per seed; duplicates averaged)."""
+    if "seed" not in a.columns or "seed" not in b.columns:
+        return []
+    ma = a.dropna(subset=["seed"]).groupby("seed")[metric].mean()
+    mb = b.dropna(subset=["seed"]).groupby("seed")[metric].mean()
+    both = ma.index.intersection(mb.index)
+    return [float(ma[s] - mb[s]) for s in both if np.isfinite(ma[s] - mb[s])]
 
 
 # --- factorial view -----------------------------------------------------------------------

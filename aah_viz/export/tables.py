@@ -405,7 +405,8 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
     table.decimals = {c: _decimals(_our_name(c, name)) for c in table.value_columns}
     table.best = _best(table.df, table.value_columns, lambda c: _direction(_our_name(c, name)))
     if name == "inference" and "source" in df and (df["source"] == "eval").any():
-        table.notes.append("Runs without an inference record report their last training-time evaluation.")
+        table.notes.append("Runs without an inference record report their last training-time evaluation; its ACR, "
+                           "coverage and window fractions are those of the routing state at that step.")
     if baseline is not None and name in ("training", "inference"):
         table.notes.extend(_baseline_notes(pd.DataFrame(recs), baseline, n_boot=n_boot, seed=seed))
     table.df = table.df[[c for c in table.df.columns if c in table.id_columns or c in table.value_columns or c == "n"]]
@@ -604,12 +605,15 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         cmp = stats.compare_to_baseline(finals, baseline, metric=metric, seed=seed)
     except ValueError as err:
         raise AAHVizError(str(err)) from None
-    values = ["n", "n_baseline", "mean", "mean_baseline", "diff", "welch_t", "welch_df", "welch_p", "perm_p"]
+    values = ["n", "n_baseline", "mean", "mean_baseline", "diff", "welch_t", "welch_df", "welch_p", "perm_p",
+              "n_paired", "paired_perm_p"]
     df = cmp[["regime", "baseline"] + values + ["perm_method", "note"]]
-    t = Table("comparison", df, f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test "
-              "and a permutation test over seeds.", "tab:aah-comparison",
-              id_columns=["regime", "baseline"], value_columns=values + ["perm_method", "note"], by="regime")
-    t.decimals = {"mean": 4, "mean_baseline": 4, "diff": 4, "welch_t": 3, "welch_df": 1, "welch_p": 4, "perm_p": 4, "n": 0, "n_baseline": 0}
+    caption = (f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "
+               "test relabelling runs, and a sign-flip test over the seeds both regimes ran.")
+    t = Table("comparison", df, caption, "tab:aah-comparison", id_columns=["regime", "baseline"],
+              value_columns=values + ["perm_method", "note"], by="regime")
+    t.decimals = {"mean": 4, "mean_baseline": 4, "diff": 4, "welch_t": 3, "welch_df": 1, "welch_p": 4, "perm_p": 4,
+                  "n": 0, "n_baseline": 0, "n_paired": 0, "paired_perm_p": 4}
     t.best, t.uncertainty = _blank_like(df, False), _blank_like(df, math.nan)
     return t
 

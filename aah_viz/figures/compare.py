@@ -37,9 +37,16 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
     regimes = sorted(per_run["regime"].dropna().astype(str).unique()) if not per_run.empty else []
     if reference is not None and not reference.empty:
         regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
+    shown: set[str] = set()
+
+    def legend(group: str) -> bool:  # one legend entry per kind of mark, wherever it first appears
+        if group in shown:
+            return False
+        shown.add(group)
+        return True
+
     for i, metric in enumerate(metrics):
         row, col = i // n_cols + 1, i % n_cols + 1
-        first = i == 0
         g = per_run.groupby(per_run["regime"].astype(str))[metric]
         mean = g.mean().reindex(regimes)
         std = g.std(ddof=1).reindex(regimes).fillna(0.0)
@@ -52,7 +59,7 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
                 customdata=n.to_numpy(dtype=np.float64),
                 name="our runs (mean ± sd)",
                 marker_color="#1f77b4",
-                showlegend=first,
+                showlegend=legend("ours"),
                 legendgroup="ours",
                 hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}<br>n = %{customdata:.0f} seeds<extra></extra>",
             ),
@@ -66,14 +73,14 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
                 mode="markers",
                 marker=dict(color="#333", size=6),
                 name="one seed",
-                showlegend=first,
+                showlegend=legend("seeds"),
                 legendgroup="seeds",
                 hovertemplate="%{x}<br>%{y:.4f}<extra></extra>",
             ),
             row=row,
             col=col,
         )
-        if reference is not None and metric in reference.columns:
+        if reference is not None and metric in reference.columns and reference[metric].notna().any():
             ref = reference.dropna(subset=[metric])
             fig.add_trace(
                 go.Scatter(
@@ -82,7 +89,7 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
                     mode="markers",
                     marker=dict(symbol="diamond", color="#d62728", size=11),
                     name="reference (published)",
-                    showlegend=first,
+                    showlegend=legend("ref"),
                     legendgroup="ref",
                     hovertemplate="%{x}<br>published %{y:.4f}<extra></extra>",
                 ),

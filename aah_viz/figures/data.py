@@ -67,7 +67,21 @@ def branch_data(run, step: int | None = None) -> dict:
         chosen = _pick_step(hsteps, step)
         heads = queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "window"])
         per_layer = windows.bucket_fractions_from_heads(heads, run.windows)
+        if per_layer.empty:  # imported published runs carry only window_frac_<W> scalars
+            chosen, per_layer = _fractions_from_scalars(run, step)
     return {"step": chosen, "per_layer": per_layer}
+
+
+def _fractions_from_scalars(run, step: int | None):
+    names = [f"window_frac_{w}" for w in run.windows]
+    s = queries.scalar_frame(run, names)
+    s = s[s["layer"].isna()]
+    if s.empty:
+        return None, pd.DataFrame(columns=list(run.windows), dtype=float)
+    chosen = _pick_step(np.unique(s["step"].to_numpy()), step)
+    at = s[s["step"] == chosen].groupby("name")["value"].mean()
+    row = {w: float(at.get(f"window_frac_{w}", 0.0)) for w in run.windows}
+    return int(chosen), pd.DataFrame([row], index=pd.Index([-1], name="layer"))
 
 
 def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:

@@ -30,7 +30,7 @@ def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str
     fig = go.Figure(
         go.Heatmap(
             z=matrix.astype(np.float32),
-            colorscale="Magma",
+            colorscale=style.named_scale("Magma"),
             zmin=float(finite.min()) if finite.size else 0.0,
             zmax=float(finite.max()) if finite.size else 1.0,
             colorbar=dict(title=dict(text=metric)),

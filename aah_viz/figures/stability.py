@@ -76,7 +76,7 @@ def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: st
         go.Heatmap(
             z=z.astype(np.float32),
             customdata=dwell.astype(np.float32),
-            colorscale="Blues",
+            colorscale=style.named_scale("Blues"),
             zmin=0,
             zmax=max(float(np.nanmax(z)) if np.isfinite(z).any() else 1.0, 1e-6),
             colorbar=dict(title=dict(text="switches / update")),

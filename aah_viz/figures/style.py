@@ -29,6 +29,12 @@ LEVEL = "hierarchy level (heads = 0)"
 TEMPLATE = "plotly_white"
 
 
+def named_scale(name: str) -> list:
+    """A named Plotly colourscale as explicit stops (a theme cannot swap explicit stops)."""
+    colors = pcolors.get_colorscale(name)
+    return [[float(p), c] for p, c in colors]
+
+
 def window_colors(windows: list[int]) -> dict[int, str]:
     """One colour per candidate window, short (dark) to long (light), stable for a window set."""
     windows = sorted(int(w) for w in windows)

@@ -90,7 +90,7 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
 
     ``series`` has columns label, name (``acr`` / ``acr_causal``), step, value (already binned).
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("ACR", "causal-pair coverage"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("ACR", "causal-pair coverage"), horizontal_spacing=0.16)
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
     for i, label in enumerate(labels):
@@ -130,7 +130,7 @@ def bucket_heatmap_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
             z=z,
             x=[str(c) for c in table.columns],
             y=[str(i) for i in table.index],
-            colorscale="Inferno",
+            colorscale=style.named_scale("Inferno"),
             zmin=0,
             zmax=max(65.0, float(np.nanmax(z)) if z.size else 65.0),
             colorbar=dict(title=dict(text="% of slots")),

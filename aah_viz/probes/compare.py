@@ -8,7 +8,8 @@ standardised probe profiles (syntax accuracy per relation and direction, corefer
 distance bucket), and Clark et al.'s clustering by the Jensen-Shannon divergence between heads'
 attention (average linkage). Clusters are computed over all heads, with ``k`` the most groups any
 layer has at that level (at least 2). AAH groups are per layer, so agreement (ARI, NMI, V-measure,
-from scikit-learn) is computed within each layer and averaged over layers; the permutation null
+from scikit-learn) is computed within each layer and averaged over the layers that have the level
+(``n`` counts their heads); the permutation null
 shuffles the AAH labels within each layer, giving the chance mean and the p-value
 ``(1 + #{null >= observed}) / (1 + permutations)``.
 
@@ -23,13 +24,37 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
-from sklearn.cluster import AgglomerativeClustering, KMeans
-from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, v_measure_score
-
 from aah_viz.probes.agreement import scores as batched_scores
 
-METRICS = {"ari": adjusted_rand_score, "nmi": normalized_mutual_info_score, "v_measure": v_measure_score}
+METRIC_NAMES = ("ari", "nmi", "v_measure")
+
+
+def sklearn_metrics() -> dict:
+    """scikit-learn's scores, imported on use (scikit-learn pulls in scipy.stats, which is slow to import)."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, v_measure_score
+
+    return {"ari": adjusted_rand_score, "nmi": normalized_mutual_info_score, "v_measure": v_measure_score}
+
+
+def rankdata(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Ranks from 1 along ``axis``, ties given their average rank (as ``scipy.stats.rankdata``)."""
+    a = np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1)
+    order = np.argsort(a, axis=-1, kind="stable")
+    sorted_a = np.take_along_axis(a, order, axis=-1)
+    n = a.shape[-1]
+    new = np.ones(sorted_a.shape, dtype=bool)
+    new[..., 1:] = sorted_a[..., 1:] != sorted_a[..., :-1]
+    group = np.cumsum(new, axis=-1) - 1  # tie-group index per sorted position
+    pos = np.broadcast_to(np.arange(1, n + 1, dtype=np.float64), sorted_a.shape)
+    flat_group = group.reshape(-1, n) + (np.arange(group.reshape(-1, n).shape[0]) * n)[:, None]
+    sums = np.bincount(flat_group.ravel(), weights=pos.reshape(-1), minlength=flat_group.size)
+    counts = np.bincount(flat_group.ravel(), minlength=flat_group.size)
+    avg_sorted = (sums / np.maximum(counts, 1))[flat_group].reshape(sorted_a.shape)
+    ranks = np.empty_like(avg_sorted)
+    np.put_along_axis(ranks, order, avg_sorted, axis=-1)
+    return np.moveaxis(ranks, -1, axis)
+
+
 COLUMNS = ["step", "kind", "level", "target", "metric", "value", "chance_mean", "p_value", "ci_low", "ci_high", "n"]
 ASSOCIATION_SCORES = {  # target name -> (probe, metric)
     "spearman:syntax": ("syntax", "score"),
@@ -85,6 +110,8 @@ def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> Optional[
 
 def probe_clusters(probe_heads: pd.DataFrame, n_layer: int, n_head: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Cluster labels over all heads per method (methods without data are left out)."""
+    from sklearn.cluster import AgglomerativeClustering, KMeans
+
     n = n_layer * n_head
     k = int(min(max(k, 2), n - 1))
     out = {}
@@ -116,13 +143,13 @@ def agreement_with_null(aah: np.ndarray, target: np.ndarray, permutations: int =
     :mod:`aah_viz.probes.agreement` (equal to scikit-learn's, and fast enough for many permutations).
     """
     rng = np.random.default_rng(seed)
-    null = {name: np.zeros(permutations) for name in METRICS}
+    null = {name: np.zeros(permutations) for name in METRIC_NAMES}
     for row, t in zip(aah, target):
         shuffled = np.stack([rng.permutation(row) for _ in range(permutations)])
         for name, values in batched_scores(shuffled, t).items():
             null[name] += values / len(aah)
     out = {}
-    for name, metric in METRICS.items():
+    for name, metric in sklearn_metrics().items():
         observed = layerwise_agreement(aah, target, metric)
         p = (1 + int(np.sum(null[name] >= observed - 1e-12))) / (1 + permutations)
         out[name] = (observed, float(null[name].mean()), p)
@@ -206,15 +233,19 @@ def compare_run(run, step: Optional[int] = None, level: Optional[int] = None, pe
         levels = [level] if level is not None else list(range(max_depth))
         for lv in levels:
             labels = group_labels(at, lv, n_layer, n_head)
-            if labels is None or (labels < 0).any():
+            if labels is None:
                 continue
-            k = max(len(np.unique(row)) for row in labels)
+            present = (labels >= 0).all(axis=1)  # layers whose hierarchy has this level
+            if not present.any():
+                continue
+            k = max(len(np.unique(row)) for row in labels[present])
             for target, clusters in probe_clusters(probe_heads, n_layer, n_head, k, seed).items():
-                result = agreement_with_null(labels, clusters.reshape(n_layer, n_head), permutations, seed)
+                clusters = clusters.reshape(n_layer, n_head)[present]
+                result = agreement_with_null(labels[present], clusters, permutations, seed)
                 for metric, (value, chance, p) in result.items():
                     rows.append({"step": step, "kind": "partition_agreement", "level": lv, "target": target,
                                  "metric": metric, "value": value, "chance_mean": chance, "p_value": p,
-                                 "ci_low": np.nan, "ci_high": np.nan, "n": n_layer * n_head})
+                                 "ci_low": np.nan, "ci_high": np.nan, "n": int(present.sum()) * n_head})
     for target, (probe, metric) in ASSOCIATION_SCORES.items():
         sel = probe_heads[(probe_heads["probe"] == probe) & (probe_heads["metric"] == metric)]
         if sel.empty:
@@ -222,4 +253,7 @@ def compare_run(run, step: Optional[int] = None, level: Optional[int] = None, pe
         rho, chance, p, lo, hi, n = spearman_with_uncertainty(sel["window"], sel["value"], n_boot, permutations * 5, seed)
         rows.append({"step": step, "kind": "window_association", "level": None, "target": target, "metric": "spearman",
                      "value": rho, "chance_mean": chance, "p_value": p, "ci_low": lo, "ci_high": hi, "n": n})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["level"] = table["level"].astype("Int64")
+    table["n"] = table["n"].astype("Int64")
+    return table

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from scipy.special import xlogy
 
 from aah_viz.corpus.document import Document
 from aah_viz.probes.alignment import Alignment, align_words, plan_chunks, word_attention
@@ -39,8 +38,15 @@ class DocPredictions:
     alignment: Alignment
     dep2head: np.ndarray  # (n_layer*n_head, n_words): most-attended word from each word, -1 none
     head2dep: np.ndarray  # (n_layer*n_head, n_words): the word that attends most to each word, -1 none
+    # (every row read with its own left context, so a head to the right of a chunk's end still counts)
     coref: np.ndarray  # (n_layer*n_head, n_queries): chosen candidate word, -1 none
     queries: list[CorefQuery] = field(default_factory=list)
+
+
+def xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x * log(y), 0 where x == 0 (as scipy.special.xlogy)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
 
 
 class JSAccumulator:
@@ -93,6 +99,11 @@ def predict_document(
     coref = np.full((n_heads, len(queries)), -1, dtype=np.int64)
     units = alignment.unit_of_token
     last_tok = alignment.word_last_token
+    unit_last = np.full(alignment.n_units, -1, dtype=np.int64)  # last token of every unit, gaps included
+    unit_last[units] = np.arange(len(units))
+    # head2dep: per unit, the largest attention any other unit's row gives it, and whose row it is
+    best_val = np.zeros((n_heads, alignment.n_units), dtype=np.float64)
+    best_row = np.full((n_heads, alignment.n_units), -1, dtype=np.int64)
     query_heads = np.array([q.head for q in queries], dtype=np.int64)
     chunks = plan_chunks(len(ids), int(source.max_len)) if ids else []
     for b0 in range(0, len(chunks), batch_size):
@@ -105,21 +116,29 @@ def predict_document(
             unit_att = word_attention(tok_att, local, len(present))  # (n_heads, Uc, Uc)
             to_local = np.full(alignment.n_units, -1, dtype=np.int64)
             to_local[present] = np.arange(len(present))
-            scored = np.nonzero((last_tok >= chunk.score_lo) & (last_tok < chunk.score_hi))[0]
-            if len(scored) == 0:
+            # each unit's row is read in exactly one chunk: the one its last token is scored in
+            rows_here = present[(unit_last[present] >= chunk.score_lo) & (unit_last[present] < chunk.score_hi)]
+            if len(rows_here) == 0:
                 continue
+            rows_local = to_local[rows_here]
+            scored = rows_here[rows_here < n_words]  # the words among them
             scored_local = to_local[scored]
-            if js is not None:
+            if js is not None and len(scored):
                 step = max(1, len(scored) // js.rows_per_chunk)
                 js.add(unit_att[:, scored_local[::step][: js.rows_per_chunk], :])
             diag = np.arange(len(present))
             unit_att[:, diag, diag] = 0.0  # a word attending to itself predicts nothing
             back = np.where(present < n_words, present, -1)  # local unit -> word (gaps: -1)
             if need_syntax:
-                rows = _argmax_or_none(unit_att[:, scored_local, :], axis=2)  # (n_heads, n_scored)
-                cols = _argmax_or_none(unit_att[:, :, scored_local], axis=1)
-                dep2head[:, scored] = np.where(rows >= 0, back[np.maximum(rows, 0)], -1)
-                head2dep[:, scored] = np.where(cols >= 0, back[np.maximum(cols, 0)], -1)
+                if len(scored):
+                    rows = _argmax_or_none(unit_att[:, scored_local, :], axis=2)  # (n_heads, n_scored)
+                    dep2head[:, scored] = np.where(rows >= 0, back[np.maximum(rows, 0)], -1)
+                block = unit_att[:, rows_local, :]  # (n_heads, n_rows, Uc)
+                col_val = block.max(axis=1)
+                col_row = rows_here[block.argmax(axis=1)]  # (n_heads, Uc) global unit of the best row
+                better = col_val > best_val[:, present]
+                best_val[:, present] = np.where(better, col_val, best_val[:, present])
+                best_row[:, present] = np.where(better, col_row, best_row[:, present])
             if queries:
                 in_chunk = np.nonzero((last_tok[query_heads] >= chunk.score_lo) & (last_tok[query_heads] < chunk.score_hi))[0]
                 for qi in in_chunk:
@@ -131,4 +150,7 @@ def predict_document(
                     scores = unit_att[:, to_local[q.head], cand_local[keep]]  # (n_heads, n_cand)
                     best = _argmax_or_none(scores, axis=1)
                     coref[:, qi] = np.where(best >= 0, q.candidates[keep][np.maximum(best, 0)], -1)
+    if need_syntax and n_words:
+        rows = best_row[:, :n_words]
+        head2dep[:] = np.where((best_val[:, :n_words] > 0) & (rows >= 0) & (rows < n_words), rows, -1)
     return DocPredictions(doc, alignment, dep2head, head2dep, coref, queries)

@@ -133,6 +133,26 @@ class Run:
                 out.append((seg, schema))
         return out
 
+    def _unify(self, segments: list[tuple[Path, pa.Schema]]) -> tuple[list[tuple[Path, pa.Schema]], pa.Schema]:
+        """One schema for all segments; a segment whose column types conflict with the earlier
+        ones (say, ``step`` stored as text) is skipped with a warning."""
+        if not segments:
+            return [], pa.schema([])
+        try:
+            return segments, pa.unify_schemas([s for _, s in segments], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass
+        kept, unified = [], pa.schema([])
+        for seg, schema in segments:
+            try:
+                unified = pa.unify_schemas([unified, schema], promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+                self._warn(f"skipped segment {seg.parent.name}/{seg.name}: its column types conflict with "
+                           f"the table's other segments ({_short(err)})")
+                continue
+            kept.append((seg, schema))
+        return kept, unified
+
     def _mark_bad(self, seg: Path, err: Exception) -> None:
         try:
             st = seg.stat()
@@ -147,11 +167,7 @@ class Run:
     ) -> pa.Table:
         """Like :meth:`table`, as a pyarrow Table."""
         base = table_schema(name, self.max_depth)
-        good = self._good_segments(name)
-        if good:
-            unified = pa.unify_schemas([s for _, s in good], promote_options="permissive")
-        else:
-            unified = pa.schema([])
+        good, unified = self._unify(self._good_segments(name))
         for field in base:
             if field.name not in unified.names:
                 unified = unified.append(field)

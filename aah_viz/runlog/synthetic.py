@@ -84,6 +84,7 @@ def make_synthetic_run(
     )
     writer = RunWriter.create(run_dir, manifest, overwrite=overwrite)
     writer.flush_rows = 1 << 62  # one segment per table per chunk, written by the loop below
+    writer.durable = False  # regenerable data: atomic renames without fsync
     step_cols = {name: table.column("step").to_numpy() for name, table in tables.items()}
     for start in range(0, steps, max(1, int(flush_every))):
         stop = min(steps, start + max(1, int(flush_every)))

@@ -159,17 +159,25 @@ def _dictionary_columns(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if any(test(f.type) for test in keep)]
 
 
-def write_segment(directory: Path, name: str, table: pa.Table) -> Path:
-    """Write one segment atomically (temp file, fsync, rename, fsync of the folder)."""
+def write_segment(directory: Path, name: str, table: pa.Table, *, durable: bool = True) -> Path:
+    """Write one segment atomically (temp file, fsync, rename, fsync of the folder).
+
+    ``durable=False`` skips the fsyncs (still atomic for readers, not across a power loss)."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
     tmp = directory / paths.temp_name(name)
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    paths.fsync_dir(directory)
+    try:
+        with open(tmp, "wb") as fh:
+            pq.write_table(table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        paths.fsync_dir(directory)
     return final
 
 
@@ -191,6 +199,7 @@ class RunWriter:
     flush_rows: int = 200_000  # auto-flush once a table buffers this many rows
     flush_interval_s: float | None = None  # and/or once this long has passed since the last flush
     manifest_interval_s: float = 1.0  # rewrite the manifest's last_step at most this often while flushing
+    durable: bool = True  # fsync segments and folders; False only for data that can be regenerated
 
     def __init__(self, run_dir: Path, manifest: dict, *, _token: object = None):
         if _token is not _CONSTRUCT:
@@ -336,14 +345,22 @@ class RunWriter:
         self._check_open()
         written = []
         for table in list(self._buffers):
-            chunks = self._buffers.pop(table)
-            self._buffered_rows.pop(table, None)
+            chunks = self._buffers[table]
             if not chunks:
                 continue
             data = pa.concat_tables(chunks, promote_options="permissive") if len(chunks) > 1 else chunks[0]
+            self._buffers[table] = [data]  # keep the rows until their segment is on disk
             name = paths.segment_name(self.session, self._seq)
             self._seq += 1
-            seg = write_segment(self.path / table, name, data)
+            try:
+                seg = write_segment(self.path / table, name, data, durable=self.durable)
+            except OSError as err:
+                raise RunLogError(
+                    f"cannot write {self.path / table / name}: {err}; the rows stay buffered, "
+                    f"free space or fix permissions and flush again"
+                ) from err
+            del self._buffers[table]
+            self._buffered_rows.pop(table, None)
             self.segments_written += 1
             self.bytes_written += seg.stat().st_size
             written.append(seg)

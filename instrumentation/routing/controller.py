@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
+from aah_viz.errors import ConfigError
+
 from instrumentation.routing.features import FEATURE_DIM
 
 INPUT_DIMS = {
@@ -249,7 +251,10 @@ def score_level(nets: RoutingNetworks, x: torch.Tensor, parent: Optional[Sequenc
     """Base logits, then the sibling bias (added) or the joint scorer (replacing paired rows)."""
     ctx = torch.autocast(device_type=x.device.type, enabled=False) if float32 else contextlib.nullcontext()
     with ctx:
-        x = x.float()
+        weight_dtype = nets.controller.net[0].weight.dtype
+        x = x.float() if float32 else x.to(weight_dtype)
+        if float32 and weight_dtype != torch.float32:
+            raise ConfigError("controller_float32 needs float32 controller weights; keep the routing networks in float32")
         base = nets.controller(x)
         n = x.shape[0]
         logits = base

@@ -1,0 +1,86 @@
+"""``aah-viz dashboard`` and ``aah-viz bench dashboard`` wiring, and the dashboard without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aah_viz.cli import build_parser, main
+from aah_viz.cli import dashboard as dashboard_cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_dashboard_binds_localhost_headless_and_passes_the_logs_root(tmp_path):
+    args = build_parser().parse_args(["dashboard", "--logs", str(tmp_path)])
+    assert args.address == "127.0.0.1" and args.port == 8501
+    cmd = dashboard_cli.streamlit_command(tmp_path, args.port, args.address, None)
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "app.py")
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--server.headless") + 1] == "true"
+    assert cmd[cmd.index("--") + 1 :] == ["--logs", str(tmp_path)]
+
+
+def test_app_reads_the_logs_root_from_its_arguments_or_the_environment(tmp_path, monkeypatch):
+    from aah_viz.dashboard import config
+
+    monkeypatch.delenv(config.LOGS_ENV, raising=False)
+    assert config.logs_root(["--logs", str(tmp_path)]) == tmp_path.resolve()
+    monkeypatch.setenv(config.LOGS_ENV, str(tmp_path / "x"))
+    assert config.logs_root([]) == (tmp_path / "x").resolve()
+    monkeypatch.delenv(config.LOGS_ENV)
+    assert config.logs_root([]).name == "sample_logs"
+
+
+def test_dashboard_refuses_a_missing_logs_root(tmp_path, capsys):
+    assert main(["dashboard", "--logs", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "missing" in err and "--logs" in err and err.count("\n") == 1
+
+
+def test_bench_dashboard_json_on_a_small_run():
+    res = subprocess.run(
+        [sys.executable, "-m", "aah_viz", "bench", "dashboard", "--json", "--quiet", "--layers", "2", "--heads", "4", "--steps", "60", "--repeats", "1"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    pages = {f["page"] for f in out["figures"]}
+    assert {"hierarchy", "windows", "stability", "probes", "compare"} <= pages
+    for f in out["figures"]:
+        assert set(f) >= {"page", "name", "seconds", "payload_bytes"}
+        assert f["payload_bytes"] > 1000 and f["seconds"] > 0
+    assert out["run"]["head_rows"] == 2 * 4 * 60
+
+
+HIDE_TORCH = """
+import sys
+sys.modules["torch"] = None  # any "import torch" now raises ImportError
+import importlib, pkgutil
+import aah_viz.analysis, aah_viz.figures, aah_viz.dashboard
+names = []
+for pkg in (aah_viz.analysis, aah_viz.figures, aah_viz.dashboard):
+    for info in pkgutil.iter_modules(pkg.__path__):
+        names.append(f"{pkg.__name__}.{info.name}")
+names += ["aah_viz.cli.dashboard", "aah_viz.cli.bench_dashboard"]
+for name in names:
+    importlib.import_module(name)
+from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.runlog import load_run
+from aah_viz.figures import FIGURE_KINDS
+run = load_run(make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40))
+for kind, build in FIGURE_KINDS.items():
+    build([run])
+assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
+print(len(names))
+"""
+
+
+def test_dashboard_modules_import_and_build_without_torch(tmp_path):
+    res = subprocess.run([sys.executable, "-c", HIDE_TORCH, str(tmp_path / "r")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout.strip()) >= 20

@@ -1,0 +1,106 @@
+"""Every option of the config runs end to end on a tiny model, and the RNG bookkeeping holds."""
+
+import pytest
+import torch
+
+from instrumentation import AAHConfig, AAHTransformer
+
+torch.set_num_threads(1)
+
+
+def run(steps=5, **kw):
+    torch.manual_seed(0)
+    cfg = AAHConfig.from_preset("tiny", warmup_steps=1, control_interval=1, **kw)
+    model = AAHTransformer(cfg)
+    events = []
+    model.subscribe(lambda e: events.append(e) if e.layer == 0 else None)
+    g = torch.Generator().manual_seed(0)
+    for step in range(steps):
+        model.prepare_step(step)
+        x = torch.randint(0, 256, (2, 64), generator=g)
+        out = model(x, targets=x)
+        out.loss.backward()
+    assert torch.isfinite(out.loss)
+    return model, events
+
+
+@pytest.mark.parametrize("mode,arch", [("base", "mlp"), ("enriched", "deep_mlp"), ("contrastive", "mlp"),
+                                       ("position_aware", "mlp"), ("relative_sibling_mean", "deep_mlp")])
+def test_input_modes_and_archs(mode, arch):
+    _, events = run(controller_input_mode=mode, controller_arch=arch)
+    assert events[-1].tree is not None and events[-1].applied
+
+
+@pytest.mark.parametrize("pairwise", ["none", "sibling_bias", "joint_sibling"])
+def test_pairwise_modes(pairwise):
+    model, events = run(controller_pairwise_mode=pairwise)
+    top = events[-1].tree[-1]
+    if pairwise == "none":
+        assert torch.equal(top.logits, top.base_logits)
+    else:
+        assert not torch.equal(top.logits, top.base_logits) or len(top.groups) == 1
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "freeze_learned_topology", "freeze_after_warmup", "fixed_random",
+                                  "fixed_deterministic"])
+def test_hierarchy_modes(mode):
+    _, events = run(hierarchy_ablation_mode=mode)
+    if mode == "fixed_deterministic":
+        assert sorted(sorted(g) for g in events[-1].tree[0].members) == [list(range(0, 12, 2)), list(range(1, 12, 2))]
+
+
+@pytest.mark.parametrize("metric,gfm", [("cosine", "mean_std"), ("centered_cosine", "mean_var"),
+                                        ("cosine_normdiff", "mean_global_offset"), ("l2", "mean")])
+def test_upper_metrics_and_group_feature_modes(metric, gfm):
+    run(upper_cluster_metric=metric, group_feature_mode=gfm, upper_l2_threshold=-1.0)
+
+
+def test_oracle_alternating_overrides_the_choice():
+    _, events = run(controller_choice_mode="oracle_alternating", parent_constraint=False)
+    raw = events[-1].tree[0].raw_idx
+    assert raw.tolist() == [1 + (i % 2) for i in range(len(raw))]
+
+
+def test_ramp_blends_after_warmup():
+    model, events = run(steps=4, post_warmup_ramp_steps=4, window_ablation_mode="fixed_window", fixed_window=8)
+    # fixed_window is applied after the ramp, so every head runs 8 tokens whatever the ramp did
+    assert all(torch.all(e.windows == 8) for e in events)
+    _, events = run(steps=3, post_warmup_ramp_steps=100)
+    e = events[-1]  # progress = (2 - 1 + 1) / 100: still almost the full window
+    assert torch.all(e.window_idx == 3)
+
+
+def test_controller_float32_runs():
+    run(controller_float32=True)
+
+
+def test_bf16_autocast_forward():
+    torch.manual_seed(0)
+    model = AAHTransformer(AAHConfig.from_preset("tiny", warmup_steps=0, control_interval=1))
+    x = torch.randint(0, 256, (2, 64))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for step in range(2):
+            model.prepare_step(step)
+            out = model(x, targets=x)
+    assert torch.isfinite(out.loss.float())
+
+
+def test_shorter_evaluation_length_falls_back_to_index_zero_in_warmup():
+    torch.manual_seed(0)
+    model = AAHTransformer(AAHConfig.from_preset("tiny"))
+    model.prepare_step(0)
+    model(torch.randint(0, 256, (1, 48)))  # T = 48 is not a candidate: warm-up uses index 0 (§15.13)
+    assert torch.all(model.current_windows() == 8)
+
+
+def test_backbones_are_identical_across_controller_variants():
+    def backbone(**kw):
+        torch.manual_seed(0)
+        m = AAHTransformer(AAHConfig.from_preset("tiny", **kw))
+        return [p.detach().clone() for p in m.backbone_parameters()]
+
+    ref = backbone(controller_input_mode="base", controller_pairwise_mode="none")
+    for kw in (dict(), dict(regime="grouping_off"), dict(controller_arch="deep_mlp", control_dim=32),
+               dict(controller_pairwise_mode="sibling_bias")):
+        other = backbone(**kw)
+        assert len(other) == len(ref) and all(torch.equal(a, b) for a, b in zip(ref, other))
