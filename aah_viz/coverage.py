@@ -17,16 +17,16 @@ import numpy as np
 ArrayLike = Union[Sequence[int], Sequence[Sequence[int]], np.ndarray]
 
 
-def _windows_array(windows: ArrayLike) -> np.ndarray:
+def _windows_array(windows: ArrayLike, allow_empty: bool = False) -> np.ndarray:
     arr = np.asarray(windows, dtype=np.int64)
-    if arr.size == 0:
+    if arr.size == 0 and not allow_empty:
         raise ValueError("coverage needs at least one window")
     return arr
 
 
 def effective_windows(windows: ArrayLike, seq_len: int, w_min: int = 0) -> np.ndarray:
     """w = min(T, max(W_min, W)) elementwise: the accounting windows of method §10.3."""
-    arr = _windows_array(windows)
+    arr = _windows_array(windows, allow_empty=True)
     return np.minimum(int(seq_len), np.maximum(int(w_min), arr))
 
 
@@ -35,21 +35,21 @@ def acr(windows: ArrayLike, seq_len: int, w_min: int = 0) -> float:
 
     ``windows`` holds executed windows in tokens: one per head, or a [layers][heads] table.
     """
-    w = effective_windows(windows, seq_len, w_min)
+    w = effective_windows(_windows_array(windows), seq_len, w_min)
     return float(w.sum() / (w.size * float(seq_len)))
 
 
 def band_pairs(seq_len: int, windows: ArrayLike) -> np.ndarray:
     """sum_t min(t + 1, W) for each window (clamped to 1..T): the causal pairs a head attends."""
     T = int(seq_len)
-    w = np.clip(_windows_array(windows), 1, T)
+    w = np.clip(_windows_array(windows, allow_empty=True), 1, T)
     return w * (w + 1) // 2 + (T - w) * w
 
 
 def causal_coverage(windows: ArrayLike, seq_len: int) -> float:
     """Attended causal pairs / all causal pairs: sum_h sum_t min(t+1, W_h) / (H T (T+1) / 2)."""
     T = int(seq_len)
-    pairs = band_pairs(T, windows)
+    pairs = band_pairs(T, _windows_array(windows))
     return float(pairs.sum() / (pairs.size * (T * (T + 1) / 2.0)))
 
 

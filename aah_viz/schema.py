@@ -103,7 +103,7 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "step": pa.int64(),
         "layer": pa.int16(),
         "head": pa.int16(),
-        "probe": pa.string(),  # syntax, coref, sufficiency
+        "probe": pa.string(),  # syntax, coref, sufficiency, attention_js
         "metric": pa.string(),
         "value": pa.float64(),
         "window": pa.int32(),
@@ -124,7 +124,7 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "layer": pa.int16(),  # null for baselines
         "head": pa.int16(),
         "method": pa.string(),  # "head" or a baseline name
-        "bucket": pa.string(),  # distance bucket label, e.g. "1-7", "all"
+        "bucket": pa.string(),  # antecedent-distance bucket, e.g. "1-3", "256+", "all"
         "bucket_lo": pa.int32(),
         "bucket_hi": pa.int32(),
         "correct": pa.int64(),

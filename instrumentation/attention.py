@@ -406,7 +406,9 @@ class AAHAttention(nn.Module, _Hookable):
         if not mutate and self.state.executed_idx is not None:
             # Evaluation forward that leaves routing untouched: execute the current windows.
             executed = self.state.executed_idx
-            route = _Route(executed, "frozen_eval", False, True, self.step is not None and self.step < cfg.warmup_steps)
+            applied = self.last_route.applied if self.last_route is not None else True
+            route = _Route(executed, "frozen_eval", False, applied,
+                           self.step is not None and self.step < cfg.warmup_steps)
         else:
             saved = None
             if not mutate:  # nothing decided yet: decide on a scratch copy, then forget it

@@ -10,7 +10,7 @@ dict (``aah_v3_*`` keys and the legacy aliases of §15.20) onto this config.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from aah_viz.errors import ConfigError

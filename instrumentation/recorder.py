@@ -47,6 +47,11 @@ def _stage(value: torch.Tensor) -> torch.Tensor:
     return value.to("cpu", non_blocking=True)
 
 
+def _keep(value: torch.Tensor) -> torch.Tensor:
+    """Tree tensors are built fresh for each update: on the host they need no copy."""
+    return value.detach() if value.device.type == "cpu" else _stage(value)
+
+
 def _host(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.numpy() if value.device.type == "cpu" else value.cpu().numpy()
@@ -470,8 +475,8 @@ class RoutingRecorder:
         for tl in tree:
             entry = {
                 "level": tl.level, "groups": tl.groups, "parent": tl.parent, "members": tl.members,
-                "logits": _stage(tl.logits), "base_logits": _stage(tl.base_logits),
-                "raw_idx": _stage(tl.raw_idx), "final_idx": _stage(tl.final_idx),
+                "logits": _keep(tl.logits), "base_logits": _keep(tl.base_logits),
+                "raw_idx": _keep(tl.raw_idx), "final_idx": _keep(tl.final_idx),
                 "joint_paired": list(tl.joint_paired), "facts": tl.facts,
                 "features": _stage(tl.features) if (self.detail == "full" and tl.features is not None) else None,
             }

@@ -19,14 +19,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
+# (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
-    ("", "Runs", 0),
-    ("hierarchy", "Hierarchy", 1),
-    ("windows", "Windows", 4),
-    ("stability", "Stability", 3),
-    ("probes", "Probes", 0),
-    ("compare", "Compare", 1),
-    ("export", "Export", 1),
+    ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
+    ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumb"]']),
+    ("windows", "Windows", 4, ['[data-testid="stSliderThumb"]']),
+    ("stability", "Stability", 3, ['[data-testid="stDataFrame"] canvas']),
+    ("probes", "Probes", 0, ['[data-testid="stAlert"]']),
+    ("compare", "Compare", 1, ['[data-testid="stDataFrame"] canvas']),
+    ("export", "Export", 1, [".st-key-exp_table_download button", ".st-key-exp_fig_download button"]),
 ]
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -98,7 +99,7 @@ def test_every_page_renders_in_chromium(server):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2400})
             started = time.monotonic()
-            for path, title, min_charts in PAGES:
+            for path, title, min_charts, selectors in PAGES:
                 page.goto(f"{server}/{path}", wait_until="domcontentloaded")
                 page.get_by_role("heading", name=title, exact=True).first.wait_for(timeout=60000)
                 _settle(page)
@@ -106,6 +107,8 @@ def test_every_page_renders_in_chromium(server):
                     page.wait_for_selector(".js-plotly-plot", timeout=60000)
                     # plotly draws its SVG main layer once the chart rendered
                     page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30000)
+                for selector in selectors:
+                    page.wait_for_selector(selector, state="visible", timeout=30000)
                 charts = page.locator(".js-plotly-plot").count()
                 page.screenshot(path=str(ARTIFACTS / f"dashboard-{path or 'runs'}.png"))
                 print(f"{path or 'runs'}: {time.monotonic() - started:.1f}s")

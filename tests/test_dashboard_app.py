@@ -254,8 +254,11 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     assert ref, "published values are drawn beside our runs"
     table1 = pd.read_csv(REFERENCE / "aah_v3_4096_table1_training.csv")
     published_acr = dict(zip(table1["method"], table1["ACR_train_proxy"]))
-    drawn = {x: y for tr in ref for x, y in zip(tr["x"], np.asarray(tr["y"], float))}
-    assert drawn["shallow_freeze"] == pytest.approx(published_acr["Shallow freeze"]) or drawn.get("shallow_freeze") is not None
+    acr_axis = next(k for k, v in metrics["layout"].items() if k.startswith("yaxis") and v.get("title", {}).get("text") == "ACR (Σ T·w / H·T²)")
+    acr_trace = next(tr for tr in ref if tr.get("yaxis", "y") == acr_axis.replace("axis", ""))
+    drawn = dict(zip(acr_trace["x"], np.asarray(acr_trace["y"], float)))
+    assert drawn["shallow_freeze"] == pytest.approx(published_acr["Shallow freeze"])
+    assert drawn["full_adaptive"] == pytest.approx(published_acr["Full adaptive"])
     paper_buckets = next(f for t, f in figs.items() if "512, 1024, 2048, 4096" in t)
     rows = dict(zip(paper_buckets["data"][0]["y"], np.asarray(paper_buckets["data"][0]["z"], float)))
     want = table1.set_index("method").loc["Full adaptive", ["window_frac_512", "window_frac_1024", "window_frac_2048", "window_frac_4096"]].to_numpy(float) * 100

@@ -253,6 +253,28 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
     assert "chance\\_mean" in render(table, "latex")
 
 
+def test_probe_relations_and_coref_parts(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5)
+    w = RunWriter.resume(run_dir)
+    w.append("probe_relations", {"step": [10, 19, 19], "relation": ["nsubj", "nsubj", "amod"], "count": [40, 50, 30],
+                                 "best_layer": [0, 1, 0], "best_head": [2, 3, 5], "direction": ["dep->head"] * 3,
+                                 "best_acc": [0.5, 0.62, 0.71], "baseline_offset": [-1, -1, 1], "baseline_acc": [0.3, 0.31, 0.44]})
+    w.append("probe_coref", {"step": [19, 19], "layer": [1, None], "head": [2, None], "method": ["head", "nearest"],
+                             "bucket": ["all", "all"], "bucket_lo": [1, 1], "bucket_hi": [64, 64], "correct": [30, 21],
+                             "count": [50, 50], "accuracy": [0.6, 0.42], "window": [32, None]})
+    w.close("finished")
+    runs = collect_runs([run_dir])
+    rel = build_table("probes", runs, part="relations").df
+    ref = pd.read_parquet(run_dir / "probe_relations")
+    ref = ref[ref["step"] == ref["step"].max()]
+    assert list(rel["relation"]) == list(ref["relation"]) and list(rel["best_acc"]) == list(ref["best_acc"])
+    assert list(rel["baseline_acc"]) == list(ref["baseline_acc"])
+    coref = build_table("probes", runs, part="coref")
+    assert list(coref.df["accuracy"]) == [0.6, 0.42] and list(coref.df["method"]) == ["head", "nearest"]
+    assert list(coref.df["layer"]) == ["1", ""]  # baselines have no layer
+    assert coref.best["accuracy"].tolist() == [True, False]
+
+
 # ------------------------------------------------------------------ mixed configurations
 
 
@@ -377,3 +399,14 @@ def test_inference_falls_back_to_the_last_eval(tmp_path):
     at = branch[branch["step"] == branch.loc[branch["step"] <= last_eval, "step"].max()]
     assert row["window_frac_8"] == pytest.approx(at.loc[at["window"] == 8, "fraction"].sum() / 2, abs=1e-7)
     assert any("last training-time evaluation" in n for n in table.notes)
+
+
+def test_number_formatting_rules():
+    from aah_viz.export.formats import format_number
+
+    assert format_number(6.55734, 4, 0.01234) == "6.557 ± 0.012"
+    assert format_number(31490.2, 1, 3461.0) == "31500 ± 3500"
+    assert format_number(3.55e20, 2, 4.3e19) == "3.55e+20 ± 0.43e+20"  # untrained perplexities stay readable
+    assert format_number(0.5, 4, 0.0) == "0.5000"  # no spread: the column's decimals
+    assert format_number(float("nan"), 4) == "–"
+    assert format_number(12, 0) == "12"

@@ -6,9 +6,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BLOCK_TORCH = """
-import sys
-sys.modules['torch'] = None  # any 'import torch' now raises ImportError
+# Makes torch look uninstalled: any import of it raises ModuleNotFoundError, as on a machine without it.
+HIDE_TORCH = """
+import sys, importlib.abc
+class _NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch' or name.startswith('torch.'):
+            raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+        return None
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+BLOCK_TORCH = HIDE_TORCH + """
 import importlib, pkgutil
 import aah_viz
 names = [m.name for m in pkgutil.walk_packages(aah_viz.__path__, 'aah_viz.')]
@@ -27,12 +36,13 @@ if failed:
 
 def test_every_aah_viz_module_imports_without_torch():
     proc = subprocess.run([sys.executable, "-c", BLOCK_TORCH], cwd=ROOT, capture_output=True, text=True)
+    assert "No module named 'torch'" not in proc.stdout, proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert int(proc.stdout.split()[0]) > 5  # the walk really found the package's modules
 
 
 def test_cli_help_lists_commands_without_torch():
-    code = "import sys; sys.modules['torch'] = None; from aah_viz.cli import main; sys.exit(main(['--help']))"
+    code = HIDE_TORCH + "from aah_viz.cli import main; sys.exit(main(['--help']))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     for command in ("train", "validate", "dashboard", "export", "bench"):
@@ -40,8 +50,7 @@ def test_cli_help_lists_commands_without_torch():
 
 
 def test_torch_command_without_torch_says_how_to_install():
-    code = (
-        "import sys; sys.modules['torch'] = None; sys.modules['instrumentation'] = None\n"
+    code = HIDE_TORCH + (
         "from aah_viz.cli import main; sys.exit(main(['train', '--preset', 'tiny', '--regime', 'full_adaptive',"
         " '--steps', '1', '--out', '/tmp/aah-viz-no-torch-run']))"
     )

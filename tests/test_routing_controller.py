@@ -4,7 +4,6 @@ import torch
 
 from instrumentation.routing.controller import (
     INPUT_DIMS,
-    RoutingNetworks,
     level_inputs,
     make_networks,
     score_level,

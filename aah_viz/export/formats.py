@@ -21,6 +21,7 @@ from aah_viz.export.stats import NO_VARIANCE
 
 FORMATS = ("csv", "md", "latex")
 EXTENSIONS = {"csv": "csv", "md": "md", "latex": "tex"}
+LARGE = 1e6  # numbers this large print with a power of ten
 
 
 def render(table, fmt: str) -> str:
@@ -89,6 +90,15 @@ def format_number(value: Any, decimals: int, uncertainty: float | None = None, *
         return value
     v = float(value)
     d = None if uncertainty is None or _is_missing(uncertainty) else decimals_for(float(uncertainty))
+    if not math.isfinite(v):
+        return "inf" if v > 0 else ("-inf" if v < 0 else "–")
+    if abs(v) >= LARGE and (d is None or d < 0):  # e.g. perplexities of an untrained model: a power of ten
+        exp = int(math.floor(math.log10(abs(v))))
+        scale = 10.0**exp
+        if d is not None:
+            k = max(0, d + exp)  # decimals of the mantissa that keep the uncertainty's digits
+            return f"{v / scale:.{k}f}e{exp:+d}{pm}{float(uncertainty) / scale:.{k}f}e{exp:+d}"
+        return f"{v / scale:.3f}e{exp:+d}"
     if d is not None:
         return f"{_fixed(v, d)}{pm}{_fixed(float(uncertainty), d)}"
     if isinstance(value, (int, np.integer)) or (decimals == 0 and float(v).is_integer()):

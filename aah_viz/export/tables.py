@@ -286,17 +286,9 @@ def _sorted_runs(runs) -> list:
     return sorted(runs, key=lambda r: (records.regime_rank(r.regime), r.seed if r.seed is not None else -1, r.run_id))
 
 
-def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", baseline=None, source="final",
-           n_boot=stats.DEFAULT_BOOT, seed=stats.DEFAULT_SEED) -> Table:
-    _check_opts(name, by, layout, part)
-    if source not in ("final", "inference"):
-        raise AAHVizError(f"windows source must be 'final' or 'inference', got {source!r}")
-    runs = _sorted_runs(runs)
-    seq_len, windows = cfg
-    if not windows:  # only baselines: take the windows they were configured with
-        windows = tuple(sorted({int(w) for r in runs for w in r.windows}))
-    wcols = [f"window_frac_{w}" for w in windows]
-    config = {"seq_len": seq_len, "windows": list(windows)}
+def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
+    """Per-run (or per run and layer) records of one table kind, its value columns, caption and the
+    extra numeric keys to summarise alongside."""
     if name == "training":
         recs = [records.training_record(r, windows) for r in runs]
         for rec in recs:
@@ -358,6 +350,21 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
         }[part]
         extra_keys = set()
 
+    return recs, values, caption, extra_keys
+
+
+def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", baseline=None, source="final",
+           n_boot=stats.DEFAULT_BOOT, seed=stats.DEFAULT_SEED) -> Table:
+    _check_opts(name, by, layout, part)
+    if source not in ("final", "inference"):
+        raise AAHVizError(f"windows source must be 'final' or 'inference', got {source!r}")
+    runs = _sorted_runs(runs)
+    seq_len, windows = cfg
+    if not windows:  # only baselines: take the windows they were configured with
+        windows = tuple(sorted({int(w) for r in runs for w in r.windows}))
+    wcols = [f"window_frac_{w}" for w in windows]
+    config = {"seq_len": seq_len, "windows": list(windows)}
+    recs, values, caption, extra_keys = _records_for(name, runs, windows, wcols, part=part, source=source)
     df = pd.DataFrame(recs)
     notes: list[str] = []
     empty_message = ""
@@ -404,7 +411,7 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
     table.exact = _align(exact_src, table.df, cols, None)
     table.decimals = {c: _decimals(_our_name(c, name)) for c in table.value_columns}
     table.best = _best(table.df, table.value_columns, lambda c: _direction(_our_name(c, name)))
-    if name == "inference" and "source" in df and (df["source"] == "eval").any():
+    if name == "inference" and any(r.get("source") == "eval" for r in recs):
         table.notes.append("Runs without an inference record report their last training-time evaluation; its ACR, "
                            "coverage and window fractions are those of the routing state at that step.")
     if baseline is not None and name in ("training", "inference"):

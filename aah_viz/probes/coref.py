@@ -15,7 +15,6 @@ else the nearest), any other mention takes the nearest with the same head word (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np

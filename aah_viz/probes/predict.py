@@ -62,12 +62,14 @@ class JSAccumulator:
         if rows.shape[1] == 0:
             return
         p = rows.astype(np.float64)
-        for i in range(p.shape[0]):
-            m = 0.5 * (p[i][None] + p)
-            kl_i = xlogy(p[i][None], p[i][None]) - xlogy(p[i][None], m)
-            kl_j = xlogy(p, p) - xlogy(p, m)
-            js = 0.5 * (kl_i.sum(-1) + kl_j.sum(-1)) / np.log(2.0)  # (n_heads, r)
-            self.total[i] += js.sum(-1)
+        entropy = -xlogy(p, p).sum(-1)  # (n_heads, r), nats
+        n = p.shape[0]
+        for i in range(n):  # JS(p, q) = H((p + q) / 2) - (H(p) + H(q)) / 2, upper triangle only
+            m = 0.5 * (p[i][None] + p[i:])
+            mixed = -(m * np.log(m + 1e-300)).sum(-1)
+            js = (mixed - 0.5 * (entropy[i][None] + entropy[i:])).sum(-1) / np.log(2.0)
+            self.total[i, i + 1 :] += js[1:]
+            self.total[i + 1 :, i] += js[1:]
         self.count += p.shape[1]
 
     def mean(self) -> np.ndarray:

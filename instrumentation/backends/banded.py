@@ -42,7 +42,7 @@ def flash_block(window: int, block: int | None) -> int:
     """Query rows per band tile of the flash kernel (small tiles: little waste; copies cost D/block)."""
     if block is not None:
         return max(1, int(block))
-    return 64 if window <= 1024 else 128
+    return min(128, max(16, window // 8))
 
 
 @dataclass
@@ -130,7 +130,6 @@ class _BandedAttention(torch.autograd.Function):
                 grads = tuple(x.view(batch, -1, seq_len, head_dim) for x in grads)
             for dst, src in zip((dq, dk, dv), grads):
                 _scatter(dst, src, index)
-        ctx.states = None
         return dq, dk, dv, None, None, None, None
 
 

@@ -124,6 +124,8 @@ def flex_attention_backend(
     if need_stats and q.device.type == "cpu":
         return _fallback(q, k, v, windows, "compiled FlexAttention on CPU returns no log-sum-exp for head statistics", **kwargs)
     scale_value = head_dim ** -0.5 if scale is None else float(scale)
+    if not grad:  # compiled CPU flex refuses inputs that require grad, even under no_grad
+        q, k, v = q.detach(), k.detach(), v.detach()
     try:
         mask = block_mask_for(wins, seq_len, q.device)
         fn = _compiled_flex()

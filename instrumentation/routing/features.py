@@ -31,9 +31,9 @@ def head_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         n_heads = q.shape[1]
         cols = []
         for x in (q, k, v):
-            flat = x.detach().float().transpose(0, 1).reshape(n_heads, -1)
-            cols.append(flat.abs().mean(dim=1))
-            cols.append(flat.std(dim=1, unbiased=True))
+            x = x.detach().float()  # reduce over (B, T, D) in place: no per-head copy, no Python loop
+            cols.append(x.abs().mean(dim=(0, 2, 3)))
+            cols.append(x.std(dim=(0, 2, 3), correction=1))
         base = torch.stack(cols, dim=1)
         return torch.cat([base, _prev_columns(prev_stats, n_heads, base.device)], dim=1)
 

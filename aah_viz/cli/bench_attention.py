@@ -1,0 +1,80 @@
+"""``aah-viz bench attention``: attention backends side by side at one shape and window mix.
+
+Compares, in one process with interleaved repeats: full causal attention
+(``scaled_dot_product_attention`` with ``is_causal``), ``dense_masked`` and ``banded`` (and
+``flex`` / ``flash`` where they run), forward and forward+backward, and prints medians, ratios,
+the causal-pair coverage of the mix and each backend's realised work as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "attention",
+        help="attention backends vs full causal attention, forward and forward+backward (JSON)",
+        description="Time full causal attention (SDPA is_causal), dense_masked, banded and, where available, flex and "
+        "flash on one (batch, heads, seq-len, head-dim) shape with a per-head window mix. Variants are interleaved "
+        "in every repeat; medians are reported with ratios such as banded_vs_full_fwdbwd.",
+    )
+    parser.add_argument("--seq-len", type=int, default=4096, help="sequence length T (default 4096)")
+    parser.add_argument("--heads", type=int, default=16, help="number of heads H (default 16)")
+    parser.add_argument("--head-dim", type=int, default=64, help="head dimension D (default 64)")
+    parser.add_argument("--batch", type=int, default=1, help="batch size B (default 1)")
+    parser.add_argument(
+        "--mix",
+        default="paper",
+        help="per-head windows: 'paper' (Table 1 Full-adaptive fractions: 10/16 at T/8, 2/16 each at T/4, T/2, T), "
+        "'uniform:W', or a comma-separated list of H windows",
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per variant, after one warm-up (default 5)")
+    parser.add_argument(
+        "--backends",
+        default="full,dense_masked,banded,flex,flash",
+        help="comma-separated variants among full, dense_masked, banded, flex, flash; unavailable ones are "
+        "listed under 'notes' (default: all)",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
+    parser.add_argument("--stats", action="store_true", help="also time banded with head statistics (banded_stats)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--json", action="store_true", help="print only the JSON document")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from aah_viz.torch_import import require_torch
+
+    torch = require_torch()
+    from tqdm import tqdm
+
+    from instrumentation.backends.bench import run_attention_bench
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    with tqdm(total=args.repeats + 1, desc="bench attention", unit="round", file=sys.stderr, disable=None) as bar:
+        result = run_attention_bench(
+            seq_len=args.seq_len,
+            heads=args.heads,
+            head_dim=args.head_dim,
+            batch=args.batch,
+            mix=args.mix,
+            repeats=args.repeats,
+            backends=backends,
+            device=args.device,
+            dtype=args.dtype,
+            stats_variant=args.stats,
+            progress=bar,
+        )
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(json.dumps({"ratios": result["ratios"], "causal_coverage": result["causal_coverage"]}, indent=2))
+    for name, med in result["medians_s"].items():
+        fb = f"{med['fwdbwd']:.4f}s" if med["fwdbwd"] else "n/a"
+        print(f"{name:>14}: fwd {med['fwd']:.4f}s  fwd+bwd {fb}  work {result['realised_work'].get(name, float('nan')):.3f}")
+    return 0
