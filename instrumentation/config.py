@@ -150,6 +150,11 @@ class AAHConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AAHConfig":
         known = {f.name for f in dataclasses.fields(cls)}
+        if "seq_len" in d:  # accepted as an alias of block_size
+            d = dict(d)
+            seq_len = d.pop("seq_len")
+            if d.setdefault("block_size", seq_len) != seq_len:
+                raise ConfigError(f"seq_len={seq_len} and block_size={d['block_size']} disagree; pass one of them")
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(

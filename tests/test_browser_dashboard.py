@@ -22,8 +22,8 @@ ARTIFACTS = REPO / "test-artifacts"
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
     ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
-    ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumb"]']),
-    ("windows", "Windows", 4, ['[data-testid="stSliderThumb"]']),
+    ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumbValue"]']),
+    ("windows", "Windows", 4, ['[data-testid="stSliderThumbValue"]']),
     ("stability", "Stability", 3, ['[data-testid="stDataFrame"] canvas']),
     ("probes", "Probes", 0, ['[data-testid="stAlert"]']),
     ("compare", "Compare", 1, ['[data-testid="stDataFrame"] canvas']),
@@ -114,6 +114,19 @@ def test_every_page_renders_in_chromium(server):
                 print(f"{path or 'runs'}: {time.monotonic() - started:.1f}s")
                 assert page.locator('[data-testid="stException"]').count() == 0, f"{path}: a Streamlit exception is shown"
                 assert charts >= min_charts, f"{path}: {charts} charts rendered, expected at least {min_charts}"
+            # the Export page's downloads: a CSV table and a PNG rendered on click through Kaleido
+            page.goto(f"{server}/export", wait_until="domcontentloaded")
+            page.get_by_role("heading", name="Export", exact=True).first.wait_for(timeout=60000)
+            _settle(page)
+            with page.expect_download(timeout=60000) as table_dl:
+                page.locator(".st-key-exp_table_download button").click()
+            text = Path(table_dl.value.path()).read_text()
+            assert "adaptive-s0" in text and "freeze-s1" in text
+            with page.expect_download(timeout=90000) as fig_dl:
+                page.locator(".st-key-exp_fig_download button").click()
+            assert Path(fig_dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            _settle(page)
+
             # interactions: pick another layer on the Hierarchy page, then refresh the runs
             page.goto(f"{server}/hierarchy", wait_until="domcontentloaded")
             page.get_by_role("heading", name="Hierarchy", exact=True).first.wait_for(timeout=60000)

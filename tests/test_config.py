@@ -117,6 +117,12 @@ def test_unknown_enum_values_name_key_and_allowed_values(key):
     assert key in msg and all(v in msg for v in CHOICES[key])
 
 
+def test_seq_len_is_an_alias_of_block_size():
+    assert AAHConfig.from_dict({"seq_len": 32, "windows": [8, 16, 32]}).block_size == 32
+    with pytest.raises(ConfigError, match="disagree"):
+        AAHConfig.from_dict({"seq_len": 32, "block_size": 64})
+
+
 def test_unknown_key_is_an_error():
     with pytest.raises(ConfigError, match="unknown config key"):
         AAHConfig.from_dict({"n_heads": 12})

@@ -266,3 +266,44 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     assert at.selectbox(key="cmp_qwen").options
     qwen = next(f for t, f in figs.items() if t.startswith("Qwen3-4B"))
     assert qwen["data"][0]["customdata"].shape == (36, 32)
+
+
+@pytest.mark.slow
+def test_every_page_on_a_paper_shaped_run_sends_under_5_mb_per_figure(tmp_path, monkeypatch):
+    root = tmp_path / "paper"
+    make_synthetic_run(root / "paper-shaped", n_layer=24, n_head=16, steps=10_000, windows=(512, 1024, 2048, 4096), seq_len=4096, flush_every=500)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+        goto(at, page)
+        for el in at.get("plotly_chart"):
+            assert len(el.proto.spec) < 5_000_000, page
+
+
+SAMPLE_LOGS = REPO / "sample_logs"
+
+
+@pytest.mark.skipif(not any(SAMPLE_LOGS.glob("**/manifest.json")), reason="no recorded runs in sample_logs/ yet")
+def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    assert not at.exception
+    listed = at.dataframe[0].value["run"].tolist()
+    assert listed, "the recorded runs are listed"
+    for key in listed:
+        run = load_run(SAMPLE_LOGS / key)
+        assert run.status in ("finished", "running", "failed", "imported")
+    for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+        goto(at, page)
+    goto(at, "windows")
+    run = load_run(SAMPLE_LOGS / at.selectbox(key="run_picker").value)
+    heat = next(f for f in charts(at) if f["layout"]["title"]["text"].startswith("executed windows at step"))
+    step = int(heat["layout"]["title"]["text"].rsplit(" ", 1)[1])
+    heads = run.table("heads", filters=[("step", "==", step)])
+    want = np.full((run.n_layer, run.n_head), -1)
+    want[heads["layer"].astype(int), heads["head"].astype(int)] = heads["window"]
+    np.testing.assert_array_equal(heat["data"][0]["customdata"], want)

@@ -144,6 +144,10 @@ def test_every_head_in_exactly_one_group_per_level_and_child_le_parent():
 def test_no_subscriber_no_event_and_handles_detach():
     m = make()
     assert not any(a.has_subscribers for a in m.attention_layers())
+    m.prepare_step(0)
+    m(batches(1)[0][:, :-1])  # step 0 clusters level 0, but nobody listens: no tree is built
+    assert all(a.last_route.updated and a.last_route.tree is None for a in m.aah_layers())
+    m.reset_routing_state()
     events = []
     h = m.subscribe(events.append)
     x = batches(1)[0][:, :-1]
@@ -221,6 +225,10 @@ def test_checkpoint_round_trip_reproduces_windows():
             model.train()
             model.prepare_step(13)  # a control update: exercises EMA, cached labels, topology, stats
             model(x)
+        assert torch.equal(m.current_windows(), m2.current_windows()), regime
+        for model in (m, m2):
+            model.eval()
+            model(batches(1, seed=10)[0][:, :-1])
         assert torch.equal(m.current_windows(), m2.current_windows()), regime
         for a, b in zip(m.aah_layers(), m2.aah_layers()):
             assert a.state.cached_labels == b.state.cached_labels and a.state.topology == b.state.topology

@@ -88,7 +88,7 @@ def render() -> None:
     for wset, ref_b in (_bucket_rows(reference, "reference: ") if reference is not None else {}).items():
         buckets[wset] = pd.concat([buckets[wset], ref_b]) if wset in buckets else ref_b
     for i, (wset, grid) in enumerate(sorted(buckets.items())):
-        chart(wfig.bucket_heatmap_figure(grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens"), key=f"cmp_buckets_{i}")
+        chart(wfig.bucket_heatmap_figure(grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"), key=f"cmp_buckets_{i}")
 
     st.subheader("The reference's published results")
     if not ref_dir:

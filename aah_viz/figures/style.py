@@ -27,6 +27,8 @@ MARGIN = "decision margin (top-1 − top-2 logit)"
 LEVEL = "hierarchy level (heads = 0)"
 
 TEMPLATE = "plotly_white"
+# black - red - orange - yellow, the scale of the paper's Figure 4
+FIGURE4_SCALE = [[0.0, "rgb(0,0,0)"], [0.35, "rgb(160,20,20)"], [0.7, "rgb(245,140,20)"], [1.0, "rgb(255,240,120)"]]
 
 
 def named_scale(name: str) -> list:

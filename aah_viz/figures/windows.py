@@ -119,7 +119,7 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
     return style.base_layout(fig, title, height=420)
 
 
-def bucket_heatmap_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
+def bucket_heatmap_figure(table: pd.DataFrame, title: str = "", row_title: str = "run") -> go.Figure:
     """Runs or regimes (rows) x window (columns): share of slots at each window, annotated in %.
 
     The layout of the paper's Figure 4 ("final selected-window distribution").
@@ -130,7 +130,7 @@ def bucket_heatmap_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
             z=z,
             x=[str(c) for c in table.columns],
             y=[str(i) for i in table.index],
-            colorscale=style.named_scale("Inferno"),
+            colorscale=style.FIGURE4_SCALE,
             zmin=0,
             zmax=max(65.0, float(np.nanmax(z)) if z.size else 65.0),
             colorbar=dict(title=dict(text="% of slots")),
@@ -140,5 +140,5 @@ def bucket_heatmap_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
         )
     )
     fig.update_xaxes(title=style.WINDOW, type="category")
-    fig.update_yaxes(title="run", autorange="reversed")
+    fig.update_yaxes(title=row_title, autorange="reversed")
     return style.base_layout(fig, title, height=max(300, 40 * len(table) + 160))

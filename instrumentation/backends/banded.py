@@ -99,15 +99,18 @@ class _BandedAttention(torch.autograd.Function):
             qb, kb, vb = _gather(q, index), _gather(k, index), _gather(v, index)
             want = sink is not None
             if bucket.kernel == "flash_cpu":
-                ob, state, stats = banded_flash_cpu.flash_forward(qb, kb, vb, bucket.window, bucket.block, scale, want)
+                state, stats, norm = banded_flash_cpu.flash_forward(
+                    qb, kb, vb, bucket.window, bucket.block, scale, want, out, index
+                )
             else:
                 n = batch * len(bucket.heads)
                 flat = (x.view(n, seq_len, head_dim) for x in (qb, kb, vb))
                 ob, state, stats = banded_loop.loop_forward(*flat, bucket.window, bucket.block, scale, dropout_p, want)
                 ob = ob.view(batch, -1, seq_len, head_dim)
-            _scatter(out, ob, index)
+                _scatter(out, ob, index)
+                if want:
+                    norm = torch.linalg.vector_norm(ob.float(), dim=-1).sum(-1).reshape(-1)
             if want:
-                norm = torch.linalg.vector_norm(ob.float(), dim=-1).sum(-1).reshape(-1)
                 sink.append((bucket.heads, stats[0], norm, stats[1]))
             states.append(state)
         ctx.buckets, ctx.states, ctx.shape = buckets, states, q.shape

@@ -79,19 +79,29 @@ def region_elements(seq_len: int, window: int, block: int) -> int:
     return total
 
 
+_float_masks: dict = {}
+
+
 def _tile_mask(reg: Region, dtype, device) -> torch.Tensor:
-    blocked = tile_blocked_mask(Tile(reg.q0, reg.q0 + reg.rows, reg.k0, reg.window), device)
-    return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, float("-inf"))
+    """Additive (rows, cols) mask of a band tile: 0 inside the band, -inf outside (cached)."""
+    key = (reg.rows, reg.window, dtype, str(device))
+    mask = _float_masks.get(key)
+    if mask is None:
+        blocked = tile_blocked_mask(Tile(reg.q0, reg.q0 + reg.rows, reg.k0, reg.window), device)
+        mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, float("-inf"))
+        if len(_float_masks) > 256:
+            _float_masks.clear()
+        _float_masks[key] = mask
+    return mask
 
 
-def _tile_views(x: torch.Tensor, reg: Region, keys: bool) -> torch.Tensor:
-    """(B, n, T, D) -> (B, n * tiles, rows or cols, D) for the region's query rows or key spans."""
-    b, n, _, d = x.shape
-    if not keys:
-        return x[:, :, reg.q0 : reg.q1].reshape(b, n * reg.tiles, reg.rows, d)
-    span = x[:, :, reg.k0 : reg.q1]
-    tiles = span.unfold(2, reg.cols, reg.rows)  # (B, n, tiles, D, cols)
-    return tiles.transpose(-1, -2).reshape(b, n * reg.tiles, reg.cols, d)
+def _tiles(x: torch.Tensor, reg: Region, keys: bool) -> torch.Tensor:
+    """A view (B * n, tiles, rows or cols, D) of a contiguous (B, n, T, D) tensor; key tiles overlap."""
+    b, n, seq_len, d = x.shape
+    start, length = (reg.k0, reg.cols) if keys else (reg.q0, reg.rows)
+    return x.as_strided(
+        (b * n, reg.tiles, length, d), (seq_len * d, reg.rows * d, d, 1), x.storage_offset() + start * d
+    )
 
 
 @dataclass
@@ -102,39 +112,51 @@ class FlashState:
     shape: tuple
 
 
-def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool):
-    """q, k, v: (B, n, T, D). Returns (out, state, stats) with stats = (entropy_sum, usage) per (b, head)."""
+def _write(dst: torch.Tensor, rows: slice, src: torch.Tensor, index) -> None:
+    """dst[:, heads, rows] = src, with src shaped (B, n, len(rows), D)."""
+    if index is None:
+        dst[:, :, rows].copy_(src)
+    else:
+        dst[:, :, rows].index_copy_(1, index, src)
+
+
+def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool, out, index):
+    """q, k, v: contiguous (B, n, T, D) of one bucket; writes the bucket's rows of ``out`` (B, H, T, D).
+
+    Returns (state, stats, norm) with stats = (entropy_sum, usage) per (b, head) row, or None,
+    and norm the per-(b, head) sum of output row norms (when stats are wanted).
+    """
     b, n, seq_len, d = q.shape
     regs = regions(seq_len, window, block)
-    outs, saved = [], []
-    entropy = torch.zeros(b, n, dtype=torch.float32, device=q.device) if want_stats else None
-    usage = None
+    saved = []
+    entropy = torch.zeros(b * n, dtype=torch.float32, device=q.device) if want_stats else None
+    norm = torch.zeros(b * n, dtype=torch.float32, device=q.device) if want_stats else None
     for reg in regs:
         if reg.kind == "causal":
             qr, kr, vr = (x[:, :, : reg.q1] for x in (q, k, v))
             mask, causal = None, True
         else:
-            qr, kr, vr = _tile_views(q, reg, False), _tile_views(k, reg, True), _tile_views(v, reg, True)
+            qr, kr, vr = _tiles(q, reg, False), _tiles(k, reg, True), _tiles(v, reg, True)
             mask, causal = _tile_mask(reg, q.dtype, q.device), False
-        out, lse = _fwd(qr, kr, vr, 0.0, causal, attn_mask=mask, scale=scale)
-        saved.append((qr, kr, vr, out, lse, mask))
-        outs.append(out.reshape(b, n, reg.q1 - reg.q0, d))
+        o, lse = _fwd(qr, kr, vr, 0.0, causal, attn_mask=mask, scale=scale)
+        saved.append((qr, kr, vr, o, lse, mask))
+        rows = o.reshape(b, n, reg.q1 - reg.q0, d)
+        _write(out, slice(reg.q0, reg.q1), rows, index)
         if want_stats:
             pk, _ = _fwd(qr, kr, kr, 0.0, causal, attn_mask=mask, scale=scale)
-            rows = lse.float() - scale * (qr.float() * pk.float()).sum(-1)
-            entropy += rows.reshape(b, n, -1).sum(-1)
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+            ent = lse.float() - scale * (qr.float() * pk.float()).sum(-1)
+            entropy += ent.reshape(b * n, -1).sum(-1)
+            norm += torch.linalg.vector_norm(rows.float(), dim=-1).reshape(b * n, -1).sum(-1)
+    stats = None
     if want_stats:
-        last_lse = saved[-1][4].reshape(b, n, -1)[:, :, -1].float()
-        diag = scale * (q[:, :, -1].float() * k[:, :, -1].float()).sum(-1)
-        usage = torch.exp(diag - last_lse)
-        stats = (entropy.reshape(-1), usage.reshape(-1))
-    else:
-        stats = None
-    return out, FlashState(regs, saved, scale, tuple(q.shape)), stats
+        last_lse = saved[-1][4].reshape(b * n, -1)[:, -1].float()
+        diag = scale * (q[:, :, -1].float() * k[:, :, -1].float()).sum(-1).reshape(-1)
+        stats = (entropy, torch.exp(diag - last_lse))
+    return FlashState(regs, saved, scale, tuple(q.shape)), stats, norm
 
 
 def flash_backward(state: FlashState, grad_out: torch.Tensor):
+    """grad_out: contiguous (B, n, T, D) of the bucket; returns (dq, dk, dv) of the same shape."""
     b, n, seq_len, d = state.shape
     dq = torch.empty(state.shape, dtype=grad_out.dtype, device=grad_out.device)
     dk = torch.zeros_like(dq)
@@ -147,9 +169,9 @@ def flash_backward(state: FlashState, grad_out: torch.Tensor):
             dk[:, :, : reg.q1] += gk
             dv[:, :, : reg.q1] += gv
             continue
-        g = grad_out[:, :, reg.q0 : reg.q1].reshape(b, n * reg.tiles, reg.rows, d)
+        g = _tiles(grad_out, reg, False)
         gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, False, attn_mask=mask, scale=state.scale)
-        dq[:, :, reg.q0 : reg.q1] = gq.reshape(b, n, reg.q1 - reg.q0, d)
+        _tiles(dq, reg, False).copy_(gq)
         span = [b, n, reg.q1 - reg.k0, d]
         for dst, gt in ((dk, gk), (dv, gv)):
             folded = gt.reshape(b, n, reg.tiles, reg.cols, d).transpose(-1, -2)
