@@ -518,17 +518,23 @@ class AAHAttention(nn.Module, _Hookable):
                     normdiff_scale=c.cosine_normdiff_scale, min_group_size=c.min_group_size,
                     group_feature_mode=c.group_feature_mode, upper_l2_threshold=c.upper_l2_threshold)
 
-    def _adaptive_build(self, q, k, v) -> tuple[Hierarchy, torch.Tensor, Optional[float]]:
-        """Per-head features -> EMA -> full hierarchy with churn against the cached labels (§5.8)."""
+    def _adaptive_build(self, q, k, v) -> tuple[Hierarchy, torch.Tensor, float]:
+        """Per-head features -> EMA -> full hierarchy with churn against the cached labels (§5.8).
+
+        The group change rate is 0.0 on the first clustering (no previous labels), as in the
+        reference; a re-clustering also drops the warm-up path's pooled-feature cache.
+        """
         c, st = self.cfg, self.state
         feats = head_features(q, k, v, st.prev_stats).cpu()
         st.ema = ema_update(st.ema, feats, c.ema_alpha)
         hier = build_hierarchy(st.ema, sim_threshold=c.sim_threshold, prev_labels=st.cached_labels,
                                churn_penalty=c.churn_penalty, **self._upper_kwargs())
-        change = None
+        change = 0.0
         if st.cached_labels is not None:
             new = labels_from_groups(hier.levels[0].groups, self.n_head)
             change = sum(a != b for a, b in zip(new, st.cached_labels)) / self.n_head
+        st.pooled_cache = None
+        st.pooled_cache_step = None
         return hier, st.ema, change
 
     def _pooled(self, q, k, v, groups) -> torch.Tensor:
@@ -624,8 +630,8 @@ class AAHAttention(nn.Module, _Hookable):
                    or step - st.last_control_step >= c.control_interval)
             if not due and st.cached_idx is not None:  # C1
                 path = "grouped_control_cached" if c.build_hierarchy else "ungrouped_control_cached"
-                return _Route(st.cached_idx, path, False, True, False, resolution_delta=0.0,
-                              group_change_rate=0.0 if c.build_hierarchy else None,
+                # the reference reports 0.0 for both rates on every cached forward, grouped or not
+                return _Route(st.cached_idx, path, False, True, False, resolution_delta=0.0, group_change_rate=0.0,
                               extra={"group_counts": st.cached_group_counts})
             extra: dict = {}
             if c.build_hierarchy:  # C2, C3
@@ -673,7 +679,8 @@ class AAHAttention(nn.Module, _Hookable):
         if not c.build_hierarchy:
             return route
         feats = None
-        change = None
+        change = 0.0  # rebuilds from the cached labels change no label (§11.4: None only without grouping)
+        route.group_change_rate = change
         if st.cached_labels is not None:
             groups = groups_from_labels(st.cached_labels)
             stale = (st.pooled_cache is None or step is None or st.pooled_cache_step is None

@@ -266,6 +266,8 @@ class RoutingRecorder:
         self._controller_init = controller_init
         self.writer = None
         self.background = bool(background)
+        self.write_cpu_s = 0.0  # CPU time spent building rows and writing segments (any thread)
+        self.hot_path_s = 0.0  # wall time spent in event callbacks and step() on the training thread
         self._pool = None
         self._futures: list = []
         self._handles: list[Any] = []
@@ -423,6 +425,13 @@ class RoutingRecorder:
     def _on_event(self, ev) -> None:
         if not ev.training and not self.record_eval_forwards:
             return
+        started = time.perf_counter()
+        try:
+            self._take_event(ev)
+        finally:
+            self.hot_path_s += time.perf_counter() - started
+
+    def _take_event(self, ev) -> None:
         layer = int(ev.layer)
         if tuple(ev.candidate_windows) == self.windows:
             self._layer_now[layer] = (_stage(ev.window_idx), _stage(ev.windows), int(ev.seq_len))
@@ -488,6 +497,12 @@ class RoutingRecorder:
         if not self.attached or not self.is_writer:
             return
         now = time.perf_counter()
+        try:
+            self._take_step(now, step, loss, lr, tokens, scalars)
+        finally:
+            self.hot_path_s += time.perf_counter() - now
+
+    def _take_step(self, now: float, step: int, loss: Any, lr: Any, tokens: Optional[int], scalars: dict) -> None:
         step_time = now - self._last_time
         self._last_time = now
         step = int(step)
@@ -657,6 +672,13 @@ class RoutingRecorder:
         return payload
 
     def _write_payload(self, writer, p: dict) -> None:
+        started = time.thread_time()
+        try:
+            self._write_payload_rows(writer, p)
+        finally:
+            self.write_cpu_s += time.thread_time() - started
+
+    def _write_payload_rows(self, writer, p: dict) -> None:
         if p["ready"] is not None:
             p["ready"].synchronize()
         if p["steps"]:

@@ -343,8 +343,6 @@ def train(tc: TrainConfig) -> TrainResult:
         divergent_steps: list[int] = []
         tokens_per_step = batch_size * cfg.block_size * dist.world_size
         with recorder as rec:
-            if backend_info["fallback_reason"] and not tc.resume:
-                rec.event(first_step, "fallback", **backend_info)
             bar = _progress(tc.steps, first_step, tc.progress and dist.rank == 0, f"{cfg.regime} seed {tc.seed}")
             try:
                 for step in range(first_step, tc.steps):

@@ -151,3 +151,17 @@ def test_incomplete_rows_give_the_same_answer_as_complete_ones():
     keep = ~((fast["layer"] == 0) & (fast["step"] == 25))
     pd.testing.assert_frame_equal(partial[keep], fast[keep])
     assert partial.loc[~keep, "window_switch_share"].item() == 0.5  # head 3 missing counts as changed
+
+
+def test_without_grouping_windows_still_compare_and_the_figure_draws_them():
+    from aah_viz.figures.stability import stability_figure
+
+    heads = _heads().drop(columns=["group_l0", "group_l1"])
+    u = stability.update_frame(heads, n_head=4)
+    assert u["ari"].isna().all() and u["topology_changed"].isna().all()
+    assert u.set_index(["layer", "step"]).loc[(0, 20), "window_switch_share"] == 0.25
+    fig = stability_figure(u)
+    switching = next(t for t in fig.data if t.name == "switching window")
+    # one point per update step, averaged over the layers updating then (step 20: layers 0 and 1)
+    assert switching.x.tolist() == [15, 20, 25]
+    assert switching.y.tolist() == [0.0, 0.125, 0.25]

@@ -121,6 +121,7 @@ def test_every_page_renders_in_chromium(server):
             with page.expect_download(timeout=60000) as table_dl:
                 page.locator(".st-key-exp_table_download button").click()
             text = Path(table_dl.value.path()).read_text()
+            _settle(page)
             assert "adaptive-s0" in text and "freeze-s1" in text
             with page.expect_download(timeout=90000) as fig_dl:
                 page.locator(".st-key-exp_fig_download button").click()

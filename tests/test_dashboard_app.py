@@ -136,6 +136,15 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     titles = chart_titles(app)
     assert "ACR and causal-pair coverage (selected runs)" in titles
     assert "final selected-window distribution (selected runs)" in titles
+    # pick another run: the page follows it (and keeps the chosen step)
+    app.selectbox(key="run_picker").set_value("adaptive-s1").run()
+    assert not app.exception
+    other = load_run(logs / "adaptive-s1")
+    heat = next(f for f in charts(app) if f["layout"]["title"]["text"] == "executed windows at step 50")
+    oh = other.table("heads", filters=[("step", "==", 50)])
+    want = np.zeros((N_LAYER, N_HEAD))
+    want[oh["layer"], oh["head"]] = oh["window"]
+    np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
     cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR and causal"))
     assert {tr["name"] for tr in cov["data"]} == {"full_adaptive s0 (adaptive-s0)", "full_adaptive s1 (adaptive-s1)", "shallow_freeze s0 (freeze-s0)"}
     assert cov["layout"]["yaxis"]["title"]["text"] == "ACR (Σ T·w / H·T²)"
@@ -217,6 +226,12 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at.exception
     assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
     assert at.selectbox(key="run_picker").value == "adaptive-s0"
+    # a valid run name in the address opens that run
+    at2 = AppTest.from_file(APP, default_timeout=120)
+    at2.query_params["run"] = "nested/freeze-s0"
+    at2.run()
+    at2.switch_page(PAGE.format("hierarchy")).run()
+    assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
 def test_refresh_shows_new_rows_of_a_run_still_being_written(tmp_path, monkeypatch):
@@ -307,3 +322,21 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     want = np.full((run.n_layer, run.n_head), -1)
     want[heads["layer"].astype(int), heads["head"].astype(int)] = heads["window"]
     np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
+
+
+def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, monkeypatch):
+    from aah_viz.runlog import make_manifest
+
+    root = tmp_path / "fresh"
+    manifest = make_manifest(run_id="fresh", regime="full_adaptive", seed=3, config={}, windows=[32, 64], seq_len=64, n_layer=2, n_head=4, max_depth=2)
+    RunWriter.create(root / "fresh", manifest)  # manifest only, no rows yet
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert at.dataframe[0].value.iloc[0]["status"] == "running"
+    for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+        goto(at, page)
+        assert not at.error, (page, [e.value for e in at.error])
+        if page == "windows":
+            assert any("No head rows recorded yet" in i.value for i in at.info)

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from aah_viz.cli import build_parser, main
 from aah_viz.cli import dashboard as dashboard_cli
 

@@ -304,3 +304,17 @@ def test_baseline_regimes_record_static_windows(tmp_path):
     assert (acr[acr["name"] == "acr"]["value"] == 1.0).all()
     s_acr = sliding.table("scalars")
     assert s_acr[(s_acr["name"] == "acr")]["value"].tolist() == pytest.approx([16 / 64] * len(s_acr[s_acr["name"] == "acr"]))
+
+
+def test_backend_fallback_is_an_event(tmp_path):
+    from instrumentation.backends import get_backend
+
+    _, resolved, reason = get_backend("flash", device=torch.device("cpu"), training=True, dropout_p=0.0)
+    if reason is None:
+        pytest.skip("the flash backend runs here: nothing falls back")
+    train_tiny(tmp_path / "fb", steps=2, attention_backend="flash")
+    events = load_run(tmp_path / "fb").table("events")
+    fb = events[events["kind"] == "fallback"]
+    assert len(fb) == 1
+    detail = json.loads(fb["detail"].item())
+    assert detail["reason"] and detail["backend"] != "flash"

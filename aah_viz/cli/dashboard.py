@@ -29,6 +29,7 @@ def streamlit_command(logs: Path, port: int, address: str, reference: Path | Non
         "--server.address", address,
         "--server.port", str(port),
         "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",  # serving, not developing: no reload on source edits
         "--", "--logs", str(logs),
     ]
     if reference is not None:

@@ -65,12 +65,12 @@ def recorded_steps(root: str, key: str, token: int):
     return queries.recorded_steps(open_run(root, key))
 
 
-@st.cache_data(show_spinner="Reading the hierarchy ...")
+@st.cache_data(show_spinner="Reading the hierarchy ...", max_entries=256)
 def hierarchy(root: str, key: str, token: int, layer: int, step: int | None) -> dict:
     return data.hierarchy_data(open_run(root, key), layer, step)
 
 
-@st.cache_data(show_spinner="Reading windows ...")
+@st.cache_data(show_spinner="Reading windows ...", max_entries=256)
 def heatmap(root: str, key: str, token: int, step: int | None) -> dict:
     return data.window_heatmap_data(open_run(root, key), step)
 
@@ -80,7 +80,7 @@ def timeline(root: str, key: str, token: int, layer: int) -> dict:
     return data.timeline_data(open_run(root, key), layer)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=256)
 def branch(root: str, key: str, token: int, step: int | None) -> dict:
     return data.branch_data(open_run(root, key), step)
 

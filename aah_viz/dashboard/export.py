@@ -40,6 +40,7 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         file_name=f"{name}-{by}.{providers.extension(fmt)}",
         mime=MIME.get(fmt, "text/plain"),
         key="exp_table_download",
+        on_click="ignore",  # a download needs no rerun
     )
     with st.expander("Rendered text"):
         st.code(text, language="latex" if fmt == "latex" else None)
@@ -68,6 +69,7 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
         file_name=f"{kind}.{fmt}",
         mime=MIME[fmt],
         key="exp_fig_download",
+        on_click="ignore",
     )
 
 

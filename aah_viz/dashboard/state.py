@@ -115,6 +115,8 @@ def pick_run(where=None) -> str | None:
     labels = {k: label(k) for k in keys}  # computed now: format_func may be called outside the script run
     key = target.selectbox("Run", keys, index=keys.index(wanted), format_func=labels.__getitem__, key="run_picker")
     st.session_state[CURRENT] = key
+    if st.query_params.get("run") != key:
+        st.query_params["run"] = key  # the address names the run shown: a shareable link
     return key
 
 

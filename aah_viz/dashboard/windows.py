@@ -24,20 +24,23 @@ def render() -> None:
 
     st.subheader("Layer × head windows at a step")
     steps = cache.recorded_steps(root, key, token)
-    step = step_slider(steps, key="win_step", label="Training step")
-    hm = cache.heatmap(root, key, token, step)
-    left, right = st.columns(2)
-    with left:
-        chart(wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"), key="win_heatmap")
-    with right:
-        br = cache.branch(root, key, token, step)
-        chart(wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"), key="win_branch")
+    if len(steps) == 0:
+        st.info("No head rows recorded yet: the run has not logged a training step. Refresh once it has.")
+    else:
+        step = step_slider(steps, key="win_step", label="Training step")
+        hm = cache.heatmap(root, key, token, step)
+        left, right = st.columns(2)
+        with left:
+            chart(wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"), key="win_heatmap")
+        with right:
+            br = cache.branch(root, key, token, step)
+            chart(wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"), key="win_branch")
 
-    st.subheader("Head × step timeline")
-    layer = layer_picker(m["n_layer"], key="win_layer")
-    tl = cache.timeline(root, key, token, layer)
-    chart(wfig.head_timeline_figure(tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"), key="win_timeline")
-    st.caption(f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change).")
+        st.subheader("Head × step timeline")
+        layer = layer_picker(m["n_layer"], key="win_layer")
+        tl = cache.timeline(root, key, token, layer)
+        chart(wfig.head_timeline_figure(tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"), key="win_timeline")
+        st.caption(f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change).")
 
     st.subheader("Coverage over training and regimes side by side")
     keys = tuple(state.selected_keys())

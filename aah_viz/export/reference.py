@@ -276,6 +276,22 @@ def _windows_from_header(row: dict | None) -> list[int]:
     return sorted(int(m.group(1)) for c in row if (m := FRAC_RE.match(c)))
 
 
+def _paper_windows(entry: _Method) -> list[int]:
+    windows = _windows_from_header(entry.table1) or _windows_from_header(entry.table2) or sorted(entry.buckets)
+    if not windows:
+        raise InputFormatError(f"method {entry.method!r}: no window_frac_<w> columns or bucket rows say which windows it had")
+    return windows
+
+
+def _paper_run_id(entry: _Method) -> str:
+    seq_len = int(entry.context or max(_paper_windows(entry)))
+    return f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (f"-seed{entry.seed}" if entry.seed is not None else "")
+
+
+def _qwen_run_id(regime: str) -> str:
+    return f"qwen3-4b-{regime.replace('_', '-')}"
+
+
 def _run_dir(out_dir: Path, run_id: str, overwrite: bool) -> Path:
     path = resolve_under(out_dir, run_id)
     if path.exists() and not overwrite:
@@ -298,14 +314,12 @@ def _writer(path: Path, manifest: dict, overwrite: bool) -> RunWriter:
 
 
 def _paper_run(entry: _Method, out_dir: Path, overwrite: bool, training_step: int | None) -> Path:
-    windows = _windows_from_header(entry.table1) or _windows_from_header(entry.table2) or sorted(entry.buckets)
-    if not windows:
-        raise InputFormatError(f"method {entry.method!r}: no window_frac_<w> columns or bucket rows say which windows it had")
+    windows = _paper_windows(entry)
     seq_len = int(entry.context or max(windows))
     step = training_step if training_step is not None else (entry.checkpoint_step or 0)
     ckpt = entry.checkpoint_step if entry.checkpoint_step is not None else step
     seed = entry.seed
-    run_id = f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (f"-seed{seed}" if seed is not None else "")
+    run_id = _paper_run_id(entry)
     path = _run_dir(out_dir, run_id, overwrite)
     described = entry.table1 or entry.table2 or {}
     values: dict[str, dict] = {}
@@ -425,7 +439,7 @@ def _qwen_run(path_csv: Path, rows: list[dict], out_dir: Path, overwrite: bool, 
     n_layer, n_head = int(layer.max()) + 1, int(head.max()) + 1
     if len(rows) != n_layer * n_head or len(set(zip(layer.tolist(), head.tolist()))) != len(rows):
         raise InputFormatError(f"{path_csv}: expected one row per (layer, head) for {n_layer} x {n_head} heads, got {len(rows)} rows")
-    run_id = f"qwen3-4b-{regime.replace('_', '-')}"
+    run_id = _qwen_run_id(regime)
     out = _run_dir(out_dir, run_id, overwrite)
     config = {"model": "Qwen/Qwen3-4B-Base", "n_layer": n_layer, "n_head": n_head, "seq_len": seq_len,
               "windows": list(QWEN_WINDOWS), "regime": regime,
@@ -496,13 +510,9 @@ def import_reference(
     # check every target before writing anything
     targets = []
     for entry in methods.values():
-        windows = _windows_from_header(entry.table1) or _windows_from_header(entry.table2) or sorted(entry.buckets)
-        seq_len = int(entry.context or (max(windows) if windows else 0))
-        rid = f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (f"-seed{entry.seed}" if entry.seed is not None else "")
-        targets.append(rid)
+        targets.append(_paper_run_id(entry))
     for path_csv, rows in heatmaps:
-        regime = _slug(rows[0]["regime"]) if rows else "empty"
-        targets.append(f"qwen3-4b-{regime.replace('_', '-')}")
+        targets.append(_qwen_run_id(_slug(rows[0]["regime"]) if rows else "empty"))
     dupes = sorted({t for t in targets if targets.count(t) > 1})
     if dupes:
         raise InputFormatError(f"{src}: several inputs map to the same run {dupes}; import them into separate folders")

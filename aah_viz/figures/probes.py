@@ -30,6 +30,8 @@ def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str
     fig = go.Figure(
         go.Heatmap(
             z=matrix.astype(np.float32),
+            x=np.arange(n_head),
+            y=np.arange(n_layer),
             colorscale=style.named_scale("Magma"),
             zmin=float(finite.min()) if finite.size else 0.0,
             zmax=float(finite.max()) if finite.size else 1.0,

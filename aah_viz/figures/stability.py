@@ -12,7 +12,7 @@ from aah_viz.figures import style
 
 def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """Per step bin: mean/min ARI, mean switch shares, and layers with a topology change."""
-    u = updates.dropna(subset=["ari"]).copy()
+    u = updates.dropna(subset=["window_switch_share"]).copy()  # ARI is NaN without grouping; windows still switch
     if u.empty:
         return pd.DataFrame(columns=["step", "ari_mean", "ari_min", "group_switch_share", "window_switch_share", "topology_changes"])
     steps = np.unique(u["step"].to_numpy())
@@ -21,7 +21,7 @@ def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
         u["bin"] = np.clip(np.searchsorted(edges, u["step"].to_numpy(), side="right") - 1, 0, max_points - 1)
     else:
         u["bin"] = np.searchsorted(steps, u["step"].to_numpy())
-    u["topology_changed"] = u["topology_changed"].astype("float64")
+    u["topology_changed"] = u["topology_changed"].astype("boolean").fillna(False).astype("float64")
     g = u.groupby("bin")
     return pd.DataFrame(
         {
@@ -75,6 +75,8 @@ def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: st
     fig = go.Figure(
         go.Heatmap(
             z=z.astype(np.float32),
+            x=np.arange(n_head),
+            y=np.arange(n_layer),
             customdata=dwell.astype(np.float32),
             colorscale=style.named_scale("Blues"),
             zmin=0,
@@ -85,8 +87,8 @@ def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: st
             ygap=1,
         )
     )
-    fig.update_xaxes(title=style.HEAD)
-    fig.update_yaxes(title=style.LAYER, autorange="reversed")
+    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
+    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
     return style.base_layout(fig, title or f"per-head {style.SWITCH_RATE}", height=max(320, 22 * n_layer + 140))
 
 

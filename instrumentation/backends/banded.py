@@ -32,17 +32,19 @@ KERNELS = ("auto", "flash_cpu", "loop")
 
 
 def loop_block(window: int, block: int | None) -> int:
-    """Query rows per tile of the loop kernel (large tiles: few calls; the waste is about block/W)."""
+    """Query rows per tile of the loop kernel: large tiles mean few calls, but about block / (block + W)
+    of each tile lies outside the band."""
     if block is not None:
         return max(1, int(block))
-    return 128 if window <= 1024 else 256
+    return min(256, max(32, window // 2))
 
 
 def flash_block(window: int, block: int | None) -> int:
-    """Query rows per band tile of the flash kernel (small tiles: little waste; copies cost D/block)."""
+    """Query rows per band tile of the flash kernel: small tiles waste little, but every key's
+    gradient is summed over (block + W - 1) / block tiles."""
     if block is not None:
         return max(1, int(block))
-    return min(128, max(16, window // 8))
+    return min(128, max(16, window // 4))
 
 
 @dataclass
@@ -70,69 +72,74 @@ def plan(windows: list[int], seq_len: int, kernel: str, block: int | None) -> li
     return out
 
 
-def _head_index(heads: list[int], n_heads: int, device) -> torch.Tensor | None:
-    if heads == list(range(n_heads)):
+def _permutation(buckets: list[_Bucket], n_heads: int, device):
+    """Head order with each bucket's heads adjacent: (order, inverse) index tensors, or None if identity."""
+    order = [h for bucket in buckets for h in bucket.heads]
+    if order == list(range(n_heads)):
         return None
-    return torch.as_tensor(heads, dtype=torch.long, device=device)
+    inverse = [0] * n_heads
+    for position, head in enumerate(order):
+        inverse[head] = position
+    return torch.as_tensor(order, device=device), torch.as_tensor(inverse, device=device)
 
 
-def _gather(x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    """(B, H, T, D) -> contiguous (B, n, T, D) of the bucket's heads."""
-    return (x if index is None else x.index_select(1, index)).contiguous()
+def _in_bucket_order(x: torch.Tensor, perm) -> torch.Tensor:
+    return (x if perm is None else x.index_select(1, perm[0])).contiguous()
 
 
-def _scatter(dst: torch.Tensor, src: torch.Tensor, index: torch.Tensor | None) -> None:
-    if index is None:
-        dst.copy_(src)
-    else:
-        dst.index_copy_(1, index, src)
+def _bucket_slices(buckets: list[_Bucket]):
+    start = 0
+    for bucket in buckets:
+        yield bucket, slice(start, start + len(bucket.heads))
+        start += len(bucket.heads)
 
 
 class _BandedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, buckets, scale, dropout_p, sink):
         batch, n_heads, seq_len, head_dim = q.shape
-        out = torch.empty_like(q)
+        perm = _permutation(buckets, n_heads, q.device)
+        qp, kp, vp = (_in_bucket_order(x, perm) for x in (q, k, v))
+        out = torch.empty_like(qp)
+        want = sink is not None
         states = []
-        for bucket in buckets:
-            index = _head_index(bucket.heads, n_heads, q.device)
-            qb, kb, vb = _gather(q, index), _gather(k, index), _gather(v, index)
-            want = sink is not None
+        for bucket, heads in _bucket_slices(buckets):
+            qb, kb, vb = (x[:, heads].contiguous() for x in (qp, kp, vp))
             if bucket.kernel == "flash_cpu":
                 state, stats, norm = banded_flash_cpu.flash_forward(
-                    qb, kb, vb, bucket.window, bucket.block, scale, want, out, index
+                    qb, kb, vb, bucket.window, bucket.block, scale, want, out[:, heads]
                 )
             else:
                 n = batch * len(bucket.heads)
                 flat = (x.view(n, seq_len, head_dim) for x in (qb, kb, vb))
                 ob, state, stats = banded_loop.loop_forward(*flat, bucket.window, bucket.block, scale, dropout_p, want)
-                ob = ob.view(batch, -1, seq_len, head_dim)
-                _scatter(out, ob, index)
-                if want:
-                    norm = torch.linalg.vector_norm(ob.float(), dim=-1).sum(-1).reshape(-1)
+                out[:, heads] = ob.view(batch, -1, seq_len, head_dim)
+                norm = torch.linalg.vector_norm(ob.float(), dim=-1).sum(-1) if want else None
             if want:
                 sink.append((bucket.heads, stats[0], norm, stats[1]))
             states.append(state)
-        ctx.buckets, ctx.states, ctx.shape = buckets, states, q.shape
-        return out
+        ctx.buckets, ctx.states, ctx.perm = buckets, states, perm
+        return out if perm is None else out.index_select(1, perm[1])
 
     @staticmethod
     def backward(ctx, grad_out):
-        batch, n_heads, seq_len, head_dim = ctx.shape
-        dq = torch.empty(ctx.shape, dtype=grad_out.dtype, device=grad_out.device)
-        dk = torch.empty_like(dq)
-        dv = torch.empty_like(dq)
-        for bucket, state in zip(ctx.buckets, ctx.states):
-            index = _head_index(bucket.heads, n_heads, grad_out.device)
-            g = _gather(grad_out, index)
+        batch, n_heads, seq_len, head_dim = grad_out.shape
+        perm = ctx.perm
+        gp = _in_bucket_order(grad_out, perm)
+        dq = torch.empty_like(gp)
+        dk = torch.zeros_like(gp)
+        dv = torch.zeros_like(gp)
+        for (bucket, heads), state in zip(_bucket_slices(ctx.buckets), ctx.states):
+            g = gp[:, heads].contiguous()
             if bucket.kernel == "flash_cpu":
-                grads = banded_flash_cpu.flash_backward(state, g)
-            else:
-                n = batch * len(bucket.heads)
-                grads = banded_loop.loop_backward(state, g.view(n, seq_len, head_dim))
-                grads = tuple(x.view(batch, -1, seq_len, head_dim) for x in grads)
+                banded_flash_cpu.flash_backward(state, g, dq[:, heads], dk[:, heads], dv[:, heads])
+                continue
+            n = batch * len(bucket.heads)
+            grads = banded_loop.loop_backward(state, g.view(n, seq_len, head_dim))
             for dst, src in zip((dq, dk, dv), grads):
-                _scatter(dst, src, index)
+                dst[:, heads] = src.view(batch, -1, seq_len, head_dim)
+        if perm is not None:
+            dq, dk, dv = (x.index_select(1, perm[1]) for x in (dq, dk, dv))
         return dq, dk, dv, None, None, None, None
 
 

@@ -112,16 +112,8 @@ class FlashState:
     shape: tuple
 
 
-def _write(dst: torch.Tensor, rows: slice, src: torch.Tensor, index) -> None:
-    """dst[:, heads, rows] = src, with src shaped (B, n, len(rows), D)."""
-    if index is None:
-        dst[:, :, rows].copy_(src)
-    else:
-        dst[:, :, rows].index_copy_(1, index, src)
-
-
-def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool, out, index):
-    """q, k, v: contiguous (B, n, T, D) of one bucket; writes the bucket's rows of ``out`` (B, H, T, D).
+def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool, out):
+    """q, k, v: contiguous (B, n, T, D) of one bucket; writes ``out``, the bucket's (B, n, T, D) view.
 
     Returns (state, stats, norm) with stats = (entropy_sum, usage) per (b, head) row, or None,
     and norm the per-(b, head) sum of output row norms (when stats are wanted).
@@ -141,7 +133,7 @@ def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bo
         o, lse = _fwd(qr, kr, vr, 0.0, causal, attn_mask=mask, scale=scale)
         saved.append((qr, kr, vr, o, lse, mask))
         rows = o.reshape(b, n, reg.q1 - reg.q0, d)
-        _write(out, slice(reg.q0, reg.q1), rows, index)
+        out[:, :, reg.q0 : reg.q1] = rows
         if want_stats:
             pk, _ = _fwd(qr, kr, kr, 0.0, causal, attn_mask=mask, scale=scale)
             ent = lse.float() - scale * (qr.float() * pk.float()).sum(-1)
@@ -155,25 +147,43 @@ def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bo
     return FlashState(regs, saved, scale, tuple(q.shape)), stats, norm
 
 
-def flash_backward(state: FlashState, grad_out: torch.Tensor):
-    """grad_out: contiguous (B, n, T, D) of the bucket; returns (dq, dk, dv) of the same shape."""
+def _overlap_add_(dst: torch.Tensor, tiles_grad: torch.Tensor, reg: Region) -> None:
+    """dst[:, :, key] += sum over tiles of the tile gradient at that key (the adjoint of the key tiles).
+
+    ``dst``: a (B, n, T, D) view with unit stride in D; ``tiles_grad``: (B * n, tiles, cols, D).
+    Tile i column j is key k0 + i * rows + j; column chunks of ``rows`` map to strided views of dst.
+    """
+    b, n, _, d = dst.shape
+    s_b, s_h, s_t, _ = dst.stride()
+    grad = tiles_grad.reshape(b, n, reg.tiles, reg.cols, d)
+    for start in range(0, reg.cols, reg.rows):
+        length = min(reg.rows, reg.cols - start)
+        view = dst.as_strided(
+            (b, n, reg.tiles, length, d),
+            (s_b, s_h, reg.rows * s_t, s_t, 1),
+            dst.storage_offset() + (reg.k0 + start) * s_t,
+        )
+        view += grad[:, :, :, start : start + length]
+
+
+def flash_backward(state: FlashState, grad_out: torch.Tensor, dq, dk, dv) -> None:
+    """grad_out: contiguous (B, n, T, D) of the bucket; dq, dk, dv: the bucket's (B, n, T, D)
+    views of the gradient buffers. Writes dq and adds into dk and dv (zeroed by the caller)."""
     b, n, seq_len, d = state.shape
-    dq = torch.empty(state.shape, dtype=grad_out.dtype, device=grad_out.device)
-    dk = torch.zeros_like(dq)
-    dv = torch.zeros_like(dq)
     for reg, (qr, kr, vr, out, lse, mask) in zip(state.regions, state.saved):
+        rows = slice(reg.q0, reg.q1)
         if reg.kind == "causal":
-            g = grad_out[:, :, : reg.q1]
+            g = grad_out[:, :, rows]
             gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, True, attn_mask=None, scale=state.scale)
-            dq[:, :, : reg.q1] = gq
-            dk[:, :, : reg.q1] += gk
-            dv[:, :, : reg.q1] += gv
+            dq[:, :, rows] = gq
+            dk[:, :, rows] += gk
+            dv[:, :, rows] += gv
             continue
         g = _tiles(grad_out, reg, False)
         gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, False, attn_mask=mask, scale=state.scale)
-        _tiles(dq, reg, False).copy_(gq)
-        span = [b, n, reg.q1 - reg.k0, d]
-        for dst, gt in ((dk, gk), (dv, gv)):
-            folded = gt.reshape(b, n, reg.tiles, reg.cols, d).transpose(-1, -2)
-            dst[:, :, reg.k0 : reg.q1] += torch.ops.aten.unfold_backward(folded, span, 2, reg.cols, reg.rows)
-    return dq, dk, dv
+        if dq.is_contiguous():
+            _tiles(dq, reg, False).copy_(gq)
+        else:
+            dq[:, :, rows] = gq.reshape(b, n, reg.q1 - reg.q0, d)
+        _overlap_add_(dk, gk, reg)
+        _overlap_add_(dv, gv, reg)

@@ -1,0 +1,74 @@
+"""The attention and step benchmarks: real (tiny) runs through the CLI, JSON checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz.cli import main  # noqa: E402
+from instrumentation.backends import causal_coverage  # noqa: E402
+from instrumentation.backends.bench import paper_mix, parse_mix  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def test_paper_mix_is_table_1_at_the_paper_shape_and_scales_with_t():
+    assert paper_mix(4096, 16) == [512] * 10 + [1024] * 2 + [2048] * 2 + [4096] * 2
+    assert paper_mix(1024, 16) == [128] * 10 + [256] * 2 + [512] * 2 + [1024] * 2
+    assert len(paper_mix(512, 12)) == 12
+
+
+def test_parse_mix_forms_and_errors():
+    from aah_viz.errors import ConfigError
+
+    assert parse_mix("uniform:7", 100, 3) == [7, 7, 7]
+    assert parse_mix("1,2,300", 100, 3) == [1, 2, 300]
+    for bad in ("1,2", "uniform:x", "banana", "0,1,2"):
+        with pytest.raises(ConfigError, match="--mix"):
+            parse_mix(bad, 100, 3)
+
+
+def test_bench_attention_prints_medians_ratios_and_coverage(capsys):
+    code = main(["bench", "attention", "--seq-len", "96", "--heads", "4", "--head-dim", "8", "--mix", "8,16,96,200",
+                 "--repeats", "2", "--backends", "full,dense_masked,banded,flash", "--stats", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["windows"] == [8, 16, 96, 200]
+    assert doc["causal_coverage"] == pytest.approx(causal_coverage([8, 16, 96, 200], 96))
+    for name in ("full", "dense_masked", "banded", "banded_stats"):
+        assert len(doc["raw_s"][name]["fwd"]) == 2 and len(doc["raw_s"][name]["fwdbwd"]) == 2
+        assert doc["medians_s"][name]["fwdbwd"] > 0
+    ratios = doc["ratios"]
+    for key in ("banded_vs_full_fwd", "banded_vs_full_fwdbwd", "banded_vs_dense_fwdbwd", "dense_vs_full_fwdbwd"):
+        assert ratios[key] > 0
+    assert ratios["banded_vs_full_fwdbwd"] == pytest.approx(
+        doc["medians_s"]["banded"]["fwdbwd"] / doc["medians_s"]["full"]["fwdbwd"]
+    )
+    assert doc["realised_work"]["dense_masked"] == pytest.approx(2 * 96 / 97)
+    assert doc["realised_work"]["banded"] < doc["realised_work"]["dense_masked"]
+    if "flash" not in doc["medians_s"]:
+        assert "flash" in doc["notes"]
+
+
+def test_bench_attention_rejects_a_bad_mix_with_exit_2(capsys):
+    code = main(["bench", "attention", "--seq-len", "32", "--heads", "2", "--mix", "1,2,3", "--repeats", "1"])
+    assert code == 2
+    assert "--mix" in capsys.readouterr().err
+
+
+def test_bench_step_reports_the_step_ratio_and_executed_windows(capsys):
+    pytest.importorskip("instrumentation.model")
+    code = main(["bench", "step", "--preset", "tiny", "--seq-len", "64", "--batch", "1", "--repeats", "1", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    medians = doc["medians_s"]
+    assert doc["aah_vs_full_step_ratio"] == pytest.approx(medians["full_adaptive"] / medians["full_attention"])
+    assert doc["config"]["attention_backend"] == "banded"
+    assert doc["config"]["candidate_windows"] == [8, 16, 32, 64]
+    windows = doc["executed_windows"]
+    assert len(windows) == doc["config"]["n_layer"] and all(len(row) == doc["config"]["n_head"] for row in windows)
+    assert set(w for row in windows for w in row) <= {8, 16, 32, 64}
+    assert doc["backends_seen"] == ["banded"]
