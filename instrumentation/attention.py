@@ -674,7 +674,8 @@ class AAHAttention(nn.Module, _Hookable):
         # W: warm-up or control not applied
         full = full_window_index(self.windows, T)
         idx = torch.full((H,), full, dtype=torch.long)
-        path = "warmup_or_disabled_control" if in_warmup or not c.build_hierarchy else "grouping_only_full_attention"
+        # named by the config, as in the reference: control off is "grouping_only" even during warm-up
+        path = "warmup_or_disabled_control" if c.apply_window_control else "grouping_only_full_attention"
         route = _Route(idx, path, False, False, in_warmup)
         if not c.build_hierarchy:
             return route

@@ -25,7 +25,7 @@ PAGES = [
     ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumbValue"]']),
     ("windows", "Windows", 4, ['[data-testid="stSliderThumbValue"]']),
     ("stability", "Stability", 3, ['[data-testid="stDataFrame"] canvas']),
-    ("probes", "Probes", 0, ['[data-testid="stAlert"]']),
+    ("probes", "Probes", 4, ['[data-testid="stDataFrame"] canvas']),
     ("compare", "Compare", 1, ['[data-testid="stDataFrame"] canvas']),
     ("export", "Export", 1, [".st-key-exp_table_download button", ".st-key-exp_fig_download button"]),
 ]
@@ -46,7 +46,10 @@ def server(tmp_path_factory):
     from aah_viz.runlog.synthetic import make_synthetic_run
 
     logs = tmp_path_factory.mktemp("browser_logs")
+    from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
+
     make_synthetic_run(logs / "adaptive-s0", n_layer=3, n_head=8, steps=120, regime="full_adaptive", seed=0)
+    add_probe_tables(logs / "adaptive-s0", 3, 8, 119)
     make_synthetic_run(logs / "freeze-s1", n_layer=3, n_head=8, steps=120, regime="shallow_freeze", seed=1)
     port = _free_port()
     env = dict(os.environ, AAH_VIZ_LOGS=str(logs), OMP_NUM_THREADS="1")

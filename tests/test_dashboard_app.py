@@ -180,7 +180,7 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     goto(at, "probes")
-    assert at.selectbox(key="probe_name").options == ["coref", "syntax"]
+    assert at.selectbox(key="probe_name").options == ["syntax", "coref"]
     at.selectbox(key="probe_name").set_value("syntax").run()
     assert not at.exception
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
@@ -340,3 +340,30 @@ def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, mo
         assert not at.error, (page, [e.value for e in at.error])
         if page == "windows":
             assert any("No head rows recorded yet" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_every_page_on_runs_recorded_by_aah_viz_train(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    root = tmp_path / "recorded"
+    for regime in ("full_adaptive", "full_attention"):
+        res = subprocess.run(
+            [sys.executable, "-m", "aah_viz", "train", "--regime", regime, "--steps", "30", "--out", str(root / regime), "--threads", "1", "--no-progress"],
+            capture_output=True, text=True, cwd=REPO, timeout=600,
+        )
+        assert res.returncode == 0, res.stderr
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.run()
+    assert sorted(at.dataframe[0].value["run"]) == ["full_adaptive", "full_attention"]
+    for key in ("full_adaptive", "full_attention"):
+        goto(at, "hierarchy")
+        at.selectbox(key="run_picker").set_value(key).run()  # the choice is shared by every page
+        for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+            goto(at, page)
+            assert not at.exception and not at.error, (key, page, [e.value for e in at.error])
+            if page in ("hierarchy", "windows", "stability"):
+                assert at.selectbox(key="run_picker").value == key

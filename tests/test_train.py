@@ -71,6 +71,11 @@ def test_plain_text_data_and_bad_input(tmp_path):
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(InputFormatError, match="UTF-8"):
         data_mod.load_token_stream(tmp_path / "bin.txt")
+    out = tmp_path / "text-run"
+    assert main(["train", "--out", str(out), "--data", str(text), "--steps", "3", "--no-progress",
+                 "--keep-checkpoints", "0", "--eval-batches", "1"]) == 0
+    assert validate_run(out) == []
+    assert read_manifest(out)["data"]["source"] == str(text)
     (tmp_path / "short.txt").write_text("tiny", encoding="utf-8")
     assert main(["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path / "short.txt"), "--steps", "2",
                  "--no-progress"]) == 2

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
     p.add_argument("--flush-every", type=int, default=50, help="recorder flush cadence in steps (default: 50)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1, steadier timings)")
     p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
-    p.add_argument("--out", default=None, help="keep the recorded run here (default: a temporary folder)")
+    p.add_argument("--out", default=None, help="keep the recorded run in this new folder (default: a temporary folder)")
     p.add_argument("--json", action="store_true", help="print JSON (the only output format; accepted for symmetry)")
     p.set_defaults(func=run)
 
@@ -89,7 +89,7 @@ def measure(args, torch) -> dict:
     cpu = {"recorded": [], "plain": []}
     tokens = args.batch_size * cfg.block_size
     with tmp, RoutingRecorder(models[0], run_dir, args.detail, flush_every=args.flush_every, seed=args.seed,
-                              preset=args.preset, steps=args.steps, overwrite=bool(args.out)) as rec:
+                              preset=args.preset, steps=args.steps) as rec:
         for step in range(args.steps):
             x, y = data_mod.training_batch(splits, step, args.batch_size, seed=args.seed)
             order = (0, 1) if step % 2 == 0 else (1, 0)  # alternate which variant goes first

@@ -34,7 +34,9 @@ def render() -> None:
         return
     ph = tables.get("probe_heads")
     if ph is not None and not ph.empty:
-        probes = [p for p in sorted(ph["probe"].dropna().astype(str).unique()) if p != "sufficiency"] or sorted(ph["probe"].dropna().unique())
+        logged = set(ph["probe"].dropna().astype(str))
+        order = ["syntax", "coref"] + sorted(logged - {"syntax", "coref", "sufficiency"})
+        probes = [p for p in order if p in logged] or sorted(logged)
         c1, c2 = st.columns(2)
         probe = c1.selectbox("Probe", probes, key="probe_name")
         metrics = _metrics(ph, probe)

@@ -27,14 +27,22 @@ def probe_matrix(probe_heads: pd.DataFrame, probe: str, metric: str, n_layer: in
 def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str = "") -> go.Figure:
     n_layer, n_head = matrix.shape
     finite = matrix[np.isfinite(matrix)]
+    if finite.size and finite.min() >= 0 and finite.max() <= 1:
+        zmin, zmax = 0.0, 1.0  # shares and accuracies: the full scale, comparable across runs
+    elif finite.size:
+        zmin, zmax = float(finite.min()), float(finite.max())
+        if zmin == zmax:
+            zmin, zmax = zmin - 0.5, zmax + 0.5
+    else:
+        zmin, zmax = 0.0, 1.0
     fig = go.Figure(
         go.Heatmap(
             z=matrix.astype(np.float32),
             x=np.arange(n_head),
             y=np.arange(n_layer),
             colorscale=style.named_scale("Magma"),
-            zmin=float(finite.min()) if finite.size else 0.0,
-            zmax=float(finite.max()) if finite.size else 1.0,
+            zmin=zmin,
+            zmax=zmax,
             colorbar=dict(title=dict(text=metric)),
             hovertemplate=f"layer %{{y}}, head %{{x}}<br>{probe} {metric}: %{{z:.3f}}<extra></extra>",
             xgap=1,

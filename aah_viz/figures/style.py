@@ -33,8 +33,12 @@ FIGURE4_SCALE = [[0.0, "rgb(0,0,0)"], [0.35, "rgb(160,20,20)"], [0.7, "rgb(245,1
 
 def named_scale(name: str) -> list:
     """A named Plotly colourscale as explicit stops (a theme cannot swap explicit stops)."""
-    colors = pcolors.get_colorscale(name)
-    return [[float(p), c] for p, c in colors]
+    out = []
+    for p, c in pcolors.get_colorscale(name):
+        if c.startswith("#"):
+            c = "rgb({},{},{})".format(*pcolors.hex_to_rgb(c))
+        out.append([float(p), c])
+    return out
 
 
 def window_colors(windows: list[int]) -> dict[int, str]:
