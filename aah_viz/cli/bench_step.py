@@ -34,7 +34,13 @@ def register(subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per model, after two warm-up steps (default 7)")
     parser.add_argument("--backend", default="banded", help="attention_backend of the AAH model (default banded)")
     parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: on shared cores, single-threaded steps are not distorted by "
+        "other processes preempting a parallel region; 0 = torch's choice)",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON document")
     parser.set_defaults(func=run)
 
