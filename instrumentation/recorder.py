@@ -280,8 +280,8 @@ class RoutingRecorder:
         self._raw_now: dict[int, torch.Tensor] = {}
         self._work_now: dict[int, Any] = {}
         self._steps: list[int] = []
-        self._step_idx: list[torch.Tensor] = []
-        self._step_win: list[torch.Tensor] = []
+        self._step_idx: list[list[torch.Tensor]] = []
+        self._step_win: list[list[torch.Tensor]] = []
         self._step_T: list[int] = []
         self._step_groups: list[np.ndarray] = []
         self._step_raw: list[dict[int, torch.Tensor]] = []
@@ -437,8 +437,8 @@ class RoutingRecorder:
             self._layer_now[layer] = (_stage(ev.window_idx), _stage(ev.windows), int(ev.seq_len))
         elif int(ev.seq_len) == self.seq_len:  # a plain layer (baselines): its fixed window, known since attach
             self._layer_now[layer] = (self._static_idx[layer], self._static_win[layer], self.seq_len)
-        else:
-            win = _stage(ev.windows).cpu()
+        else:  # rare: a plain layer at another length (a blocking copy is acceptable here)
+            win = ev.windows.detach().cpu()
             self._layer_now[layer] = (adapter.candidate_index(win, self.windows), win, int(ev.seq_len))
         self._needs_sync = self._needs_sync or ev.window_idx.device.type != "cpu"
         if ev.realised_work is not None:
@@ -514,8 +514,8 @@ class RoutingRecorder:
             idx_rows.append(self._last_idx[layer])
             win_rows.append(self._last_win[layer])
         self._steps.append(step)
-        self._step_idx.append(torch.stack(idx_rows))
-        self._step_win.append(torch.stack(win_rows))
+        self._step_idx.append(idx_rows)  # stacked by the writer, once non-blocking copies are complete
+        self._step_win.append(win_rows)
         self._step_T.append(seq_len)
         self._step_groups.append(self._groups)
         self._step_raw.append(self._raw_now)
@@ -682,8 +682,9 @@ class RoutingRecorder:
         if p["ready"] is not None:
             p["ready"].synchronize()
         if p["steps"]:
-            self._write_steps(writer, np.asarray(p["steps"], dtype=np.int64), torch.stack(p["idx"]).numpy(),
-                              torch.stack(p["win"]).numpy(), np.asarray(p["T"], dtype=np.int64),
+            idx = torch.stack([torch.stack(rows) for rows in p["idx"]]).numpy()
+            win = torch.stack([torch.stack(rows) for rows in p["win"]]).numpy()
+            self._write_steps(writer, np.asarray(p["steps"], dtype=np.int64), idx, win, np.asarray(p["T"], dtype=np.int64),
                               p["groups"], p["raw"], p["work"], p["scalars"])
         elif p["scalars"]:
             self._write_scalars(writer, p["scalars"], [])

@@ -60,3 +60,20 @@ def test_without_routing_sync_ranks_drift_apart(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     dist = load_run(out).manifest["distributed"]
     assert dist["routing_sync"] == "off" and dist["ranks_consistent"] is False
+
+
+def test_routing_sync_patches_the_feature_functions_and_restores_them():
+    import instrumentation.attention as attention
+    from instrumentation.routing import features
+    from instrumentation.train import routing_sync
+
+    before = (attention.head_features, attention.pooled_group_features, features.head_features)
+    with routing_sync(1):  # a single process: nothing to average, nothing patched
+        assert attention.head_features is before[0]
+    with routing_sync(2):
+        assert attention.head_features is not before[0] and attention.head_features.__wrapped__ is before[0]
+        assert features.pooled_group_features.__wrapped__ is before[1]
+        # without a process group the wrapped functions return what the originals return
+        q = torch.randn(1, 4, 8, 2)
+        assert torch.equal(attention.head_features(q, q, q), before[0](q, q, q))
+    assert (attention.head_features, attention.pooled_group_features, features.head_features) == before

@@ -47,6 +47,7 @@ def _check_run(run_dir, cfg, steps):
 
 def test_hf_trainer_callback(tmp_path):
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (the hf extra)")
     from instrumentation.integrations.hf import AAHForCausalLM, AAHRoutingCallback
 
     torch.manual_seed(0)
@@ -74,6 +75,7 @@ def test_hf_trainer_callback(tmp_path):
 
 def test_hf_callback_detaches_when_training_raises(tmp_path):
     transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (the hf extra)")
     from instrumentation.integrations.hf import AAHForCausalLM, AAHRoutingCallback
 
     cfg = AAHConfig.from_preset("tiny", regime="full_adaptive")
