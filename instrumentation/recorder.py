@@ -49,7 +49,9 @@ def _stage(value: torch.Tensor) -> torch.Tensor:
 
 def _keep(value: torch.Tensor) -> torch.Tensor:
     """Tree tensors are built fresh for each update: on the host they need no copy."""
-    return value.detach() if value.device.type == "cpu" else _stage(value)
+    if value.device.type != "cpu":
+        return _stage(value)
+    return value.detach() if value.requires_grad else value
 
 
 def _host(value: Any) -> Any:
@@ -302,6 +304,7 @@ class RoutingRecorder:
         self._warmup_end_done = False
         self._frozen_layers: set[int] = set()
         self._fallback_done = False
+        self._event_src: dict[int, tuple] = {}
         self._static_idx, self._static_win = adapter.static_windows(self.model, self.cfg)
         self._last_idx = [self._static_idx[l] for l in range(self.n_layer)]
         self._last_win = [self._static_win[l] for l in range(self.n_layer)]
@@ -434,7 +437,13 @@ class RoutingRecorder:
     def _take_event(self, ev) -> None:
         layer = int(ev.layer)
         if tuple(ev.candidate_windows) == self.windows:
-            self._layer_now[layer] = (_stage(ev.window_idx), _stage(ev.windows), int(ev.seq_len))
+            src = self._event_src.get(layer)
+            if src is not None and src[0] is ev.window_idx and src[1] is ev.windows:
+                staged = src[2]  # the model hands out the same tensors while the windows stay the same
+            else:
+                staged = (_stage(ev.window_idx), _stage(ev.windows), int(ev.seq_len))
+                self._event_src[layer] = (ev.window_idx, ev.windows, staged)
+            self._layer_now[layer] = staged if staged[2] == int(ev.seq_len) else (staged[0], staged[1], int(ev.seq_len))
         elif int(ev.seq_len) == self.seq_len:  # a plain layer (baselines): its fixed window, known since attach
             self._layer_now[layer] = (self._static_idx[layer], self._static_win[layer], self.seq_len)
         else:  # rare: a plain layer at another length (a blocking copy is acceptable here)

@@ -29,6 +29,9 @@ def left() -> float:
     return BUDGET_S - (time.monotonic() - START)
 
 
+REPORT: dict = {}
+
+
 def main() -> int:
     try:
         import torch
@@ -45,7 +48,8 @@ def main() -> int:
     from instrumentation.backends.dense_masked import dense_masked_attention
 
     device = torch.device("cuda")
-    report = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "parity": [], "bench": {}}
+    report = REPORT
+    report.update(device=torch.cuda.get_device_name(device), torch=torch.__version__, parity=[], bench={})
     failed = False
     cases = [((2, 6, 300, 64), [1, 37, 300, 1000, 128, 64]), ((1, 4, 1031, 32), [2048, 256, 100, 1031])]
     for backend in ("banded", "flex", "flash"):
@@ -53,7 +57,8 @@ def main() -> int:
             warnings.simplefilter("ignore")
             fn, resolved, reason = get_backend(backend, device=device, training=True)
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
-            for shape, wins in cases:
+            # FlexAttention compiles per shape and dtype: one shape keeps it inside the budget
+            for shape, wins in cases if backend == "banded" else cases[:1]:
                 entry = {"backend": backend, "dtype": str(dtype).replace("torch.", ""), "shape": list(shape)}
                 if resolved != backend:
                     entry.update(skipped=reason)
@@ -103,4 +108,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the shell wrapper's timeout: print what was measured
+        REPORT.update(ok=False, interrupted="time limit reached", elapsed_s=time.monotonic() - START)
+        print(json.dumps(REPORT, indent=2))
+        sys.exit(1)

@@ -614,6 +614,7 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         raise AAHVizError(str(err)) from None
     values = ["n", "n_baseline", "mean", "mean_baseline", "diff", "welch_t", "welch_df", "welch_p", "perm_p",
               "n_paired", "paired_perm_p"]
+    cmp = cmp.sort_values("regime", key=lambda col: col.map(records.regime_rank), kind="stable").reset_index(drop=True)
     df = cmp[["regime", "baseline"] + values + ["perm_method", "note"]]
     caption = (f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "
                "test relabelling runs, and a sign-flip test over the seeds both regimes ran.")

@@ -4,7 +4,7 @@ One head's rows split into regions that each map to one fused call:
 
 * the causal prefix, rows [0, min(W, T)): every row sees all earlier keys (``is_causal``);
 * the band, rows [W, T): query tiles of ``block`` rows, each with the key span it needs
-  (block + W - 1 keys, gathered with ``unfold``), batched into one call with a shared additive
+  (block + W - 1 keys, an overlapping strided view, no copy), batched into one call with a shared additive
   tile mask. A first, shorter tile takes the rows that do not fill a whole block.
 
 Each call covers many tiles, so a bucket costs a handful of large parallel operations. The
