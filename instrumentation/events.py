@@ -68,7 +68,7 @@ class RoutingEvent:
     group_change_rate: Optional[float] = None
     resolution_delta: Optional[float] = None
     backend: str = "dense_masked"
-    realised_work: Optional[float] = None  # computed score blocks / full causal blocks
+    realised_work: Optional[float] = None  # computed score elements / T(T+1)/2 per head
     extra: dict[str, Any] = field(default_factory=dict)
 
 
