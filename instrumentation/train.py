@@ -330,7 +330,7 @@ def train(tc: TrainConfig) -> TrainResult:
         data_info = {"source": str(tc.data), "n_docs": tc.n_docs if tc.data == data_mod.SYNTHETIC else None,
                      "data_seed": tc.data_seed, "tokens": int(tokens.size), "train_blocks": splits.n_train,
                      "val_blocks": splits.n_val, "tokenizer": "bytes"}
-        run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress")}
+        run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out")}
         run_args.update(batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup,
                         world_size=dist.world_size)
         recorder = RoutingRecorder(
