@@ -325,6 +325,8 @@ class AAHAttention(nn.Module, _Hookable):
         self._backends: dict[tuple, tuple] = {}
         self._event_idx_cache: Optional[tuple] = None
         self._froze_now = False
+        # Optional reduction of routing inputs across data-parallel ranks (see set_feature_reducer).
+        self.feature_reducer: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
         self._init_hooks()
 
     # ------------------------------------------------------------- public controls
@@ -525,7 +527,7 @@ class AAHAttention(nn.Module, _Hookable):
         reference; a re-clustering also drops the warm-up path's pooled-feature cache.
         """
         c, st = self.cfg, self.state
-        feats = head_features(q, k, v, st.prev_stats).cpu()
+        feats = self._head_features(q, k, v)
         st.ema = ema_update(st.ema, feats, c.ema_alpha)
         hier = build_hierarchy(st.ema, sim_threshold=c.sim_threshold, prev_labels=st.cached_labels,
                                churn_penalty=c.churn_penalty, **self._upper_kwargs())
@@ -537,8 +539,14 @@ class AAHAttention(nn.Module, _Hookable):
         st.pooled_cache_step = None
         return hier, st.ema, change
 
+    def _reduced(self, feats: torch.Tensor) -> torch.Tensor:
+        return feats if self.feature_reducer is None else self.feature_reducer(feats)
+
+    def _head_features(self, q, k, v) -> torch.Tensor:
+        return self._reduced(head_features(q, k, v, self.state.prev_stats)).cpu()
+
     def _pooled(self, q, k, v, groups) -> torch.Tensor:
-        return pooled_group_features(q, k, v, groups, self.state.prev_stats).cpu()
+        return self._reduced(pooled_group_features(q, k, v, groups, self.state.prev_stats)).cpu()
 
     def _level0_source(self, q, k, v) -> tuple[Hierarchy, str, Optional[torch.Tensor], Optional[float], str]:
         """Step C2 of §8.2: the first matching level-0 source; returns hierarchy, path, features, change, origin."""
@@ -645,7 +653,7 @@ class AAHAttention(nn.Module, _Hookable):
                 extra["group_counts"] = hier.group_counts()
                 extra["stop_reason"] = hier.stop_reason
             else:  # C4: grouping off
-                feats = head_features(q, k, v, st.prev_stats).cpu()
+                feats = self._head_features(q, k, v)
                 x = single_level_inputs(feats, c.controller_input_mode)
                 s = score_level(self._nets, x.to(self.c_attn.weight.device), None, c.controller_pairwise_mode,
                                 allow_pairwise=False, float32=c.controller_float32)

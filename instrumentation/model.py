@@ -117,6 +117,16 @@ class AAHTransformer(nn.Module):
         for a in self.attention_layers():
             a.set_step(step)
 
+    def set_feature_reducer(self, fn) -> None:
+        """Pass every routing input (per-head and pooled group features, method §4) through ``fn``.
+
+        Data-parallel training uses it to average the features over ranks, so that every rank
+        takes the same routing decisions; ``None`` removes it. Not a reference behaviour: the
+        reference trains on one device.
+        """
+        for a in self.aah_layers():
+            a.feature_reducer = fn
+
     def set_control(self, flag: bool) -> None:
         """``set_control`` on every AAH layer; False clears the control caches (method §8.6)."""
         for a in self.aah_layers():

@@ -145,58 +145,35 @@ class routing_sync:
 
     AAH routing reads statistics of the current batch (per-head Q/K/V moments and the previous
     forward's entropy / norm / usage). Each rank sees a different batch, so without help the
-    ranks would cluster differently and execute different windows. Inside this context the two
-    feature functions that feed all routing (``head_features`` and ``pooled_group_features``,
-    method section 4) return the mean over ranks, so the EMA, the clustering, the controller
-    inputs and hence every decision are identical on all ranks: routing behaves as if computed
-    on the global batch's mean statistics. Evaluation runs on rank 0 alone and is not synced
-    (``routing_sync.paused``); with frozen evaluation routing it computes no features anyway.
-    With ``world_size <= 1`` it does nothing.
+    ranks would cluster differently and execute different windows. Inside this context the
+    model's feature reducer (``AAHTransformer.set_feature_reducer``) averages both feature kinds
+    that feed all routing (method section 4) over ranks, so the EMA, the clustering, the
+    controller inputs and hence every decision are identical on all ranks: routing behaves as if
+    computed on the global batch's mean statistics. Evaluation runs on rank 0 alone and is not
+    synced (``routing_sync.paused``); with frozen evaluation routing it computes no features
+    anyway. With ``world_size <= 1`` it does nothing.
     """
 
-    NAMES = ("head_features", "pooled_group_features")
     paused = False  # set while one rank runs forwards alone (evaluation on rank 0)
 
-    def __init__(self, world_size: int):
+    def __init__(self, model: torch.nn.Module, world_size: int):
+        self.model = model
         self.world_size = int(world_size)
-        self._saved: list[tuple[Any, str, Any]] = []
 
-    def _wrap(self, fn):
-        world = self.world_size
-
-        def synced(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if not routing_sync.paused and torch.distributed.is_initialized():
-                out = out.detach().clone()
-                torch.distributed.all_reduce(out)
-                out /= world
-            return out
-
-        synced.__wrapped__ = fn
-        return synced
+    def reduce(self, feats: torch.Tensor) -> torch.Tensor:
+        if routing_sync.paused or not torch.distributed.is_initialized():
+            return feats
+        out = feats.detach().clone()
+        torch.distributed.all_reduce(out)
+        return out / self.world_size
 
     def __enter__(self) -> "routing_sync":
-        if self.world_size <= 1:
-            return self
-        import importlib
-        import sys
-
-        from instrumentation.routing import features
-
-        originals = {name: getattr(features, name) for name in self.NAMES}
-        wrapped = {name: self._wrap(fn) for name, fn in originals.items()}
-        for module in [features] + [m for n, m in list(sys.modules.items()) if n.startswith("instrumentation.")]:
-            for name in self.NAMES:
-                if getattr(module, name, None) is originals[name]:
-                    self._saved.append((module, name, originals[name]))
-                    setattr(module, name, wrapped[name])
-        importlib.invalidate_caches()
+        if self.world_size > 1:
+            self.model.set_feature_reducer(self.reduce)
         return self
 
     def __exit__(self, *exc) -> None:
-        for module, name, original in reversed(self._saved):
-            setattr(module, name, original)
-        self._saved.clear()
+        self.model.set_feature_reducer(None)
 
 
 def ranks_agree(model: torch.nn.Module, device: str = "cpu") -> bool:
@@ -301,12 +278,12 @@ def train(tc: TrainConfig) -> TrainResult:
             cfg = AAHConfig.from_dict(read_manifest(out)["config"])
         else:
             cfg = build_config(tc)
-        sync_mode = tc.routing_sync or "mean"
-        sync = routing_sync(dist.world_size if sync_mode == "mean" else 1)
-        sync.__enter__()
-        exit_stack.append(sync)
         torch.manual_seed(tc.seed)
         model = AAHTransformer(cfg).to(device)
+        sync_mode = tc.routing_sync or "mean"
+        sync = routing_sync(model, dist.world_size if sync_mode == "mean" else 1)
+        sync.__enter__()
+        exit_stack.append(sync)
         batch_size = tc.batch_size or DEFAULT_BATCH.get(cfg.preset, 2)
         eval_interval = tc.eval_interval or DEFAULT_EVAL_INTERVAL.get(cfg.preset, 50)
         lr_warmup = tc.lr_warmup_steps if tc.lr_warmup_steps is not None else default_lr_warmup(tc.steps)

@@ -62,18 +62,30 @@ def test_without_routing_sync_ranks_drift_apart(tmp_path):
     assert dist["routing_sync"] == "off" and dist["ranks_consistent"] is False
 
 
-def test_routing_sync_patches_the_feature_functions_and_restores_them():
-    import instrumentation.attention as attention
-    from instrumentation.routing import features
+def test_routing_sync_sets_the_models_feature_reducer_and_removes_it():
+    from instrumentation import AAHConfig, AAHTransformer
     from instrumentation.train import routing_sync
 
-    before = (attention.head_features, attention.pooled_group_features, features.head_features)
-    with routing_sync(1):  # a single process: nothing to average, nothing patched
-        assert attention.head_features is before[0]
-    with routing_sync(2):
-        assert attention.head_features is not before[0] and attention.head_features.__wrapped__ is before[0]
-        assert features.pooled_group_features.__wrapped__ is before[1]
-        # without a process group the wrapped functions return what the originals return
-        q = torch.randn(1, 4, 8, 2)
-        assert torch.equal(attention.head_features(q, q, q), before[0](q, q, q))
-    assert (attention.head_features, attention.pooled_group_features, features.head_features) == before
+    model = AAHTransformer(AAHConfig.from_preset("tiny", regime="full_adaptive"))
+    with routing_sync(model, 1):  # a single process: nothing to average, no reducer
+        assert all(a.feature_reducer is None for a in model.aah_layers())
+    with routing_sync(model, 2) as sync:
+        assert all(a.feature_reducer == sync.reduce for a in model.aah_layers())
+        feats = torch.randn(12, 9)
+        assert torch.equal(sync.reduce(feats), feats)  # without a process group: unchanged
+    assert all(a.feature_reducer is None for a in model.aah_layers())
+
+
+def test_feature_reducer_feeds_the_routing_inputs():
+    from instrumentation import AAHConfig, AAHTransformer
+
+    torch.manual_seed(0)
+    model = AAHTransformer(AAHConfig.from_preset("tiny", regime="full_adaptive", warmup_steps=0, control_interval=1))
+    seen = []
+    model.set_feature_reducer(lambda f: (seen.append(f.shape), f * 0 + 1.0)[1])
+    x = torch.randint(0, 256, (2, 64))
+    model.prepare_step(0)
+    model(x)
+    assert seen and all(shape[-1] == 9 for shape in seen)
+    # identical features for every head: level 0 collapses and is force-split, as the reducer dictated
+    assert all(a.state.ema is not None and torch.all(a.state.ema == 1.0) for a in model.aah_layers())
