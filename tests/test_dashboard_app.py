@@ -134,7 +134,7 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     tl = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("layer 1: window per head"))
     assert tl["data"][0]["customdata"].shape[0] == N_HEAD
     titles = chart_titles(app)
-    assert "ACR and causal-pair coverage (selected runs)" in titles
+    assert "ACR, causal-pair coverage and realised work (selected runs)" in titles
     assert "final selected-window distribution (selected runs)" in titles
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
@@ -145,7 +145,7 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     want = np.zeros((N_LAYER, N_HEAD))
     want[oh["layer"], oh["head"]] = oh["window"]
     np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
-    cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR and causal"))
+    cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR, causal-pair coverage"))
     assert {tr["name"] for tr in cov["data"]} == {"full_adaptive s0 (adaptive-s0)", "full_adaptive s1 (adaptive-s1)", "shallow_freeze s0 (freeze-s0)"}
     assert cov["layout"]["yaxis"]["title"]["text"] == "ACR (Σ T·w / H·T²)"
     assert cov["layout"]["xaxis"]["title"]["text"] == "training step"

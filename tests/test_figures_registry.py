@@ -134,3 +134,29 @@ def test_probe_figures_show_the_logged_scores(runs):
     # a run without probe tables says how to make them
     empty = FIGURE_KINDS["probe_heatmap"](runs[1:])
     assert "aah-viz probe" in empty.layout.annotations[0].text
+
+
+SAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "sample_logs" / "full_adaptive_seed0"
+
+
+@pytest.mark.skipif(not SAMPLE.exists(), reason="sample_logs/ not generated")
+def test_coverage_shows_realised_work_and_the_cost_table_labels_the_estimate():
+    from aah_viz.figures.data import cost_table
+
+    run = load_run(SAMPLE)  # a real recorded run: its backend reports realised work
+    fig = FIGURE_KINDS["coverage_over_training"]([run])
+    assert "realised work (score elements computed / all causal pairs)" in _axis_titles(fig)
+    panels = {t.xaxis: t for t in fig.data}
+    assert set(panels) == {"x", "x2", "x3"}  # ACR, causal-pair coverage, realised work side by side
+    scalars = pd.read_parquet(SAMPLE / "scalars")
+    model_wide = scalars[scalars["layer"].isna()]
+    work = model_wide[model_wide["name"] == "realised_work"].sort_values("step")
+    assert np.asarray(figure_data(fig)["data"][2]["y"]).mean() == pytest.approx(work["value"].mean(), rel=0.02)
+
+    table = cost_table([run]).iloc[0]
+    last = model_wide.sort_values("step").groupby("name")["value"].last()
+    assert table["ACR"] == pytest.approx(last["acr"])
+    assert table["realised work"] == pytest.approx(last["realised_work"])
+    assert table["FLOPs ratio (analytic estimate)"] == pytest.approx(last["flops_ratio_est"])
+    steps = model_wide[model_wide["name"] == "step_time_s"]["value"]
+    assert table["step time, median (s, measured)"] == pytest.approx(steps.median())

@@ -85,6 +85,11 @@ def branch(root: str, key: str, token: int, step: int | None) -> dict:
     return data.branch_data(open_run(root, key), step)
 
 
+@st.cache_data(show_spinner="Reading cost figures ...")
+def cost(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
+    return data.cost_table([open_run(root, k) for k in keys])
+
+
 @st.cache_data(show_spinner="Reading coverage ...")
 def coverage(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
     return data.coverage_data([open_run(root, k) for k in keys])

@@ -15,13 +15,10 @@ TREE_COLUMNS = ["level", "node", "parent", "members", "final_idx", "raw_idx", "m
 
 @guarded
 def render() -> None:
-    st.title("Hierarchy")
-    key = state.pick_run()
-    if key is None:
+    opened = state.open_run("Hierarchy")
+    if opened is None:
         return
-    root, token = state.logs_root(), state.token()
-    m = cache.manifest(root, key, token)
-    state.show_run_warnings(key)
+    key, root, token, m = opened
     layer = layer_picker(m["n_layer"], key="hier_layer")
     steps = cache.tree_steps(root, key, token, layer)
     if len(steps) == 0:

@@ -20,13 +20,10 @@ LAYER_COLUMNS = {
 
 @guarded
 def render() -> None:
-    st.title("Stability")
-    key = state.pick_run()
-    if key is None:
+    opened = state.open_run("Stability")
+    if opened is None:
         return
-    root, token = state.logs_root(), state.token()
-    m = cache.manifest(root, key, token)
-    state.show_run_warnings(key)
+    key, root, token, m = opened
     st.caption("Every routing update compared with the layer's previous one: the level-0 partition (ARI, "
                "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape.")
     s = cache.stability(root, key, token)

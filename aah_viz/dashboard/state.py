@@ -124,3 +124,18 @@ def show_run_warnings(key: str) -> None:
     o = cache.overview(logs_root(), key, token())
     for w in o.get("warnings", []):
         st.warning(w)
+
+
+def open_run(title: str) -> tuple[str, str, int, dict] | None:
+    """The page preamble: its title, the chosen run, and that run's manifest and warnings.
+
+    Returns ``(key, logs_root, cache_token, manifest)``, or None when no run can be shown.
+    """
+    st.title(title)
+    key = pick_run()
+    if key is None:
+        return None
+    root, tok = logs_root(), token()
+    manifest = cache.manifest(root, key, tok)
+    show_run_warnings(key)
+    return key, root, tok, manifest

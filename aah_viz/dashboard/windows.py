@@ -13,13 +13,10 @@ MAX_SIDE_BY_SIDE = 4
 
 @guarded
 def render() -> None:
-    st.title("Windows")
-    key = state.pick_run()
-    if key is None:
+    opened = state.open_run("Windows")
+    if opened is None:
         return
-    root, token = state.logs_root(), state.token()
-    m = cache.manifest(root, key, token)
-    state.show_run_warnings(key)
+    key, root, token, m = opened
     windows = m["windows"]
 
     st.subheader("Layer × head windows at a step")
@@ -44,7 +41,13 @@ def render() -> None:
 
     st.subheader("Coverage over training and regimes side by side")
     keys = tuple(state.selected_keys())
-    chart(wfig.coverage_figure(cache.coverage(root, keys, token), "ACR and causal-pair coverage (selected runs)"), key="win_coverage")
+    chart(wfig.coverage_figure(cache.coverage(root, keys, token), "ACR, causal-pair coverage and realised work (selected runs)"),
+          key="win_coverage")
+    cost = cache.cost(root, keys, token)
+    if not cost.empty:
+        st.caption("The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; "
+                   "step time and throughput are measured on the machine that trained the run.")
+        st.dataframe(cost, hide_index=True)
     table = cache.bucket_table(root, keys, token)
     if not table.empty:
         chart(wfig.bucket_heatmap_figure(table, "final selected-window distribution (selected runs)"), key="win_buckets")

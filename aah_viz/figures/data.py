@@ -85,10 +85,10 @@ def _fractions_from_scalars(run, step: int | None):
 
 
 def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
-    """ACR and causal-pair coverage per run, binned to at most ``max_points`` per line."""
+    """ACR, causal-pair coverage and realised work per run, binned to at most ``max_points`` per line."""
     parts = []
     for run in runs:
-        s = queries.scalar_frame(run, ["acr", "acr_causal"])
+        s = queries.scalar_frame(run, ["acr", "acr_causal", "realised_work"])
         s = s[s["layer"].isna()]
         if s.empty:
             continue
@@ -98,6 +98,32 @@ def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=["label", "name", "step", "value"])
     return pd.concat(parts, ignore_index=True)
+
+
+COST_SCALARS = ("acr", "acr_causal", "realised_work", "flops_ratio_est", "step_time_s", "tokens_per_s")
+
+
+def cost_table(runs) -> pd.DataFrame:
+    """Per run: the three coverage figures at the last recorded step, the analytic FLOPs
+    estimate beside it, and the measured step time and throughput (medians over the run)."""
+    rows = []
+    for run in runs:
+        s = queries.scalar_frame(run, COST_SCALARS)
+        s = s[s["layer"].isna()]
+        if s.empty:
+            continue
+        last = s.sort_values("step").groupby("name")["value"].last()
+        median = s.groupby("name")["value"].median()
+        rows.append({
+            "run": run_label(run),
+            "ACR": last.get("acr"),
+            "causal-pair coverage": last.get("acr_causal"),
+            "realised work": last.get("realised_work"),
+            "FLOPs ratio (analytic estimate)": last.get("flops_ratio_est"),
+            "step time, median (s, measured)": median.get("step_time_s"),
+            "tokens/s, median (measured)": median.get("tokens_per_s"),
+        })
+    return pd.DataFrame(rows)
 
 
 def bucket_table(runs, step: int | None = None) -> pd.DataFrame:

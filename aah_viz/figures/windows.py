@@ -85,17 +85,24 @@ def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str =
     return style.base_layout(fig, title, height=420)
 
 
-def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
-    """ACR and causal-pair coverage over training, one line per run (``label``), two panels.
+COVERAGE_PANELS = (("acr", "ACR", style.ACR), ("acr_causal", "causal-pair coverage", style.COVERAGE),
+                   ("realised_work", "realised work", style.REALISED))
 
-    ``series`` has columns label, name (``acr`` / ``acr_causal``), step, value (already binned).
+
+def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
+    """The three coverage figures over training, side by side, one line per run (``label``).
+
+    ACR (the paper's key-length proxy), causal-pair coverage, and realised work (what the
+    attention backend actually computed; dense masked computes every T² score, about 2).
+    ``series`` has columns label, name (``acr`` / ``acr_causal`` / ``realised_work``), step,
+    value (already binned).
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("ACR", "causal-pair coverage"), horizontal_spacing=0.16)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], horizontal_spacing=0.09)
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
     for i, label in enumerate(labels):
         color = palette[i % len(palette)]
-        for col, name in ((1, "acr"), (2, "acr_causal")):
+        for col, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):
             part = series[(series["label"] == label) & (series["name"] == name)]
             if part.empty:
                 continue
@@ -114,8 +121,12 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
                 col=col,
             )
     fig.update_xaxes(title=style.STEP)
-    fig.update_yaxes(title=style.ACR, range=[0, 1.05], row=1, col=1)
-    fig.update_yaxes(title=style.COVERAGE, range=[0, 1.05], row=1, col=2)
+    for col, (name, _, axis) in enumerate(COVERAGE_PANELS, start=1):
+        top = 1.05
+        if name == "realised_work" and not series.empty:  # dense masked computes about twice the causal pairs
+            values = series.loc[series["name"] == name, "value"].dropna()
+            top = max(top, float(values.max()) * 1.05) if len(values) else top
+        fig.update_yaxes(title=axis, range=[0, top], row=1, col=col)
     return style.base_layout(fig, title, height=420)
 
 

@@ -198,7 +198,7 @@ def _list_array(values: np.ndarray, offsets: np.ndarray, typ) -> pa.Array:
 
 
 def _tree_table(rng, sim, with_features: bool) -> pa.Table:
-    valid, K, H, D = sim["valid"], sim["K"], sim["H"], sim["D"]
+    valid, K, D = sim["valid"], sim["K"], sim["D"]
     bi, li, lev, node = np.nonzero(valid)  # rows in (build, layer, level, node) order
     n_rows = len(bi)
     row_id = np.full(valid.shape, -1, dtype=np.int64)
@@ -321,7 +321,7 @@ def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table
 
 
 def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
-    L, n_build = sim["L"], sim["n_build"]
+    L = sim["L"]
     real = np.nonzero(~sim["shadow"])[0]
     n_nodes, levels, part_src = sim["n_nodes"], sim["levels"], sim["part_src"]
     bb, ll = np.repeat(real, L), np.tile(np.arange(L), len(real))

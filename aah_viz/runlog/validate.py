@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import paths
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
-from aah_viz.runlog.writer import GROUP_COLUMN_RE, column_type
+from aah_viz.runlog.writer import GROUP_COLUMN_RE
 from aah_viz.schema import ALL_TABLES
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32

@@ -17,6 +17,7 @@ kernels for how they are obtained without a logarithm per element.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -194,3 +195,10 @@ def banded_attention(
             stats.norm.index_add_(0, idx, norm.view(batch, -1).sum(0) / denom)
             stats.usage.index_add_(0, idx, usage.view(batch, -1).sum(0) / denom)
     return AttentionResult(out=out, stats=stats, realised_work=banded_work(seq_len, buckets, n_heads), backend=NAME)
+
+
+def fallback_to_banded(backend: str, reason: str, q, k, v, windows, **kwargs) -> AttentionResult:
+    """Run ``banded`` in place of a backend that cannot run this call, with a warning naming why."""
+    warnings.warn(f"attention backend {backend!r} cannot run this call ({reason}); falling back to 'banded'",
+                  RuntimeWarning)
+    return banded_attention(q, k, v, windows, **kwargs)

@@ -11,7 +11,6 @@ therefore those of the probabilities before dropout (the kernel does not expose 
 from __future__ import annotations
 
 import importlib.util
-import warnings
 
 import torch
 
@@ -33,10 +32,9 @@ def unavailable_reason(*, device=None, training: bool = False, dropout_p: float 
 
 
 def _fallback(q, k, v, windows, reason, **kwargs) -> AttentionResult:
-    from .banded import banded_attention
+    from .banded import fallback_to_banded
 
-    warnings.warn(f"attention backend 'flash' cannot run this call ({reason}); falling back to 'banded'", RuntimeWarning)
-    return banded_attention(q, k, v, windows, **kwargs)
+    return fallback_to_banded('flash', reason, q, k, v, windows, **kwargs)
 
 
 def flash_attention_backend(

@@ -11,7 +11,6 @@ second call with the keys as values (-sum P ln P = lse - scale q . (P K)).
 from __future__ import annotations
 
 import threading
-import warnings
 from collections import OrderedDict
 
 import torch
@@ -97,10 +96,9 @@ def block_mask_work(mask, seq_len: int, n_heads: int, block_size: int = BLOCK_SI
 
 
 def _fallback(q, k, v, windows, reason, **kwargs) -> AttentionResult:
-    from .banded import banded_attention
+    from .banded import fallback_to_banded
 
-    warnings.warn(f"attention backend 'flex' failed here ({reason}); falling back to 'banded'", RuntimeWarning)
-    return banded_attention(q, k, v, windows, **kwargs)
+    return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
 
 
 def flex_attention_backend(
