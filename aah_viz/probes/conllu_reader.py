@@ -23,6 +23,7 @@ import conllu
 
 from aah_viz.corpus.document import Document, Sentence, Word
 from aah_viz.errors import InputFormatError
+from aah_viz.probes.textfile import read_user_text
 
 _WORD_ID = re.compile(r"^[1-9][0-9]*$")
 _RANGE_ID = re.compile(r"^([1-9][0-9]*)-([1-9][0-9]*)$")
@@ -170,14 +171,7 @@ def _sentence_words(path, block, tokenlist, sent_text: str | None, offset: int):
 def read_conllu(path, max_docs: int | None = None) -> list[Document]:
     """Documents of a CoNLL-U file; raises :class:`InputFormatError` naming file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFormatError(f"{path}: no such file; give the path of a CoNLL-U file") from None
-    except UnicodeDecodeError as err:
-        raise InputFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); CoNLL-U is UTF-8") from None
-    if not text.strip():
-        raise InputFormatError(f"{path}: the file is empty; expected CoNLL-U sentences")
+    text = read_user_text(path, "CoNLL-U")
     docs: list[Document] = []
     current: dict | None = None
 

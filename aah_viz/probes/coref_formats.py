@@ -24,23 +24,12 @@ from typing import Iterable, Optional
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
 from aah_viz.corpus.synthetic import PRONOUN_FEATURES
 from aah_viz.errors import InputFormatError
+from aah_viz.probes.textfile import read_user_text
 
 WORD_RE = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 KINDS = ("name", "pronoun", "np")
 GENDERS = ("m", "f", "n")
 NUMBERS = ("sg", "pl")
-
-
-def _read_text(path: Path, what: str) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFormatError(f"{path}: no such file; give the path of a {what} file") from None
-    except UnicodeDecodeError as err:
-        raise InputFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not text.strip():
-        raise InputFormatError(f"{path}: the file is empty; expected {what}")
-    return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,7 +127,7 @@ def document_from_json(item: object, where: str) -> Document:
 
 def read_coref_jsonl(path, max_docs: int | None = None) -> list[Document]:
     path = Path(path)
-    text = _read_text(path, "coreference JSONL (one JSON document per line)")
+    text = read_user_text(path, "coreference JSONL (one JSON document per line)")
     docs = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -179,7 +168,7 @@ def read_gap(path) -> list[dict]:
     """GAP TSV rows as JSONL documents: the pronoun, A and B are mentions; the pronoun shares a
     chain with A or B when that column is TRUE. Every mention keeps its ``role``."""
     path = Path(path)
-    text = _read_text(path, "GAP TSV")
+    text = read_user_text(path, "GAP TSV")
     reader = csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     rows = list(reader)
     if [c.strip() for c in rows[0]] != GAP_COLUMNS:
@@ -278,7 +267,7 @@ def _parse_coref_cell(cell: str, where: str) -> list[tuple[str, int]]:
 def read_conll2012(path) -> list[dict]:
     """``*_conll`` parts as JSONL documents (id ``name/part``), words joined by single spaces."""
     path = Path(path)
-    text = _read_text(path, "CoNLL-2012 *_conll")
+    text = read_user_text(path, "CoNLL-2012 *_conll")
     items: list[dict] = []
     current = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -404,7 +393,7 @@ def sniff_coref_format(path) -> str:
         return "gap"
     if name.endswith("_conll") or name.endswith(".conll"):
         return "conll2012"
-    head = _read_text(path, "coreference input (JSONL, GAP TSV or CoNLL-2012)").lstrip()[:200]
+    head = read_user_text(path, "coreference input (JSONL, GAP TSV or CoNLL-2012)").lstrip()[:200]
     if head.startswith("{"):
         return "jsonl"
     if head.startswith("ID\tText"):
