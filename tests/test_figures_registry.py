@@ -44,7 +44,7 @@ def _axis_titles(fig) -> list[str]:
     out = []
     for k, v in layout.items():
         if (k.startswith("xaxis") or k.startswith("yaxis")) and isinstance(v, dict) and v.get("title"):
-            out.append(v["title"].get("text", ""))
+            out.append(v["title"].get("text", "").replace("<br>", " "))  # a line break is a space
     return out
 
 

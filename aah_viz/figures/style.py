@@ -82,6 +82,11 @@ def discrete_window_scale(windows: list[int]) -> tuple[list, float, float]:
     return scale, zmin, zmax
 
 
+def two_lines(axis_title: str) -> str:
+    """An axis title with its denominator on a second line, for short panels."""
+    return axis_title.replace(" (", "<br>(", 1)
+
+
 def base_layout(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
     fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=60, r=20, t=60, b=50))
     if height:

@@ -90,19 +90,21 @@ COVERAGE_PANELS = (("acr", "ACR", style.ACR), ("acr_causal", "causal-pair covera
 
 
 def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
-    """The three coverage figures over training, side by side, one line per run (``label``).
+    """The three coverage figures over training, stacked on one step axis, one line per run (``label``).
 
     ACR (the paper's key-length proxy), causal-pair coverage, and realised work (what the
     attention backend actually computed; dense masked computes every T² score, about 2).
     ``series`` has columns label, name (``acr`` / ``acr_causal`` / ``realised_work``), step,
     value (already binned).
     """
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], horizontal_spacing=0.09)
+    # stacked, sharing the step axis: three full-width panels keep their long axis titles readable
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS],
+                        vertical_spacing=0.08)
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
     for i, label in enumerate(labels):
         color = palette[i % len(palette)]
-        for col, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):
+        for row, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):
             part = series[(series["label"] == label) & (series["name"] == name)]
             if part.empty:
                 continue
@@ -113,21 +115,22 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
                     mode="lines",
                     name=label,
                     legendgroup=label,
-                    showlegend=col == 1,
+                    showlegend=row == 1,
                     line=dict(color=color),
                     hovertemplate=f"{label}<br>step %{{x:.0f}}<br>%{{y:.3f}}<extra></extra>",
                 ),
-                row=1,
-                col=col,
+                row=row,
+                col=1,
             )
-    fig.update_xaxes(title=style.STEP)
-    for col, (name, _, axis) in enumerate(COVERAGE_PANELS, start=1):
+    fig.update_xaxes(title=style.STEP, row=len(COVERAGE_PANELS), col=1)
+    for row, (name, _, axis) in enumerate(COVERAGE_PANELS, start=1):
         top = 1.05
         if name == "realised_work" and not series.empty:  # dense masked computes about twice the causal pairs
             values = series.loc[series["name"] == name, "value"].dropna()
             top = max(top, float(values.max()) * 1.05) if len(values) else top
-        fig.update_yaxes(title=axis, range=[0, top], row=1, col=col)
-    return style.base_layout(fig, title, height=420)
+        fig.update_yaxes(title=style.two_lines(axis), range=[0, top], row=row, col=1)
+    style.base_layout(fig, title, height=860)
+    return fig.update_layout(margin=dict(l=90))
 
 
 def bucket_heatmap_figure(table: pd.DataFrame, title: str = "", row_title: str = "run") -> go.Figure:

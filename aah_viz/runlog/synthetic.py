@@ -283,6 +283,7 @@ def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table
     model = {
         "acr": layer_acr.mean(axis=1),
         "acr_causal": pairs.mean(axis=1),
+        "realised_work": np.minimum(1.0, 1.1 * pairs.mean(axis=1)),  # a banded backend: the band plus tile edges
         "loss": 2.2 + 3.3 * np.exp(-s / max(1.0, S / 4)) + rng.normal(0, 0.05, S),
         "lr": np.where(s < warmup, 3e-4 * (s + 1) / max(1, warmup), 3e-4 * 0.5 * (1 + np.cos(np.pi * s / max(1, S)))),
         "tokens_per_s": 20000.0 / (0.4 + 0.6 * layer_acr.mean(axis=1)) * rng.lognormal(0, 0.03, S),
