@@ -14,6 +14,7 @@ import importlib.util
 
 import torch
 
+from .banded import fallback_to_banded
 from .result import AttentionResult, HeadStats
 from .stats import entropy_normaliser
 from .windows import band_pairs, bucket_heads, causal_pairs, clamp_window, normalise_windows
@@ -29,12 +30,6 @@ def unavailable_reason(*, device=None, training: bool = False, dropout_p: float 
     if dev.type != "cuda":
         return f"FlashAttention needs a CUDA device, got {dev.type!r}"
     return None
-
-
-def _fallback(q, k, v, windows, reason, **kwargs) -> AttentionResult:
-    from .banded import fallback_to_banded
-
-    return fallback_to_banded('flash', reason, q, k, v, windows, **kwargs)
 
 
 def flash_attention_backend(
@@ -55,7 +50,7 @@ def flash_attention_backend(
     if reason is None and q.dtype not in DTYPES:
         reason = f"FlashAttention needs float16 or bfloat16 inputs, got {q.dtype}"
     if reason is not None:
-        return _fallback(q, k, v, windows, reason, **kwargs)
+        return fallback_to_banded('flash', reason, q, k, v, windows, **kwargs)
     from flash_attn import flash_attn_func
 
     scale_value = head_dim ** -0.5 if scale is None else float(scale)

@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import torch
 
+from .banded import fallback_to_banded
 from .result import AttentionResult, HeadStats
 from .stats import entropy_normaliser
 from .windows import causal_pairs, clamp_window, normalise_windows
@@ -95,12 +96,6 @@ def block_mask_work(mask, seq_len: int, n_heads: int, block_size: int = BLOCK_SI
     return blocks * block_size * block_size / (n_heads * causal_pairs(seq_len))
 
 
-def _fallback(q, k, v, windows, reason, **kwargs) -> AttentionResult:
-    from .banded import fallback_to_banded
-
-    return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
-
-
 def flex_attention_backend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -118,9 +113,10 @@ def flex_attention_backend(
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     reason = unavailable_reason(device=q.device, training=training or grad, dropout_p=dropout_p if training else 0.0)
     if reason is not None:
-        return _fallback(q, k, v, windows, reason, **kwargs)
+        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
     if need_stats and q.device.type == "cpu":
-        return _fallback(q, k, v, windows, "compiled FlexAttention on CPU returns no log-sum-exp for head statistics", **kwargs)
+        reason = "compiled FlexAttention on CPU returns no log-sum-exp for head statistics"
+        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
     scale_value = head_dim ** -0.5 if scale is None else float(scale)
     if not grad:  # compiled CPU flex refuses inputs that require grad, even under no_grad
         q, k, v = q.detach(), k.detach(), v.detach()
@@ -138,7 +134,7 @@ def flex_attention_backend(
     except Exception as err:  # compile or kernel failure: remember it, run banded instead
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
         _runtime_failure[q.device.type] = reason
-        return _fallback(q, k, v, windows, reason, **kwargs)
+        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
     work = block_mask_work(mask, seq_len, n_heads)
     return AttentionResult(out=out, stats=stats, realised_work=work, backend=NAME)
 
