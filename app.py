@@ -25,7 +25,9 @@ page = st.navigation(PAGES)
 
 with st.sidebar:
     st.caption(f"Logs root: `{state.logs_root()}`")
-    if st.button("Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"):
+    if st.button(
+        "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"
+    ):
         state.refresh()
 
 page.run()

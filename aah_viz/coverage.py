@@ -10,11 +10,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 
-ArrayLike = Union[Sequence[int], Sequence[Sequence[int]], np.ndarray]
+ArrayLike = Sequence[int] | Sequence[Sequence[int]] | np.ndarray
 
 
 def _windows_array(windows: ArrayLike, allow_empty: bool = False) -> np.ndarray:

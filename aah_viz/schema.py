@@ -84,7 +84,8 @@ TABLES: dict[str, dict[str, pa.DataType]] = {
 SCALAR_NAMES = {
     "acr": "ACR, the paper's key-length proxy: sum of T*w over heads / (H*T^2)",
     "acr_causal": "causal-pair coverage: attended causal (query,key) pairs / all T(T+1)/2 causal pairs",
-    "realised_work": "query-key score elements the backend actually computed / the T(T+1)/2 per head of full causal attention (dense masked: about 2)",
+    "realised_work": "query-key score elements the backend actually computed / the T(T+1)/2 per "
+    "head of full causal attention (dense masked: about 2)",
     "loss": "training loss of the step's batch (nats)",
     "val_loss": "mean validation loss (nats)",
     "val_ppl": "exp(val_loss)",

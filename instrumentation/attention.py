@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +59,7 @@ class SubscriptionHandle:
         while self._removers:
             self._removers.pop()()
 
-    def __enter__(self) -> "SubscriptionHandle":
+    def __enter__(self) -> SubscriptionHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -108,7 +109,7 @@ def dense_attention_with_probs(q, k, v, windows: list[int], *, dropout_p: float,
     """
     B, H, T, D = q.shape
     allowed = band_allowed(T, torch.as_tensor(windows, device=q.device))
-    scores = (q @ k.transpose(-2, -1)) * (D ** -0.5)
+    scores = (q @ k.transpose(-2, -1)) * (D**-0.5)
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     p_used = F.dropout(probs, p=dropout_p, training=True) if (training and dropout_p > 0) else probs
@@ -124,12 +125,13 @@ def dense_attention_with_probs(q, k, v, windows: list[int], *, dropout_p: float,
     return y, probs, stats
 
 
-def _full_causal(q, k, v, *, dropout_p: float, training: bool, window: Optional[int], need_probs: bool):
+def _full_causal(q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool):
     """Plain causal (optionally banded) attention for the baseline modules."""
     B, H, T, D = q.shape
     if need_probs:
-        y, probs, _ = dense_attention_with_probs(q, k, v, [window or T] * H, dropout_p=dropout_p,
-                                                 training=training, need_stats=False)
+        y, probs, _ = dense_attention_with_probs(
+            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, need_stats=False
+        )
         return y, probs
     p = dropout_p if training else 0.0
     if window is None or window >= T:
@@ -146,7 +148,7 @@ class CausalSelfAttention(nn.Module, _Hookable):
     local/global baselines). With subscribers it emits a minimal event (no tree, nothing updated).
     """
 
-    def __init__(self, cfg: AAHConfig, layer_index: int, window: Optional[int] = None):
+    def __init__(self, cfg: AAHConfig, layer_index: int, window: int | None = None):
         super().__init__()
         self.cfg = cfg
         self.layer_index = layer_index
@@ -155,17 +157,17 @@ class CausalSelfAttention(nn.Module, _Hookable):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.resid_dropout = nn.Dropout(cfg.dropout)
-        self.step: Optional[int] = None
-        self.last_seq_len: Optional[int] = None
+        self.step: int | None = None
+        self.last_seq_len: int | None = None
         self._init_hooks()
 
-    def set_step(self, step: Optional[int]) -> None:
+    def set_step(self, step: int | None) -> None:
         self.step = step
 
     def set_control(self, flag: bool) -> None:  # nothing to control
         pass
 
-    def executed_windows(self, seq_len: Optional[int] = None) -> list[int]:
+    def executed_windows(self, seq_len: int | None = None) -> list[int]:
         T = seq_len or self.last_seq_len or self.cfg.block_size
         return [T if self.window is None else self.window] * self.n_head
 
@@ -173,8 +175,9 @@ class CausalSelfAttention(nn.Module, _Hookable):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y, probs = _full_causal(q, k, v, dropout_p=self.cfg.dropout, training=self.training, window=self.window,
-                                need_probs=need_probs)
+        y, probs = _full_causal(
+            q, k, v, dropout_p=self.cfg.dropout, training=self.training, window=self.window, need_probs=need_probs
+        )
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         y = self.resid_dropout(self.c_proj(y))
         self.last_seq_len = T
@@ -182,13 +185,22 @@ class CausalSelfAttention(nn.Module, _Hookable):
             wins = self.executed_windows(T)
             cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
             idx = torch.zeros(self.n_head, dtype=torch.long, device=x.device)
-            self._emit(RoutingEvent(
-                layer=self.layer_index, step=self.step,
-                path_mode="full_attention_fastpath" if self.window is None else "static_window",
-                updated=False, applied=True, in_warmup=False, training=self.training, window_idx=idx,
-                windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=x.device), seq_len=T,
-                candidate_windows=cand, backend="sdpa",
-            ))
+            self._emit(
+                RoutingEvent(
+                    layer=self.layer_index,
+                    step=self.step,
+                    path_mode="full_attention_fastpath" if self.window is None else "static_window",
+                    updated=False,
+                    applied=True,
+                    in_warmup=False,
+                    training=self.training,
+                    window_idx=idx,
+                    windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=x.device),
+                    seq_len=T,
+                    candidate_windows=cand,
+                    backend="sdpa",
+                )
+            )
         return y, probs
 
 
@@ -197,24 +209,24 @@ class CausalSelfAttention(nn.Module, _Hookable):
 class RoutingState:
     """Everything AAH-v3 remembers between forwards of one layer (method §8.2)."""
 
-    prev_stats: Optional[torch.Tensor] = None  # (H, 3) [entropy, norm, usage] of the previous forward (device)
-    ema: Optional[torch.Tensor] = None  # (H, 9) smoothed head features
-    cached_idx: Optional[torch.Tensor] = None  # (H,) per-head indices of the last control update (pre-EMA)
-    cached_labels: Optional[list[int]] = None  # level-0 group id per head
-    cached_group_counts: Optional[list[int]] = None
-    last_control_step: Optional[int] = None
-    topology: Optional[list[list[list[int]]]] = None  # freeze_learned_topology
-    fixed_groups: Optional[list[list[int]]] = None  # fixed_random / fixed_deterministic
-    pooled_cache: Optional[torch.Tensor] = None  # warm-up path: pooled group features ...
-    pooled_cache_step: Optional[int] = None  # ... and the step they were computed at
-    res_ema: Optional[torch.Tensor] = None  # (H,) float resolution EMA
-    executed_idx: Optional[torch.Tensor] = None  # (H,) indices executed by the last forward
+    prev_stats: torch.Tensor | None = None  # (H, 3) [entropy, norm, usage] of the previous forward (device)
+    ema: torch.Tensor | None = None  # (H, 9) smoothed head features
+    cached_idx: torch.Tensor | None = None  # (H,) per-head indices of the last control update (pre-EMA)
+    cached_labels: list[int] | None = None  # level-0 group id per head
+    cached_group_counts: list[int] | None = None
+    last_control_step: int | None = None
+    topology: list[list[list[int]]] | None = None  # freeze_learned_topology
+    fixed_groups: list[list[int]] | None = None  # fixed_random / fixed_deterministic
+    pooled_cache: torch.Tensor | None = None  # warm-up path: pooled group features ...
+    pooled_cache_step: int | None = None  # ... and the step they were computed at
+    res_ema: torch.Tensor | None = None  # (H,) float resolution EMA
+    executed_idx: torch.Tensor | None = None  # (H,) indices executed by the last forward
     control_enabled: bool = True
     # Level-0 scoring inputs of the last update, for the opt-in trainable controller.
-    score_inputs: Optional[torch.Tensor] = None  # (n0, in_dim)
-    score_parent: Optional[list[int]] = None  # level-0 -> level-1 map (None when level 0 is the top)
-    score_parent_final: Optional[torch.Tensor] = None  # (n0,) parent's final index (None at the top)
-    score_labels: Optional[list[int]] = None  # head -> level-0 row
+    score_inputs: torch.Tensor | None = None  # (n0, in_dim)
+    score_parent: list[int] | None = None  # level-0 -> level-1 map (None when level 0 is the top)
+    score_parent_final: torch.Tensor | None = None  # (n0,) parent's final index (None at the top)
+    score_labels: list[int] | None = None  # head -> level-0 row
     score_pairwise: bool = True
 
     def clear_control_caches(self) -> None:
@@ -227,8 +239,16 @@ class RoutingState:
         self.pooled_cache_step = None
         self.res_ema = None
 
-    _TENSORS = ("prev_stats", "ema", "cached_idx", "pooled_cache", "res_ema", "executed_idx", "score_inputs",
-                "score_parent_final")
+    _TENSORS = (
+        "prev_stats",
+        "ema",
+        "cached_idx",
+        "pooled_cache",
+        "res_ema",
+        "executed_idx",
+        "score_inputs",
+        "score_parent_final",
+    )
 
     def to_plain(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -242,7 +262,7 @@ class RoutingState:
         return out
 
     @classmethod
-    def from_plain(cls, d: dict[str, Any], device=None) -> "RoutingState":
+    def from_plain(cls, d: dict[str, Any], device=None) -> RoutingState:
         st = cls()
         for f in st.__dataclass_fields__:
             if f not in d:
@@ -265,11 +285,11 @@ class _Route:
     updated: bool
     applied: bool
     in_warmup: bool
-    tree: Optional[list[TreeLevel]] = None
-    raw_head_idx: Optional[torch.Tensor] = None
-    head_features: Optional[torch.Tensor] = None
-    group_change_rate: Optional[float] = None
-    resolution_delta: Optional[float] = None
+    tree: list[TreeLevel] | None = None
+    raw_head_idx: torch.Tensor | None = None
+    head_features: torch.Tensor | None = None
+    group_change_rate: float | None = None
+    resolution_delta: float | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -285,9 +305,17 @@ def _facts(level, fallback_origin: str) -> ClusterFacts:
     res = level.facts
     if res is None:
         return ClusterFacts(origin=fallback_origin)
-    return ClusterFacts(origin=res.origin, forced_split=res.forced_bipartition, merged=res.merged_count,
-                        groups_before_merge=res.groups_before_merge, anchor_similarity=res.anchor_similarity,
-                        sim_mean=res.sim_mean, sim_std=res.sim_std, sim_min=res.sim_min, sim_max=res.sim_max)
+    return ClusterFacts(
+        origin=res.origin,
+        forced_split=res.forced_bipartition,
+        merged=res.merged_count,
+        groups_before_merge=res.groups_before_merge,
+        anchor_similarity=res.anchor_similarity,
+        sim_mean=res.sim_mean,
+        sim_std=res.sim_std,
+        sim_min=res.sim_min,
+        sim_max=res.sim_max,
+    )
 
 
 # ----------------------------------------------------------------------------- AAH attention
@@ -304,10 +332,15 @@ class AAHAttention(nn.Module, _Hookable):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.resid_dropout = nn.Dropout(cfg.dropout)
         nets = make_networks(
-            input_mode=cfg.controller_input_mode, n_windows=len(self.windows), control_dim=cfg.control_dim,
-            arch=cfg.controller_arch, logit_scale=cfg.controller_logit_scale,
-            pairwise_mode=cfg.controller_pairwise_mode, joint_hidden_dim=cfg.joint_hidden_dim,
-            joint_output_scale=cfg.joint_output_scale, pairwise_bias_scale=cfg.pairwise_bias_scale,
+            input_mode=cfg.controller_input_mode,
+            n_windows=len(self.windows),
+            control_dim=cfg.control_dim,
+            arch=cfg.controller_arch,
+            logit_scale=cfg.controller_logit_scale,
+            pairwise_mode=cfg.controller_pairwise_mode,
+            joint_hidden_dim=cfg.joint_hidden_dim,
+            joint_output_scale=cfg.joint_output_scale,
+            pairwise_bias_scale=cfg.pairwise_bias_scale,
             rng_reference_dim=cfg.controller_rng_reference_dim,
         )
         self.controller = nets.controller
@@ -316,17 +349,17 @@ class AAHAttention(nn.Module, _Hookable):
         self._nets = nets
         for i, p in enumerate(self.routing_parameters()):  # weight drift is measured against these
             self.register_buffer(f"_routing_init_{i}", p.detach().clone(), persistent=False)
-        self.step: Optional[int] = None
+        self.step: int | None = None
         self.state = RoutingState(control_enabled=cfg.apply_window_control)
         self.eval_mutates_routing = cfg.eval_mutates_routing
-        self.last_seq_len: Optional[int] = None
-        self.last_route: Optional[_Route] = None
+        self.last_seq_len: int | None = None
+        self.last_route: _Route | None = None
         self.timings: dict[str, float] = {}
         self._backends: dict[tuple, tuple] = {}
-        self._event_idx_cache: Optional[tuple] = None
+        self._event_idx_cache: tuple | None = None
         self._froze_now = False
         # Optional reduction of routing inputs across data-parallel ranks (see set_feature_reducer).
-        self.feature_reducer: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+        self.feature_reducer: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._init_hooks()
 
     # ------------------------------------------------------------- public controls
@@ -338,7 +371,7 @@ class AAHAttention(nn.Module, _Hookable):
     def routing_initial_parameters(self) -> list[torch.Tensor]:
         return [getattr(self, f"_routing_init_{i}") for i in range(len(self.routing_parameters()))]
 
-    def set_step(self, step: Optional[int]) -> None:
+    def set_step(self, step: int | None) -> None:
         self.step = None if step is None else int(step)
 
     def set_control(self, flag: bool) -> None:
@@ -350,7 +383,7 @@ class AAHAttention(nn.Module, _Hookable):
     def reset_routing_state(self) -> None:
         self.state = RoutingState(control_enabled=self.cfg.apply_window_control)
 
-    def executed_windows(self, seq_len: Optional[int] = None) -> list[int]:
+    def executed_windows(self, seq_len: int | None = None) -> list[int]:
         """Windows (tokens) executed by the last forward; the warm-up choice before any forward."""
         T = seq_len or self.last_seq_len or self.cfg.block_size
         if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
@@ -380,8 +413,9 @@ class AAHAttention(nn.Module, _Hookable):
         if key not in self._backends:
             from instrumentation.backends import get_backend
 
-            self._backends[key] = get_backend(self.cfg.attention_backend, device=device, training=training,
-                                              dropout_p=self.cfg.dropout)
+            self._backends[key] = get_backend(
+                self.cfg.attention_backend, device=device, training=training, dropout_p=self.cfg.dropout
+            )
         return self._backends[key]
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):
@@ -394,12 +428,18 @@ class AAHAttention(nn.Module, _Hookable):
         t0 = time.perf_counter()
 
         if not (cfg.apply_window_control or cfg.build_hierarchy):  # F: full-attention fast path
-            y, probs = _full_causal(q, k, v, dropout_p=cfg.dropout, training=self.training, window=None,
-                                    need_probs=need_probs)
+            y, probs = _full_causal(
+                q, k, v, dropout_p=cfg.dropout, training=self.training, window=None, need_probs=need_probs
+            )
             full = full_window_index(self.windows, T)
             executed = torch.full((H,), full, dtype=torch.long)
-            route = _Route(executed, "full_attention_fastpath", False, False,
-                           self.step is not None and self.step < cfg.warmup_steps)
+            route = _Route(
+                executed,
+                "full_attention_fastpath",
+                False,
+                False,
+                self.step is not None and self.step < cfg.warmup_steps,
+            )
             if self._mutates():
                 self.state.executed_idx = executed
             return self._finish(x, y, probs, route, executed, T, backend="sdpa", work=None)
@@ -409,8 +449,9 @@ class AAHAttention(nn.Module, _Hookable):
             # Evaluation forward that leaves routing untouched: execute the current windows.
             executed = self.state.executed_idx
             applied = self.last_route.applied if self.last_route is not None else True
-            route = _Route(executed, "frozen_eval", False, applied,
-                           self.step is not None and self.step < cfg.warmup_steps)
+            route = _Route(
+                executed, "frozen_eval", False, applied, self.step is not None and self.step < cfg.warmup_steps
+            )
         else:
             saved = None
             if not mutate:  # nothing decided yet: decide on a scratch copy, then forget it
@@ -442,18 +483,23 @@ class AAHAttention(nn.Module, _Hookable):
     def _execute(self, q, k, v, executed: torch.Tensor, route: _Route, need_probs: bool, need_stats: bool):
         cfg = self.cfg
         wins = [self.windows[i] for i in executed.tolist()]
-        trainable = (self.training and cfg.controller_training != "none" and route.applied and not route.in_warmup
-                     and self.state.score_inputs is not None)
+        trainable = (
+            self.training
+            and cfg.controller_training != "none"
+            and route.applied
+            and not route.in_warmup
+            and self.state.score_inputs is not None
+        )
         if trainable:
             y, stats = self._mixture(q, k, v, executed)
             probs = None
             if need_probs:
-                _, probs, _ = dense_attention_with_probs(q, k, v, wins, dropout_p=0.0, training=False,
-                                                         need_stats=False)
+                _, probs, _ = dense_attention_with_probs(q, k, v, wins, dropout_p=0.0, training=False, need_stats=False)
             return y, probs, stats, f"{cfg.attention_backend}+{cfg.controller_training}", None
         if need_probs:
-            y, probs, stats = dense_attention_with_probs(q, k, v, wins, dropout_p=cfg.dropout, training=self.training,
-                                                         need_stats=need_stats)
+            y, probs, stats = dense_attention_with_probs(
+                q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats
+            )
             return y, probs, stats, "dense_masked", None
         fn, name, reason = self._backend(q.device, self.training)
         if reason is not None:
@@ -467,9 +513,14 @@ class AAHAttention(nn.Module, _Hookable):
     def _mixture_weights(self, executed: torch.Tensor, device) -> torch.Tensor:
         """(H, K) differentiable window weights from the cached level-0 controller inputs."""
         st = self.state
-        scores = score_level(self._nets, st.score_inputs.to(device), st.score_parent,
-                             self.cfg.controller_pairwise_mode, allow_pairwise=st.score_pairwise,
-                             float32=self.cfg.controller_float32)
+        scores = score_level(
+            self._nets,
+            st.score_inputs.to(device),
+            st.score_parent,
+            self.cfg.controller_pairwise_mode,
+            allow_pairwise=st.score_pairwise,
+            float32=self.cfg.controller_float32,
+        )
         lab = torch.as_tensor(st.score_labels, dtype=torch.long, device=device)
         logits = scores.logits.index_select(0, lab)  # (H, K)
         if self.cfg.parent_constraint and st.score_parent_final is not None:
@@ -510,15 +561,28 @@ class AAHAttention(nn.Module, _Hookable):
         if st.control_enabled and not in_warmup and cfg.post_warmup_ramp_steps > 0 and self.step is not None:
             full = full_window_index(self.windows, self.last_seq_len or cfg.block_size)
             out = ramp(out, full, self.step, cfg.warmup_steps, cfg.post_warmup_ramp_steps)
-        return window_ablation(out, cfg.window_ablation_mode, windows=self.windows, fixed_window=cfg.fixed_window,
-                               seed=cfg.window_ablation_seed, layer_index=self.layer_index, step=self.step)
+        return window_ablation(
+            out,
+            cfg.window_ablation_mode,
+            windows=self.windows,
+            fixed_window=cfg.fixed_window,
+            seed=cfg.window_ablation_seed,
+            layer_index=self.layer_index,
+            step=self.step,
+        )
 
     # ------------------------------------------------------------- the state machine (§8.2)
     def _upper_kwargs(self) -> dict:
         c = self.cfg
-        return dict(super_threshold=c.super_threshold, max_depth=c.max_depth, upper_metric=c.upper_cluster_metric,
-                    normdiff_scale=c.cosine_normdiff_scale, min_group_size=c.min_group_size,
-                    group_feature_mode=c.group_feature_mode, upper_l2_threshold=c.upper_l2_threshold)
+        return dict(
+            super_threshold=c.super_threshold,
+            max_depth=c.max_depth,
+            upper_metric=c.upper_cluster_metric,
+            normdiff_scale=c.cosine_normdiff_scale,
+            min_group_size=c.min_group_size,
+            group_feature_mode=c.group_feature_mode,
+            upper_l2_threshold=c.upper_l2_threshold,
+        )
 
     def _adaptive_build(self, q, k, v) -> tuple[Hierarchy, torch.Tensor, float]:
         """Per-head features -> EMA -> full hierarchy with churn against the cached labels (§5.8).
@@ -529,8 +593,13 @@ class AAHAttention(nn.Module, _Hookable):
         c, st = self.cfg, self.state
         feats = self._head_features(q, k, v)
         st.ema = ema_update(st.ema, feats, c.ema_alpha)
-        hier = build_hierarchy(st.ema, sim_threshold=c.sim_threshold, prev_labels=st.cached_labels,
-                               churn_penalty=c.churn_penalty, **self._upper_kwargs())
+        hier = build_hierarchy(
+            st.ema,
+            sim_threshold=c.sim_threshold,
+            prev_labels=st.cached_labels,
+            churn_penalty=c.churn_penalty,
+            **self._upper_kwargs(),
+        )
         change = 0.0
         if st.cached_labels is not None:
             new = labels_from_groups(hier.levels[0].groups, self.n_head)
@@ -548,16 +617,20 @@ class AAHAttention(nn.Module, _Hookable):
     def _pooled(self, q, k, v, groups) -> torch.Tensor:
         return self._reduced(pooled_group_features(q, k, v, groups, self.state.prev_stats)).cpu()
 
-    def _level0_source(self, q, k, v) -> tuple[Hierarchy, str, Optional[torch.Tensor], Optional[float], str]:
+    def _level0_source(self, q, k, v) -> tuple[Hierarchy, str, torch.Tensor | None, float | None, str]:
         """Step C2 of §8.2: the first matching level-0 source; returns hierarchy, path, features, change, origin."""
         c, st = self.cfg, self.state
         mode = c.hierarchy_ablation_mode
         if mode in ("fixed_random", "fixed_deterministic"):
             if st.fixed_groups is None:
-                st.fixed_groups = (fixed_random_partition(self.n_head, c.fixed_hierarchy_seed) if mode == "fixed_random"
-                                   else fixed_deterministic_partition(self.n_head))
-            hier = passthrough_hierarchy(st.fixed_groups, self._pooled(q, k, v, st.fixed_groups), c.max_depth,
-                                         c.group_feature_mode)
+                st.fixed_groups = (
+                    fixed_random_partition(self.n_head, c.fixed_hierarchy_seed)
+                    if mode == "fixed_random"
+                    else fixed_deterministic_partition(self.n_head)
+                )
+            hier = passthrough_hierarchy(
+                st.fixed_groups, self._pooled(q, k, v, st.fixed_groups), c.max_depth, c.group_feature_mode
+            )
             return hier, f"grouped_control_{mode}_update", None, 0.0, "fixed"
         if mode == "freeze_learned_topology" and st.topology is not None:
             hier = hierarchy_from_topology(st.topology, self._pooled(q, k, v, st.topology[0]), c.group_feature_mode)
@@ -589,15 +662,16 @@ class AAHAttention(nn.Module, _Hookable):
         scored = []
         for lvl, x in enumerate(inputs):
             parent = pmaps[lvl] if lvl < top else None
-            scored.append(score_level(self._nets, x.to(dev), parent, c.controller_pairwise_mode,
-                                      float32=c.controller_float32))
+            scored.append(
+                score_level(self._nets, x.to(dev), parent, c.controller_pairwise_mode, float32=c.controller_float32)
+            )
         # one host transfer for all levels' logits
         flat = torch.cat([torch.cat([s.base_logits, s.logits], dim=0) for s in scored]).detach().float().cpu()
         base_l, fin_l, off = [], [], 0
-        for lvl, s in enumerate(scored):
+        for s in scored:
             n = s.logits.shape[0]
-            base_l.append(flat[off:off + n])
-            fin_l.append(flat[off + n:off + 2 * n])
+            base_l.append(flat[off : off + n])
+            fin_l.append(flat[off + n : off + 2 * n])
             off += 2 * n
         raw, final, parent_final = select_top_down(fin_l, pmaps, c.parent_constraint, c.controller_choice_mode)
         labels = labels_from_groups(levels[0].groups, self.n_head)
@@ -619,12 +693,21 @@ class AAHAttention(nn.Module, _Hookable):
                     facts = _facts(level, origin or "natural")
                 else:
                     facts = ClusterFacts(origin=origin)
-                tree.append(TreeLevel(
-                    level=lvl, groups=[list(g) for g in level.groups], parent=pmaps[lvl] if lvl < top else None,
-                    members=hier.members(lvl), base_logits=base_l[lvl], logits=fin_l[lvl], raw_idx=raw[lvl],
-                    final_idx=final[lvl], joint_paired=scored[lvl].paired, facts=facts,
-                    features=feats[lvl].detach(),
-                ))
+                tree.append(
+                    TreeLevel(
+                        level=lvl,
+                        groups=[list(g) for g in level.groups],
+                        parent=pmaps[lvl] if lvl < top else None,
+                        members=hier.members(lvl),
+                        base_logits=base_l[lvl],
+                        logits=fin_l[lvl],
+                        raw_idx=raw[lvl],
+                        final_idx=final[lvl],
+                        joint_paired=scored[lvl].paired,
+                        facts=facts,
+                        features=feats[lvl].detach(),
+                    )
+                )
         return head_idx, raw_head, tree, labels
 
     def _route(self, q, k, v, T: int) -> _Route:
@@ -634,13 +717,25 @@ class AAHAttention(nn.Module, _Hookable):
         in_warmup = step is not None and step < c.warmup_steps
         want = self.has_subscribers
         if c.apply_window_control and not in_warmup:
-            due = (c.control_interval <= 1 or step is None or st.last_control_step is None
-                   or step - st.last_control_step >= c.control_interval)
+            due = (
+                c.control_interval <= 1
+                or step is None
+                or st.last_control_step is None
+                or step - st.last_control_step >= c.control_interval
+            )
             if not due and st.cached_idx is not None:  # C1
                 path = "grouped_control_cached" if c.build_hierarchy else "ungrouped_control_cached"
                 # the reference reports 0.0 for both rates on every cached forward, grouped or not
-                return _Route(st.cached_idx, path, False, True, False, resolution_delta=0.0, group_change_rate=0.0,
-                              extra={"group_counts": st.cached_group_counts})
+                return _Route(
+                    st.cached_idx,
+                    path,
+                    False,
+                    True,
+                    False,
+                    resolution_delta=0.0,
+                    group_change_rate=0.0,
+                    extra={"group_counts": st.cached_group_counts},
+                )
             extra: dict = {}
             if c.build_hierarchy:  # C2, C3
                 self._froze_now = False
@@ -655,8 +750,14 @@ class AAHAttention(nn.Module, _Hookable):
             else:  # C4: grouping off
                 feats = self._head_features(q, k, v)
                 x = single_level_inputs(feats, c.controller_input_mode)
-                s = score_level(self._nets, x.to(self.c_attn.weight.device), None, c.controller_pairwise_mode,
-                                allow_pairwise=False, float32=c.controller_float32)
+                s = score_level(
+                    self._nets,
+                    x.to(self.c_attn.weight.device),
+                    None,
+                    c.controller_pairwise_mode,
+                    allow_pairwise=False,
+                    float32=c.controller_float32,
+                )
                 logits = s.logits.detach().float().cpu()
                 idx = first_argmax(logits)
                 if c.controller_choice_mode == "oracle_alternating":
@@ -666,18 +767,40 @@ class AAHAttention(nn.Module, _Hookable):
                 st.score_labels, st.score_pairwise = list(range(H)), False
                 tree = None
                 if want:
-                    tree = [TreeLevel(level=0, groups=[[h] for h in range(H)], parent=None,
-                                      members=[[h] for h in range(H)], base_logits=s.base_logits.detach().float().cpu(),
-                                      logits=logits, raw_idx=idx, final_idx=idx, joint_paired=[False] * H,
-                                      facts=ClusterFacts(origin="ungrouped"), features=feats)]
+                    tree = [
+                        TreeLevel(
+                            level=0,
+                            groups=[[h] for h in range(H)],
+                            parent=None,
+                            members=[[h] for h in range(H)],
+                            base_logits=s.base_logits.detach().float().cpu(),
+                            logits=logits,
+                            raw_idx=idx,
+                            final_idx=idx,
+                            joint_paired=[False] * H,
+                            facts=ClusterFacts(origin="ungrouped"),
+                            features=feats,
+                        )
+                    ]
                 extra["group_counts"] = [H]
             delta = None
             if st.cached_idx is not None:  # C5
                 delta = float((idx - st.cached_idx).abs().float().mean())
             st.cached_idx = idx
             st.last_control_step = step
-            return _Route(idx, path, True, True, False, tree=tree, raw_head_idx=raw_head, head_features=feats,
-                          group_change_rate=change, resolution_delta=delta, extra=extra)
+            return _Route(
+                idx,
+                path,
+                True,
+                True,
+                False,
+                tree=tree,
+                raw_head_idx=raw_head,
+                head_features=feats,
+                group_change_rate=change,
+                resolution_delta=delta,
+                extra=extra,
+            )
 
         # W: warm-up or control not applied
         full = full_window_index(self.windows, T)
@@ -692,8 +815,12 @@ class AAHAttention(nn.Module, _Hookable):
         route.group_change_rate = change
         if st.cached_labels is not None:
             groups = groups_from_labels(st.cached_labels)
-            stale = (st.pooled_cache is None or step is None or st.pooled_cache_step is None
-                     or step - st.pooled_cache_step >= max(1, c.control_interval))
+            stale = (
+                st.pooled_cache is None
+                or step is None
+                or st.pooled_cache_step is None
+                or step - st.pooled_cache_step >= max(1, c.control_interval)
+            )
             if not stale:
                 # Same partition, same cached features, same (untrained) networks: the rebuild and
                 # the shadow decision would repeat the previous forward's exactly, so skip them.
@@ -759,9 +886,23 @@ class AAHAttention(nn.Module, _Hookable):
         if route.tree is not None and route.applied:
             extra["group_ratios"] = self._group_ratios(route.tree[0].members, executed, T)
         return RoutingEvent(
-            layer=self.layer_index, step=self.step, path_mode=route.path_mode, updated=route.updated,
-            applied=route.applied, in_warmup=route.in_warmup, training=self.training, window_idx=idx_d,
-            windows=win_d, seq_len=T, candidate_windows=self.windows, raw_head_idx=route.raw_head_idx,
-            tree=route.tree, head_features=route.head_features, group_change_rate=route.group_change_rate,
-            resolution_delta=route.resolution_delta, backend=backend, realised_work=work, extra=extra,
+            layer=self.layer_index,
+            step=self.step,
+            path_mode=route.path_mode,
+            updated=route.updated,
+            applied=route.applied,
+            in_warmup=route.in_warmup,
+            training=self.training,
+            window_idx=idx_d,
+            windows=win_d,
+            seq_len=T,
+            candidate_windows=self.windows,
+            raw_head_idx=route.raw_head_idx,
+            tree=route.tree,
+            head_features=route.head_features,
+            group_change_rate=route.group_change_rate,
+            resolution_delta=route.resolution_delta,
+            backend=backend,
+            realised_work=work,
+            extra=extra,
         )

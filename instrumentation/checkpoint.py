@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -46,8 +46,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
-                    config: dict, extra: Optional[dict] = None) -> Path:
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    config: dict,
+    extra: dict | None = None,
+) -> Path:
     """Write the checkpoint of the completed ``step`` atomically; returns its path."""
     path = checkpoint_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +100,7 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Optional[tuple[int, Path]]:
+def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
 

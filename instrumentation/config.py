@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from aah_viz.errors import ConfigError
 
@@ -23,7 +23,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "controller_pairwise_mode": ("none", "sibling_bias", "joint_sibling"),
     "diagnostic_detail": ("full", "light", "minimal", "off"),
     "hierarchy_ablation_mode": (
-        "adaptive", "freeze_learned_topology", "freeze_after_warmup", "fixed_random", "fixed_deterministic",
+        "adaptive",
+        "freeze_learned_topology",
+        "freeze_after_warmup",
+        "fixed_random",
+        "fixed_deterministic",
     ),
     "window_ablation_mode": ("adaptive", "fixed_window", "shuffle_post_select", "random_uniform"),
     "group_feature_mode": ("mean", "mean_std", "mean_var", "mean_global_offset"),
@@ -118,7 +122,7 @@ class AAHConfig:
         return self.block_size
 
     @classmethod
-    def from_preset(cls, size: str = "tiny", regime: str = "full_adaptive", **overrides: Any) -> "AAHConfig":
+    def from_preset(cls, size: str = "tiny", regime: str = "full_adaptive", **overrides: Any) -> AAHConfig:
         """Size preset, then the regime's flags, then ``overrides`` (any config key)."""
         if size not in PRESETS:
             raise ConfigError(f"unknown preset {size!r}; allowed presets are {', '.join(PRESETS)}")
@@ -135,8 +139,10 @@ class AAHConfig:
             chosen = overrides.pop(spec.parameter, window if window is not None else default)
             values[spec.parameter] = int(chosen)
         elif window is not None:
-            raise ConfigError(f"regime {regime!r} takes no window parameter; only "
-                              f"{', '.join(n for n, r in REGIMES.items() if r.parameter)} do")
+            raise ConfigError(
+                f"regime {regime!r} takes no window parameter; only "
+                f"{', '.join(n for n, r in REGIMES.items() if r.parameter)} do"
+            )
         values.update(overrides)
         values["preset"] = size
         values["regime"] = regime
@@ -148,7 +154,7 @@ class AAHConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AAHConfig":
+    def from_dict(cls, d: dict[str, Any]) -> AAHConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         if "seq_len" in d:  # accepted as an alias of block_size
             d = dict(d)
@@ -158,13 +164,12 @@ class AAHConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(
-                f"unknown config key(s) {', '.join(map(repr, unknown))}; "
-                f"allowed keys are: {', '.join(sorted(known))}"
+                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed keys are: {', '.join(sorted(known))}"
             )
         return cls(**d)
 
     @classmethod
-    def from_reference_dict(cls, d: dict[str, Any], **overrides: Any) -> "AAHConfig":
+    def from_reference_dict(cls, d: dict[str, Any], **overrides: Any) -> AAHConfig:
         """Map a reference ``GPTConfig``/YAML dict (``aah_v3_*`` keys, legacy aliases) onto this config.
 
         ``grouping_enabled`` / ``control_enabled`` fill ``build_hierarchy`` / ``apply_window_control``
@@ -175,7 +180,7 @@ class AAHConfig:
         rename = {"W_min_gpu": "w_min", "flex_block_size": None}
         aliases = {}
         for key, value in src.items():
-            name = key[len("aah_v3_"):] if key.startswith("aah_v3_") else key
+            name = key[len("aah_v3_") :] if key.startswith("aah_v3_") else key
             if name in ("grouping_enabled", "control_enabled"):
                 aliases[name] = value
                 continue
@@ -192,7 +197,7 @@ class AAHConfig:
         out.update(overrides)
         return cls.from_dict(out)
 
-    def replace(self, **changes: Any) -> "AAHConfig":
+    def replace(self, **changes: Any) -> AAHConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -210,9 +215,12 @@ def validate(cfg: AAHConfig) -> None:
         if int(getattr(cfg, key)) < 1:
             _fail(key, f"must be a positive integer, got {getattr(cfg, key)!r}")
     if cfg.n_embd % cfg.n_head != 0:
-        _fail("n_head", f"must divide n_embd={cfg.n_embd} (head dim = n_embd / n_head); got n_head={cfg.n_head}; "
-              f"allowed values are the divisors of {cfg.n_embd}: "
-              f"{', '.join(str(h) for h in range(1, cfg.n_embd + 1) if cfg.n_embd % h == 0)}")
+        _fail(
+            "n_head",
+            f"must divide n_embd={cfg.n_embd} (head dim = n_embd / n_head); got n_head={cfg.n_head}; "
+            f"allowed values are the divisors of {cfg.n_embd}: "
+            f"{', '.join(str(h) for h in range(1, cfg.n_embd + 1) if cfg.n_embd % h == 0)}",
+        )
     if not 0.0 <= cfg.dropout < 1.0:
         _fail("dropout", f"must be in [0, 1), got {cfg.dropout!r}")
     w = cfg.windows
@@ -221,14 +229,30 @@ def validate(cfg: AAHConfig) -> None:
     if any(x < 1 for x in w):
         _fail("windows", f"every window must be a positive number of tokens, got {list(w)}")
     if any(b <= a for a, b in zip(w, w[1:])):
-        _fail("windows", f"must be strictly ascending (the parent constraint takes the minimum index, §15.17); "
-              f"got {list(w)}, allowed e.g. {sorted(set(w))}")
+        _fail(
+            "windows",
+            f"must be strictly ascending (the parent constraint takes the minimum index, §15.17); "
+            f"got {list(w)}, allowed e.g. {sorted(set(w))}",
+        )
     if w[-1] > cfg.block_size:
-        _fail("windows", f"window {w[-1]} is above the sequence length block_size={cfg.block_size}; "
-              f"allowed windows are 1..{cfg.block_size}")
-    for key in ("control_interval", "warmup_steps", "post_warmup_ramp_steps", "w_min", "min_group_size",
-                "mask_cache_size", "joint_hidden_dim", "control_dim", "controller_rng_reference_dim",
-                "static_window", "global_every"):
+        _fail(
+            "windows",
+            f"window {w[-1]} is above the sequence length block_size={cfg.block_size}; "
+            f"allowed windows are 1..{cfg.block_size}",
+        )
+    for key in (
+        "control_interval",
+        "warmup_steps",
+        "post_warmup_ramp_steps",
+        "w_min",
+        "min_group_size",
+        "mask_cache_size",
+        "joint_hidden_dim",
+        "control_dim",
+        "controller_rng_reference_dim",
+        "static_window",
+        "global_every",
+    ):
         if int(getattr(cfg, key)) < 0:
             _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")
     if cfg.max_depth < 1:
@@ -242,9 +266,11 @@ def validate(cfg: AAHConfig) -> None:
     if cfg.global_every and not cfg.static_window:
         _fail("global_every", "needs static_window > 0 (layers alternate between that window and full attention)")
     if cfg.static_window and cfg.enabled:
-        _fail("static_window", "is a plain-attention baseline; it needs enabled=False (use regime='sliding_window' "
-              "or 'local_global_layers')")
-
+        _fail(
+            "static_window",
+            "is a plain-attention baseline; it needs enabled=False (use regime='sliding_window' "
+            "or 'local_global_layers')",
+        )
 
 
 # ---------------------------------------------------------------------------- size presets
@@ -257,19 +283,54 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         "unit tests, seconds on CPU: method §16's recommended CPU configuration",
-        dict(vocab_size=256, block_size=64, n_layer=2, n_head=12, n_embd=96, n_ff=384, windows=(8, 16, 32, 64),
-             w_min=4, warmup_steps=3, control_interval=5, max_depth=4, dropout=0.0),
+        dict(
+            vocab_size=256,
+            block_size=64,
+            n_layer=2,
+            n_head=12,
+            n_embd=96,
+            n_ff=384,
+            windows=(8, 16, 32, 64),
+            w_min=4,
+            warmup_steps=3,
+            control_interval=5,
+            max_depth=4,
+            dropout=0.0,
+        ),
     ),
     "small": Preset(
         "CPU demo with byte tokens: a few hundred steps in minutes",
-        dict(vocab_size=256, block_size=128, n_layer=4, n_head=12, n_embd=192, n_ff=768,
-             windows=(16, 32, 64, 128), w_min=4, warmup_steps=20, control_interval=5, max_depth=4, dropout=0.1),
+        dict(
+            vocab_size=256,
+            block_size=128,
+            n_layer=4,
+            n_head=12,
+            n_embd=192,
+            n_ff=768,
+            windows=(16, 32, 64, 128),
+            w_min=4,
+            warmup_steps=20,
+            control_interval=5,
+            max_depth=4,
+            dropout=0.1,
+        ),
     ),
     "paper-1b": Preset(
         "the paper's 4096-token shape (method §16 '1b'); for GPUs",
-        dict(vocab_size=50257, block_size=4096, n_layer=16, n_head=12, n_embd=1536, n_ff=6144,
-             windows=(512, 1024, 2048, 4096), w_min=64, warmup_steps=100, control_interval=5, max_depth=4,
-             dropout=0.1),
+        dict(
+            vocab_size=50257,
+            block_size=4096,
+            n_layer=16,
+            n_head=12,
+            n_embd=1536,
+            n_ff=6144,
+            windows=(512, 1024, 2048, 4096),
+            w_min=64,
+            warmup_steps=100,
+            control_interval=5,
+            max_depth=4,
+            dropout=0.1,
+        ),
     ),
 }
 
@@ -279,7 +340,7 @@ PRESETS: dict[str, Preset] = {
 class Regime:
     description: str
     overrides: dict
-    parameter: Optional[str] = None  # the config key a regime takes as its size parameter
+    parameter: str | None = None  # the config key a regime takes as its size parameter
     source: str = ""  # where the regime comes from (method §13 row, lab branch, new baseline)
 
 
@@ -288,41 +349,81 @@ _PLAIN = dict(enabled=False, build_hierarchy=False, apply_window_control=False, 
 
 REGIMES: dict[str, Regime] = {
     "full_attention": Regime("plain causal attention, no AAH state; ACR 1", dict(_PLAIN), source="paper"),
-    "grouping_off": Regime("every head scored alone from raw features; no EMA, clustering or joint scorer",
-                           dict(build_hierarchy=False, controller_pairwise_mode="none"), source="paper"),
-    "full_adaptive": Regime("EMA features re-clustered every control update, up to max_depth levels, joint "
-                            "scorer at the top, argmax + parent constraint", {}, source="paper"),
-    "shallow_freeze": Regime("level 0 only; topology frozen at the first post-warm-up update, joint scorer "
-                             "decides the groups' windows", dict(_SHALLOW), source="paper"),
-    "deep_practical_reuse": Regime("the first level-0 partition reused forever, upper levels re-clustered from "
-                                   "pooled features", dict(reuse_group_hierarchy=True), source="paper"),
-    "control_off": Regime("full attention for every head; the hierarchy is rebuilt every step for diagnostics",
-                          dict(apply_window_control=False), source="appendix"),
-    "fixed_window": Regime("shallow freeze with every head executing one candidate window (parameter "
-                           "fixed_window); control machinery still runs",
-                           dict(_SHALLOW, window_ablation_mode="fixed_window"), parameter="fixed_window",
-                           source="lab"),
-    "fixed_random_grouping": Regime("balanced random bipartition (seed fixed_hierarchy_seed), passthrough "
-                                    "hierarchy", dict(hierarchy_ablation_mode="fixed_random"), source="appendix"),
-    "freeze_after_warmup": Regime("the step-0 partition frozen, passthrough hierarchy of max_depth levels",
-                                  dict(hierarchy_ablation_mode="freeze_after_warmup"), source="appendix"),
-    "shuffle_post_select": Regime("shallow freeze, then the selected per-head windows are randomly permuted "
-                                  "every forward (histogram kept, head identity destroyed)",
-                                  dict(_SHALLOW, window_ablation_mode="shuffle_post_select"), source="lab"),
-    "random_uniform": Regime("shallow freeze, then every head gets a uniformly random window every forward",
-                             dict(_SHALLOW, window_ablation_mode="random_uniform"), source="lab"),
-    "independent_scoring": Regime("full adaptive without the joint sibling scorer",
-                                  dict(controller_pairwise_mode="none"), source="appendix"),
-    "no_feature_ema": Regime("full adaptive clustering on instantaneous features", dict(ema_alpha=0.0),
-                             source="appendix"),
-    "no_parent_constraint": Regime("full adaptive; the level-0 raw argmax is executed",
-                                   dict(parent_constraint=False), source="appendix"),
-    "sliding_window": Regime("every head of every layer one causal window (parameter static_window), "
-                             "Mistral-style; no routing", dict(_PLAIN), parameter="static_window",
-                             source="new baseline"),
-    "local_global_layers": Regime("layers alternate a local window (parameter static_window) and full "
-                                  "attention, Gemma-style; no routing",
-                                  dict(_PLAIN, global_every=2), parameter="static_window", source="new baseline"),
+    "grouping_off": Regime(
+        "every head scored alone from raw features; no EMA, clustering or joint scorer",
+        dict(build_hierarchy=False, controller_pairwise_mode="none"),
+        source="paper",
+    ),
+    "full_adaptive": Regime(
+        "EMA features re-clustered every control update, up to max_depth levels, joint "
+        "scorer at the top, argmax + parent constraint",
+        {},
+        source="paper",
+    ),
+    "shallow_freeze": Regime(
+        "level 0 only; topology frozen at the first post-warm-up update, joint scorer decides the groups' windows",
+        dict(_SHALLOW),
+        source="paper",
+    ),
+    "deep_practical_reuse": Regime(
+        "the first level-0 partition reused forever, upper levels re-clustered from pooled features",
+        dict(reuse_group_hierarchy=True),
+        source="paper",
+    ),
+    "control_off": Regime(
+        "full attention for every head; the hierarchy is rebuilt every step for diagnostics",
+        dict(apply_window_control=False),
+        source="appendix",
+    ),
+    "fixed_window": Regime(
+        "shallow freeze with every head executing one candidate window (parameter "
+        "fixed_window); control machinery still runs",
+        dict(_SHALLOW, window_ablation_mode="fixed_window"),
+        parameter="fixed_window",
+        source="lab",
+    ),
+    "fixed_random_grouping": Regime(
+        "balanced random bipartition (seed fixed_hierarchy_seed), passthrough hierarchy",
+        dict(hierarchy_ablation_mode="fixed_random"),
+        source="appendix",
+    ),
+    "freeze_after_warmup": Regime(
+        "the step-0 partition frozen, passthrough hierarchy of max_depth levels",
+        dict(hierarchy_ablation_mode="freeze_after_warmup"),
+        source="appendix",
+    ),
+    "shuffle_post_select": Regime(
+        "shallow freeze, then the selected per-head windows are randomly permuted "
+        "every forward (histogram kept, head identity destroyed)",
+        dict(_SHALLOW, window_ablation_mode="shuffle_post_select"),
+        source="lab",
+    ),
+    "random_uniform": Regime(
+        "shallow freeze, then every head gets a uniformly random window every forward",
+        dict(_SHALLOW, window_ablation_mode="random_uniform"),
+        source="lab",
+    ),
+    "independent_scoring": Regime(
+        "full adaptive without the joint sibling scorer", dict(controller_pairwise_mode="none"), source="appendix"
+    ),
+    "no_feature_ema": Regime(
+        "full adaptive clustering on instantaneous features", dict(ema_alpha=0.0), source="appendix"
+    ),
+    "no_parent_constraint": Regime(
+        "full adaptive; the level-0 raw argmax is executed", dict(parent_constraint=False), source="appendix"
+    ),
+    "sliding_window": Regime(
+        "every head of every layer one causal window (parameter static_window), Mistral-style; no routing",
+        dict(_PLAIN),
+        parameter="static_window",
+        source="new baseline",
+    ),
+    "local_global_layers": Regime(
+        "layers alternate a local window (parameter static_window) and full attention, Gemma-style; no routing",
+        dict(_PLAIN, global_every=2),
+        parameter="static_window",
+        source="new baseline",
+    ),
 }
 
 
@@ -330,22 +431,38 @@ def regimes_table() -> list[dict[str, Any]]:
     """The registry as plain rows (what ``aah-viz regimes --json`` prints)."""
     rows = []
     for name, spec in REGIMES.items():
-        rows.append({
-            "name": name,
-            "description": spec.description,
-            "source": spec.source,
-            "flags": {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.overrides.items()},
-            "parameter": spec.parameter,
-        })
+        rows.append(
+            {
+                "name": name,
+                "description": spec.description,
+                "source": spec.source,
+                "flags": {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.overrides.items()},
+                "parameter": spec.parameter,
+            }
+        )
     return rows
 
 
 # What the reference GPTConfig uses when a key is absent (method §3 "default" column); our dataclass
 # defaults are the paper values instead. Kept for documentation and for from_reference_dict users.
 REFERENCE_DEFAULTS: dict[str, Any] = dict(
-    enabled=False, windows=(64, 128, 256, 512), control_interval=100, sim_threshold=0.7, super_threshold=0.7,
-    max_depth=6, churn_penalty=0.05, min_group_size=2, warmup_steps=0, w_min=64, resolution_ema_alpha=0.0,
-    resolution_collapse_min_frac=0.95, resolution_collapse_max_frac=0.95, upper_cluster_metric="cosine",
-    controller_input_mode="base", controller_pairwise_mode="none", joint_hidden_dim=0, diagnostic_detail="full",
+    enabled=False,
+    windows=(64, 128, 256, 512),
+    control_interval=100,
+    sim_threshold=0.7,
+    super_threshold=0.7,
+    max_depth=6,
+    churn_penalty=0.05,
+    min_group_size=2,
+    warmup_steps=0,
+    w_min=64,
+    resolution_ema_alpha=0.0,
+    resolution_collapse_min_frac=0.95,
+    resolution_collapse_max_frac=0.95,
+    upper_cluster_metric="cosine",
+    controller_input_mode="base",
+    controller_pairwise_mode="none",
+    joint_hidden_dim=0,
+    diagnostic_detail="full",
     fixed_hierarchy_seed=1337,
 )

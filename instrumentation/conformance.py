@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import torch
 
@@ -30,8 +31,9 @@ _CLUSTER_FACTS = ("origin", "forced_bipartition", "groups_before_merge")
 
 
 def _fail(where: str, what: str) -> InputFormatError:
-    return InputFormatError(f"{where}: {what}; expected the conformance format of "
-                            "shared/reference/conformance/README.md")
+    return InputFormatError(
+        f"{where}: {what}; expected the conformance format of shared/reference/conformance/README.md"
+    )
 
 
 def _check_matrix(X: Any, where: str) -> None:
@@ -84,8 +86,9 @@ def validate_case(case: Any, where: str) -> None:
     else:
         _check_groups(expect.get("groups"), where)
         prev = case.get("prev_groups")
-        if prev is not None and (not isinstance(prev, list) or len(prev) != len(case["X"])
-                                 or not all(isinstance(v, int) for v in prev)):
+        if prev is not None and (
+            not isinstance(prev, list) or len(prev) != len(case["X"]) or not all(isinstance(v, int) for v in prev)
+        ):
             raise _fail(where, "'prev_groups' must be null or one integer label per row of 'X'")
 
 
@@ -99,8 +102,10 @@ def load_cases(path: str | Path) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InputFormatError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-                               "expected the conformance format of shared/reference/conformance/README.md") from err
+        raise InputFormatError(
+            f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+            "expected the conformance format of shared/reference/conformance/README.md"
+        ) from err
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise _fail(str(path), "the top level must be an object with a 'cases' list")
     for i, case in enumerate(data["cases"]):
@@ -143,8 +148,12 @@ def run_case(case: dict) -> dict:
         upper_l2_threshold=case.get("upper_l2_threshold", 0.0),
         threshold_kind="sim_threshold" if kind == "cluster_level0" else "super_threshold",
     )
-    return {"groups": res.groups, "origin": res.origin, "forced_bipartition": res.forced_bipartition,
-            "groups_before_merge": res.groups_before_merge}
+    return {
+        "groups": res.groups,
+        "origin": res.origin,
+        "forced_bipartition": res.forced_bipartition,
+        "groups_before_merge": res.groups_before_merge,
+    }
 
 
 def _partition(groups: Iterable[Iterable[int]]) -> frozenset:
@@ -154,7 +163,7 @@ def _partition(groups: Iterable[Iterable[int]]) -> frozenset:
 def _level_partitions(levels: list) -> list[frozenset]:
     """Each level as a set partition of the heads (upper groups expanded to their leaf heads)."""
     out = []
-    heads: Optional[list[frozenset]] = None
+    heads: list[frozenset] | None = None
     for groups in levels:
         if heads is None:
             heads = [frozenset(g) for g in groups]
@@ -194,8 +203,9 @@ def check_cases(cases: list[dict], progress: bool = False) -> dict:
         n_same += same
         if not exact:
             shown = {k: got[k] for k in case["expect"] if k in got}
-            failures.append({"index": index, "kind": case["kind"], "same_partition": same,
-                             "expected": case["expect"], "got": shown})
+            failures.append(
+                {"index": index, "kind": case["kind"], "same_partition": same, "expected": case["expect"], "got": shown}
+            )
     return {"cases": len(cases), "exact": n_exact, "same_partition": n_same, "failures": failures}
 
 

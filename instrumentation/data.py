@@ -47,14 +47,18 @@ def _synthetic_tokens(n_docs: int, seed: int) -> np.ndarray:
     return np.asarray(training_stream(n_docs, seed), dtype=np.int64)
 
 
-def load_token_stream(data: str | Path = SYNTHETIC, *, seed: int = 0, n_docs: int = DEFAULT_SYNTHETIC_DOCS) -> np.ndarray:
+def load_token_stream(
+    data: str | Path = SYNTHETIC, *, seed: int = 0, n_docs: int = DEFAULT_SYNTHETIC_DOCS
+) -> np.ndarray:
     """All token ids of the training source as one int64 array (byte tokens, vocabulary 256)."""
     if str(data) == SYNTHETIC:
         tokens = _synthetic_tokens(n_docs, seed)
     else:
         tokens = _text_file_tokens(Path(data))
     if tokens.size and (tokens.min() < 0 or tokens.max() >= VOCAB_SIZE):
-        raise InputFormatError(f"token ids must lie in [0, {VOCAB_SIZE}); the source {data!s} gave {tokens.min()}..{tokens.max()}")
+        raise InputFormatError(
+            f"token ids must lie in [0, {VOCAB_SIZE}); the source {data!s} gave {tokens.min()}..{tokens.max()}"
+        )
     return tokens
 
 
@@ -86,7 +90,9 @@ def cut_blocks(tokens: np.ndarray, seq_len: int) -> np.ndarray:
     return tokens[idx]
 
 
-def split_blocks(tokens: np.ndarray, seq_len: int, *, val_fraction: float = 0.1, min_val_blocks: int = 1) -> BlockSplits:
+def split_blocks(
+    tokens: np.ndarray, seq_len: int, *, val_fraction: float = 0.1, min_val_blocks: int = 1
+) -> BlockSplits:
     """Cut the stream into blocks and hold out the last ones for validation."""
     blocks = cut_blocks(tokens, seq_len)
     n = blocks.shape[0]
@@ -99,7 +105,9 @@ def split_blocks(tokens: np.ndarray, seq_len: int, *, val_fraction: float = 0.1,
     return BlockSplits(train=blocks[: n - n_val], val=blocks[n - n_val :], seq_len=seq_len)
 
 
-def batch_indices(n_blocks: int, step: int, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1) -> np.ndarray:
+def batch_indices(
+    n_blocks: int, step: int, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1
+) -> np.ndarray:
     """Indices of the training blocks of ``rank`` at global ``step`` (deterministic, restart-free)."""
     per_step = batch_size * world_size
     start = step * per_step + rank * batch_size
@@ -113,8 +121,16 @@ def batch_indices(n_blocks: int, step: int, batch_size: int, *, seed: int, rank:
     return out
 
 
-def training_batch(splits: BlockSplits, step: int, batch_size: int, *, seed: int, rank: int = 0, world_size: int = 1,
-                   device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def training_batch(
+    splits: BlockSplits,
+    step: int,
+    batch_size: int,
+    *,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    device: str | torch.device = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) of shape (batch_size, T) for one training step."""
     idx = batch_indices(splits.n_train, step, batch_size, seed=seed, rank=rank, world_size=world_size)
     block = torch.from_numpy(splits.train[idx]).to(device, non_blocking=True)

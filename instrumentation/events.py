@@ -9,8 +9,9 @@ converts them at flush time, so the hot path never forces a GPU sync. The hierar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -23,11 +24,11 @@ class ClusterFacts:
     forced_split: bool = False
     merged: int = 0
     groups_before_merge: int = 0
-    anchor_similarity: Optional[float] = None
-    sim_mean: Optional[float] = None
-    sim_std: Optional[float] = None
-    sim_min: Optional[float] = None
-    sim_max: Optional[float] = None
+    anchor_similarity: float | None = None
+    sim_mean: float | None = None
+    sim_std: float | None = None
+    sim_min: float | None = None
+    sim_max: float | None = None
 
 
 @dataclass
@@ -36,7 +37,7 @@ class TreeLevel:
 
     level: int
     groups: list[list[int]]  # level 0: head indices; level l>0: indices of level l-1 groups
-    parent: Optional[list[int]]  # parent node (index at level+1) of each group; None at the top
+    parent: list[int] | None  # parent node (index at level+1) of each group; None at the top
     members: list[list[int]]  # member heads of each group (the leaves), ascending
     base_logits: torch.Tensor  # (n_groups, K) controller logits before any pairwise term
     logits: torch.Tensor  # (n_groups, K) final logits (after joint scorer / sibling bias)
@@ -44,7 +45,7 @@ class TreeLevel:
     final_idx: torch.Tensor  # (n_groups,) after the parent constraint
     joint_paired: list[bool]  # scored jointly with a sibling
     facts: ClusterFacts
-    features: Optional[torch.Tensor] = None  # (n_groups, 9) feature rows fed to the controller
+    features: torch.Tensor | None = None  # (n_groups, 9) feature rows fed to the controller
 
 
 @dataclass
@@ -52,7 +53,7 @@ class RoutingEvent:
     """Everything one forward of one AAH layer decided."""
 
     layer: int
-    step: Optional[int]  # the training step set by set_step; None at stand-alone inference
+    step: int | None  # the training step set by set_step; None at stand-alone inference
     path_mode: str  # method section 11.4 names
     updated: bool  # routing was (re)computed on this forward (a control update, or a shadow rebuild)
     applied: bool  # decisions were executed (False in warm-up / control off: shadow only)
@@ -62,13 +63,13 @@ class RoutingEvent:
     windows: torch.Tensor  # (H,) executed window in tokens per head (device, long)
     seq_len: int
     candidate_windows: tuple[int, ...]
-    raw_head_idx: Optional[torch.Tensor] = None  # (H,) level-0 raw argmax per head, update forwards only
-    tree: Optional[list[TreeLevel]] = None  # the hierarchy, on forwards that (re)built it
-    head_features: Optional[torch.Tensor] = None  # (H, 9) smoothed (EMA) features, when computed
-    group_change_rate: Optional[float] = None
-    resolution_delta: Optional[float] = None
+    raw_head_idx: torch.Tensor | None = None  # (H,) level-0 raw argmax per head, update forwards only
+    tree: list[TreeLevel] | None = None  # the hierarchy, on forwards that (re)built it
+    head_features: torch.Tensor | None = None  # (H, 9) smoothed (EMA) features, when computed
+    group_change_rate: float | None = None
+    resolution_delta: float | None = None
     backend: str = "dense_masked"
-    realised_work: Optional[float] = None  # computed score elements / T(T+1)/2 per head
+    realised_work: float | None = None  # computed score elements / T(T+1)/2 per head
     extra: dict[str, Any] = field(default_factory=dict)
 
 

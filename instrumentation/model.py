@@ -8,8 +8,8 @@ PyTorch default initialisation everywhere. Only the attention module changes bet
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +24,8 @@ from instrumentation.events import Subscriber
 @dataclass
 class ModelOutput:
     logits: torch.Tensor  # (B, T, vocab)
-    loss: Optional[torch.Tensor] = None  # mean cross-entropy when targets were given
-    attentions: Optional[list[torch.Tensor]] = None  # per layer (B, H, T, T) when asked for
+    loss: torch.Tensor | None = None  # mean cross-entropy when targets were given
+    attentions: list[torch.Tensor] | None = None  # per layer (B, H, T, T) when asked for
 
 
 class MLP(nn.Module):
@@ -40,7 +40,7 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
-def layer_window(cfg: AAHConfig, layer_index: int) -> Optional[int]:
+def layer_window(cfg: AAHConfig, layer_index: int) -> int | None:
     """The fixed window of a plain layer: None = full causal (baseline, or a global layer)."""
     if not cfg.static_window:
         return None
@@ -84,12 +84,15 @@ class AAHTransformer(nn.Module):
         self.lm_head.weight = self.wte.weight  # weight tying (method §2.5)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
-                return_attentions: bool = False) -> ModelOutput:
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_attentions: bool = False
+    ) -> ModelOutput:
         B, T = idx.shape
         if T > self.cfg.block_size:
-            raise ConfigError(f"input length {T} exceeds block_size={self.cfg.block_size}; "
-                              f"pass sequences of at most {self.cfg.block_size} tokens")
+            raise ConfigError(
+                f"input length {T} exceeds block_size={self.cfg.block_size}; "
+                f"pass sequences of at most {self.cfg.block_size} tokens"
+            )
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         attentions = [] if return_attentions else None
@@ -112,7 +115,7 @@ class AAHTransformer(nn.Module):
         return [a for a in self.attention_layers() if isinstance(a, AAHAttention)]
 
     # ------------------------------------------------------------------ trainer interface (method §2, §8.6)
-    def set_step(self, step: Optional[int]) -> None:
+    def set_step(self, step: int | None) -> None:
         """Set the global training step on every layer (None = stand-alone inference)."""
         for a in self.attention_layers():
             a.set_step(step)
@@ -132,7 +135,7 @@ class AAHTransformer(nn.Module):
         for a in self.aah_layers():
             a.set_control(flag)
 
-    def prepare_step(self, step: Optional[int]) -> None:
+    def prepare_step(self, step: int | None) -> None:
         """What the reference trainer does before every training forward: set_step, then
         set_control(apply_window_control) (which makes "control off" rebuild routing every step)."""
         self.set_step(step)
@@ -210,7 +213,7 @@ class AAHTransformer(nn.Module):
             d2 = sum(float((p.detach().float() - q.float()).pow(2).sum()) for p, q in zip(cur, init))
             n2 = sum(float(q.float().pow(2).sum()) for q in init)
             mx = max(float((p.detach().float() - q.float()).abs().max()) for p, q in zip(cur, init))
-        return {"l2": d2 ** 0.5, "relative": (d2 ** 0.5) / max(n2 ** 0.5, 1e-12), "max_abs": mx}
+        return {"l2": d2**0.5, "relative": (d2**0.5) / max(n2**0.5, 1e-12), "max_abs": mx}
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

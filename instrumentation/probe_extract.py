@@ -12,8 +12,8 @@ model's attention at a position does not depend on what follows it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ def _pad(batch: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor,
 class AAHAttentionSource:
     """An ``AAHTransformer`` in eval mode with its routing state as checkpointed (frozen)."""
 
-    def __init__(self, model, step: Optional[int] = None, device: str = "cpu"):
+    def __init__(self, model, step: int | None = None, device: str = "cpu"):
         self.model = model.to(device).eval()
         self.device = device
         self.step = step
@@ -47,7 +47,7 @@ class AAHAttentionSource:
         self.tokenizer = ByteTokenizer()
         if int(cfg.vocab_size) < self.tokenizer.vocab_size:
             raise ConfigError(f"the model's vocab_size {cfg.vocab_size} is below the byte tokenizer's 256")
-        self._windows: Optional[np.ndarray] = None
+        self._windows: np.ndarray | None = None
 
     def encode(self, text: str):
         return self.tokenizer.encode(text)
@@ -84,7 +84,9 @@ def load_aah_checkpoint(path, device: str = "cpu") -> AAHAttentionSource:
     try:
         model.load_state_dict(payload["model"])
     except RuntimeError as err:
-        raise RunLogError(f"checkpoint {path} does not fit its own config ({err}); it is damaged or from another version") from None
+        raise RunLogError(
+            f"checkpoint {path} does not fit its own config ({err}); it is damaged or from another version"
+        ) from None
     model.set_step(None)
     return AAHAttentionSource(model, step=int(payload["step"]), device=device)
 
@@ -96,7 +98,7 @@ class HFAttentionSource:
     next to the model); otherwise from the byte tokenizer, whose ids must fit the vocabulary.
     """
 
-    def __init__(self, model, tokenizer=None, max_len: Optional[int] = None, device: str = "cpu"):
+    def __init__(self, model, tokenizer=None, max_len: int | None = None, device: str = "cpu"):
         if hasattr(model, "set_attn_implementation"):  # fused kernels return no attention probabilities
             try:
                 model.set_attn_implementation("eager")
@@ -105,8 +107,8 @@ class HFAttentionSource:
         self.model = model.to(device).eval()
         self.device = device
         cfg = model.config
-        self.n_layer = int(getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer"))
-        self.n_head = int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head"))
+        self.n_layer = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
+        self.n_head = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
         limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 512
         self.max_len = int(min(max_len or limit, limit))
         self.candidate_windows: tuple[int, ...] = ()
@@ -136,7 +138,7 @@ class HFAttentionSource:
         return torch.stack(list(out.attentions), dim=1).float().cpu().numpy()
 
 
-def load_hf_model(path, max_len: Optional[int] = None, device: str = "cpu") -> HFAttentionSource:
+def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAttentionSource:
     """A local Hugging Face model folder (config.json and weights); nothing is downloaded."""
     try:
         from transformers import AutoModel, AutoTokenizer

@@ -25,7 +25,7 @@ import math
 import resource
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,7 +60,7 @@ def _host(value: Any) -> Any:
     return value
 
 
-def _float_or_none(value: Any) -> Optional[float]:
+def _float_or_none(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
@@ -69,7 +69,7 @@ def _float_or_none(value: Any) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _int_col(values: np.ndarray, typ: pa.DataType, null_below: Optional[int] = None) -> pa.Array:
+def _int_col(values: np.ndarray, typ: pa.DataType, null_below: int | None = None) -> pa.Array:
     values = np.asarray(values)
     if null_below is None:
         return pa.array(values, type=typ)
@@ -136,7 +136,7 @@ class adapter:
         return int(getattr(cfg, "seq_len", None) or cfg.block_size)
 
     @staticmethod
-    def flops_shape(cfg) -> Optional[tuple[int, int]]:
+    def flops_shape(cfg) -> tuple[int, int] | None:
         n_embd, n_ff = getattr(cfg, "n_embd", None), getattr(cfg, "n_ff", None)
         return (int(n_embd), int(n_ff)) if n_embd and n_ff else None
 
@@ -227,18 +227,18 @@ class RoutingRecorder:
         detail: str = "full",
         *,
         flush_every: int = DEFAULT_FLUSH_EVERY,
-        manifest: Optional[dict] = None,
-        resume_from_step: Optional[int] = None,
-        run_id: Optional[str] = None,
-        seed: Optional[int] = None,
-        preset: Optional[str] = None,
-        steps: Optional[int] = None,
+        manifest: dict | None = None,
+        resume_from_step: int | None = None,
+        run_id: str | None = None,
+        seed: int | None = None,
+        preset: str | None = None,
+        steps: int | None = None,
         data: Any = None,
         overwrite: bool = False,
-        rank: Optional[int] = None,
+        rank: int | None = None,
         record_eval_forwards: bool = False,
-        controller_init: Optional[list[torch.Tensor]] = None,
-        manifest_extra: Optional[dict] = None,
+        controller_init: list[torch.Tensor] | None = None,
+        manifest_extra: dict | None = None,
         backend: Any = None,
         background: bool = True,
     ):
@@ -262,8 +262,9 @@ class RoutingRecorder:
         self.seq_len = adapter.seq_len(self.cfg)
         self.flops_shape = adapter.flops_shape(self.cfg)
         self._manifest = manifest
-        self._manifest_args = dict(run_id=run_id, seed=seed, preset=preset, steps=steps, data=data,
-                                   backend=backend, extra=manifest_extra or {})
+        self._manifest_args = dict(
+            run_id=run_id, seed=seed, preset=preset, steps=steps, data=data, backend=backend, extra=manifest_extra or {}
+        )
         self._overwrite = overwrite
         self._controller_init = controller_init
         self.writer = None
@@ -290,11 +291,11 @@ class RoutingRecorder:
         self._step_work: list[dict[int, Any]] = []
         self._step_scalars: list[tuple[int, str, Any]] = []
         self._updates: list[dict[str, Any]] = []
-        self._events: list[tuple[int, Optional[int], str, dict]] = []
+        self._events: list[tuple[int, int | None, str, dict]] = []
         self._layer_scalars: list[tuple[int, int, str, Any]] = []
         self._needs_sync = False
 
-    def attach(self) -> "RoutingRecorder":
+    def attach(self) -> RoutingRecorder:
         """Open the run directory and subscribe to every AAH layer. Returns ``self``."""
         if self.attached:
             return self
@@ -339,7 +340,7 @@ class RoutingRecorder:
         self.attached = True
         return self
 
-    def detach(self, status: Optional[str] = None) -> None:
+    def detach(self, status: str | None = None) -> None:
         """Remove every subscription, flush what is buffered and close the run (always safe)."""
         handles, self._handles = self._handles, []
         for handle in handles:
@@ -364,7 +365,7 @@ class RoutingRecorder:
                     self._pool = None
                 writer.close(status or STATUS_FINISHED)
 
-    def __enter__(self) -> "RoutingRecorder":
+    def __enter__(self) -> RoutingRecorder:
         return self.attach()
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -417,7 +418,9 @@ class RoutingRecorder:
                 col = group_column(level)
                 if col in last.columns:
                     vals = last[col].fillna(-1).to_numpy(dtype=np.int64)
-                    self._groups[last["layer"].to_numpy(dtype=np.int64), level, last["head"].to_numpy(dtype=np.int64)] = vals
+                    self._groups[
+                        last["layer"].to_numpy(dtype=np.int64), level, last["head"].to_numpy(dtype=np.int64)
+                    ] = vals
         events = run.table("events")
         if events is not None and len(events):
             kinds = events["kind"].astype(str)
@@ -451,7 +454,9 @@ class RoutingRecorder:
             self._layer_now[layer] = (adapter.candidate_index(win, self.windows), win, int(ev.seq_len))
         self._needs_sync = self._needs_sync or ev.window_idx.device.type != "cpu"
         if ev.realised_work is not None:
-            self._work_now[layer] = _stage(ev.realised_work) if isinstance(ev.realised_work, torch.Tensor) else ev.realised_work
+            self._work_now[layer] = (
+                _stage(ev.realised_work) if isinstance(ev.realised_work, torch.Tensor) else ev.realised_work
+            )
         if ev.in_warmup:
             self._warmup_seen = True
         elif self._warmup_seen and not self._warmup_end_done and ev.step is not None:
@@ -479,29 +484,50 @@ class RoutingRecorder:
             self._groups = groups
         counts = [len(tl.groups) for tl in tree]
         self._event(
-            step, "routing_update", layer=layer, path_mode=ev.path_mode, applied=bool(ev.applied),
-            shadow=not ev.applied, in_warmup=bool(ev.in_warmup), group_counts=counts, n_levels=len(counts),
-            group_change_rate=ev.group_change_rate, resolution_delta=ev.resolution_delta, backend=ev.backend,
+            step,
+            "routing_update",
+            layer=layer,
+            path_mode=ev.path_mode,
+            applied=bool(ev.applied),
+            shadow=not ev.applied,
+            in_warmup=bool(ev.in_warmup),
+            group_counts=counts,
+            n_levels=len(counts),
+            group_change_rate=ev.group_change_rate,
+            resolution_delta=ev.resolution_delta,
+            backend=ev.backend,
         )
         if tree and ev.applied and layer not in self._frozen_layers and adapter.freezes_topology(self.cfg, ev):
             self._frozen_layers.add(layer)
-            self._event(step, "freeze", layer=layer, path_mode=ev.path_mode,
-                              topology=[tl.groups for tl in tree], members=[tl.members for tl in tree])
+            self._event(
+                step,
+                "freeze",
+                layer=layer,
+                path_mode=ev.path_mode,
+                topology=[tl.groups for tl in tree],
+                members=[tl.members for tl in tree],
+            )
         if self.detail == "minimal" or not tree:
             return
         levels = []
         for tl in tree:
             entry = {
-                "level": tl.level, "groups": tl.groups, "parent": tl.parent, "members": tl.members,
-                "logits": _keep(tl.logits), "base_logits": _keep(tl.base_logits),
-                "raw_idx": _keep(tl.raw_idx), "final_idx": _keep(tl.final_idx),
-                "joint_paired": list(tl.joint_paired), "facts": tl.facts,
+                "level": tl.level,
+                "groups": tl.groups,
+                "parent": tl.parent,
+                "members": tl.members,
+                "logits": _keep(tl.logits),
+                "base_logits": _keep(tl.base_logits),
+                "raw_idx": _keep(tl.raw_idx),
+                "final_idx": _keep(tl.final_idx),
+                "joint_paired": list(tl.joint_paired),
+                "facts": tl.facts,
                 "features": _stage(tl.features) if (self.detail == "full" and tl.features is not None) else None,
             }
             levels.append(entry)
         self._updates.append({"step": step, "layer": layer, "shadow": not ev.applied, "levels": levels})
 
-    def step(self, step: int, *, loss: Any = None, lr: Any = None, tokens: Optional[int] = None, **scalars: Any) -> None:
+    def step(self, step: int, *, loss: Any = None, lr: Any = None, tokens: int | None = None, **scalars: Any) -> None:
         """Close one training step: its per-head windows, groups and the cheap scalars."""
         if not self.attached or not self.is_writer:
             return
@@ -511,7 +537,7 @@ class RoutingRecorder:
         finally:
             self.hot_path_s += time.perf_counter() - now
 
-    def _take_step(self, now: float, step: int, loss: Any, lr: Any, tokens: Optional[int], scalars: dict) -> None:
+    def _take_step(self, now: float, step: int, loss: Any, lr: Any, tokens: int | None, scalars: dict) -> None:
         step_time = now - self._last_time
         self._last_time = now
         step = int(step)
@@ -568,7 +594,7 @@ class RoutingRecorder:
         self._last_drift = drift
         return grad_norm, drift
 
-    def eval(self, step: int, *, val_loss: float, n_batches: Optional[int] = None, **scalars: Any) -> None:
+    def eval(self, step: int, *, val_loss: float, n_batches: int | None = None, **scalars: Any) -> None:
         """Record one evaluation: ``val_loss``, ``val_ppl`` and an ``eval`` event."""
         if not self.attached or not self.is_writer:
             return
@@ -581,19 +607,22 @@ class RoutingRecorder:
             self._step_scalars.append((int(step), name, value))
         self._event(int(step), "eval", val_loss=val_loss, val_ppl=ppl, n_batches=n_batches, **extra)
 
-    def scalars(self, step: int, layer: Optional[int] = None, **named: Any) -> None:
+    def scalars(self, step: int, layer: int | None = None, **named: Any) -> None:
         """Extra named scalars of an already recorded ``step`` (model-wide unless ``layer``)."""
         if not self.attached or not self.is_writer:
             return
         if layer is None:
             for name, value in named.items():
-                self._step_scalars.append((int(step), name, _stage(value) if isinstance(value, torch.Tensor) else value))
+                self._step_scalars.append(
+                    (int(step), name, _stage(value) if isinstance(value, torch.Tensor) else value)
+                )
             return
         for name, value in named.items():
-            self._layer_scalars.append((int(step), int(layer), name,
-                                        _stage(value) if isinstance(value, torch.Tensor) else value))
+            self._layer_scalars.append(
+                (int(step), int(layer), name, _stage(value) if isinstance(value, torch.Tensor) else value)
+            )
 
-    def event(self, step: int, kind: str, layer: Optional[int] = None, **detail: Any) -> None:
+    def event(self, step: int, kind: str, layer: int | None = None, **detail: Any) -> None:
         """A free-form event row (checkpoint, fallback, ...)."""
         if self.attached and self.is_writer:
             self._event(int(step), kind, layer=layer, **detail)
@@ -601,22 +630,30 @@ class RoutingRecorder:
     def checkpoint(self, step: int, path: str | Path) -> None:
         """Record a checkpoint and flush, so the run holds every row up to ``step`` before it is saved."""
         if self.attached and self.is_writer:
-            self._event(int(step), "checkpoint", path=str(Path(path).relative_to(self.run_dir))
-                        if Path(path).is_relative_to(self.run_dir) else str(path))
+            self._event(
+                int(step),
+                "checkpoint",
+                path=str(Path(path).relative_to(self.run_dir))
+                if Path(path).is_relative_to(self.run_dir)
+                else str(path),
+            )
             self.flush(wait=True)
 
-    def _event(self, step: int, kind: str, layer: Optional[int] = None, **detail: Any) -> None:
+    def _event(self, step: int, kind: str, layer: int | None = None, **detail: Any) -> None:
         self._events.append((int(step), None if layer is None else int(layer), kind, detail))
 
     def _write_events(self, writer, events) -> None:
         from aah_viz.runlog.manifest import to_jsonable
 
-        writer.append("events", {
-            "step": np.asarray([e[0] for e in events], dtype=np.int64),
-            "layer": pa.array([e[1] for e in events], type=pa.int16()),
-            "kind": [e[2] for e in events],
-            "detail": [json.dumps(to_jsonable(e[3]), sort_keys=True) for e in events],
-        })
+        writer.append(
+            "events",
+            {
+                "step": np.asarray([e[0] for e in events], dtype=np.int64),
+                "layer": pa.array([e[1] for e in events], type=pa.int16()),
+                "kind": [e[2] for e in events],
+                "detail": [json.dumps(to_jsonable(e[3]), sort_keys=True) for e in events],
+            },
+        )
 
     def _last_step_or_zero(self) -> int:
         if self._steps:
@@ -670,9 +707,18 @@ class RoutingRecorder:
             ready = torch.cuda.Event()
             ready.record()  # the worker waits for this, so the copies are complete; no sync here
         payload = {
-            "steps": self._steps, "idx": self._step_idx, "win": self._step_win, "groups": self._step_groups,
-            "raw": self._step_raw, "work": self._step_work, "T": self._step_T, "scalars": self._step_scalars,
-            "layer_scalars": self._layer_scalars, "updates": self._updates, "events": self._events, "ready": ready,
+            "steps": self._steps,
+            "idx": self._step_idx,
+            "win": self._step_win,
+            "groups": self._step_groups,
+            "raw": self._step_raw,
+            "work": self._step_work,
+            "T": self._step_T,
+            "scalars": self._step_scalars,
+            "layer_scalars": self._layer_scalars,
+            "updates": self._updates,
+            "events": self._events,
+            "ready": ready,
         }
         self._steps, self._step_idx, self._step_win, self._step_groups = [], [], [], []
         self._step_raw, self._step_work, self._step_T, self._step_scalars, self._updates = [], [], [], [], []
@@ -693,16 +739,30 @@ class RoutingRecorder:
         if p["steps"]:
             idx = torch.stack([torch.stack(rows) for rows in p["idx"]]).numpy()
             win = torch.stack([torch.stack(rows) for rows in p["win"]]).numpy()
-            self._write_steps(writer, np.asarray(p["steps"], dtype=np.int64), idx, win, np.asarray(p["T"], dtype=np.int64),
-                              p["groups"], p["raw"], p["work"], p["scalars"])
+            self._write_steps(
+                writer,
+                np.asarray(p["steps"], dtype=np.int64),
+                idx,
+                win,
+                np.asarray(p["T"], dtype=np.int64),
+                p["groups"],
+                p["raw"],
+                p["work"],
+                p["scalars"],
+            )
         elif p["scalars"]:
             self._write_scalars(writer, p["scalars"], [])
         if p["layer_scalars"]:
             rows = p["layer_scalars"]
-            writer.append("scalars", {"step": np.asarray([r[0] for r in rows], dtype=np.int64),
-                                      "layer": np.asarray([r[1] for r in rows], dtype=np.int16),
-                                      "name": [r[2] for r in rows],
-                                      "value": pa.array([_float_or_none(_host(r[3])) for r in rows], type=pa.float64())})
+            writer.append(
+                "scalars",
+                {
+                    "step": np.asarray([r[0] for r in rows], dtype=np.int64),
+                    "layer": np.asarray([r[1] for r in rows], dtype=np.int16),
+                    "name": [r[2] for r in rows],
+                    "value": pa.array([_float_or_none(_host(r[3])) for r in rows], type=pa.float64()),
+                },
+            )
         if p["updates"] and self.detail != "minimal":
             self._write_tree(writer, p["updates"])
         if p["events"]:
@@ -732,7 +792,9 @@ class RoutingRecorder:
         acr, causal = layer_coverage(win, T, self.w_min)  # (S, L)
         model_acr, model_causal = acr.mean(axis=1), causal.mean(axis=1)
         per_layer = [("acr", acr), ("acr_causal", causal)]
-        work_rows = [(steps[s], layer, _float_or_none(_host(v))) for s, d in enumerate(work_list) for layer, v in d.items()]
+        work_rows = [
+            (steps[s], layer, _float_or_none(_host(v))) for s, d in enumerate(work_list) for layer, v in d.items()
+        ]
         layer_cols = {
             "step": np.concatenate([np.repeat(steps, L)] * len(per_layer)),
             "layer": np.concatenate([np.tile(np.arange(L), S)] * len(per_layer)),
@@ -744,19 +806,33 @@ class RoutingRecorder:
             from aah_viz.coverage import flops_ratio_est
 
             n_embd, n_ff = self.flops_shape
-            model_rows.append((steps, "flops_ratio_est", np.asarray(
-                [flops_ratio_est(a, seq_len=int(t), n_embd=n_embd, n_ff=n_ff) for a, t in zip(model_acr, T)])))
+            model_rows.append(
+                (
+                    steps,
+                    "flops_ratio_est",
+                    np.asarray(
+                        [flops_ratio_est(a, seq_len=int(t), n_embd=n_embd, n_ff=n_ff) for a, t in zip(model_acr, T)]
+                    ),
+                )
+            )
         if work_rows:
             by_step: dict[int, list[float]] = {}
             for st, _, v in work_rows:
                 if v is not None:
                     by_step.setdefault(int(st), []).append(v)
-            model_rows.append((np.asarray(list(by_step), dtype=np.int64), "realised_work",
-                               np.asarray([np.mean(v) for v in by_step.values()], dtype=np.float64)))
+            model_rows.append(
+                (
+                    np.asarray(list(by_step), dtype=np.int64),
+                    "realised_work",
+                    np.asarray([np.mean(v) for v in by_step.values()], dtype=np.float64),
+                )
+            )
             layer_cols["step"] = np.concatenate([layer_cols["step"], [r[0] for r in work_rows]])
             layer_cols["layer"] = np.concatenate([layer_cols["layer"], [r[1] for r in work_rows]])
             layer_cols["name"] = np.concatenate([layer_cols["name"], ["realised_work"] * len(work_rows)])
-            layer_cols["value"] = np.concatenate([layer_cols["value"], [np.nan if r[2] is None else r[2] for r in work_rows]])
+            layer_cols["value"] = np.concatenate(
+                [layer_cols["value"], [np.nan if r[2] is None else r[2] for r in work_rows]]
+            )
         writer.append("scalars", layer_cols)
         self._write_scalars(writer, scalars, model_rows)
         if self.detail != "minimal":
@@ -772,30 +848,60 @@ class RoutingRecorder:
             values.extend(np.asarray(vals, dtype=np.float64).tolist())
         if not steps:
             return
-        writer.append("scalars", {
-            "step": np.asarray(steps, dtype=np.int64),
-            "layer": pa.nulls(len(steps), type=pa.int16()),
-            "name": names,
-            "value": pa.array(values, type=pa.float64()),
-        })
+        writer.append(
+            "scalars",
+            {
+                "step": np.asarray(steps, dtype=np.int64),
+                "layer": pa.nulls(len(steps), type=pa.int16()),
+                "name": names,
+                "value": pa.array(values, type=pa.float64()),
+            },
+        )
 
     def _write_branch(self, writer, steps, win) -> None:
         S, L, H = win.shape
         values = np.unique(win)
         frac = (win[..., None] == values).mean(axis=2)  # (S, L, V)
         s_i, l_i, v_i = np.nonzero(frac)
-        writer.append("branch", {
-            "step": steps[s_i],
-            "layer": l_i.astype(np.int16),
-            "window": values[v_i].astype(np.int32),
-            "fraction": frac[s_i, l_i, v_i].astype(np.float32),
-        })
+        writer.append(
+            "branch",
+            {
+                "step": steps[s_i],
+                "layer": l_i.astype(np.int16),
+                "window": values[v_i].astype(np.int32),
+                "fraction": frac[s_i, l_i, v_i].astype(np.float32),
+            },
+        )
 
     def _write_tree(self, writer, updates) -> None:
-        cols: dict[str, list] = {k: [] for k in (
-            "step", "layer", "level", "node", "parent", "members", "children", "logits", "base_logits", "margin",
-            "raw_idx", "final_idx", "joint_paired", "joint_delta", "shadow", "origin", "forced_split", "merged",
-            "sim_mean", "sim_std", "sim_min", "sim_max", "features")}
+        cols: dict[str, list] = {
+            k: []
+            for k in (
+                "step",
+                "layer",
+                "level",
+                "node",
+                "parent",
+                "members",
+                "children",
+                "logits",
+                "base_logits",
+                "margin",
+                "raw_idx",
+                "final_idx",
+                "joint_paired",
+                "joint_delta",
+                "shadow",
+                "origin",
+                "forced_split",
+                "merged",
+                "sim_mean",
+                "sim_std",
+                "sim_min",
+                "sim_max",
+                "features",
+            )
+        }
         keep_vectors = self.detail == "full"
         for upd in updates:
             for lv in upd["levels"]:

@@ -25,7 +25,6 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -48,11 +47,11 @@ class TrainConfig:
     data: str = data_mod.SYNTHETIC
     n_docs: int = data_mod.DEFAULT_SYNTHETIC_DOCS
     data_seed: int = 0  # synthetic corpus seed: the same corpus across runs and seeds by default
-    batch_size: Optional[int] = None
+    batch_size: int | None = None
     lr: float = 3e-4
     weight_decay: float = 0.1
-    lr_warmup_steps: Optional[int] = None  # default: min(100, max(1, steps // 20))
-    eval_interval: Optional[int] = None
+    lr_warmup_steps: int | None = None  # default: min(100, max(1, steps // 20))
+    eval_interval: int | None = None
     eval_batches: int = 4
     val_fraction: float = 0.1
     checkpoint_interval: int = 0  # 0: only a final checkpoint when keep_checkpoints != 0
@@ -61,11 +60,11 @@ class TrainConfig:
     overwrite: bool = False
     detail: str = "full"
     flush_every: int = 50
-    backend: Optional[str] = None
-    window: Optional[int] = None
+    backend: str | None = None
+    window: int | None = None
     device: str = "cpu"
-    threads: Optional[int] = None
-    routing_sync: Optional[str] = None  # "mean" or "off"; default "mean" when world_size > 1
+    threads: int | None = None
+    routing_sync: str | None = None  # "mean" or "off"; default "mean" when world_size > 1
     progress: bool = True
     overrides: dict = field(default_factory=dict)
 
@@ -75,8 +74,8 @@ class TrainResult:
     run_dir: Path
     first_step: int
     last_step: int
-    final_loss: Optional[float]
-    final_val_loss: Optional[float]
+    final_loss: float | None
+    final_val_loss: float | None
     seconds: float
 
 
@@ -167,7 +166,7 @@ class routing_sync:
         torch.distributed.all_reduce(out)
         return out / self.world_size
 
-    def __enter__(self) -> "routing_sync":
+    def __enter__(self) -> routing_sync:
         if self.world_size > 1:
             self.model.set_feature_reducer(self.reduce)
         return self
@@ -203,14 +202,16 @@ def resolve_backend(cfg, device: str) -> dict:
         return {"requested": cfg.attention_backend, "resolved": "sdpa", "fallback_reason": None}
     from instrumentation.backends import get_backend
 
-    _, resolved, reason = get_backend(cfg.attention_backend, device=torch.device(device), training=True,
-                                      dropout_p=cfg.dropout)
+    _, resolved, reason = get_backend(
+        cfg.attention_backend, device=torch.device(device), training=True, dropout_p=cfg.dropout
+    )
     return {"requested": cfg.attention_backend, "resolved": resolved, "fallback_reason": reason}
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, splits: data_mod.BlockSplits, n_batches: int, batch_size: int, step: int,
-             device: str) -> Optional[float]:
+def evaluate(
+    model: torch.nn.Module, splits: data_mod.BlockSplits, n_batches: int, batch_size: int, step: int, device: str
+) -> float | None:
     """Mean validation loss over the first ``n_batches`` validation batches, dropout off."""
     was_training = model.training
     model.eval()
@@ -300,21 +301,38 @@ def train(tc: TrainConfig) -> TrainResult:
         if dist.active:
             broadcast_model(model)
         tokens = data_mod.load_token_stream(tc.data, seed=tc.data_seed, n_docs=tc.n_docs)
-        splits = data_mod.split_blocks(tokens, cfg.block_size, val_fraction=tc.val_fraction,
-                                       min_val_blocks=min(tc.eval_batches * batch_size, 64))
+        splits = data_mod.split_blocks(
+            tokens, cfg.block_size, val_fraction=tc.val_fraction, min_val_blocks=min(tc.eval_batches * batch_size, 64)
+        )
         params = list(model.parameters())
         backend_info = resolve_backend(cfg, device)
-        data_info = {"source": str(tc.data), "n_docs": tc.n_docs if tc.data == data_mod.SYNTHETIC else None,
-                     "data_seed": tc.data_seed, "tokens": int(tokens.size), "train_blocks": splits.n_train,
-                     "val_blocks": splits.n_val, "tokenizer": "bytes"}
+        data_info = {
+            "source": str(tc.data),
+            "n_docs": tc.n_docs if tc.data == data_mod.SYNTHETIC else None,
+            "data_seed": tc.data_seed,
+            "tokens": int(tokens.size),
+            "train_blocks": splits.n_train,
+            "val_blocks": splits.n_val,
+            "tokenizer": "bytes",
+        }
         run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out")}
-        run_args.update(batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup,
-                        world_size=dist.world_size)
+        run_args.update(
+            batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
+        )
         recorder = RoutingRecorder(
-            model, out, tc.detail, flush_every=tc.flush_every,
-            resume_from_step=keep_through if tc.resume else None, seed=tc.seed, preset=cfg.preset,
-            steps=tc.steps, data=data_info, overwrite=tc.overwrite, rank=dist.rank,
-            manifest_extra={"train": run_args}, backend=backend_info,
+            model,
+            out,
+            tc.detail,
+            flush_every=tc.flush_every,
+            resume_from_step=keep_through if tc.resume else None,
+            seed=tc.seed,
+            preset=cfg.preset,
+            steps=tc.steps,
+            data=data_info,
+            overwrite=tc.overwrite,
+            rank=dist.rank,
+            manifest_extra={"train": run_args},
+            backend=backend_info,
         )
         last_loss, last_val = None, None
         divergent_steps: list[int] = []
@@ -327,8 +345,15 @@ def train(tc: TrainConfig) -> TrainResult:
                     _set_lr(optimizer, lr)
                     model.train()
                     model.prepare_step(step)  # set_step + set_control, as the reference trainer does
-                    x, y = data_mod.training_batch(splits, step, batch_size, seed=tc.seed, rank=dist.rank,
-                                                   world_size=dist.world_size, device=device)
+                    x, y = data_mod.training_batch(
+                        splits,
+                        step,
+                        batch_size,
+                        seed=tc.seed,
+                        rank=dist.rank,
+                        world_size=dist.world_size,
+                        device=device,
+                    )
                     optimizer.zero_grad(set_to_none=True)
                     loss = model(x, targets=y).loss
                     loss.backward()
@@ -346,12 +371,19 @@ def train(tc: TrainConfig) -> TrainResult:
                             if last_val is not None:
                                 rec.eval(step, val_loss=last_val, n_batches=tc.eval_batches)
                     want_ckpt = tc.keep_checkpoints != 0 and (
-                        (tc.checkpoint_interval > 0 and (step + 1) % tc.checkpoint_interval == 0) or last)
+                        (tc.checkpoint_interval > 0 and (step + 1) % tc.checkpoint_interval == 0) or last
+                    )
                     if want_ckpt and dist.rank == 0:
                         path = ckpt.checkpoint_path(out, step)
                         rec.checkpoint(step, path)  # rows through this step are on disk before the file
-                        ckpt.save_checkpoint(out, step, model=model, optimizer=optimizer, config=cfg.to_dict(),
-                                             extra={"controller_init": rec.controller_reference()})
+                        ckpt.save_checkpoint(
+                            out,
+                            step,
+                            model=model,
+                            optimizer=optimizer,
+                            config=cfg.to_dict(),
+                            extra={"controller_init": rec.controller_reference()},
+                        )
                         ckpt.prune_checkpoints(out, tc.keep_checkpoints)
                     if bar is not None:
                         bar.update(1)
@@ -361,9 +393,14 @@ def train(tc: TrainConfig) -> TrainResult:
             finally:
                 bar.close()
             if dist.active:
-                rec.update_manifest(distributed={
-                    "world_size": dist.world_size, "routing_sync": sync_mode,
-                    "ranks_consistent": not divergent_steps, "divergent_steps": divergent_steps[:100]})
+                rec.update_manifest(
+                    distributed={
+                        "world_size": dist.world_size,
+                        "routing_sync": sync_mode,
+                        "ranks_consistent": not divergent_steps,
+                        "divergent_steps": divergent_steps[:100],
+                    }
+                )
         return TrainResult(out, first_step, tc.steps - 1, last_loss, last_val, time.perf_counter() - t0)
     finally:
         for ctx in reversed(exit_stack):

@@ -88,8 +88,13 @@ def main() -> int:
                     for field in ("entropy", "norm", "usage"):
                         errors[field] = (getattr(got.stats, field) - getattr(ref.stats, field)).abs().max().item()
                     ok = ok and all(errors[f] <= 10 * tol for f in ("entropy", "norm", "usage"))
-                entry.update(ran=got.backend, max_abs_error=errors, tolerance=tol, ok=ok,
-                             warnings=[str(w.message) for w in caught])
+                entry.update(
+                    ran=got.backend,
+                    max_abs_error=errors,
+                    tolerance=tol,
+                    ok=ok,
+                    warnings=[str(w.message) for w in caught],
+                )
                 failed = failed or not ok or got.backend != backend
                 report["parity"].append(entry)
     for dtype in ("float32", "bfloat16"):
@@ -97,7 +102,14 @@ def main() -> int:
             report["bench"][dtype] = {"skipped": "time budget"}
             continue
         report["bench"][dtype] = run_attention_bench(
-            seq_len=4096, heads=16, head_dim=64, batch=1, mix="paper", repeats=5, device="cuda", dtype=dtype,
+            seq_len=4096,
+            heads=16,
+            head_dim=64,
+            batch=1,
+            mix="paper",
+            repeats=5,
+            device="cuda",
+            dtype=dtype,
             backends=["full", "dense_masked", "banded", "flex", "flash"],
         )
         report["bench"][dtype].pop("raw_s", None)

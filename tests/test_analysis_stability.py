@@ -135,7 +135,9 @@ def test_compare_rows_matches_the_contingency_ari_and_co_membership():
     wide_a, wide_b = np.tile(a[:300], 6), np.tile(b[:300], 6)  # 60 heads
     ari_w, changed_w = partitions.compare_rows(wide_a, wide_b)
     np.testing.assert_allclose(ari_w, partitions.ari_rows(wide_a, wide_b), atol=1e-12)
-    np.testing.assert_array_equal(changed_w, (partitions.co_membership(wide_a) != partitions.co_membership(wide_b)).any(axis=2))
+    np.testing.assert_array_equal(
+        changed_w, (partitions.co_membership(wide_a) != partitions.co_membership(wide_b)).any(axis=2)
+    )
     idx = rng.choice(len(a), 50, replace=False)
     np.testing.assert_allclose(ari[idx], [adjusted_rand_score(a[i], b[i]) for i in idx], atol=1e-12)
 

@@ -72,7 +72,9 @@ def test_tree_graph_has_every_head_once_as_a_leaf_and_windows_from_final_idx(run
         assert node["window"] == run.windows[int(rec["final_idx"])]
         assert node["members"] == sorted(int(m) for m in rec["members"])
         # a group's leaves are exactly its members
-        below = [n[1] for n in __import__("networkx").descendants(g, ("group", rec["level"], rec["node"])) if n[0] == "head"]
+        below = [
+            n[1] for n in __import__("networkx").descendants(g, ("group", rec["level"], rec["node"])) if n[0] == "head"
+        ]
         assert sorted(below) == node["members"]
 
 
@@ -104,7 +106,14 @@ def test_tree_layout_does_not_depend_on_the_hash_seed(run):
     outs = []
     for seed in ("1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        res = subprocess.run([sys.executable, "-c", LAYOUT_SCRIPT, str(run.path)], env=env, capture_output=True, text=True, cwd=REPO, check=True)
+        res = subprocess.run(
+            [sys.executable, "-c", LAYOUT_SCRIPT, str(run.path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
         outs.append(json.loads(res.stdout))
     assert outs[0] == outs[1]
 

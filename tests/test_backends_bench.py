@@ -32,8 +32,26 @@ def test_parse_mix_forms_and_errors():
 
 
 def test_bench_attention_prints_medians_ratios_and_coverage(capsys):
-    code = main(["bench", "attention", "--seq-len", "96", "--heads", "4", "--head-dim", "8", "--mix", "8,16,96,200",
-                 "--repeats", "2", "--backends", "full,dense_masked,banded,flash", "--stats", "--json"])
+    code = main(
+        [
+            "bench",
+            "attention",
+            "--seq-len",
+            "96",
+            "--heads",
+            "4",
+            "--head-dim",
+            "8",
+            "--mix",
+            "8,16,96,200",
+            "--repeats",
+            "2",
+            "--backends",
+            "full,dense_masked,banded,flash",
+            "--stats",
+            "--json",
+        ]
+    )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["windows"] == [8, 16, 96, 200]

@@ -54,9 +54,21 @@ def server(tmp_path_factory):
     port = _free_port()
     env = dict(os.environ, AAH_VIZ_LOGS=str(logs), OMP_NUM_THREADS="1")
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"),
-        "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(port),
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(REPO / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
     ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -97,7 +109,14 @@ def test_every_page_renders_in_chromium(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
         )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 2400})
@@ -115,7 +134,9 @@ def test_every_page_renders_in_chromium(server):
                 charts = page.locator(".js-plotly-plot").count()
                 page.screenshot(path=str(ARTIFACTS / f"dashboard-{path or 'runs'}.png"))
                 print(f"{path or 'runs'}: {time.monotonic() - started:.1f}s")
-                assert page.locator('[data-testid="stException"]').count() == 0, f"{path}: a Streamlit exception is shown"
+                assert page.locator('[data-testid="stException"]').count() == 0, (
+                    f"{path}: a Streamlit exception is shown"
+                )
                 assert charts >= min_charts, f"{path}: {charts} charts rendered, expected at least {min_charts}"
             # the Export page's downloads: a CSV table and a PNG rendered on click through Kaleido
             page.goto(f"{server}/export", wait_until="domcontentloaded")
@@ -140,7 +161,10 @@ def test_every_page_renders_in_chromium(server):
             page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").click()
             page.get_by_role("option", name="1", exact=True).click()
             _settle(page)
-            page.wait_for_function("() => document.querySelector('.js-plotly-plot .gtitle')?.textContent.startsWith('layer 1')", timeout=30000)
+            page.wait_for_function(
+                "() => document.querySelector('.js-plotly-plot .gtitle')?.textContent.startsWith('layer 1')",
+                timeout=30000,
+            )
             page.get_by_role("button", name="Refresh runs").click()
             _settle(page)
             assert page.locator('[data-testid="stException"]').count() == 0

@@ -24,8 +24,14 @@ from instrumentation.routing.hierarchy import (  # noqa: E402
 T = lambda rows: torch.tensor(rows, dtype=torch.float32)  # noqa: E731
 LEVEL0 = dict(metric="cosine", allow_forced_bipartition=True, min_group_size=3, churn_penalty=0.02)
 UPPER = dict(metric="cosine_normdiff", normdiff_scale=16.0, min_group_size=3, threshold_kind="super_threshold")
-PAPER = dict(sim_threshold=0.72, super_threshold=0.76, max_depth=4, upper_metric="cosine_normdiff",
-             min_group_size=3, churn_penalty=0.02)
+PAPER = dict(
+    sim_threshold=0.72,
+    super_threshold=0.76,
+    max_depth=4,
+    upper_metric="cosine_normdiff",
+    min_group_size=3,
+    churn_penalty=0.02,
+)
 
 
 def _is_partition(groups, n):
@@ -76,7 +82,9 @@ def test_churn_bonus_moves_only_the_anchor():
     # natural clustering never reads the churn-adjusted matrix
     X = T([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0.1, 0.95, 0], [1, 0.05, 0], [0, 1, 0.1]])
     assert cluster(X, threshold=0.72, prev_labels=[0, 1, 0, 1, 0, 1], **{**LEVEL0, "churn_penalty": 0.9}).groups == [
-        [0, 1, 4], [2, 3, 5]]
+        [0, 1, 4],
+        [2, 3, 5],
+    ]
 
 
 def test_example3_small_group_merge():
@@ -102,8 +110,9 @@ def test_example4_upper_level_cosine_normdiff(rows, n_groups, origin, similarity
     res = cluster(T(rows), threshold=0.76, **UPPER)
     assert len(res.groups) == n_groups and res.origin == origin and not res.forced_bipartition
     assert res.sim_min == pytest.approx(similarity, abs=1e-4) == res.sim_max
-    h = grow_upper_levels([[0], [1]], T(rows), super_threshold=0.76, max_depth=4, upper_metric="cosine_normdiff",
-                          min_group_size=3)
+    h = grow_upper_levels(
+        [[0], [1]], T(rows), super_threshold=0.76, max_depth=4, upper_metric="cosine_normdiff", min_group_size=3
+    )
     if origin == "collapsed":  # the collapsed attempt is recorded but its level is not added
         assert h.group_counts() == [2] and h.stop_reason == "upper_level_collapsed"
         assert len(h.attempts) == 1 and h.level_added() == [False]
@@ -133,8 +142,18 @@ def test_fixed_deterministic_partition():
 def test_merge_into_a_stale_emptied_slot():
     # {0} merges into {3, 7}; that group, still below min_group_size, then scores best against the
     # stale mean of the emptied slot 0 and is moved there: the group now sits first.
-    X = T([[-0.2, 0.8, 0.9, 0.2], [-1.7, -0.2, 0.1, 1.5], [0.4, -1.6, -0.6, 1.5], [1.1, -0.5, 1.3, 0.0],
-           [-1.6, 0.9, -1.8, -0.9], [0.7, 0.6, -0.5, -0.4], [-2.4, 0.5, 0.8, 1.3], [0.8, 0.4, 1.3, 0.6]])
+    X = T(
+        [
+            [-0.2, 0.8, 0.9, 0.2],
+            [-1.7, -0.2, 0.1, 1.5],
+            [0.4, -1.6, -0.6, 1.5],
+            [1.1, -0.5, 1.3, 0.0],
+            [-1.6, 0.9, -1.8, -0.9],
+            [0.7, 0.6, -0.5, -0.4],
+            [-2.4, 0.5, 0.8, 1.3],
+            [0.8, 0.4, 1.3, 0.6],
+        ]
+    )
     res = cluster(X, threshold=0.3, metric="cosine", min_group_size=4)
     assert res.groups_before_merge == 5 and res.merged_count == 2
     assert res.groups == [[3, 7, 0], [1, 2, 6], [4], [5]]

@@ -47,7 +47,7 @@ def test_rankdata_equals_scipy():
 def test_identical_partitions_beat_the_permutation_null():
     aah = np.array([[0, 0, 0, 1, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1, 0, 1]])
     result = agreement_with_null(aah, aah.copy(), permutations=300, seed=1)
-    for metric, (value, chance, p) in result.items():
+    for value, chance, p in result.values():
         assert value == pytest.approx(1.0)
         assert chance < 0.6
         assert p < 0.02
@@ -67,8 +67,17 @@ def test_spearman_with_bootstrap_and_permutation():
 
 
 def _make_run(path, n_layer=2, n_head=6, step=40):
-    manifest = make_manifest(run_id=path.name, regime="full_adaptive", seed=0, config={}, windows=[8, 16, 32, 64],
-                             seq_len=64, n_layer=n_layer, n_head=n_head, max_depth=2)
+    manifest = make_manifest(
+        run_id=path.name,
+        regime="full_adaptive",
+        seed=0,
+        config={},
+        windows=[8, 16, 32, 64],
+        seq_len=64,
+        n_layer=n_layer,
+        n_head=n_head,
+        max_depth=2,
+    )
     writer = RunWriter.create(path, manifest)
     rows = []
     rng = np.random.default_rng(0)
@@ -76,9 +85,18 @@ def _make_run(path, n_layer=2, n_head=6, step=40):
         for layer in range(n_layer):
             for head in range(n_head):
                 syntactic = head < n_head // 2
-                rows.append({"step": s, "layer": layer, "head": head, "window_idx": 0 if syntactic else 3,
-                             "window": 8 if syntactic else 64, "raw_idx": 0,
-                             "group_l0": 0 if syntactic else 1, "group_l1": 0})
+                rows.append(
+                    {
+                        "step": s,
+                        "layer": layer,
+                        "head": head,
+                        "window_idx": 0 if syntactic else 3,
+                        "window": 8 if syntactic else 64,
+                        "raw_idx": 0,
+                        "group_l0": 0 if syntactic else 1,
+                        "group_l1": 0,
+                    }
+                )
     writer.append("heads", pd.DataFrame(rows))
     writer.close()
     probe = []
@@ -89,13 +107,44 @@ def _make_run(path, n_layer=2, n_head=6, step=40):
             for rel in ("det", "nsubj"):
                 for d in ("dep2head", "head2dep"):
                     v = (0.8 if syntactic else 0.1) + rng.uniform(0, 0.05)
-                    probe.append({"step": step, "layer": layer, "head": head, "probe": "syntax", "metric": f"{rel}:{d}",
-                                  "value": v, "window": w})
-            probe.append({"step": step, "layer": layer, "head": head, "probe": "syntax", "metric": "score",
-                          "value": (0.8 if syntactic else 0.1) + rng.uniform(0, 0.05), "window": w})
-            for metric, v in (("accuracy", 0.2 if syntactic else 0.7), ("acc:1-3", 0.5), ("acc:64+", 0.0 if syntactic else 0.6)):
-                probe.append({"step": step, "layer": layer, "head": head, "probe": "coref", "metric": metric,
-                              "value": v + rng.uniform(0, 0.05), "window": w})
+                    probe.append(
+                        {
+                            "step": step,
+                            "layer": layer,
+                            "head": head,
+                            "probe": "syntax",
+                            "metric": f"{rel}:{d}",
+                            "value": v,
+                            "window": w,
+                        }
+                    )
+            probe.append(
+                {
+                    "step": step,
+                    "layer": layer,
+                    "head": head,
+                    "probe": "syntax",
+                    "metric": "score",
+                    "value": (0.8 if syntactic else 0.1) + rng.uniform(0, 0.05),
+                    "window": w,
+                }
+            )
+            for metric, v in (
+                ("accuracy", 0.2 if syntactic else 0.7),
+                ("acc:1-3", 0.5),
+                ("acc:64+", 0.0 if syntactic else 0.6),
+            ):
+                probe.append(
+                    {
+                        "step": step,
+                        "layer": layer,
+                        "head": head,
+                        "probe": "coref",
+                        "metric": metric,
+                        "value": v + rng.uniform(0, 0.05),
+                        "window": w,
+                    }
+                )
     write_probe_tables(path, {"probe_heads": pd.DataFrame(probe)}, step)
     return path
 
@@ -131,8 +180,17 @@ def test_compare_cli_prints_writes_and_replaces(tmp_path, capsys):
 
 
 def test_compare_without_probes_is_one_error(tmp_path, capsys):
-    manifest = make_manifest(run_id="x", regime="full_adaptive", seed=0, config={}, windows=[8, 16], seq_len=16,
-                             n_layer=1, n_head=2, max_depth=1)
+    manifest = make_manifest(
+        run_id="x",
+        regime="full_adaptive",
+        seed=0,
+        config={},
+        windows=[8, 16],
+        seq_len=16,
+        n_layer=1,
+        n_head=2,
+        max_depth=1,
+    )
     RunWriter.create(tmp_path / "x", manifest).close()
     assert main(["compare", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -145,7 +203,17 @@ def test_probe_clusters_use_js_when_present():
     js = np.array([[0, 0.1, 0.9, 0.9], [0.1, 0, 0.9, 0.9], [0.9, 0.9, 0, 0.1], [0.9, 0.9, 0.1, 0]])
     for i in range(4):
         for j in range(4):
-            rows.append({"step": 0, "layer": 0, "head": i, "probe": "attention_js", "metric": f"js:0:{j}", "value": js[i, j], "window": 8})
+            rows.append(
+                {
+                    "step": 0,
+                    "layer": 0,
+                    "head": i,
+                    "probe": "attention_js",
+                    "metric": f"js:0:{j}",
+                    "value": js[i, j],
+                    "window": 8,
+                }
+            )
     clusters = probe_clusters(pd.DataFrame(rows), n_layer, n_head, k=2)
     labels = clusters["js_agglomerative"]
     assert labels[0] == labels[1] != labels[2] == labels[3]

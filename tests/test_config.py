@@ -68,11 +68,17 @@ def test_round_trip_through_dict():
 
 
 def test_reference_keys_and_legacy_aliases():
-    cfg = AAHConfig.from_reference_dict({
-        "aah_v3_enabled": True, "aah_v3_windows": [8, 16, 32, 64], "aah_v3_W_min_gpu": 4,
-        "aah_v3_grouping_enabled": False, "aah_v3_control_enabled": False, "block_size": 64,
-        "aah_v3_flex_block_size": 128,
-    })
+    cfg = AAHConfig.from_reference_dict(
+        {
+            "aah_v3_enabled": True,
+            "aah_v3_windows": [8, 16, 32, 64],
+            "aah_v3_W_min_gpu": 4,
+            "aah_v3_grouping_enabled": False,
+            "aah_v3_control_enabled": False,
+            "block_size": 64,
+            "aah_v3_flex_block_size": 128,
+        }
+    )
     assert cfg.build_hierarchy is False and cfg.apply_window_control is False and cfg.w_min == 4
     explicit = AAHConfig.from_reference_dict({"aah_v3_build_hierarchy": True, "aah_v3_grouping_enabled": False})
     assert explicit.build_hierarchy is True  # the canonical key wins over the alias

@@ -20,7 +20,9 @@ CASES_FILE = REPO.parent / "shared" / "reference" / "conformance" / "clustering.
 
 
 def _cases() -> list[dict]:
-    assert CASES_FILE.is_file(), f"conformance cases not found at {CASES_FILE} (the shared folder sits beside the clone)"
+    assert CASES_FILE.is_file(), (
+        f"conformance cases not found at {CASES_FILE} (the shared folder sits beside the clone)"
+    )
     return load_cases(CASES_FILE)
 
 
@@ -54,8 +56,9 @@ def test_report_counts_a_reordered_expectation_as_same_partition_only():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aah_viz", "conformance", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "aah_viz", "conformance", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_on_the_reference_file():
@@ -86,8 +89,10 @@ def test_cli_reports_failures_with_exit_1(tmp_path):
     [
         ('{"cases": [', "not valid JSON"),
         ('{"about": "no cases"}', "'cases' list"),
-        ('{"cases": [{"kind": "cluster_level0", "X": [[1, 2], [3]], "threshold": 0.7, "expect": {"groups": []}}]}',
-         "case 0"),
+        (
+            '{"cases": [{"kind": "cluster_level0", "X": [[1, 2], [3]], "threshold": 0.7, "expect": {"groups": []}}]}',
+            "case 0",
+        ),
         ('{"cases": [{"kind": "mystery", "X": [[1]], "expect": {}}]}', "unknown kind"),
     ],
 )

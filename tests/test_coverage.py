@@ -47,7 +47,9 @@ def test_flops_ratio_of_the_1b_shape():
         r = flops_ratio_est(a, seq_len=4096, n_embd=1536, n_ff=6144)
         assert r == pytest.approx((4096 / 9216 * a + 1) / (4096 / 9216 + 1))
     assert flops_ratio_est(1.0, seq_len=4096, n_embd=1536, n_ff=6144) == pytest.approx(1.0)
-    assert flops_ratio_est(0.375, seq_len=4096, n_embd=1536, n_ff=6144) == pytest.approx((0.4444 * 0.375 + 1) / 1.4444, abs=1e-4)
+    assert flops_ratio_est(0.375, seq_len=4096, n_embd=1536, n_ff=6144) == pytest.approx(
+        (0.4444 * 0.375 + 1) / 1.4444, abs=1e-4
+    )
 
 
 def test_empty_windows_is_an_error():

@@ -31,9 +31,15 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     root = tmp_path_factory.mktemp("logs")
-    make_synthetic_run(root / "adaptive-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=0)
-    make_synthetic_run(root / "adaptive-s1", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=1)
-    make_synthetic_run(root / "nested" / "freeze-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="shallow_freeze", seed=0)
+    make_synthetic_run(
+        root / "adaptive-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=0
+    )
+    make_synthetic_run(
+        root / "adaptive-s1", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="full_adaptive", seed=1
+    )
+    make_synthetic_run(
+        root / "nested" / "freeze-s0", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS, regime="shallow_freeze", seed=0
+    )
     bad = root / "broken"
     bad.mkdir()
     (bad / "manifest.json").write_text("{not json")
@@ -146,8 +152,14 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     want[oh["layer"], oh["head"]] = oh["window"]
     np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
     cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR, causal-pair coverage"))
-    assert {tr["name"] for tr in cov["data"]} == {"full_adaptive s0 (adaptive-s0)", "full_adaptive s1 (adaptive-s1)", "shallow_freeze s0 (freeze-s0)"}
-    assert cov["layout"]["yaxis"]["title"]["text"].replace("<br>", " ") == "ACR (Σ T·w / H·T²)"  # a line break is a space
+    assert {tr["name"] for tr in cov["data"]} == {
+        "full_adaptive s0 (adaptive-s0)",
+        "full_adaptive s1 (adaptive-s1)",
+        "shallow_freeze s0 (freeze-s0)",
+    }
+    assert (
+        cov["layout"]["yaxis"]["title"]["text"].replace("<br>", " ") == "ACR (Σ T·w / H·T²)"
+    )  # a line break is a space
     assert cov["layout"]["xaxis3"]["title"]["text"] == "training step"  # the panels share the bottom step axis
 
 
@@ -269,14 +281,23 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     assert ref, "published values are drawn beside our runs"
     table1 = pd.read_csv(REFERENCE / "aah_v3_4096_table1_training.csv")
     published_acr = dict(zip(table1["method"], table1["ACR_train_proxy"]))
-    acr_axis = next(k for k, v in metrics["layout"].items() if k.startswith("yaxis") and v.get("title", {}).get("text") == "ACR (Σ T·w / H·T²)")
+    acr_axis = next(
+        k
+        for k, v in metrics["layout"].items()
+        if k.startswith("yaxis") and v.get("title", {}).get("text") == "ACR (Σ T·w / H·T²)"
+    )
     acr_trace = next(tr for tr in ref if tr.get("yaxis", "y") == acr_axis.replace("axis", ""))
     drawn = dict(zip(acr_trace["x"], np.asarray(acr_trace["y"], float)))
     assert drawn["shallow_freeze"] == pytest.approx(published_acr["Shallow freeze"])
     assert drawn["full_adaptive"] == pytest.approx(published_acr["Full adaptive"])
     paper_buckets = next(f for t, f in figs.items() if "512, 1024, 2048, 4096" in t)
     rows = dict(zip(paper_buckets["data"][0]["y"], np.asarray(paper_buckets["data"][0]["z"], float)))
-    want = table1.set_index("method").loc["Full adaptive", ["window_frac_512", "window_frac_1024", "window_frac_2048", "window_frac_4096"]].to_numpy(float) * 100
+    want = (
+        table1.set_index("method")
+        .loc["Full adaptive", ["window_frac_512", "window_frac_1024", "window_frac_2048", "window_frac_4096"]]
+        .to_numpy(float)
+        * 100
+    )
     np.testing.assert_allclose(rows["reference: full_adaptive"], want, rtol=1e-6)
     assert at.selectbox(key="cmp_qwen").options
     qwen = next(f for t, f in figs.items() if t.startswith("Qwen3-4B"))
@@ -286,7 +307,15 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
 @pytest.mark.slow
 def test_every_page_on_a_paper_shaped_run_sends_under_5_mb_per_figure(tmp_path, monkeypatch):
     root = tmp_path / "paper"
-    make_synthetic_run(root / "paper-shaped", n_layer=24, n_head=16, steps=10_000, windows=(512, 1024, 2048, 4096), seq_len=4096, flush_every=500)
+    make_synthetic_run(
+        root / "paper-shaped",
+        n_layer=24,
+        n_head=16,
+        steps=10_000,
+        windows=(512, 1024, 2048, 4096),
+        seq_len=4096,
+        flush_every=500,
+    )
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
     at = AppTest.from_file(APP, default_timeout=300)
@@ -328,7 +357,17 @@ def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, mo
     from aah_viz.runlog import make_manifest
 
     root = tmp_path / "fresh"
-    manifest = make_manifest(run_id="fresh", regime="full_adaptive", seed=3, config={}, windows=[32, 64], seq_len=64, n_layer=2, n_head=4, max_depth=2)
+    manifest = make_manifest(
+        run_id="fresh",
+        regime="full_adaptive",
+        seed=3,
+        config={},
+        windows=[32, 64],
+        seq_len=64,
+        n_layer=2,
+        n_head=4,
+        max_depth=2,
+    )
     RunWriter.create(root / "fresh", manifest)  # manifest only, no rows yet
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
@@ -350,8 +389,25 @@ def test_every_page_on_runs_recorded_by_aah_viz_train(tmp_path, monkeypatch):
     root = tmp_path / "recorded"
     for regime in ("full_adaptive", "full_attention"):
         res = subprocess.run(
-            [sys.executable, "-m", "aah_viz", "train", "--regime", regime, "--steps", "30", "--out", str(root / regime), "--threads", "1", "--no-progress"],
-            capture_output=True, text=True, cwd=REPO, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "aah_viz",
+                "train",
+                "--regime",
+                regime,
+                "--steps",
+                "30",
+                "--out",
+                str(root / regime),
+                "--threads",
+                "1",
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
         )
         assert res.returncode == 0, res.stderr
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))

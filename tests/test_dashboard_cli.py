@@ -42,8 +42,27 @@ def test_dashboard_refuses_a_missing_logs_root(tmp_path, capsys):
 
 def test_bench_dashboard_json_on_a_small_run():
     res = subprocess.run(
-        [sys.executable, "-m", "aah_viz", "bench", "dashboard", "--json", "--quiet", "--layers", "2", "--heads", "4", "--steps", "60", "--repeats", "1"],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "aah_viz",
+            "bench",
+            "dashboard",
+            "--json",
+            "--quiet",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--steps",
+            "60",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -79,6 +98,8 @@ print(len(names))
 
 
 def test_dashboard_modules_import_and_build_without_torch(tmp_path):
-    res = subprocess.run([sys.executable, "-c", HIDE_TORCH, str(tmp_path / "r")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-c", HIDE_TORCH, str(tmp_path / "r")], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert res.returncode == 0, res.stderr
     assert int(res.stdout.strip()) >= 20

@@ -20,10 +20,35 @@ REPO = Path(__file__).resolve().parents[1]
 
 def torchrun(out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "aah_viz", "train", "--preset", "tiny", "--steps", "9", "--n-docs", "16", "--out", str(out),
-           "--no-progress", "--threads", "1", "--eval-interval", "5", "--eval-batches", "1",
-           "--checkpoint-interval", "5", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "aah_viz",
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "9",
+        "--n-docs",
+        "16",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--threads",
+        "1",
+        "--eval-interval",
+        "5",
+        "--eval-batches",
+        "1",
+        "--checkpoint-interval",
+        "5",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
 
 

@@ -19,15 +19,23 @@ from aah_viz.runlog.synthetic import make_synthetic_run
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF-"}
 needs_browser = pytest.mark.skipif(
-    not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) and not os.environ.get("BROWSER_PATH"),
+    not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))
+    and not os.environ.get("BROWSER_PATH"),
     reason="no Chromium-family browser here (apt-get install chromium)",
 )
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    return make_synthetic_run(tmp_path_factory.mktemp("fig") / "run", n_layer=2, n_head=6, steps=30,
-                              windows=(8, 16, 32, 64), seq_len=64, warmup=5)
+    return make_synthetic_run(
+        tmp_path_factory.mktemp("fig") / "run",
+        n_layer=2,
+        n_head=6,
+        steps=30,
+        windows=(8, 16, 32, 64),
+        seq_len=64,
+        warmup=5,
+    )
 
 
 def _is_svg(data: bytes) -> bool:
@@ -57,7 +65,10 @@ def test_cli_figure_writes_the_file(run_dir, tmp_path):
 def test_cli_figure_rejects_unknown_kind_and_option(run_dir, tmp_path, capsys):
     assert main(["figure", str(run_dir), "--kind", "nope", "--out", str(tmp_path / "x.png")]) == 2
     assert "unknown figure kind 'nope'" in capsys.readouterr().err
-    assert main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", "colour=red", "--out", str(tmp_path / "x.png")]) == 2
+    assert (
+        main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", "colour=red", "--out", str(tmp_path / "x.png")])
+        == 2
+    )
     assert "takes no option(s) ['colour']" in capsys.readouterr().err
 
 
@@ -75,9 +86,24 @@ def test_no_browser_gives_one_clear_error(monkeypatch, tmp_path):
 def test_no_browser_cli_exits_2_with_one_line(run_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "BROWSER_PATH"}
     env["PATH"] = str(tmp_path)  # hides /usr/bin/chromium; python is called by its absolute path
-    proc = subprocess.run([sys.executable, "-m", "aah_viz", "figure", str(run_dir), "--kind", "window_heatmap",
-                           "--out", str(tmp_path / "f.png")], capture_output=True, text=True, env=env, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aah_viz",
+            "figure",
+            str(run_dir),
+            "--kind",
+            "window_heatmap",
+            "--out",
+            str(tmp_path / "f.png"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr

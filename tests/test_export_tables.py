@@ -27,7 +27,12 @@ WINDOWS = (8, 16, 32, 64)
 STEPS = 60
 # final validation loss of each regime (plus 0.01 * seed): known effects for the statistics
 FINAL = {"full_attention": 2.50, "full_adaptive": 2.45, "shallow_freeze": 2.40, "deep_practical_reuse": 2.47}
-SEEDS = {"full_attention": (0, 1, 2), "full_adaptive": (0, 1, 2), "shallow_freeze": (0, 1, 2), "deep_practical_reuse": (0,)}
+SEEDS = {
+    "full_attention": (0, 1, 2),
+    "full_adaptive": (0, 1, 2),
+    "shallow_freeze": (0, 1, 2),
+    "deep_practical_reuse": (0,),
+}
 
 
 def _final_eval(run_dir: Path, regime: str, seed: int) -> None:
@@ -35,9 +40,18 @@ def _final_eval(run_dir: Path, regime: str, seed: int) -> None:
     value = FINAL[regime] + 0.01 * seed
     w = RunWriter.resume(run_dir)
     w.append("scalars", {"step": [STEPS], "layer": [None], "name": ["val_loss"], "value": [value]})
-    w.event(STEPS, "inference", checkpoint_step=STEPS, n_batches=4, val_loss=value + 0.02, val_ppl=math.exp(value + 0.02),
-            acr=0.5 + 0.01 * seed, tokens_per_s=1000.0 + seed, elapsed_s=2.5,
-            window_frac={"8": 0.25, "16": 0.25, "32": 0.25, "64": 0.25})
+    w.event(
+        STEPS,
+        "inference",
+        checkpoint_step=STEPS,
+        n_batches=4,
+        val_loss=value + 0.02,
+        val_ppl=math.exp(value + 0.02),
+        acr=0.5 + 0.01 * seed,
+        tokens_per_s=1000.0 + seed,
+        elapsed_s=2.5,
+        window_frac={"8": 0.25, "16": 0.25, "32": 0.25, "64": 0.25},
+    )
     w.close("finished")
 
 
@@ -47,8 +61,18 @@ def runs_root(tmp_path_factory) -> Path:
     for regime, seeds in SEEDS.items():
         for seed in seeds:
             run_dir = root / f"{regime}-s{seed}"
-            make_synthetic_run(run_dir, n_layer=2, n_head=6, steps=STEPS, windows=WINDOWS, seq_len=64,
-                               regime=regime, seed=seed, warmup=10, flush_every=30)
+            make_synthetic_run(
+                run_dir,
+                n_layer=2,
+                n_head=6,
+                steps=STEPS,
+                windows=WINDOWS,
+                seq_len=64,
+                regime=regime,
+                seed=seed,
+                warmup=10,
+                flush_every=30,
+            )
             _final_eval(run_dir, regime, seed)
     return root
 
@@ -111,7 +135,12 @@ def test_training_per_run_matches_parquet(runs_root, runs):
                 continue
             assert row[col] == pytest.approx(value, rel=1e-12, abs=1e-12), (row["run"], col)
     # paper order: baseline first, then grouping off, full adaptive, shallow freeze, deep reuse
-    assert list(dict.fromkeys(table.df["regime"])) == ["full_attention", "full_adaptive", "shallow_freeze", "deep_practical_reuse"]
+    assert list(dict.fromkeys(table.df["regime"])) == [
+        "full_attention",
+        "full_adaptive",
+        "shallow_freeze",
+        "deep_practical_reuse",
+    ]
 
 
 def test_training_by_regime_mean_std_n_and_interval(runs_root, runs, by_regime):
@@ -237,13 +266,26 @@ def test_probes_empty_with_message(runs):
 
 
 def test_probe_comparisons_with_chance_levels(tmp_path):
-    run_dir = make_synthetic_run(tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5)
+    run_dir = make_synthetic_run(
+        tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5
+    )
     w = RunWriter.resume(run_dir)
-    w.append("comparisons", {
-        "step": [19, 19], "kind": ["partition_agreement", "window_association"], "level": [0, 0],
-        "target": ["kmeans:syntax", "spearman:syntax"], "metric": ["ari", "spearman"], "value": [0.31, -0.12],
-        "chance_mean": [0.002, 0.0], "p_value": [0.004, 0.41], "ci_low": [0.12, -0.4], "ci_high": [0.5, 0.2], "n": [12, 12],
-    })
+    w.append(
+        "comparisons",
+        {
+            "step": [19, 19],
+            "kind": ["partition_agreement", "window_association"],
+            "level": [0, 0],
+            "target": ["kmeans:syntax", "spearman:syntax"],
+            "metric": ["ari", "spearman"],
+            "value": [0.31, -0.12],
+            "chance_mean": [0.002, 0.0],
+            "p_value": [0.004, 0.41],
+            "ci_low": [0.12, -0.4],
+            "ci_high": [0.5, 0.2],
+            "n": [12, 12],
+        },
+    )
     w.close("finished")
     table = build_table("probes", collect_runs([run_dir]))
     ref = pd.read_parquet(run_dir / "comparisons")
@@ -254,14 +296,40 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
 
 
 def test_probe_relations_and_coref_parts(tmp_path):
-    run_dir = make_synthetic_run(tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5)
+    run_dir = make_synthetic_run(
+        tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5
+    )
     w = RunWriter.resume(run_dir)
-    w.append("probe_relations", {"step": [10, 19, 19], "relation": ["nsubj", "nsubj", "amod"], "count": [40, 50, 30],
-                                 "best_layer": [0, 1, 0], "best_head": [2, 3, 5], "direction": ["dep->head"] * 3,
-                                 "best_acc": [0.5, 0.62, 0.71], "baseline_offset": [-1, -1, 1], "baseline_acc": [0.3, 0.31, 0.44]})
-    w.append("probe_coref", {"step": [19, 19], "layer": [1, None], "head": [2, None], "method": ["head", "nearest"],
-                             "bucket": ["all", "all"], "bucket_lo": [1, 1], "bucket_hi": [64, 64], "correct": [30, 21],
-                             "count": [50, 50], "accuracy": [0.6, 0.42], "window": [32, None]})
+    w.append(
+        "probe_relations",
+        {
+            "step": [10, 19, 19],
+            "relation": ["nsubj", "nsubj", "amod"],
+            "count": [40, 50, 30],
+            "best_layer": [0, 1, 0],
+            "best_head": [2, 3, 5],
+            "direction": ["dep->head"] * 3,
+            "best_acc": [0.5, 0.62, 0.71],
+            "baseline_offset": [-1, -1, 1],
+            "baseline_acc": [0.3, 0.31, 0.44],
+        },
+    )
+    w.append(
+        "probe_coref",
+        {
+            "step": [19, 19],
+            "layer": [1, None],
+            "head": [2, None],
+            "method": ["head", "nearest"],
+            "bucket": ["all", "all"],
+            "bucket_lo": [1, 1],
+            "bucket_hi": [64, 64],
+            "correct": [30, 21],
+            "count": [50, 50],
+            "accuracy": [0.6, 0.42],
+            "window": [32, None],
+        },
+    )
     w.close("finished")
     runs = collect_runs([run_dir])
     rel = build_table("probes", runs, part="relations").df
@@ -281,7 +349,9 @@ def test_probe_relations_and_coref_parts(tmp_path):
 def test_mixed_windows_and_seq_len_are_refused(tmp_path):
     a = make_synthetic_run(tmp_path / "a", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=64, warmup=2)
     b = make_synthetic_run(tmp_path / "b", n_layer=1, n_head=4, steps=12, windows=(4, 8, 16, 32), seq_len=64, warmup=2)
-    c = make_synthetic_run(tmp_path / "c", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=128, warmup=2)
+    c = make_synthetic_run(
+        tmp_path / "c", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=128, warmup=2
+    )
     runs = collect_runs([a, b, c])
     with pytest.raises(MixedConfigError) as err:
         build_table("training", runs)
@@ -308,21 +378,48 @@ def test_comparison_and_factorial_tables(runs_root, runs):
     base = [FINAL["full_attention"] + 0.01 * s for s in SEEDS["full_attention"]]
     new = [FINAL["shallow_freeze"] + 0.01 * s for s in SEEDS["shallow_freeze"]]
     assert cmp.loc["shallow_freeze", "diff"] == pytest.approx(np.mean(new) - np.mean(base))
-    assert cmp.loc["shallow_freeze", "welch_p"] == pytest.approx(sps.ttest_ind(new, base, equal_var=False).pvalue, rel=1e-9)
+    assert cmp.loc["shallow_freeze", "welch_p"] == pytest.approx(
+        sps.ttest_ind(new, base, equal_var=False).pvalue, rel=1e-9
+    )
     assert cmp.loc["deep_practical_reuse", "note"] == "n = 1, no variance estimate"
     fac = factorial_table(runs).df.set_index("factor")
-    assert fac.loc["freeze", "effect"] == pytest.approx(FINAL["deep_practical_reuse"] - np.mean([FINAL["full_adaptive"] + 0.01 * s for s in (0, 1, 2)]))
+    assert fac.loc["freeze", "effect"] == pytest.approx(
+        FINAL["deep_practical_reuse"] - np.mean([FINAL["full_adaptive"] + 0.01 * s for s in (0, 1, 2)])
+    )
     assert fac.loc["hierarchy_refresh", "covered"] and not fac.loc["joint_scoring", "covered"]
 
 
 def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
     out = tmp_path / "tables"
-    rc = main(["export", str(runs_root), "--table", "all", "--format", "md", "--out", str(out), "--by", "regime",
-               "--baseline", "full_attention", "--factorial"])
+    rc = main(
+        [
+            "export",
+            str(runs_root),
+            "--table",
+            "all",
+            "--format",
+            "md",
+            "--out",
+            str(out),
+            "--by",
+            "regime",
+            "--baseline",
+            "full_attention",
+            "--factorial",
+        ]
+    )
     assert rc == 0
     names = {p.name for p in out.iterdir()}
-    for name in ("training.md", "inference.md", "windows.md", "stability.md", "probes_comparisons.md",
-                 "comparison.md", "factorial.md", "difference_shallow_freeze.md"):
+    for name in (
+        "training.md",
+        "inference.md",
+        "windows.md",
+        "stability.md",
+        "probes_comparisons.md",
+        "comparison.md",
+        "factorial.md",
+        "difference_shallow_freeze.md",
+    ):
         assert name in names
     diff = (out / "difference_shallow_freeze.md").read_text()
     assert f"| {STEPS} |" in diff  # the paired step of the final evaluation
@@ -351,8 +448,13 @@ def test_latex_compiles(runs, by_regime, tmp_path):
     tables = [by_regime] + [build_table(n, runs, by="regime") for n in ("inference", "windows", "stability", "probes")]
     tables.append(factorial_table(runs))
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
-    proc = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"
 
@@ -371,10 +473,28 @@ def test_flops_ratio_estimate_from_the_model_shape(tmp_path):
     from aah_viz.runlog import make_manifest
 
     cfg = {"n_embd": 96, "n_ff": 384, "n_layer": 1, "n_head": 4}
-    m = make_manifest(run_id="shape", regime="full_adaptive", seed=0, config=cfg, windows=[8, 16, 32, 64], seq_len=64,
-                      n_layer=1, n_head=4, max_depth=0)
+    m = make_manifest(
+        run_id="shape",
+        regime="full_adaptive",
+        seed=0,
+        config=cfg,
+        windows=[8, 16, 32, 64],
+        seq_len=64,
+        n_layer=1,
+        n_head=4,
+        max_depth=0,
+    )
     w = RunWriter.create(tmp_path / "shape", m)
-    w.append("heads", {"step": [0] * 4, "layer": [0] * 4, "head": [0, 1, 2, 3], "window_idx": [0, 1, 2, 3], "window": [8, 16, 32, 64]})
+    w.append(
+        "heads",
+        {
+            "step": [0] * 4,
+            "layer": [0] * 4,
+            "head": [0, 1, 2, 3],
+            "window_idx": [0, 1, 2, 3],
+            "window": [8, 16, 32, 64],
+        },
+    )
     w.append("scalars", {"step": [0, 0], "layer": [None, None], "name": ["acr", "val_loss"], "value": [0.46875, 3.0]})
     w.close("finished")
     table = build_table("training", collect_runs([tmp_path / "shape"]))
@@ -384,15 +504,18 @@ def test_flops_ratio_estimate_from_the_model_shape(tmp_path):
 
 
 def test_inference_falls_back_to_the_last_eval(tmp_path):
-    run_dir = make_synthetic_run(tmp_path / "plain", n_layer=2, n_head=6, steps=30, windows=WINDOWS, seq_len=64,
-                                 warmup=5, eval_interval=10)
+    run_dir = make_synthetic_run(
+        tmp_path / "plain", n_layer=2, n_head=6, steps=30, windows=WINDOWS, seq_len=64, warmup=5, eval_interval=10
+    )
     table = build_table("inference", collect_runs([run_dir]))
     row = table.df.iloc[0]
     ev = pd.read_parquet(run_dir / "events")
     last_eval = int(ev.loc[ev["kind"] == "eval", "step"].max())
     sc = pd.read_parquet(run_dir / "scalars")
     model = sc[sc["layer"].isna()]
-    assert row["val_loss"] == float(model.loc[(model["name"] == "val_loss") & (model["step"] == last_eval), "value"].iloc[0])
+    assert row["val_loss"] == float(
+        model.loc[(model["name"] == "val_loss") & (model["step"] == last_eval), "value"].iloc[0]
+    )
     acr = model[(model["name"] == "acr") & (model["step"] <= last_eval)].sort_values("step")
     assert row["acr"] == float(acr["value"].iloc[-1])
     branch = pd.read_parquet(run_dir / "branch")

@@ -26,8 +26,20 @@ FULL = 3  # index of T in WINDOWS
 
 
 def cfg(regime="full_adaptive", **kw):
-    base = dict(vocab_size=32, block_size=T, n_layer=1, n_head=H, n_embd=C, n_ff=64, windows=WINDOWS, w_min=1,
-                warmup_steps=3, control_interval=2, min_group_size=2, dropout=0.0)
+    base = dict(
+        vocab_size=32,
+        block_size=T,
+        n_layer=1,
+        n_head=H,
+        n_embd=C,
+        n_ff=64,
+        windows=WINDOWS,
+        w_min=1,
+        warmup_steps=3,
+        control_interval=2,
+        min_group_size=2,
+        dropout=0.0,
+    )
     if "max_depth" not in REGIMES[regime].overrides:
         base["max_depth"] = 3
     base.update(kw)
@@ -44,8 +56,9 @@ def make_layer(regime="full_adaptive", seed=0, **kw):
 def inputs(n, seed=1, T_=T):
     g = torch.Generator().manual_seed(seed)
     # per-step scale and per-channel tilt so the head statistics move between steps
-    return [torch.randn(2, T_, C, generator=g) * (0.5 + torch.rand(1, 1, C, generator=g) * (1 + i % 3))
-            for i in range(n)]
+    return [
+        torch.randn(2, T_, C, generator=g) * (0.5 + torch.rand(1, 1, C, generator=g) * (1 + i % 3)) for i in range(n)
+    ]
 
 
 def qkv(layer, x):
@@ -113,8 +126,15 @@ def labels_of(groups, n=H):
 
 
 def cluster0(X, c, prev_labels=None):
-    return cluster(X, threshold=c.sim_threshold, metric="cosine", prev_labels=prev_labels,
-                   allow_forced_bipartition=True, min_group_size=c.min_group_size, churn_penalty=c.churn_penalty)
+    return cluster(
+        X,
+        threshold=c.sim_threshold,
+        metric="cosine",
+        prev_labels=prev_labels,
+        allow_forced_bipartition=True,
+        min_group_size=c.min_group_size,
+        churn_penalty=c.churn_penalty,
+    )
 
 
 def mean_rows(groups, X):
@@ -128,8 +148,14 @@ def expected_upper(groups0, F0, c):
         return levels
     while len(levels) < c.max_depth:
         Fb = levels[-1][1]
-        res = cluster(Fb, threshold=c.super_threshold, metric=c.upper_cluster_metric, allow_forced_bipartition=False,
-                      min_group_size=c.min_group_size, normdiff_scale=c.cosine_normdiff_scale)
+        res = cluster(
+            Fb,
+            threshold=c.super_threshold,
+            metric=c.upper_cluster_metric,
+            allow_forced_bipartition=False,
+            min_group_size=c.min_group_size,
+            normdiff_scale=c.cosine_normdiff_scale,
+        )
         if len(res.groups) == 1:
             break
         levels.append((res.groups, mean_rows(res.groups, Fb)))
@@ -159,13 +185,21 @@ class Driver:
         L.set_step(s)
         with torch.no_grad():
             L(x)
-        return dict(ev=self.events[-1], prev=prev, q=q, k=k, v=v,
-                    f=manual_features(q, k, v, prev), executed=L.state.executed_idx.clone())
+        return dict(
+            ev=self.events[-1],
+            prev=prev,
+            q=q,
+            k=k,
+            v=v,
+            f=manual_features(q, k, v, prev),
+            executed=L.state.executed_idx.clone(),
+        )
 
 
 def close(a, b, tol=1e-4):
-    return torch.allclose(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32),
-                          rtol=tol, atol=tol)
+    return torch.allclose(
+        torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), rtol=tol, atol=tol
+    )
 
 
 def check_tree(ev, groups0, F0, c, upper="grow"):
@@ -361,7 +395,7 @@ def test_passthrough_modes(mode):
         groups = [sorted(g) for g in res0.groups]
     elif mode == "fixed_random":
         perm = torch.randperm(H, generator=torch.Generator().manual_seed(5)).tolist()
-        groups = [sorted(perm[:H // 2]), sorted(perm[H // 2:])]
+        groups = [sorted(perm[: H // 2]), sorted(perm[H // 2 :])]
     else:
         groups = [[h for h in range(H) if h % 2 == 0], [h for h in range(H) if h % 2 == 1]]
     d.step(1, xs[1])
@@ -383,8 +417,9 @@ def test_grouping_off_scores_raw_features_single_level_without_pairwise_term():
         ev = r["ev"]
         f = r["f"]  # raw, un-smoothed
         assert close(ev.tree[0].features, f) and L.state.ema is None
-        x = torch.cat([f, torch.zeros(H, 1), torch.zeros(H, 9), f - f.mean(0, keepdim=True),
-                       torch.full((H, 1), 1.0 / H)], dim=1)
+        x = torch.cat(
+            [f, torch.zeros(H, 1), torch.zeros(H, 9), f - f.mean(0, keepdim=True), torch.full((H, 1), 1.0 / H)], dim=1
+        )
         with torch.no_grad():
             base = L.controller(x)
         assert close(ev.tree[0].base_logits, base) and close(ev.tree[0].logits, base)  # no joint scorer
@@ -444,8 +479,13 @@ def test_resolution_ema_runs_on_cached_steps_worked_example_6():
 
 
 def test_post_processing_order_ema_then_ramp():
-    L = make_layer(warmup_steps=2, control_interval=1, resolution_ema_alpha=0.3, post_warmup_ramp_steps=4,
-                   controller_pairwise_mode="none")
+    L = make_layer(
+        warmup_steps=2,
+        control_interval=1,
+        resolution_ema_alpha=0.3,
+        post_warmup_ramp_steps=4,
+        controller_pairwise_mode="none",
+    )
     d = Driver(L)
     xs = inputs(7)
     set_logits(L, 3)
@@ -466,8 +506,14 @@ def test_post_processing_order_ema_then_ramp():
 
 
 def test_window_override_applies_in_warmup_and_cached_steps_after_the_ema():
-    L = make_layer("fixed_window", fixed_window=4, warmup_steps=2, control_interval=3, resolution_ema_alpha=0.3,
-                   controller_pairwise_mode="none")
+    L = make_layer(
+        "fixed_window",
+        fixed_window=4,
+        warmup_steps=2,
+        control_interval=3,
+        resolution_ema_alpha=0.3,
+        controller_pairwise_mode="none",
+    )
     d = Driver(L)
     set_logits(L, 3)
     xs = inputs(6)
@@ -525,12 +571,16 @@ def test_enriched_inputs_order_parent_rows_offset_and_sizes():
     parents = [[0, 0, 1, 0, 1], [0, 0]]
     out = level_inputs([F0, F1, F2], sizes, parents, "enriched")
     for lvl, (Fl, par) in enumerate(zip([F0, F1, F2], parents + [None])):
-        exp = torch.cat([
-            Fl, torch.full((Fl.shape[0], 1), lvl / 2),
-            torch.zeros_like(Fl) if par is None else Fl - [F1, F2][lvl][par],
-            Fl - Fl.mean(0, keepdim=True),
-            torch.tensor(sizes[lvl], dtype=torch.float32)[:, None] / sum(sizes[lvl]),
-        ], dim=1)
+        exp = torch.cat(
+            [
+                Fl,
+                torch.full((Fl.shape[0], 1), lvl / 2),
+                torch.zeros_like(Fl) if par is None else Fl - [F1, F2][lvl][par],
+                Fl - Fl.mean(0, keepdim=True),
+                torch.tensor(sizes[lvl], dtype=torch.float32)[:, None] / sum(sizes[lvl]),
+            ],
+            dim=1,
+        )
         assert out[lvl].shape == (Fl.shape[0], 29) and close(out[lvl], exp)
 
 
@@ -563,8 +613,9 @@ def test_joint_scorer_replaces_rows_pairs_siblings_and_bias_adds():
     Lb = make_layer(controller_pairwise_mode="sibling_bias", pairwise_bias_scale=0.5)
     with torch.no_grad():
         sb = score_level(Lb._nets, x, parent, "sibling_bias")
-        sib = torch.stack([x[i] - x[[j for j in range(5) if parent[j] == parent[i] and j != i]].mean(0)
-                           for i in range(5)])
+        sib = torch.stack(
+            [x[i] - x[[j for j in range(5) if parent[j] == parent[i] and j != i]].mean(0) for i in range(5)]
+        )
         exp_b = _manual_mlp(Lb._nets.controller.net, x) + 0.5 * _manual_mlp(Lb._nets.sibling_bias.net, sib)
         assert close(sb.logits, exp_b)
 
@@ -621,8 +672,12 @@ def test_backbone_identical_across_controller_variants_and_rng_stream():
         return [p.detach().clone() for p in m.backbone_parameters()], torch.rand(3)
 
     ref, ref_after = build(controller_input_mode="base", controller_pairwise_mode="none")
-    for kw in (dict(), dict(controller_arch="deep_mlp"), dict(control_dim=40, controller_pairwise_mode="sibling_bias"),
-               dict(controller_input_mode="contrastive", joint_hidden_dim=0)):
+    for kw in (
+        dict(),
+        dict(controller_arch="deep_mlp"),
+        dict(control_dim=40, controller_pairwise_mode="sibling_bias"),
+        dict(controller_input_mode="contrastive", joint_hidden_dim=0),
+    ):
         got, after = build(**kw)
         assert all(torch.equal(a, b) for a, b in zip(ref, got)) and torch.equal(ref_after, after)
 
@@ -703,8 +758,9 @@ def test_group_change_rate_and_resolution_delta():
 
 # ----------------------------------------------------------------------------- 11. regimes and presets
 SECTION_13 = {
-    "full_attention": dict(enabled=False, build_hierarchy=False, apply_window_control=False,
-                           controller_pairwise_mode="none"),
+    "full_attention": dict(
+        enabled=False, build_hierarchy=False, apply_window_control=False, controller_pairwise_mode="none"
+    ),
     "grouping_off": dict(build_hierarchy=False, controller_pairwise_mode="none"),
     "full_adaptive": {},
     "shallow_freeze": dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology"),
@@ -715,26 +771,71 @@ SECTION_13 = {
     "independent_scoring": dict(controller_pairwise_mode="none"),
     "no_feature_ema": dict(ema_alpha=0.0),
     "no_parent_constraint": dict(parent_constraint=False),
-    "fixed_window": dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology",
-                         window_ablation_mode="fixed_window", fixed_window=1024),
-    "shuffle_post_select": dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology",
-                                window_ablation_mode="shuffle_post_select"),
-    "random_uniform": dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology",
-                           window_ablation_mode="random_uniform"),
+    "fixed_window": dict(
+        max_depth=1,
+        hierarchy_ablation_mode="freeze_learned_topology",
+        window_ablation_mode="fixed_window",
+        fixed_window=1024,
+    ),
+    "shuffle_post_select": dict(
+        max_depth=1, hierarchy_ablation_mode="freeze_learned_topology", window_ablation_mode="shuffle_post_select"
+    ),
+    "random_uniform": dict(
+        max_depth=1, hierarchy_ablation_mode="freeze_learned_topology", window_ablation_mode="random_uniform"
+    ),
 }
 PAPER_BASE = dict(
-    vocab_size=50257, block_size=4096, n_layer=16, n_head=12, n_embd=1536, n_ff=6144,
-    windows=(512, 1024, 2048, 4096), enabled=True, build_hierarchy=True, apply_window_control=True, control_dim=16,
-    control_interval=5, sim_threshold=0.72, super_threshold=0.76, max_depth=4, ema_alpha=0.9, churn_penalty=0.02,
-    min_group_size=3, warmup_steps=100, w_min=64, mask_cache_size=16, resolution_ema_alpha=0.15,
-    resolution_collapse_min_frac=0.98, resolution_collapse_max_frac=0.98, post_warmup_ramp_steps=0,
-    group_feature_mode="mean", upper_cluster_metric="cosine_normdiff", upper_l2_threshold=0.0,
-    cosine_normdiff_scale=16.0, controller_input_mode="enriched", controller_arch="mlp", controller_logit_scale=1.0,
-    controller_rng_reference_dim=16, controller_choice_mode="learned", controller_pairwise_mode="joint_sibling",
-    pairwise_bias_scale=1.0, joint_output_scale=1.0, joint_hidden_dim=64, diagnostic_detail="light",
-    reuse_group_hierarchy=False, hierarchy_ablation_mode="adaptive", fixed_hierarchy_seed=0, parent_constraint=True,
-    window_ablation_mode="adaptive", fixed_window=0, window_ablation_seed=0, dropout=0.1,
-    attention_backend="dense_masked", controller_training="none", controller_float32=False, fix_group_ratios=False,
+    vocab_size=50257,
+    block_size=4096,
+    n_layer=16,
+    n_head=12,
+    n_embd=1536,
+    n_ff=6144,
+    windows=(512, 1024, 2048, 4096),
+    enabled=True,
+    build_hierarchy=True,
+    apply_window_control=True,
+    control_dim=16,
+    control_interval=5,
+    sim_threshold=0.72,
+    super_threshold=0.76,
+    max_depth=4,
+    ema_alpha=0.9,
+    churn_penalty=0.02,
+    min_group_size=3,
+    warmup_steps=100,
+    w_min=64,
+    mask_cache_size=16,
+    resolution_ema_alpha=0.15,
+    resolution_collapse_min_frac=0.98,
+    resolution_collapse_max_frac=0.98,
+    post_warmup_ramp_steps=0,
+    group_feature_mode="mean",
+    upper_cluster_metric="cosine_normdiff",
+    upper_l2_threshold=0.0,
+    cosine_normdiff_scale=16.0,
+    controller_input_mode="enriched",
+    controller_arch="mlp",
+    controller_logit_scale=1.0,
+    controller_rng_reference_dim=16,
+    controller_choice_mode="learned",
+    controller_pairwise_mode="joint_sibling",
+    pairwise_bias_scale=1.0,
+    joint_output_scale=1.0,
+    joint_hidden_dim=64,
+    diagnostic_detail="light",
+    reuse_group_hierarchy=False,
+    hierarchy_ablation_mode="adaptive",
+    fixed_hierarchy_seed=0,
+    parent_constraint=True,
+    window_ablation_mode="adaptive",
+    fixed_window=0,
+    window_ablation_seed=0,
+    dropout=0.1,
+    attention_backend="dense_masked",
+    controller_training="none",
+    controller_float32=False,
+    fix_group_ratios=False,
 )
 
 
@@ -748,7 +849,13 @@ def test_regime_flags_match_section_13(regime):
 
 def test_paper_1b_preset_is_the_section_16_shape():
     v = PRESETS["paper-1b"].values
-    assert (v["n_layer"], v["n_head"], v["n_embd"], v["n_ff"], v["block_size"], v["vocab_size"]) == \
-        (16, 12, 1536, 6144, 4096, 50257)
+    assert (v["n_layer"], v["n_head"], v["n_embd"], v["n_ff"], v["block_size"], v["vocab_size"]) == (
+        16,
+        12,
+        1536,
+        6144,
+        4096,
+        50257,
+    )
     assert v["n_embd"] // v["n_head"] == 128
     assert set(REGIMES) >= set(SECTION_13)

@@ -12,7 +12,17 @@ from aah_viz.figures.payload import figure_data, payload_bytes
 from aah_viz.runlog import RunWriter, load_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
-REQUIRED_KINDS = {"hierarchy", "window_heatmap", "head_timeline", "branch_bars", "coverage_over_training", "stability", "controller_health", "probe_heatmap", "window_vs_probe"}
+REQUIRED_KINDS = {
+    "hierarchy",
+    "window_heatmap",
+    "head_timeline",
+    "branch_bars",
+    "coverage_over_training",
+    "stability",
+    "controller_health",
+    "probe_heatmap",
+    "window_vs_probe",
+}
 
 
 def add_probe_tables(run_dir, n_layer: int, n_head: int, step: int) -> None:
@@ -22,11 +32,60 @@ def add_probe_tables(run_dir, n_layer: int, n_head: int, step: int) -> None:
     w = RunWriter.resume(run_dir)
     rows = []
     for rec in heads.itertuples():
-        rows.append(dict(step=step, layer=rec.layer, head=rec.head, probe="syntax", metric="uas", value=rec.layer / 10 + rec.head / 100, window=rec.window))
-        rows.append(dict(step=step, layer=rec.layer, head=rec.head, probe="coref", metric="accuracy", value=0.5, window=rec.window))
-        rows.append(dict(step=step, layer=rec.layer, head=rec.head, probe="sufficiency", metric="syntax_links_beyond_window", value=0.1, window=rec.window))
+        rows.append(
+            dict(
+                step=step,
+                layer=rec.layer,
+                head=rec.head,
+                probe="syntax",
+                metric="uas",
+                value=rec.layer / 10 + rec.head / 100,
+                window=rec.window,
+            )
+        )
+        rows.append(
+            dict(
+                step=step,
+                layer=rec.layer,
+                head=rec.head,
+                probe="coref",
+                metric="accuracy",
+                value=0.5,
+                window=rec.window,
+            )
+        )
+        rows.append(
+            dict(
+                step=step,
+                layer=rec.layer,
+                head=rec.head,
+                probe="sufficiency",
+                metric="syntax_links_beyond_window",
+                value=0.1,
+                window=rec.window,
+            )
+        )
     w.append("probe_heads", pd.DataFrame(rows))
-    w.append("comparisons", pd.DataFrame([dict(step=step, kind="partition_agreement", level=0, target="kmeans:syntax+coref", metric="ari", value=0.2, chance_mean=0.0, p_value=0.04, ci_low=0.1, ci_high=0.3, n=n_layer * n_head)]))
+    w.append(
+        "comparisons",
+        pd.DataFrame(
+            [
+                dict(
+                    step=step,
+                    kind="partition_agreement",
+                    level=0,
+                    target="kmeans:syntax+coref",
+                    metric="ari",
+                    value=0.2,
+                    chance_mean=0.0,
+                    p_value=0.04,
+                    ci_low=0.1,
+                    ci_high=0.3,
+                    n=n_layer * n_head,
+                )
+            ]
+        ),
+    )
     w.close("finished")
 
 
@@ -119,7 +178,9 @@ def test_hierarchy_figure_hover_names_members_logits_and_joint_effect(runs):
     fig = FIGURE_KINDS["hierarchy"](runs, layer=1)
     hovers = [h for t in fig.data if t.hovertext for h in t.hovertext]
     group_hovers = [h for h in hovers if h.startswith("level")]
-    assert group_hovers and all("members:" in h and "logits" in h and "margin" in h and "joint scorer" in h for h in group_hovers)
+    assert group_hovers and all(
+        "members:" in h and "logits" in h and "margin" in h and "joint scorer" in h for h in group_hovers
+    )
     assert sum(1 for h in hovers if h.startswith("head ")) == runs[0].n_head
     assert fig.to_json() == FIGURE_KINDS["hierarchy"](runs, layer=1).to_json()  # deterministic
 

@@ -54,13 +54,29 @@ def test_hf_trainer_callback(tmp_path):
     cfg = AAHConfig.from_preset("tiny", regime="full_adaptive")
     model = AAHForCausalLM(AAHTransformer(cfg))
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "hf-out"), max_steps=STEPS, per_device_train_batch_size=2, logging_steps=1,
-        report_to=[], use_cpu=True, save_strategy="no", eval_strategy="steps", eval_steps=5,
-        per_device_eval_batch_size=2, learning_rate=1e-3, dataloader_num_workers=0, disable_tqdm=True, seed=0,
+        output_dir=str(tmp_path / "hf-out"),
+        max_steps=STEPS,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        eval_strategy="steps",
+        eval_steps=5,
+        per_device_eval_batch_size=2,
+        learning_rate=1e-3,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
     )
     with AAHRoutingCallback(tmp_path / "hf-run", detail="full") as cb:
-        trainer = transformers.Trainer(model=model, args=args, train_dataset=BlockDataset(16, cfg.block_size),
-                                       eval_dataset=BlockDataset(4, cfg.block_size, seed=1), callbacks=[cb])
+        trainer = transformers.Trainer(
+            model=model,
+            args=args,
+            train_dataset=BlockDataset(16, cfg.block_size),
+            eval_dataset=BlockDataset(4, cfg.block_size, seed=1),
+            callbacks=[cb],
+        )
         trainer.train()
     assert not any(layer.has_subscribers for layer in model.aah.aah_layers())
     run = _check_run(tmp_path / "hf-run", cfg, STEPS)
@@ -87,12 +103,20 @@ def test_hf_callback_detaches_when_training_raises(tmp_path):
                 raise RuntimeError("boom at step 2")
             return super().forward(input_ids, labels=labels)
 
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "o"), max_steps=5, per_device_train_batch_size=2,
-                                          report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "o"),
+        max_steps=5,
+        per_device_train_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     with pytest.raises(RuntimeError, match="boom"):
         with AAHRoutingCallback(tmp_path / "run") as cb:
-            transformers.Trainer(model=Exploding(inner), args=args, train_dataset=BlockDataset(8, cfg.block_size),
-                                 callbacks=[cb]).train()
+            transformers.Trainer(
+                model=Exploding(inner), args=args, train_dataset=BlockDataset(8, cfg.block_size), callbacks=[cb]
+            ).train()
     assert not any(layer.has_subscribers for layer in inner.aah_layers())
     run = load_run(tmp_path / "run")
     assert run.manifest["status"] == "failed"
@@ -124,9 +148,19 @@ def test_lightning_callback(tmp_path):
     loader = torch.utils.data.DataLoader(BlockDataset(16, cfg.block_size), batch_size=2)
     val = torch.utils.data.DataLoader(BlockDataset(4, cfg.block_size, seed=1), batch_size=2)
     cb = AAHRoutingCallback(tmp_path / "pl-run", detail="light")
-    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, callbacks=[cb], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         val_check_interval=5, num_sanity_val_steps=0, limit_val_batches=1)
+    trainer = pl.Trainer(
+        max_steps=STEPS,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        val_check_interval=5,
+        num_sanity_val_steps=0,
+        limit_val_batches=1,
+    )
     trainer.fit(module, loader, val)
     assert not any(layer.has_subscribers for layer in module.model.aah_layers())
     run = _check_run(tmp_path / "pl-run", cfg, STEPS)

@@ -17,7 +17,9 @@ class _NoTorch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _NoTorch())
 """
 
-BLOCK_TORCH = HIDE_TORCH + """
+BLOCK_TORCH = (
+    HIDE_TORCH
+    + """
 import importlib, pkgutil
 import aah_viz
 names = [m.name for m in pkgutil.walk_packages(aah_viz.__path__, 'aah_viz.')]
@@ -32,6 +34,7 @@ if failed:
     print('\\n'.join(failed))
     sys.exit(1)
 """
+)
 
 
 def test_every_aah_viz_module_imports_without_torch():

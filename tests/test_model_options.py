@@ -24,8 +24,16 @@ def run(steps=5, **kw):
     return model, events
 
 
-@pytest.mark.parametrize("mode,arch", [("base", "mlp"), ("enriched", "deep_mlp"), ("contrastive", "mlp"),
-                                       ("position_aware", "mlp"), ("relative_sibling_mean", "deep_mlp")])
+@pytest.mark.parametrize(
+    "mode,arch",
+    [
+        ("base", "mlp"),
+        ("enriched", "deep_mlp"),
+        ("contrastive", "mlp"),
+        ("position_aware", "mlp"),
+        ("relative_sibling_mean", "deep_mlp"),
+    ],
+)
 def test_input_modes_and_archs(mode, arch):
     _, events = run(controller_input_mode=mode, controller_arch=arch)
     assert events[-1].tree is not None and events[-1].applied
@@ -41,16 +49,24 @@ def test_pairwise_modes(pairwise):
         assert not torch.equal(top.logits, top.base_logits) or len(top.groups) == 1
 
 
-@pytest.mark.parametrize("mode", ["adaptive", "freeze_learned_topology", "freeze_after_warmup", "fixed_random",
-                                  "fixed_deterministic"])
+@pytest.mark.parametrize(
+    "mode", ["adaptive", "freeze_learned_topology", "freeze_after_warmup", "fixed_random", "fixed_deterministic"]
+)
 def test_hierarchy_modes(mode):
     _, events = run(hierarchy_ablation_mode=mode)
     if mode == "fixed_deterministic":
         assert sorted(sorted(g) for g in events[-1].tree[0].members) == [list(range(0, 12, 2)), list(range(1, 12, 2))]
 
 
-@pytest.mark.parametrize("metric,gfm", [("cosine", "mean_std"), ("centered_cosine", "mean_var"),
-                                        ("cosine_normdiff", "mean_global_offset"), ("l2", "mean")])
+@pytest.mark.parametrize(
+    "metric,gfm",
+    [
+        ("cosine", "mean_std"),
+        ("centered_cosine", "mean_var"),
+        ("cosine_normdiff", "mean_global_offset"),
+        ("l2", "mean"),
+    ],
+)
 def test_upper_metrics_and_group_feature_modes(metric, gfm):
     run(upper_cluster_metric=metric, group_feature_mode=gfm, upper_l2_threshold=-1.0)
 
@@ -100,7 +116,11 @@ def test_backbones_are_identical_across_controller_variants():
         return [p.detach().clone() for p in m.backbone_parameters()]
 
     ref = backbone(controller_input_mode="base", controller_pairwise_mode="none")
-    for kw in (dict(), dict(regime="grouping_off"), dict(controller_arch="deep_mlp", control_dim=32),
-               dict(controller_pairwise_mode="sibling_bias")):
+    for kw in (
+        dict(),
+        dict(regime="grouping_off"),
+        dict(controller_arch="deep_mlp", control_dim=32),
+        dict(controller_pairwise_mode="sibling_bias"),
+    ):
         other = backbone(**kw)
         assert len(other) == len(ref) and all(torch.equal(a, b) for a, b in zip(ref, other))

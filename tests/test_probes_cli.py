@@ -21,14 +21,34 @@ DATA = Path(str(resources.files("aah_viz") / "data"))
 def trained_run(tmp_path_factory):
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("probe") / "run"
-    code = main(["train", "--preset", "tiny", "--steps", "4", "--n-docs", "20", "--out", str(run),
-                 "--threads", "1", "--no-progress", "--set", "warmup_steps=1"])
+    code = main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--steps",
+            "4",
+            "--n-docs",
+            "20",
+            "--out",
+            str(run),
+            "--threads",
+            "1",
+            "--no-progress",
+            "--set",
+            "warmup_steps=1",
+        ]
+    )
     assert code == 0
     return run
 
 
 def _snapshot(run: Path) -> dict[str, str]:
-    return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_probe_end_to_end_writes_the_three_tables(trained_run, capsys):
@@ -70,7 +90,9 @@ def _bad_inputs(tmp_path: Path) -> list[tuple[list[str], str]]:
     lines[7] = lines[7].replace("\t", " ")  # a token line without tabs
     bad_conllu.write_text("\n".join(lines) + "\n", encoding="utf-8")
     bad_coref = tmp_path / "bad.jsonl"
-    bad_coref.write_text('{"id": "a", "text": "Tom ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 99}]}]}\n')
+    bad_coref.write_text(
+        '{"id": "a", "text": "Tom ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 99}]}]}\n'
+    )
     empty = tmp_path / "empty.conllu"
     empty.write_text("")
     return [
@@ -109,8 +131,12 @@ def _tiny_hf_model(folder: Path) -> Path:
 
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
-    fixture_text = " ".join(l[9:] for l in (DATA / "english_fixture.conllu").read_text().splitlines() if l.startswith("# text = "))
-    tok.train_from_iterator([training_text(20, seed=0), fixture_text], trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]"]))
+    fixture_text = " ".join(
+        l[9:] for l in (DATA / "english_fixture.conllu").read_text().splitlines() if l.startswith("# text = ")
+    )
+    tok.train_from_iterator(
+        [training_text(20, seed=0), fixture_text], trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]"])
+    )
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, n_positions=128, vocab_size=len(fast))
@@ -123,8 +149,21 @@ def _tiny_hf_model(folder: Path) -> Path:
 def test_hugging_face_model_with_a_fast_tokenizer(tmp_path, capsys):
     folder = _tiny_hf_model(tmp_path / "hf")
     out = tmp_path / "hf-run"
-    code = main(["probe", str(folder), "--out", str(out), "--syntax", str(DATA / "english_fixture.conllu"),
-                 "--coref", str(DATA / "gap_sample.tsv"), "--min-count", "5", "--no-progress"])
+    code = main(
+        [
+            "probe",
+            str(folder),
+            "--out",
+            str(out),
+            "--syntax",
+            str(DATA / "english_fixture.conllu"),
+            "--coref",
+            str(DATA / "gap_sample.tsv"),
+            "--min-count",
+            "5",
+            "--no-progress",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     run = load_run(out)
     heads = run.table("probe_heads")
@@ -152,9 +191,11 @@ def test_hf_source_without_a_fast_tokenizer_uses_bytes():
     from instrumentation.probe_extract import HFAttentionSource
 
     torch.manual_seed(0)
-    model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=260))
+    model = transformers.GPT2Model(
+        transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=32, vocab_size=260)
+    )
     source = HFAttentionSource(model, tokenizer=None)
     ids, offsets = source.encode("né")
-    assert ids == list("né".encode("utf-8")) and offsets == [(0, 1), (1, 2), (1, 2)]
+    assert ids == list("né".encode()) and offsets == [(0, 1), (1, 2), (1, 2)]
     assert source.max_len == 32 and source.windows.shape == (1, 2)
     assert source.attend([ids]).shape == (1, 1, 2, 3, 3)

@@ -74,10 +74,22 @@ def test_multiword_tokens_and_empty_nodes(tmp_path):
     "body, line, message",
     [
         ("# text = a b\n1\ta\t_\tX\t_\t_\t2\tdet\t_\t_\n2\tb\t_\n\n", 3, "expected 10 tab-separated columns"),
-        ("# text = a b\n1\ta\t_\tX\t_\t_\tx\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n", 2, "HEAD 'x' is not a number"),
-        ("# text = a b\n1\ta\t_\tX\t_\t_\t9\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n", 2, "outside the sentence"),
+        (
+            "# text = a b\n1\ta\t_\tX\t_\t_\tx\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n",
+            2,
+            "HEAD 'x' is not a number",
+        ),
+        (
+            "# text = a b\n1\ta\t_\tX\t_\t_\t9\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n",
+            2,
+            "outside the sentence",
+        ),
         ("# text = a b\n1\ta\t_\tX\t_\t_\t2\tdet\t_\t_\n3\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n", 3, "out of order"),
-        ("# text = a c\n1\ta\t_\tX\t_\t_\t2\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n", 3, "not found in the sentence text"),
+        (
+            "# text = a c\n1\ta\t_\tX\t_\t_\t2\tdet\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n",
+            3,
+            "not found in the sentence text",
+        ),
         ('{"id": 1, "text": "x"}\n', 1, "is this a CoNLL-U file"),
     ],
 )
@@ -125,9 +137,14 @@ def _jsonl(tmp_path, items) -> Path:
 
 
 def test_coref_jsonl_defaults_and_inference(tmp_path):
-    item = {"id": "d", "text": "Anna saw the old dog. She liked it.",
-            "chains": [{"id": "anna", "mentions": [{"start": 0, "end": 4}, {"start": 22, "end": 25}]},
-                       {"id": "dog", "mentions": [{"start": 9, "end": 20}, {"start": 32, "end": 34}]}]}
+    item = {
+        "id": "d",
+        "text": "Anna saw the old dog. She liked it.",
+        "chains": [
+            {"id": "anna", "mentions": [{"start": 0, "end": 4}, {"start": 22, "end": 25}]},
+            {"id": "dog", "mentions": [{"start": 9, "end": 20}, {"start": 32, "end": 34}]},
+        ],
+    }
     (doc,) = read_coref_jsonl(_jsonl(tmp_path, [item]))
     anna, dog = doc.chains
     assert [doc.words[m.head].form for m in anna.mentions] == ["Anna", "She"]
@@ -140,12 +157,28 @@ def test_coref_jsonl_defaults_and_inference(tmp_path):
 @pytest.mark.parametrize(
     "item, message",
     [
-        ({"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 40}]}]}, "outside its text"),
-        ({"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": -1, "end": 3}]}]}, "outside its text"),
-        ({"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": "0", "end": 3}]}]}, "must be an integer"),
+        (
+            {"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 40}]}]},
+            "outside its text",
+        ),
+        (
+            {"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": -1, "end": 3}]}]},
+            "outside its text",
+        ),
+        (
+            {"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": "0", "end": 3}]}]},
+            "must be an integer",
+        ),
         ({"id": "d", "text": "Anna ran."}, "missing key 'chains'"),
         ({"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": []}]}, "non-empty 'mentions'"),
-        ({"id": "d", "text": "Anna ran.", "chains": [{"id": 0, "mentions": [{"start": 0, "end": 4, "gender": "x"}]}]}, "gender"),
+        (
+            {
+                "id": "d",
+                "text": "Anna ran.",
+                "chains": [{"id": 0, "mentions": [{"start": 0, "end": 4, "gender": "x"}]}],
+            },
+            "gender",
+        ),
     ],
 )
 def test_bad_coref_jsonl_names_file_line_and_item(tmp_path, item, message):
@@ -217,5 +250,7 @@ def test_conll2012_unclosed_mention(tmp_path):
     text = CONLL.read_text().replace("\t1)\n", "\t-\n", 1)
     bad = tmp_path / "bad_conll"
     bad.write_text(text)
-    with pytest.raises(InputFormatError, match=r"bad_conll:\d+: mentions of chain\(s\) \[1\] are opened but never closed"):
+    with pytest.raises(
+        InputFormatError, match=r"bad_conll:\d+: mentions of chain\(s\) \[1\] are opened but never closed"
+    ):
         read_conll2012(bad)

@@ -56,7 +56,11 @@ class PlantedSource:
                 antecedent[q.head] = q.antecedent_head
             for t in range(n):
                 u = int(al.unit_of_token[t])
-                for h, target in ((0, [gold[u]] if u in gold else []), (1, deps.get(u, [])), (2, [antecedent[u]] if u in antecedent else [])):
+                for h, target in (
+                    (0, [gold[u]] if u in gold else []),
+                    (1, deps.get(u, [])),
+                    (2, [antecedent[u]] if u in antecedent else []),
+                ):
                     cols = [c for w in target for c in tokens_of[w]]
                     if cols:
                         att[0, h, t, cols] = 1.0 / len(cols)
@@ -103,9 +107,7 @@ class RelativeSource:
 
 
 def test_word_attention_sums_to_words_and_averages_from_words():
-    att = np.array(
-        [[1.0, 0, 0, 0], [0.5, 0.5, 0, 0], [0.2, 0.3, 0.5, 0], [0.1, 0.2, 0.3, 0.4]], dtype=np.float64
-    )
+    att = np.array([[1.0, 0, 0, 0], [0.5, 0.5, 0, 0], [0.2, 0.3, 0.5, 0], [0.1, 0.2, 0.3, 0.4]], dtype=np.float64)
     units = np.array([0, 0, 1, 1])  # two words of two tokens each
     w = word_attention(att, units, 2)
     # from word 0 = mean of rows 0, 1; to word = sum of columns
@@ -204,8 +206,24 @@ def test_chunking_does_not_change_predictions_of_local_heads():
 
 def _doc_with_chain():
     text = "Anna met Tom. She smiled. The dog barked at Tom. He left."
-    spans = [(0, 4), (5, 8), (9, 12), (12, 13), (14, 17), (18, 24), (24, 25), (26, 29), (30, 33), (34, 40),
-             (41, 43), (44, 47), (47, 48), (49, 51), (52, 56), (56, 57)]
+    spans = [
+        (0, 4),
+        (5, 8),
+        (9, 12),
+        (12, 13),
+        (14, 17),
+        (18, 24),
+        (24, 25),
+        (26, 29),
+        (30, 33),
+        (34, 40),
+        (41, 43),
+        (44, 47),
+        (47, 48),
+        (49, 51),
+        (52, 56),
+        (56, 57),
+    ]
     words = tuple(Word(text[s:e], s, e) for s, e in spans)
     assert [w.form for w in words][:3] == ["Anna", "met", "Tom"]
 
@@ -273,6 +291,10 @@ def test_js_accumulator_equals_scipy_jensen_shannon():
     rows[0, 0] = [1, 0, 0, 0, 0, 0]
     acc = JSAccumulator(3)
     acc.add(rows)
-    expected = np.array([[np.mean([jensenshannon(rows[i, r], rows[j, r], base=2) ** 2 for r in range(4)])
-                          for j in range(3)] for i in range(3)])
+    expected = np.array(
+        [
+            [np.mean([jensenshannon(rows[i, r], rows[j, r], base=2) ** 2 for r in range(4)]) for j in range(3)]
+            for i in range(3)
+        ]
+    )
     assert np.allclose(acc.mean(), expected, atol=1e-9)

@@ -36,8 +36,17 @@ class Witness:
                 self.trees[(ev.step, ev.layer)] = [list(g) for g in ev.tree[0].groups]
 
 
-def train_tiny(run_dir, regime="full_adaptive", steps=14, detail="full", flush_every=4, seed=0, witness=None,
-               record=True, **overrides):
+def train_tiny(
+    run_dir,
+    regime="full_adaptive",
+    steps=14,
+    detail="full",
+    flush_every=4,
+    seed=0,
+    witness=None,
+    record=True,
+    **overrides,
+):
     torch.manual_seed(seed)
     cfg = AAHConfig.from_preset("tiny", regime=regime, **overrides)
     model = AAHTransformer(cfg)
@@ -157,7 +166,10 @@ def test_acr_scalars_equal_what_heads_imply(adaptive_run):
     run = load_run(run_dir)
     heads, scalars = run.table("heads"), run.table("scalars")
     T = cfg.block_size
-    for name, fn in (("acr", lambda w: coverage.acr(w, T, cfg.w_min)), ("acr_causal", lambda w: coverage.causal_coverage(w, T))):
+    for name, fn in (
+        ("acr", lambda w: coverage.acr(w, T, cfg.w_min)),
+        ("acr_causal", lambda w: coverage.causal_coverage(w, T)),
+    ):
         rows = scalars[scalars["name"] == name]
         per_layer = rows[rows["layer"].notna()]
         model_wide = rows[rows["layer"].isna()]
@@ -188,8 +200,20 @@ def test_training_scalars_and_eval(adaptive_run):
     run = load_run(run_dir)
     scalars = run.table("scalars")
     names = set(scalars["name"])
-    for name in ("loss", "lr", "tokens_per_s", "step_time_s", "peak_mem_mb", "controller_grad_norm",
-                 "controller_weight_drift", "val_loss", "val_ppl", "acr", "acr_causal", "flops_ratio_est"):
+    for name in (
+        "loss",
+        "lr",
+        "tokens_per_s",
+        "step_time_s",
+        "peak_mem_mb",
+        "controller_grad_norm",
+        "controller_weight_drift",
+        "val_loss",
+        "val_ppl",
+        "acr",
+        "acr_causal",
+        "flops_ratio_est",
+    ):
         assert name in names, name
     wide = scalars[scalars["layer"].isna()]
     loss = wide[wide["name"] == "loss"].sort_values("step")
@@ -303,7 +327,9 @@ def test_baseline_regimes_record_static_windows(tmp_path):
     acr = full.table("scalars")
     assert (acr[acr["name"] == "acr"]["value"] == 1.0).all()
     s_acr = sliding.table("scalars")
-    assert s_acr[(s_acr["name"] == "acr")]["value"].tolist() == pytest.approx([16 / 64] * len(s_acr[s_acr["name"] == "acr"]))
+    assert s_acr[(s_acr["name"] == "acr")]["value"].tolist() == pytest.approx(
+        [16 / 64] * len(s_acr[s_acr["name"] == "acr"])
+    )
 
 
 def test_backend_fallback_is_an_event(tmp_path):

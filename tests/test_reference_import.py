@@ -127,7 +127,9 @@ def src(tmp_path) -> Path:
     folder.mkdir()
     for name, text in PUBLISHED.items():
         (folder / name).write_text(text, encoding="utf-8")
-    (folder / "qwen3_4b_full_adaptive_full_adaptive_heatmap.csv").write_text(_heatmap("full_adaptive"), encoding="utf-8")
+    (folder / "qwen3_4b_full_adaptive_full_adaptive_heatmap.csv").write_text(
+        _heatmap("full_adaptive"), encoding="utf-8"
+    )
     (folder / "notes.csv").write_text("something,else\n1,2\n", encoding="utf-8")  # not a known format: ignored
     return folder
 
@@ -151,8 +153,12 @@ def test_embedded_copies_are_the_published_files():
 def test_runs_are_marked_imported_and_valid(imported):
     names = [p.name for p in imported]
     assert names == [
-        "paper-4096-full-attention-seed0", "paper-4096-grouping-off-seed0", "paper-4096-full-adaptive-seed0",
-        "paper-4096-shallow-freeze-seed0", "paper-4096-deep-practical-reuse-seed0", "qwen3-4b-full-adaptive",
+        "paper-4096-full-attention-seed0",
+        "paper-4096-grouping-off-seed0",
+        "paper-4096-full-adaptive-seed0",
+        "paper-4096-shallow-freeze-seed0",
+        "paper-4096-deep-practical-reuse-seed0",
+        "qwen3-4b-full-adaptive",
     ]
     for path in imported:
         run = load_run(path)
@@ -168,7 +174,9 @@ def test_runs_are_marked_imported_and_valid(imported):
 def test_export_reproduces_table1_exactly(imported, tmp_path):
     out = tmp_path / "tables"
     paper = [str(p) for p in imported if p.name.startswith("paper-")]
-    assert main(["export", *paper, "--table", "training", "--layout", "paper", "--format", "csv", "--out", str(out)]) == 0
+    assert (
+        main(["export", *paper, "--table", "training", "--layout", "paper", "--format", "csv", "--out", str(out)]) == 0
+    )
     got = _cells((out / "training.csv").read_text(encoding="utf-8"))
     want = _cells(PUBLISHED["aah_v3_4096_table1_training.csv"])
     assert got[0] == want[0]
@@ -181,8 +189,14 @@ def test_export_reproduces_table1_exactly(imported, tmp_path):
 def test_imported_data_hold_the_published_values_bit_for_bit(imported):
     """Not only the strings: the numbers stored in the run are the published ones (no rounding)."""
     want = {r["method"]: r for r in csv.DictReader(io.StringIO(PUBLISHED["aah_v3_4096_table1_training.csv"]))}
-    names = {"val_loss": "val_loss", "val_ppl": "val_ppl", "acr": "ACR_train_proxy", "flops_ratio_est": "flops_ratio",
-             "tokens_per_s": "tokens_per_second_train", "window_frac_512": "window_frac_512"}
+    names = {
+        "val_loss": "val_loss",
+        "val_ppl": "val_ppl",
+        "acr": "ACR_train_proxy",
+        "flops_ratio_est": "flops_ratio",
+        "tokens_per_s": "tokens_per_second_train",
+        "window_frac_512": "window_frac_512",
+    }
     for path in imported[:5]:
         method = load_run(path).manifest["reference"]["method"]
         sc = pd.read_parquet(path / "scalars")
@@ -236,8 +250,15 @@ def test_heatmap_becomes_head_rows(imported):
 
 
 def test_imported_runs_sit_beside_our_runs(imported, tmp_path):
-    ours = make_synthetic_run(tmp_path / "ours" / "mine", n_layer=1, n_head=4, steps=12, windows=(512, 1024, 2048, 4096),
-                              seq_len=4096, warmup=2)
+    ours = make_synthetic_run(
+        tmp_path / "ours" / "mine",
+        n_layer=1,
+        n_head=4,
+        steps=12,
+        windows=(512, 1024, 2048, 4096),
+        seq_len=4096,
+        warmup=2,
+    )
     table = build_table("training", collect_runs([*imported[:5], ours]))
     assert len(table.df) == 6
     assert "mine" in set(table.df["run"])
@@ -252,7 +273,9 @@ def test_bad_input_is_refused_before_anything_is_written(src, tmp_path):
     lines[3] = lines[3].rsplit(",", 2)[0]  # cuts the quoted vector: the row no longer splits into 19 fields
     bad.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    with pytest.raises(InputFormatError, match=r"aah_v3_4096_table2_inference.csv, line 4: \d+ fields, the header has 19"):
+    with pytest.raises(
+        InputFormatError, match=r"aah_v3_4096_table2_inference.csv, line 4: \d+ fields, the header has 19"
+    ):
         import_reference(src, out)
     assert not out.exists() or not any(out.iterdir())
     assert main(["import-reference", str(src), "--out", str(out)]) == 2

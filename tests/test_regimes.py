@@ -41,9 +41,22 @@ def level0(event):
 
 def test_registry_covers_the_issue_list():
     assert set(REGIMES) == {
-        "full_attention", "grouping_off", "full_adaptive", "shallow_freeze", "deep_practical_reuse", "control_off",
-        "fixed_window", "fixed_random_grouping", "freeze_after_warmup", "shuffle_post_select", "random_uniform",
-        "independent_scoring", "no_feature_ema", "no_parent_constraint", "sliding_window", "local_global_layers",
+        "full_attention",
+        "grouping_off",
+        "full_adaptive",
+        "shallow_freeze",
+        "deep_practical_reuse",
+        "control_off",
+        "fixed_window",
+        "fixed_random_grouping",
+        "freeze_after_warmup",
+        "shuffle_post_select",
+        "random_uniform",
+        "independent_scoring",
+        "no_feature_ema",
+        "no_parent_constraint",
+        "sliding_window",
+        "local_global_layers",
     }
 
 
@@ -135,7 +148,7 @@ def test_freeze_after_warmup_freezes_the_step0_partition():
 def test_shuffle_post_select_permutes_the_selected_multiset():
     _, ev, _ = run("shuffle_post_select")
     moved = False
-    for s, e in ev.items():
+    for e in ev.values():
         pre = e.extra["pre_execution_idx"]
         post = e.window_idx.cpu()
         assert sorted(pre.tolist()) == sorted(post.tolist())

@@ -14,8 +14,18 @@ from instrumentation.routing.controller import (
 
 
 def _nets(mode="enriched", pairwise="joint_sibling", **kw):
-    args = dict(input_mode=mode, n_windows=4, control_dim=16, arch="mlp", logit_scale=1.0, pairwise_mode=pairwise,
-                joint_hidden_dim=64, joint_output_scale=1.0, pairwise_bias_scale=1.0, rng_reference_dim=16)
+    args = dict(
+        input_mode=mode,
+        n_windows=4,
+        control_dim=16,
+        arch="mlp",
+        logit_scale=1.0,
+        pairwise_mode=pairwise,
+        joint_hidden_dim=64,
+        joint_output_scale=1.0,
+        pairwise_bias_scale=1.0,
+        rng_reference_dim=16,
+    )
     args.update(kw)
     return make_networks(**args)
 
@@ -34,8 +44,13 @@ def test_input_dims_of_every_mode():
     for mode, dim in INPUT_DIMS.items():
         rows = level_inputs(F, sizes, pmaps, mode)
         assert [r.shape for r in rows] == [torch.Size([4, dim]), torch.Size([2, dim])]
-    assert INPUT_DIMS == {"base": 9, "enriched": 29, "contrastive": 38, "position_aware": 32,
-                          "relative_sibling_mean": 28}
+    assert INPUT_DIMS == {
+        "base": 9,
+        "enriched": 29,
+        "contrastive": 38,
+        "position_aware": 32,
+        "relative_sibling_mean": 28,
+    }
 
 
 def test_enriched_layout():
@@ -100,8 +115,12 @@ def test_sibling_bias_adds_and_none_is_independent():
 def test_rng_bookkeeping_keeps_the_global_stream():
     # Any controller variant consumes exactly the draws of the reference-shaped controller.
     after = []
-    for kw in (dict(mode="base", pairwise="none"), dict(mode="enriched"), dict(mode="contrastive", arch="deep_mlp"),
-               dict(mode="base", pairwise="sibling_bias", control_dim=32)):
+    for kw in (
+        dict(mode="base", pairwise="none"),
+        dict(mode="enriched"),
+        dict(mode="contrastive", arch="deep_mlp"),
+        dict(mode="base", pairwise="sibling_bias", control_dim=32),
+    ):
         torch.manual_seed(0)
         _nets(kw.pop("mode"), kw.pop("pairwise", "joint_sibling"), **kw)
         after.append(torch.rand(3))

@@ -26,8 +26,17 @@ T, L, H, D = 16, 2, 4, 2
 
 def manifest(run_id="r1", **extra):
     return make_manifest(
-        run_id=run_id, regime="full_adaptive", seed=3, config={"w_min": 0, "n_layer": L}, windows=WINDOWS,
-        seq_len=T, n_layer=L, n_head=H, max_depth=D, steps=10, **extra,
+        run_id=run_id,
+        regime="full_adaptive",
+        seed=3,
+        config={"w_min": 0, "n_layer": L},
+        windows=WINDOWS,
+        seq_len=T,
+        n_layer=L,
+        n_head=H,
+        max_depth=D,
+        steps=10,
+        **extra,
     )
 
 
@@ -60,13 +69,29 @@ def example_rows(step):
     """One batch of rows for every contract table (probe tables included)."""
     rows = {"heads": heads_rows(step), "scalars": acr_rows(step)}
     rows["tree"] = {
-        "step": [step, step], "layer": [0, 0], "level": [0, 1], "node": [0, 0], "parent": [0, None],
-        "members": [[0, 1], [0, 1, 2, 3]], "children": [[0, 1], [0, 1]],
-        "logits": [[0.5, 0.1, -1.0], [1.0, 0.0, 0.0]], "base_logits": [[0.4, 0.1, -1.0], [1.0, 0.0, 0.0]],
-        "margin": [0.4, 1.0], "raw_idx": [0, 0], "final_idx": [0, 0], "joint_paired": [True, False],
-        "joint_delta": [0.1, 0.0], "shadow": [False, False], "origin": ["natural", "natural"],
-        "forced_split": [False, False], "merged": [0, 0], "sim_mean": [0.5, 0.4], "sim_std": [0.1, 0.1],
-        "sim_min": [0.3, 0.2], "sim_max": [0.7, 0.6], "features": [list(np.arange(9.0)), []],
+        "step": [step, step],
+        "layer": [0, 0],
+        "level": [0, 1],
+        "node": [0, 0],
+        "parent": [0, None],
+        "members": [[0, 1], [0, 1, 2, 3]],
+        "children": [[0, 1], [0, 1]],
+        "logits": [[0.5, 0.1, -1.0], [1.0, 0.0, 0.0]],
+        "base_logits": [[0.4, 0.1, -1.0], [1.0, 0.0, 0.0]],
+        "margin": [0.4, 1.0],
+        "raw_idx": [0, 0],
+        "final_idx": [0, 0],
+        "joint_paired": [True, False],
+        "joint_delta": [0.1, 0.0],
+        "shadow": [False, False],
+        "origin": ["natural", "natural"],
+        "forced_split": [False, False],
+        "merged": [0, 0],
+        "sim_mean": [0.5, 0.4],
+        "sim_std": [0.1, 0.1],
+        "sim_min": [0.3, 0.2],
+        "sim_max": [0.7, 0.6],
+        "features": [list(np.arange(9.0)), []],
     }
     rows["branch"] = {"step": step, "layer": [0, 0, 0], "window": WINDOWS, "fraction": [0.25, 0.5, 0.25]}
     rows["events"] = {"step": [step], "layer": [None], "kind": ["eval"], "detail": [json.dumps({"val_loss": 1.5})]}
@@ -173,7 +198,9 @@ def test_manifest_records_software_without_importing_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split() == ["False", "False", "running", "dense"]
     with pytest.raises(RunLogError, match="ascending"):
-        make_manifest(run_id="x", regime="r", seed=0, config={}, windows=[8, 4], seq_len=2, n_layer=1, n_head=1, max_depth=1)
+        make_manifest(
+            run_id="x", regime="r", seed=0, config={}, windows=[8, 4], seq_len=2, n_layer=1, n_head=1, max_depth=1
+        )
 
 
 def test_exception_in_context_marks_run_failed(tmp_path):
@@ -181,7 +208,7 @@ def test_exception_in_context_marks_run_failed(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with RunWriter.create(path, manifest()) as w:
             w.append("heads", heads_rows(0))
-            1 / 0
+            1 / 0  # noqa: B018
     run = load_run(path)
     assert run.status == "failed"
     assert len(run.table("heads")) == L * H
@@ -324,8 +351,9 @@ def test_validate_finds_duplicates_bad_types_and_acr_mismatch(tmp_path):
         w.append("heads", heads_rows(0))  # duplicated step
         w.append("scalars", {"step": [1], "layer": [None], "name": ["acr"], "value": [0.99]})
         w.append("heads", heads_rows(1))
-    pq.write_table(pa.table({"step": pa.array([5], pa.int32())}), path / "branch" / "part-1-000000.parquet") \
-        if (path / "branch").mkdir() is None else None
+    pq.write_table(pa.table({"step": pa.array([5], pa.int32())}), path / "branch" / "part-1-000000.parquet") if (
+        path / "branch"
+    ).mkdir() is None else None
     problems = validate_run(path)
     text = "\n".join(problems)
     assert "heads: " in text and "share a (step, layer, head) key" in text
@@ -345,8 +373,9 @@ def test_validate_acr_uses_w_min(tmp_path):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "aah_viz", "validate", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "aah_viz", "validate", *map(str, args)], capture_output=True, text=True, cwd=REPO
+    )
 
 
 def test_validate_cli_exit_codes(run_dir, tmp_path):
@@ -376,8 +405,11 @@ def test_synthetic_run_validates_and_is_consistent(tmp_path):
     parents = keyed.loc[list(zip(child["step"], child["layer"], child["level"] + 1, child["parent"].astype(int)))]
     assert (child["final_idx"].to_numpy() <= parents.to_numpy()).all()
     # executed heads follow their level-0 node's final index at updates
-    upd = heads[heads["step"] == 10].merge(tree[(tree["step"] == 10) & (tree["level"] == 0)],
-                                          left_on=["step", "layer", "group_l0"], right_on=["step", "layer", "node"])
+    upd = heads[heads["step"] == 10].merge(
+        tree[(tree["step"] == 10) & (tree["level"] == 0)],
+        left_on=["step", "layer", "group_l0"],
+        right_on=["step", "layer", "node"],
+    )
     assert (upd["window_idx"] == upd["final_idx"]).all() and len(upd) == 3 * 8
     # members of every node are exactly the heads carrying that group id at that level
     at = heads[heads["step"] == 30]
@@ -385,12 +417,26 @@ def test_synthetic_run_validates_and_is_consistent(tmp_path):
         col = at[(at["layer"] == row.layer) & (at[f"group_l{row.level}"] == row.node)]
         assert list(row.members) == sorted(col["head"].tolist())
         if row.level > 0:
-            below = tree[(tree["step"] == 30) & (tree["layer"] == row.layer) & (tree["level"] == row.level - 1)
-                         & (tree["parent"] == row.node)]
+            below = tree[
+                (tree["step"] == 30)
+                & (tree["layer"] == row.layer)
+                & (tree["level"] == row.level - 1)
+                & (tree["parent"] == row.node)
+            ]
             assert list(row.children) == sorted(below["node"].tolist())
     names = set(run.table("scalars")["name"])
-    assert {"acr", "acr_causal", "loss", "val_loss", "val_ppl", "lr", "tokens_per_s", "peak_mem_mb",
-            "controller_grad_norm", "controller_weight_drift"} <= names
+    assert {
+        "acr",
+        "acr_causal",
+        "loss",
+        "val_loss",
+        "val_ppl",
+        "lr",
+        "tokens_per_s",
+        "peak_mem_mb",
+        "controller_grad_norm",
+        "controller_weight_drift",
+    } <= names
     assert {"routing_update", "warmup_end", "eval"} <= set(run.table("events")["kind"])
     again = make_synthetic_run(tmp_path / "syn2", n_layer=3, n_head=8, steps=60, warmup=10, flush_every=25)
     pd.testing.assert_frame_equal(load_run(again).table("heads"), heads)  # seeded: reproducible
@@ -434,8 +480,10 @@ def test_validate_checks_causal_coverage_and_per_step_seq_len(tmp_path):
     per_layer = [coverage.causal_coverage(windows[rows["layer"] == l], T) for l in range(L)]
     with RunWriter.create(path, manifest()) as w:
         w.append("heads", rows)
-        w.append("scalars", {"step": 0, "layer": [None, 0, 1], "name": "acr_causal",
-                             "value": [float(np.mean(per_layer))] + per_layer})
+        w.append(
+            "scalars",
+            {"step": 0, "layer": [None, 0, 1], "name": "acr_causal", "value": [float(np.mean(per_layer))] + per_layer},
+        )
     assert validate_run(path) == []
     # the same windows at a shorter step length: the logged values no longer match ...
     with RunWriter.resume(path) as w:
@@ -445,13 +493,28 @@ def test_validate_checks_causal_coverage_and_per_step_seq_len(tmp_path):
 
 def test_append_accepts_dataframes_numpy_matrices_and_keeps_nan_in_floats(tmp_path):
     path = tmp_path / "df"
-    frame = pd.DataFrame({"step": [0, 0, 1], "layer": [np.nan, 1.0, np.nan], "name": ["loss", "acr_x", "loss"],
-                          "value": [1.5, np.nan, 1.25]})
+    frame = pd.DataFrame(
+        {
+            "step": [0, 0, 1],
+            "layer": [np.nan, 1.0, np.nan],
+            "name": ["loss", "acr_x", "loss"],
+            "value": [1.5, np.nan, 1.25],
+        }
+    )
     with RunWriter.create(path, manifest()) as w:
         w.append("scalars", frame)
         w.append("scalars", {"step": 2, "layer": [None, None], "name": ["a", "b"], "value": [float("nan"), 2.0]})
-        w.append("tree", {"step": [0, 0], "layer": 0, "level": 0, "node": [0, 1], "members": [[0, 1], [2, 3]],
-                          "logits": np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]], dtype=np.float32)})
+        w.append(
+            "tree",
+            {
+                "step": [0, 0],
+                "layer": 0,
+                "level": 0,
+                "node": [0, 1],
+                "members": [[0, 1], [2, 3]],
+                "logits": np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]], dtype=np.float32),
+            },
+        )
     run = load_run(path)
     got = run.table("scalars")
     assert got["layer"].isna().tolist() == [True, False, True, True, True]
@@ -465,8 +528,10 @@ def test_append_accepts_dataframes_numpy_matrices_and_keeps_nan_in_floats(tmp_pa
 
 
 def test_segment_with_conflicting_types_is_skipped_by_name(run_dir):
-    pq.write_table(pa.table({"step": pa.array(["seven"]), "layer": pa.array([0], pa.int16())}),
-                   run_dir / "heads" / "part-9-000001.parquet")
+    pq.write_table(
+        pa.table({"step": pa.array(["seven"]), "layer": pa.array([0], pa.int16())}),
+        run_dir / "heads" / "part-9-000001.parquet",
+    )
     run = load_run(run_dir)
     assert len(run.table("heads")) == 3 * L * H
     assert any("part-9-000001.parquet" in w and "conflict" in w for w in run.warnings)

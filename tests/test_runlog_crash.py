@@ -44,8 +44,13 @@ WRITER = textwrap.dedent(
 
 def test_reader_follows_a_live_writer_process_and_resume_after_sigkill(tmp_path):
     run_dir = tmp_path / "live"
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir)], cwd=REPO, stdout=subprocess.PIPE,
-                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(run_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     try:
         assert child.stdout.readline().strip() == "2"  # first flush done
         run = load_run(run_dir)
@@ -77,10 +82,18 @@ def test_reader_follows_a_live_writer_process_and_resume_after_sigkill(tmp_path)
     w = RunWriter.resume(run_dir, keep_through_step=keep)
     after = load_run(run_dir).table("heads")
     assert after.equals(before[before["step"] <= keep].reset_index(drop=True))
-    windows = np.array([4, 8, 16])
     for step in range(keep + 1, keep + 6):
-        w.append("heads", {"step": step, "layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),
-                           "window_idx": 0, "window": 4, "group_l0": 0})
+        w.append(
+            "heads",
+            {
+                "step": step,
+                "layer": np.repeat(np.arange(L), H),
+                "head": np.tile(np.arange(H), L),
+                "window_idx": 0,
+                "window": 4,
+                "group_l0": 0,
+            },
+        )
     w.close()
     final = load_run(run_dir)
     assert final.status == "finished"

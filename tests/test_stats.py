@@ -57,8 +57,9 @@ def _diff(x, y, axis=-1):
 def test_permutation_exact_matches_scipy_for_equal_sizes():
     x, y = [6.561, 6.552, 6.570, 6.549], B
     ours = stats.permutation_test(x, y)
-    ref = sps.permutation_test((x, y), _diff, permutation_type="independent", alternative="two-sided",
-                               n_resamples=np.inf, vectorized=True)
+    ref = sps.permutation_test(
+        (x, y), _diff, permutation_type="independent", alternative="two-sided", n_resamples=np.inf, vectorized=True
+    )
     assert ours.method == "permutation (exact)"
     assert ours.statistic == pytest.approx(ref.statistic)
     assert ours.p_value == pytest.approx(ref.pvalue, abs=1e-12)
@@ -103,7 +104,9 @@ def test_paired_difference_curve_pairs_by_seed():
     for seed in (0, 1, 2):
         for step in (10, 20):
             rows.append({"regime": "base", "seed": seed, "step": step, "val_loss": 5.0 + seed + step / 100})
-            rows.append({"regime": "new", "seed": seed, "step": step, "val_loss": 5.0 + seed + step / 100 - 0.1 * (seed + 1)})
+            rows.append(
+                {"regime": "new", "seed": seed, "step": step, "val_loss": 5.0 + seed + step / 100 - 0.1 * (seed + 1)}
+            )
     rows.append({"regime": "new", "seed": 9, "step": 10, "val_loss": 0.0})  # no partner: ignored
     curve = stats.paired_difference_curve(pd.DataFrame(rows), "new", "base")
     assert list(curve["step"]) == [10, 20]
@@ -113,12 +116,20 @@ def test_paired_difference_curve_pairs_by_seed():
 
 
 def test_factorial_effects_isolate_each_covered_factor():
-    means = {"full_adaptive": 6.50, "shallow_freeze": 6.40, "deep_practical_reuse": 6.45,
-             "independent_scoring": 6.55, "control_off": 6.60, "grouping_off": 6.70}
+    means = {
+        "full_adaptive": 6.50,
+        "shallow_freeze": 6.40,
+        "deep_practical_reuse": 6.45,
+        "independent_scoring": 6.55,
+        "control_off": 6.60,
+        "grouping_off": 6.70,
+    }
     rows = [{"regime": r, "val_loss": m + d} for r, m in means.items() for d in (-0.01, 0.0, 0.01)]
     eff = stats.factorial_effects(pd.DataFrame(rows)).set_index("factor")
     assert eff.loc["freeze", "effect"] == pytest.approx(means["deep_practical_reuse"] - means["full_adaptive"])
-    assert eff.loc["hierarchy_refresh", "effect"] == pytest.approx(means["deep_practical_reuse"] - means["shallow_freeze"])
+    assert eff.loc["hierarchy_refresh", "effect"] == pytest.approx(
+        means["deep_practical_reuse"] - means["shallow_freeze"]
+    )
     assert eff.loc["joint_scoring", "effect"] == pytest.approx(means["full_adaptive"] - means["independent_scoring"])
     assert eff.loc["window_control", "effect"] == pytest.approx(means["full_adaptive"] - means["control_off"])
     assert eff.loc["grouping", "effect"] == pytest.approx(means["independent_scoring"] - means["grouping_off"])
@@ -144,11 +155,18 @@ def test_paired_sign_flip_matches_scipy():
     x = np.array([6.561, 6.552, 6.570, 6.549, 6.566, 6.558])
     y = x - np.array([0.011, 0.004, 0.020, -0.003, 0.015, 0.009])
     ours = stats.paired_permutation_test(x - y)
-    ref = sps.permutation_test((x, y), lambda a, b, axis=-1: np.mean(a - b, axis=axis), permutation_type="samples",
-                               n_resamples=np.inf, vectorized=True)
+    ref = sps.permutation_test(
+        (x, y),
+        lambda a, b, axis=-1: np.mean(a - b, axis=axis),
+        permutation_type="samples",
+        n_resamples=np.inf,
+        vectorized=True,
+    )
     assert ours.method == "paired sign-flip (exact)"
     assert ours.statistic == pytest.approx(ref.statistic)
     assert ours.p_value == pytest.approx(ref.pvalue, abs=1e-12)
-    finals = pd.DataFrame({"regime": ["base"] * 6 + ["new"] * 6, "seed": list(range(6)) * 2, "val_loss": list(y) + list(x)})
+    finals = pd.DataFrame(
+        {"regime": ["base"] * 6 + ["new"] * 6, "seed": list(range(6)) * 2, "val_loss": list(y) + list(x)}
+    )
     row = stats.compare_to_baseline(finals, "base").iloc[0]
     assert row["n_paired"] == 6 and row["paired_perm_p"] == pytest.approx(ref.pvalue, abs=1e-12)

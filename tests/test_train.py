@@ -25,8 +25,21 @@ from instrumentation.train import lr_multiplier  # noqa: E402
 
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[1]
-COMMON = ["--preset", "tiny", "--n-docs", "24", "--no-progress", "--threads", "1", "--eval-interval", "5",
-          "--eval-batches", "2", "--flush-every", "1"]
+COMMON = [
+    "--preset",
+    "tiny",
+    "--n-docs",
+    "24",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--eval-interval",
+    "5",
+    "--eval-batches",
+    "2",
+    "--flush-every",
+    "1",
+]
 
 
 def train_cli(out, *extra):
@@ -72,13 +85,43 @@ def test_plain_text_data_and_bad_input(tmp_path):
     with pytest.raises(InputFormatError, match="UTF-8"):
         data_mod.load_token_stream(tmp_path / "bin.txt")
     out = tmp_path / "text-run"
-    assert main(["train", "--out", str(out), "--data", str(text), "--steps", "3", "--no-progress",
-                 "--keep-checkpoints", "0", "--eval-batches", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data",
+                str(text),
+                "--steps",
+                "3",
+                "--no-progress",
+                "--keep-checkpoints",
+                "0",
+                "--eval-batches",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert validate_run(out) == []
     assert read_manifest(out)["data"]["source"] == str(text)
     (tmp_path / "short.txt").write_text("tiny", encoding="utf-8")
-    assert main(["train", "--out", str(tmp_path / "r"), "--data", str(tmp_path / "short.txt"), "--steps", "2",
-                 "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(tmp_path / "r"),
+                "--data",
+                str(tmp_path / "short.txt"),
+                "--steps",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert not (tmp_path / "r" / "manifest.json").exists()
 
 
@@ -131,9 +174,25 @@ def test_sigkill_mid_run_leaves_a_valid_run_that_resumes_exactly(tmp_path):
 
     out = tmp_path / "killed"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "aah_viz", "train", "--out", str(out), *COMMON, "--steps", steps,
-                             "--checkpoint-interval", "4"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aah_viz",
+            "train",
+            "--out",
+            str(out),
+            *COMMON,
+            "--steps",
+            steps,
+            "--checkpoint-interval",
+            "4",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 240
     killed_at, seen = None, []
     while time.monotonic() < deadline and proc.poll() is None:

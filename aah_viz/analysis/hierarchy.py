@@ -42,7 +42,9 @@ def _scalar(value: Any):
     return value
 
 
-def tree_graph(tree: pd.DataFrame, n_head: int, windows: list[int], head_windows: dict[int, int] | None = None) -> nx.DiGraph:
+def tree_graph(
+    tree: pd.DataFrame, n_head: int, windows: list[int], head_windows: dict[int, int] | None = None
+) -> nx.DiGraph:
     """Build the tree of one (layer, step) from its ``tree`` rows.
 
     ``windows`` are the candidate windows (to turn ``final_idx`` into tokens); ``head_windows``

@@ -50,7 +50,11 @@ def contingency(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     """(M, k, k) contingency tables of row pairs, with the labels used: (cont, a', b')."""
     if np.shape(a) != np.shape(b):
         raise ValueError(f"partitions must have the same shape, got {np.shape(a)} and {np.shape(b)}")
-    both, k = _small_labels(np.concatenate([np.asarray(a), np.asarray(b)], axis=1)) if np.size(a) else (np.zeros((0, 0), dtype=np.int64), 1)
+    both, k = (
+        _small_labels(np.concatenate([np.asarray(a), np.asarray(b)], axis=1))
+        if np.size(a)
+        else (np.zeros((0, 0), dtype=np.int64), 1)
+    )
     n = np.shape(a)[1] if np.ndim(a) == 2 else 0
     a2, b2 = both[:, :n], both[:, n:]
     m = a2.shape[0]

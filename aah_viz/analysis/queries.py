@@ -97,7 +97,9 @@ def tree_at(run, layer: int, step: int) -> pd.DataFrame:
     return run.table("tree", filters=[("layer", "==", int(layer)), ("step", "==", int(step))])
 
 
-def tree_stats(run, columns=("step", "layer", "level", "margin", "joint_delta", "joint_paired", "shadow")) -> pd.DataFrame:
+def tree_stats(
+    run, columns=("step", "layer", "level", "margin", "joint_delta", "joint_paired", "shadow")
+) -> pd.DataFrame:
     return run.table("tree", columns=list(columns))
 
 

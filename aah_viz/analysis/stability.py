@@ -85,7 +85,7 @@ class Matrices:
         return cur - 1, cur
 
 
-def update_frame(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = None) -> pd.DataFrame:
+def update_frame(heads: pd.DataFrame, n_head: int, mats: Matrices | None = None) -> pd.DataFrame:
     """One row per (layer, routing update) comparing it with the layer's previous update.
 
     ``ari``: adjusted Rand index of the level-0 partitions (1 = same partition up to relabelling);
@@ -143,7 +143,9 @@ def _count_groups(labels: np.ndarray) -> np.ndarray:
 def layer_summary(updates: pd.DataFrame) -> pd.DataFrame:
     """Per layer: updates, mean ARI, mean shares switching, topology changes (count)."""
     if updates.empty:
-        return pd.DataFrame(columns=["layer", "updates", "mean_ari", "group_switch_share", "window_switch_share", "topology_changes"])
+        return pd.DataFrame(
+            columns=["layer", "updates", "mean_ari", "group_switch_share", "window_switch_share", "topology_changes"]
+        )
     g = updates.groupby("layer")
     return pd.DataFrame(
         {
@@ -156,7 +158,7 @@ def layer_summary(updates: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
 
 
-def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" = None) -> pd.DataFrame:
+def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: Matrices | None = None) -> pd.DataFrame:
     """Per (layer, head) over the routing updates given.
 
     ``window_switches``: updates at which the executed window changed; ``switch_rate``: switches /
@@ -165,7 +167,16 @@ def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: "Matrices | None" 
     ``flip_flops``: A -> B -> A patterns over three consecutive updates; ``group_switches``: updates
     at which the head's set of level-0 group-mates changed.
     """
-    cols = ["layer", "head", "updates", "window_switches", "switch_rate", "mean_dwell_steps", "flip_flops", "group_switches"]
+    cols = [
+        "layer",
+        "head",
+        "updates",
+        "window_switches",
+        "switch_rate",
+        "mean_dwell_steps",
+        "flip_flops",
+        "group_switches",
+    ]
     if heads.empty:
         return pd.DataFrame(columns=cols)
     mats = mats if mats is not None else Matrices(heads, n_head)

@@ -30,7 +30,9 @@ def register(subparsers) -> None:
         help="per-head windows: 'paper' (Table 1 Full-adaptive fractions: 10/16 at T/8, 2/16 each at T/4, T/2, T), "
         "'uniform:W', or a comma-separated list of H windows",
     )
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per variant, after one warm-up (default 5)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed repeats per variant, after one warm-up (default 5)"
+    )
     parser.add_argument(
         "--backends",
         default=None,
@@ -80,5 +82,8 @@ def run(args) -> int:
     print(json.dumps({"ratios": result["ratios"], "causal_coverage": result["causal_coverage"]}, indent=2))
     for name, med in result["medians_s"].items():
         fb = f"{med['fwdbwd']:.4f}s" if med["fwdbwd"] else "n/a"
-        print(f"{name:>14}: fwd {med['fwd']:.4f}s  fwd+bwd {fb}  work {result['realised_work'].get(name, float('nan')):.3f}")
+        print(
+            f"{name:>14}: fwd {med['fwd']:.4f}s  fwd+bwd {fb}  work "
+            f"{result['realised_work'].get(name, float('nan')):.3f}"
+        )
     return 0

@@ -69,7 +69,7 @@ def measure(run_dir: Path, repeats: int, progress=None) -> list[dict]:
     times: dict[int, list[float]] = {i: [] for i in range(len(PAGE_FIGURES))}
     payload: dict[int, int] = {}
     for _ in range(repeats):
-        for i, (page, kind, opts) in enumerate(PAGE_FIGURES):  # interleaved: every figure once per round
+        for i, (_page, kind, opts) in enumerate(PAGE_FIGURES):  # interleaved: every figure once per round
             t0 = time.perf_counter()
             run = load_run(run_dir)
             fig = FIGURE_KINDS[kind]([run], **opts)
@@ -81,8 +81,15 @@ def measure(run_dir: Path, repeats: int, progress=None) -> list[dict]:
     out = []
     for i, (page, kind, _) in enumerate(PAGE_FIGURES):
         seconds = statistics.median(times[i])
-        out.append({"page": page, "name": kind, "seconds": round(seconds, 3), "payload_bytes": payload[i],
-                    "within_limits": seconds <= MAX_SECONDS and payload[i] <= MAX_PAYLOAD})
+        out.append(
+            {
+                "page": page,
+                "name": kind,
+                "seconds": round(seconds, 3),
+                "payload_bytes": payload[i],
+                "within_limits": seconds <= MAX_SECONDS and payload[i] <= MAX_PAYLOAD,
+            }
+        )
     return out
 
 
@@ -95,16 +102,28 @@ def run(args) -> int:
         run_dir = Path(tmp) / "paper-shaped"
         t0 = time.perf_counter()
         print(f"generating a {args.layers} x {args.heads} x {args.steps} synthetic run ...", file=sys.stderr)
-        make_synthetic_run(run_dir, n_layer=args.layers, n_head=args.heads, steps=args.steps,
-                           windows=(512, 1024, 2048, 4096), seq_len=4096, flush_every=args.flush_every)
+        make_synthetic_run(
+            run_dir,
+            n_layer=args.layers,
+            n_head=args.heads,
+            steps=args.steps,
+            windows=(512, 1024, 2048, 4096),
+            seq_len=4096,
+            flush_every=args.flush_every,
+        )
         add_probe_rows(run_dir)
         generated = time.perf_counter() - t0
         with tqdm(total=args.repeats * len(PAGE_FIGURES), desc="figures", file=sys.stderr, disable=args.quiet) as bar:
             figures = measure(run_dir, args.repeats, bar)
     result = {
         "figures": figures,
-        "run": {"n_layer": args.layers, "n_head": args.heads, "steps": args.steps,
-                "head_rows": args.layers * args.heads * args.steps, "generate_seconds": round(generated, 1)},
+        "run": {
+            "n_layer": args.layers,
+            "n_head": args.heads,
+            "steps": args.steps,
+            "head_rows": args.layers * args.heads * args.steps,
+            "generate_seconds": round(generated, 1),
+        },
         "limits": {"seconds": MAX_SECONDS, "payload_bytes": MAX_PAYLOAD},
         "repeats": args.repeats,
         "all_within_limits": all(f["within_limits"] for f in figures),
@@ -130,6 +149,8 @@ def register(subparsers) -> None:
     p.add_argument("--heads", type=int, default=16, help="heads per layer (default 16)")
     p.add_argument("--steps", type=int, default=10_000, help="training steps (default 10000)")
     p.add_argument("--flush-every", type=int, default=500, help="steps per Parquet segment (default 500)")
-    p.add_argument("--repeats", type=int, default=3, help="rounds over all figures; seconds is their median (default 3)")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="rounds over all figures; seconds is their median (default 3)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

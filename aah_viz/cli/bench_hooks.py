@@ -1,9 +1,10 @@
 """``aah-viz bench hooks``: what the recorder costs a training step.
 
 Two identical models (same seed, same batches, the same dropout masks, hence the same routing)
-train side by side in one process, one step each in turn: one with a ``RoutingRecorder`` attached (the recorder's ``step`` call and its flushes are
-inside the timed region), one without. ``step_time_ratio`` is the median wall time of a recorded
-step over the median plain step. The recorder writes its segments from a worker thread, so
+train side by side in one process, one step each in turn: one with a ``RoutingRecorder``
+attached (the recorder's ``step`` call and its flushes are inside the timed region), one
+without. ``step_time_ratio`` is the median wall time of a recorded step over the median plain
+step. The recorder writes its segments from a worker thread, so
 ``cpu_time_ratio`` adds that thread's CPU time per step to the recorded steps' CPU time: a
 measure of the whole cost that other processes' load on a shared machine does not disturb.
 ``recorder_cost_fraction`` is the recorder's own time (its event callbacks and ``step`` calls
@@ -28,13 +29,21 @@ def register(subparsers) -> None:
         description="Train the same model twice, interleaved step by step, with and without the routing "
         "recorder, and print the step-time ratio (medians) and the bytes written per step as JSON.",
     )
-    p.add_argument("--preset", default="small", choices=("tiny", "small", "paper-1b"), help="model size (default: small)")
+    p.add_argument(
+        "--preset", default="small", choices=("tiny", "small", "paper-1b"), help="model size (default: small)"
+    )
     p.add_argument("--regime", default="full_adaptive", help="routing regime (default: full_adaptive)")
-    p.add_argument("--detail", default="full", choices=("full", "light", "minimal"), help="recorder detail (default: full)")
+    p.add_argument(
+        "--detail", default="full", choices=("full", "light", "minimal"), help="recorder detail (default: full)"
+    )
     p.add_argument("--steps", type=int, default=100, help="timed steps per variant (default: 100)")
     p.add_argument("--skip", type=int, default=5, help="first steps left out of the medians (default: 5)")
-    p.add_argument("--batch-size", type=int, default=4,
-                   help="sequences per step (default: 4, what aah-viz train uses at the small preset)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=4,
+        help="sequences per step (default: 4, what aah-viz train uses at the small preset)",
+    )
     p.add_argument("--flush-every", type=int, default=50, help="recorder flush cadence in steps (default: 50)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1, steadier timings)")
     p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
@@ -88,8 +97,18 @@ def measure(args, torch) -> dict:
     times = {"recorded": [], "plain": []}
     cpu = {"recorded": [], "plain": []}
     tokens = args.batch_size * cfg.block_size
-    with tmp, RoutingRecorder(models[0], run_dir, args.detail, flush_every=args.flush_every, seed=args.seed,
-                              preset=args.preset, steps=args.steps) as rec:
+    with (
+        tmp,
+        RoutingRecorder(
+            models[0],
+            run_dir,
+            args.detail,
+            flush_every=args.flush_every,
+            seed=args.seed,
+            preset=args.preset,
+            steps=args.steps,
+        ) as rec,
+    ):
         for step in range(args.steps):
             x, y = data_mod.training_batch(splits, step, args.batch_size, seed=args.seed)
             order = (0, 1) if step % 2 == 0 else (1, 0)  # alternate which variant goes first
@@ -113,13 +132,17 @@ def measure(args, torch) -> dict:
         written = _folder_bytes(run_dir)
         writer_cpu = rec.write_cpu_s
         hot_path = rec.hot_path_s
-    rec_t = times["recorded"][args.skip:]
-    plain_t = times["plain"][args.skip:]
+    rec_t = times["recorded"][args.skip :]
+    plain_t = times["plain"][args.skip :]
     med_rec, med_plain = statistics.median(rec_t), statistics.median(plain_t)
     pair_ratios = [a / b for a, b in zip(rec_t, plain_t)]
-    cpu_rec = statistics.median(cpu["recorded"][args.skip:]) + writer_cpu / args.steps
-    cpu_plain = statistics.median(cpu["plain"][args.skip:])
-    upd = [i for i in range(args.skip, args.steps) if i >= cfg.warmup_steps and (i - cfg.warmup_steps) % cfg.control_interval == 0]
+    cpu_rec = statistics.median(cpu["recorded"][args.skip :]) + writer_cpu / args.steps
+    cpu_plain = statistics.median(cpu["plain"][args.skip :])
+    upd = [
+        i
+        for i in range(args.skip, args.steps)
+        if i >= cfg.warmup_steps and (i - cfg.warmup_steps) % cfg.control_interval == 0
+    ]
     return {
         "step_time_ratio": round(med_rec / med_plain, 4),
         "cpu_time_ratio": round(cpu_rec / cpu_plain, 4),

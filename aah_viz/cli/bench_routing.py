@@ -19,7 +19,7 @@ def register(subparsers) -> None:
         help="routing-update time per layer vs that layer's attention forward (JSON)",
         description="Time one AAH-v3 routing update of one layer (features, EMA, clustering, hierarchy, controller, "
         "selection) next to the same layer's attention forward at the small preset, for several head counts. "
-        "Prints {\"rows\": [{\"heads\", \"routing_update_ms\", \"attention_forward_ms\", \"ratio\"}, ...]} "
+        'Prints {"rows": [{"heads", "routing_update_ms", "attention_forward_ms", "ratio"}, ...]} '
         "with medians of interleaved repeats.",
     )
     parser.add_argument("--heads", default="8,16,32,64", help="comma-separated head counts (must divide n_embd=192)")
@@ -68,8 +68,14 @@ def bench_rows(heads: list[int], *, repeats: int, batch: int, regime: str) -> li
                 attn_ms.append((time.perf_counter() - t0) * 1e3)
                 layer.train()
         r, a = statistics.median(route_ms), statistics.median(attn_ms)
-        rows.append({"heads": n_head, "routing_update_ms": round(r, 3), "attention_forward_ms": round(a, 3),
-                     "ratio": round(r / a, 4) if a > 0 else None})
+        rows.append(
+            {
+                "heads": n_head,
+                "routing_update_ms": round(r, 3),
+                "attention_forward_ms": round(a, 3),
+                "ratio": round(r / a, 4) if a > 0 else None,
+            }
+        )
     return rows
 
 
@@ -84,6 +90,17 @@ def run(args) -> int:
     except ValueError as err:
         raise ConfigError(f"--heads: expected comma-separated integers, got {args.heads!r}") from err
     rows = bench_rows(heads, repeats=max(1, args.repeats), batch=max(1, args.batch), regime=args.regime)
-    print(json.dumps({"preset": "small", "regime": args.regime, "batch": args.batch, "threads": args.threads,
-                      "repeats": args.repeats, "rows": rows}, indent=2))
+    print(
+        json.dumps(
+            {
+                "preset": "small",
+                "regime": args.regime,
+                "batch": args.batch,
+                "threads": args.threads,
+                "repeats": args.repeats,
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     return 0

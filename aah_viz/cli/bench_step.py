@@ -31,7 +31,9 @@ def register(subparsers) -> None:
         help="comma-separated candidate windows (default T/8,T/4,T/2,T, the paper's ratios)",
     )
     parser.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed steps per model, after two warm-up steps (default 7)")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="timed steps per model, after two warm-up steps (default 7)"
+    )
     parser.add_argument("--backend", default="banded", help="attention_backend of the AAH model (default banded)")
     parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
     parser.add_argument(
@@ -73,8 +75,18 @@ def _step(model, opt, idx, targets, step: int) -> float:
     return time.perf_counter() - start
 
 
-def run_step_bench(*, preset="small", seq_len=1024, windows=None, batch=2, repeats=7, backend="banded", dropout=None,
-                   seed=0, progress=None) -> dict:
+def run_step_bench(
+    *,
+    preset="small",
+    seq_len=1024,
+    windows=None,
+    batch=2,
+    repeats=7,
+    backend="banded",
+    dropout=None,
+    seed=0,
+    progress=None,
+) -> dict:
     import torch
 
     from aah_viz.errors import ConfigError
@@ -114,9 +126,18 @@ def run_step_bench(*, preset="small", seq_len=1024, windows=None, batch=2, repea
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     return {
         "config": dict(
-            preset=preset, seq_len=seq_len, candidate_windows=list(windows), batch=batch, repeats=repeats,
-            attention_backend=backend, dropout=aah_cfg.dropout, n_layer=aah_cfg.n_layer, n_head=aah_cfg.n_head,
-            n_embd=aah_cfg.n_embd, torch=torch.__version__, threads=torch.get_num_threads(),
+            preset=preset,
+            seq_len=seq_len,
+            candidate_windows=list(windows),
+            batch=batch,
+            repeats=repeats,
+            attention_backend=backend,
+            dropout=aah_cfg.dropout,
+            n_layer=aah_cfg.n_layer,
+            n_head=aah_cfg.n_head,
+            n_embd=aah_cfg.n_embd,
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
         ),
         "executed_windows": executed_list,
         "executed_causal_coverage": causal_coverage(flat, seq_len) if flat else None,
@@ -146,12 +167,21 @@ def run(args) -> int:
             raise ConfigError(f"--windows {args.windows!r}: expected comma-separated integers") from None
     with tqdm(total=args.repeats + 2, desc="bench step", unit="step", file=sys.stderr, disable=None) as bar:
         result = run_step_bench(
-            preset=args.preset, seq_len=args.seq_len, windows=windows, batch=args.batch, repeats=args.repeats,
-            backend=args.backend, dropout=args.dropout, progress=bar,
+            preset=args.preset,
+            seq_len=args.seq_len,
+            windows=windows,
+            batch=args.batch,
+            repeats=args.repeats,
+            backend=args.backend,
+            dropout=args.dropout,
+            progress=bar,
         )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(json.dumps({k: result[k] for k in ("aah_vs_full_step_ratio", "medians_s", "executed_causal_coverage")},
-                         indent=2))
+        print(
+            json.dumps(
+                {k: result[k] for k in ("aah_vs_full_step_ratio", "medians_s", "executed_causal_coverage")}, indent=2
+            )
+        )
     return 0

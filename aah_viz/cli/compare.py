@@ -57,8 +57,24 @@ def run(args: argparse.Namespace) -> int:
     if out.empty:
         print("nothing to compare")
         return 0
-    shown = out[["run", "regime", "seed", "step", "kind", "level", "target", "metric", "value", "chance_mean",
-                 "p_value", "ci_low", "ci_high", "n"]]
+    shown = out[
+        [
+            "run",
+            "regime",
+            "seed",
+            "step",
+            "kind",
+            "level",
+            "target",
+            "metric",
+            "value",
+            "chance_mean",
+            "p_value",
+            "ci_low",
+            "ci_high",
+            "n",
+        ]
+    ]
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(shown.to_string(index=False, float_format=lambda v: "nan" if np.isnan(v) else f"{v:.3f}"))
     return 0

@@ -24,13 +24,24 @@ def app_path() -> Path:
 
 def streamlit_command(logs: Path, port: int, address: str, reference: Path | None) -> list[str]:
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(app_path()),
-        "--server.headless", "true",
-        "--server.address", address,
-        "--server.port", str(port),
-        "--browser.gatherUsageStats", "false",
-        "--server.fileWatcherType", "none",  # serving, not developing: no reload on source edits
-        "--", "--logs", str(logs),
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app_path()),
+        "--server.headless",
+        "true",
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",  # serving, not developing: no reload on source edits
+        "--",
+        "--logs",
+        str(logs),
     ]
     if reference is not None:
         cmd += ["--reference", str(reference)]
@@ -45,7 +56,9 @@ def run(args) -> int:
         raise RunLogError(f"logs root {logs} is not a folder; give --logs DIR, a folder holding run directories")
     reference = Path(args.reference).expanduser().resolve() if args.reference else config.default_reference_dir()
     if args.reference and not reference.is_dir():
-        raise RunLogError(f"reference folder {reference} does not exist; give --reference DIR (the reference's paper/ CSVs)")
+        raise RunLogError(
+            f"reference folder {reference} does not exist; give --reference DIR (the reference's paper/ CSVs)"
+        )
     env = dict(os.environ)
     env[config.LOGS_ENV] = str(logs)
     if reference is not None:
@@ -62,8 +75,22 @@ def register(subparsers) -> None:
         description="Serve the routing dashboard: runs, hierarchy, windows, stability, probes, compare, export. "
         "It only opens runs under the logs root and binds 127.0.0.1 unless told otherwise.",
     )
-    p.add_argument("--logs", metavar="DIR", help="folder holding run directories (default: sample_logs/ of this checkout or the current folder)")
+    p.add_argument(
+        "--logs",
+        metavar="DIR",
+        help="folder holding run directories (default: sample_logs/ of this checkout or the current folder)",
+    )
     p.add_argument("--port", type=int, default=8501, metavar="N", help="TCP port to serve on (default 8501)")
-    p.add_argument("--address", default="127.0.0.1", metavar="A", help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)")
-    p.add_argument("--reference", metavar="DIR", help="folder of the reference's published CSVs for the Compare page (default: ../shared/reference/paper when present)")
+    p.add_argument(
+        "--address",
+        default="127.0.0.1",
+        metavar="A",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)",
+    )
+    p.add_argument(
+        "--reference",
+        metavar="DIR",
+        help="folder of the reference's published CSVs for the Compare page "
+        "(default: ../shared/reference/paper when present)",
+    )
     p.set_defaults(func=run)

@@ -21,23 +21,51 @@ def register(subparsers) -> None:
         "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md.",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a folder holding run directories")
-    parser.add_argument("--table", required=True, choices=TABLE_CHOICES, help="which table to write ('all': every table)")
-    parser.add_argument("--format", default="csv", choices=("csv", "md", "latex"), dest="fmt",
-                        help="csv (full precision), md (Markdown) or latex (booktabs table with caption and label)")
+    parser.add_argument(
+        "--table", required=True, choices=TABLE_CHOICES, help="which table to write ('all': every table)"
+    )
+    parser.add_argument(
+        "--format",
+        default="csv",
+        choices=("csv", "md", "latex"),
+        dest="fmt",
+        help="csv (full precision), md (Markdown) or latex (booktabs table with caption and label)",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
-    parser.add_argument("--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds")
-    parser.add_argument("--baseline", metavar="REGIME",
-                        help="compare every regime with this one: significance tests and the paired difference curve")
-    parser.add_argument("--layout", default="toolkit", choices=("toolkit", "paper"),
-                        help="column names: this toolkit's, or the reference CSVs' (training and inference tables)")
-    parser.add_argument("--allow-mixed", action="store_true",
-                        help="split the table by (sequence length, candidate windows) instead of refusing mixed runs")
-    parser.add_argument("--windows-source", default="final", choices=("final", "inference"),
-                        help="windows table: per layer at the final step, or model-wide from the inference "
-                        "records (the paper's Figure 4)")
-    parser.add_argument("--factorial", action="store_true",
-                        help="also write the factorial view: the effect of each factor where the runs cover it")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and permutation resampling (default 0)")
+    parser.add_argument(
+        "--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REGIME",
+        help="compare every regime with this one: significance tests and the paired difference curve",
+    )
+    parser.add_argument(
+        "--layout",
+        default="toolkit",
+        choices=("toolkit", "paper"),
+        help="column names: this toolkit's, or the reference CSVs' (training and inference tables)",
+    )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="split the table by (sequence length, candidate windows) instead of refusing mixed runs",
+    )
+    parser.add_argument(
+        "--windows-source",
+        default="final",
+        choices=("final", "inference"),
+        help="windows table: per layer at the final step, or model-wide from the inference "
+        "records (the paper's Figure 4)",
+    )
+    parser.add_argument(
+        "--factorial",
+        action="store_true",
+        help="also write the factorial view: the effect of each factor where the runs cover it",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap and permutation resampling (default 0)"
+    )
     parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     parser.set_defaults(func=run)
 
@@ -74,8 +102,11 @@ def run(args: argparse.Namespace) -> int:
         suffix = f"_{T.config_label(cfg)}" if multi else ""
         baseline = args.baseline if any(str(r.regime) == args.baseline for r in members) else None
         if args.baseline and baseline is None:
-            print(f"aah-viz: note: configuration {T.config_label(cfg)} has no {args.baseline} run; "
-                  "no comparisons written for it", file=sys.stderr)
+            print(
+                f"aah-viz: note: configuration {T.config_label(cfg)} has no {args.baseline} run; "
+                "no comparisons written for it",
+                file=sys.stderr,
+            )
         opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline)
         for name in names:
             layout = args.layout if name in ("training", "inference") else "toolkit"
@@ -88,12 +119,26 @@ def run(args: argparse.Namespace) -> int:
                 stem = f"probes_{part}" if part else name
                 written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
         if baseline:
-            written.append(_write(out_dir, f"comparison{suffix}", render(T.comparison_table(members, baseline, seed=args.seed), args.fmt), args.fmt))
+            written.append(
+                _write(
+                    out_dir,
+                    f"comparison{suffix}",
+                    render(T.comparison_table(members, baseline, seed=args.seed), args.fmt),
+                    args.fmt,
+                )
+            )
             for regime in sorted({str(r.regime) for r in members} - {baseline}):
                 curve = T.difference_curve_table(members, regime, baseline, seed=args.seed)
                 written.append(_write(out_dir, f"difference_{regime}{suffix}", render(curve, args.fmt), args.fmt))
         if args.factorial:
-            written.append(_write(out_dir, f"factorial{suffix}", render(T.factorial_table(members, seed=args.seed), args.fmt), args.fmt))
+            written.append(
+                _write(
+                    out_dir,
+                    f"factorial{suffix}",
+                    render(T.factorial_table(members, seed=args.seed), args.fmt),
+                    args.fmt,
+                )
+            )
     for path in written:
         print(path)
     return 0

@@ -16,11 +16,20 @@ def register(subparsers) -> None:
     )
     parser.add_argument("runs", nargs="*", metavar="RUN", help="a run directory, or a folder holding run directories")
     parser.add_argument("--kind", help="figure kind (see --list)")
-    parser.add_argument("--format", dest="fmt", choices=("pdf", "svg", "png"),
-                        help="file format (default: the extension of --out, else pdf)")
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("pdf", "svg", "png"),
+        help="file format (default: the extension of --out, else pdf)",
+    )
     parser.add_argument("--out", metavar="FILE", help="file to write")
-    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
-                        help="an option of the figure kind, e.g. --opt layer=2 --opt step=500 (repeatable)")
+    parser.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the figure kind, e.g. --opt layer=2 --opt step=500 (repeatable)",
+    )
     parser.add_argument("--width", type=int, help="width in pixels (default: the figure's own)")
     parser.add_argument("--height", type=int, help="height in pixels (default: the figure's own)")
     parser.add_argument("--scale", type=float, default=1.0, help="scale factor for PNG resolution (default 1)")
@@ -58,16 +67,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name}  ({text})")
         return 0
     if not args.kind or not args.out or not args.runs:
-        raise AAHVizError("figure needs RUN..., --kind and --out (or --list); e.g. aah-viz figure runs/ --kind window_heatmap --out fig.pdf")
+        raise AAHVizError(
+            "figure needs RUN..., --kind and --out (or --list); e.g. aah-viz figure "
+            "runs/ --kind window_heatmap --out fig.pdf"
+        )
     if args.kind not in FIGURE_KINDS:
         raise AAHVizError(f"unknown figure kind {args.kind!r}; choose one of {', '.join(FIGURE_KINDS)}")
     out = Path(args.out)
-    fmt = args.fmt or (out.suffix.lstrip(".").lower() if out.suffix.lstrip(".").lower() in ("pdf", "svg", "png") else "pdf")
+    fmt = args.fmt or (
+        out.suffix.lstrip(".").lower() if out.suffix.lstrip(".").lower() in ("pdf", "svg", "png") else "pdf"
+    )
     opts = _parse_opts(args.opt)
     known = FIGURE_OPTIONS.get(args.kind, {})
     unknown = sorted(set(opts) - set(known))
     if unknown:
-        raise AAHVizError(f"figure kind {args.kind!r} takes no option(s) {unknown}; it takes {', '.join(known) or 'none'}")
+        raise AAHVizError(
+            f"figure kind {args.kind!r} takes no option(s) {unknown}; it takes {', '.join(known) or 'none'}"
+        )
     from aah_viz.export.static import find_browser, write_figure
     from aah_viz.export.tables import collect_runs
 

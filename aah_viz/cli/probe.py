@@ -25,21 +25,40 @@ def register(subparsers) -> None:
         "--syntax and --coref, the bundled synthetic probe set is used. Inputs are parsed and scored before "
         "anything is written, so bad input leaves the run untouched.",
     )
-    p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
-                   help="a run directory (its newest checkpoint, or --step), a checkpoint .pt file, "
-                   "or a local Hugging Face model folder (needs --out)")
-    p.add_argument("--syntax", metavar="FILE.conllu", default=None,
-                   help="CoNLL-U file with gold dependency trees (default: the bundled synthetic set)")
-    p.add_argument("--coref", metavar="FILE", default=None,
-                   help="coreference file: JSONL (docs/probes.md), GAP TSV or CoNLL-2012 *_conll "
-                   "(default: the bundled synthetic set)")
+    p.add_argument(
+        "target",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a run directory (its newest checkpoint, or --step), a checkpoint .pt file, "
+        "or a local Hugging Face model folder (needs --out)",
+    )
+    p.add_argument(
+        "--syntax",
+        metavar="FILE.conllu",
+        default=None,
+        help="CoNLL-U file with gold dependency trees (default: the bundled synthetic set)",
+    )
+    p.add_argument(
+        "--coref",
+        metavar="FILE",
+        default=None,
+        help="coreference file: JSONL (docs/probes.md), GAP TSV or CoNLL-2012 *_conll "
+        "(default: the bundled synthetic set)",
+    )
     p.add_argument("--step", type=int, default=None, help="probe the checkpoint of this step (default: the newest)")
     p.add_argument("--max-docs", type=int, default=None, metavar="N", help="read at most N documents of each input")
-    p.add_argument("--min-count", type=int, default=100,
-                   help="leave relations rarer than this out of probe_relations (default: 100)")
-    p.add_argument("--out", default=None, metavar="RUN",
-                   help="run directory for the tables when the target has none (a Hugging Face model or a loose "
-                   "checkpoint); created when missing")
+    p.add_argument(
+        "--min-count",
+        type=int,
+        default=100,
+        help="leave relations rarer than this out of probe_relations (default: 100)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="RUN",
+        help="run directory for the tables when the target has none (a Hugging Face model or a loose "
+        "checkpoint); created when missing",
+    )
     p.add_argument("--batch-size", type=int, default=16, help="chunks per forward pass (default: 16)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -78,9 +97,16 @@ def _output_run(target, args, source):
 
     windows = sorted({int(w) for w in source.windows.ravel()} | set(source.candidate_windows))
     manifest = make_manifest(
-        run_id=out.name, regime="external" if target.kind == "hf" else "checkpoint", seed=None,
-        config={"source": str(target.model_path), "kind": target.kind}, windows=windows, seq_len=int(source.max_len),
-        n_layer=int(source.n_layer), n_head=int(source.n_head), max_depth=0, probed_model=str(target.model_path),
+        run_id=out.name,
+        regime="external" if target.kind == "hf" else "checkpoint",
+        seed=None,
+        config={"source": str(target.model_path), "kind": target.kind},
+        windows=windows,
+        seq_len=int(source.max_len),
+        n_layer=int(source.n_layer),
+        n_head=int(source.n_head),
+        max_depth=0,
+        probed_model=str(target.model_path),
     )
     RunWriter.create(out, manifest).close("imported")
     return out
@@ -102,8 +128,11 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     from instrumentation.probe_extract import load_aah_checkpoint, load_hf_model
 
-    source = load_aah_checkpoint(target.model_path, args.device) if target.kind == "aah" else load_hf_model(
-        target.model_path, device=args.device)
+    source = (
+        load_aah_checkpoint(target.model_path, args.device)
+        if target.kind == "aah"
+        else load_hf_model(target.model_path, device=args.device)
+    )
     step = int(target.step if target.step is not None else (source.step or 0))
     windows = None
     if target.run_dir is not None:
@@ -114,8 +143,15 @@ def run(args: argparse.Namespace) -> int:
     if windows is None:
         windows = source.windows
     result = run_probes(
-        source, syntax_docs, coref_docs, step=step, windows=windows, candidate_windows=source.candidate_windows,
-        min_count=args.min_count, progress=not args.no_progress, batch_size=args.batch_size,
+        source,
+        syntax_docs,
+        coref_docs,
+        step=step,
+        windows=windows,
+        candidate_windows=source.candidate_windows,
+        min_count=args.min_count,
+        progress=not args.no_progress,
+        batch_size=args.batch_size,
     )
     run_dir = _output_run(target, args, source)
     written = write_probe_tables(run_dir, result.tables(), step)
@@ -144,15 +180,18 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
         "coref_docs": result.n_coref_docs,
         "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
         "best_coref_head": best_coref,
-        "coref_baselines": {
-            r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"
-        } if coref_all is not None else {},
+        "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}
+        if coref_all is not None
+        else {},
         "segments": [str(p) for p in written],
     }
 
 
 def _print_tables(result, summary) -> None:
-    print(f"probed step {summary['step']}: {summary['syntax_docs']} syntax and {summary['coref_docs']} coreference documents")
+    print(
+        f"probed step {summary['step']}: {summary['syntax_docs']} syntax and "
+        f"{summary['coref_docs']} coreference documents"
+    )
     if len(result.probe_relations):
         print(result.probe_relations.drop(columns=["step"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     else:

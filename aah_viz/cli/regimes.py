@@ -22,9 +22,14 @@ def run(args) -> int:
     from instrumentation.config import PRESETS, regimes_table
 
     rows = regimes_table()
-    presets = [{"name": n, "description": p.description,
-                "values": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.values.items()}}
-               for n, p in PRESETS.items()]
+    presets = [
+        {
+            "name": n,
+            "description": p.description,
+            "values": {k: (list(v) if isinstance(v, tuple) else v) for k, v in p.values.items()},
+        }
+        for n, p in PRESETS.items()
+    ]
     if args.json:
         print(json.dumps({"regimes": rows, "presets": presets}, indent=2))
         return 0

@@ -29,43 +29,88 @@ def register(subparsers) -> None:
         "See docs/training.md.",
     )
     p.add_argument("--preset", choices=PRESETS, default="tiny", help="model size preset (default: tiny)")
-    p.add_argument("--regime", default="full_adaptive",
-                   help="routing regime, e.g. full_adaptive, shallow_freeze, full_attention (aah-viz regimes lists all)")
+    p.add_argument(
+        "--regime",
+        default="full_adaptive",
+        help="routing regime, e.g. full_adaptive, shallow_freeze, full_attention (aah-viz regimes lists all)",
+    )
     p.add_argument("--steps", type=int, default=100, help="number of optimiser steps (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and batch order (default: 0)")
     p.add_argument("--out", required=True, help="run directory to create (or to continue with --resume)")
-    p.add_argument("--data", default="synthetic",
-                   help="'synthetic' (the project's corpus with planted structure, default) or a plain-text file")
+    p.add_argument(
+        "--data",
+        default="synthetic",
+        help="'synthetic' (the project's corpus with planted structure, default) or a plain-text file",
+    )
     p.add_argument("--n-docs", type=int, default=400, help="synthetic documents to generate (default: 400)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic corpus (default: 0)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="sequences per step and rank (default: tiny 2, small 4, paper-1b 1)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="sequences per step and rank (default: tiny 2, small 4, paper-1b 1)",
+    )
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of AdamW (default: 3e-4)")
     p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (default: 0.1)")
-    p.add_argument("--lr-warmup", type=int, default=None,
-                   help="linear learning-rate warm-up steps (default: min(100, steps // 20))")
-    p.add_argument("--eval-interval", type=int, default=None,
-                   help="evaluate every N steps and at the end (default: tiny 10, small 50, paper-1b 200)")
+    p.add_argument(
+        "--lr-warmup",
+        type=int,
+        default=None,
+        help="linear learning-rate warm-up steps (default: min(100, steps // 20))",
+    )
+    p.add_argument(
+        "--eval-interval",
+        type=int,
+        default=None,
+        help="evaluate every N steps and at the end (default: tiny 10, small 50, paper-1b 200)",
+    )
     p.add_argument("--eval-batches", type=int, default=4, help="validation batches per evaluation (default: 4)")
-    p.add_argument("--checkpoint-interval", type=int, default=0,
-                   help="save a checkpoint every N steps (default 0: only at the end)")
-    p.add_argument("--keep-checkpoints", type=int, default=2,
-                   help="newest checkpoints to keep; 0 saves none at all (default: 2)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its newest checkpoint (rows after it are dropped)")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=0,
+        help="save a checkpoint every N steps (default 0: only at the end)",
+    )
+    p.add_argument(
+        "--keep-checkpoints", type=int, default=2, help="newest checkpoints to keep; 0 saves none at all (default: 2)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest checkpoint (rows after it are dropped)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
-    p.add_argument("--detail", choices=DETAILS, default="full",
-                   help="recording detail: full, light (no feature rows or logit vectors), minimal (heads+scalars)")
+    p.add_argument(
+        "--detail",
+        choices=DETAILS,
+        default="full",
+        help="recording detail: full, light (no feature rows or logit vectors), minimal (heads+scalars)",
+    )
     p.add_argument("--flush-every", type=int, default=50, help="write a Parquet segment every N steps (default: 50)")
     p.add_argument("--backend", default=None, help="attention execution backend (default: the config's dense_masked)")
-    p.add_argument("--window", type=int, default=None,
-                   help="window of fixed_window / sliding_window / local_global_layers (tokens)")
-    p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="KEY=VALUE",
-                   help="override a model config key (repeatable), e.g. --set warmup_steps=10")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="window of fixed_window / sliding_window / local_global_layers (tokens)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        type=_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a model config key (repeatable), e.g. --set warmup_steps=10",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--routing-sync", choices=("mean", "off"), default=None,
-                   help="under torchrun: average routing inputs across ranks (mean, default) or not (off)")
+    p.add_argument(
+        "--routing-sync",
+        choices=("mean", "off"),
+        default=None,
+        help="under torchrun: average routing inputs across ranks (mean, default) or not (off)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
     p.set_defaults(func=run)
@@ -78,18 +123,46 @@ def run(args) -> int:
     from instrumentation.train import TrainConfig, train
 
     tc = TrainConfig(
-        preset=args.preset, regime=args.regime, steps=args.steps, seed=args.seed, out=args.out, data=args.data,
-        n_docs=args.n_docs, data_seed=args.data_seed, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, lr_warmup_steps=args.lr_warmup, eval_interval=args.eval_interval,
-        eval_batches=args.eval_batches, checkpoint_interval=args.checkpoint_interval,
-        keep_checkpoints=args.keep_checkpoints, resume=args.resume, overwrite=args.overwrite, detail=args.detail,
-        flush_every=args.flush_every, backend=args.backend, window=args.window, device=args.device,
-        threads=args.threads, routing_sync=args.routing_sync, progress=not args.no_progress,
+        preset=args.preset,
+        regime=args.regime,
+        steps=args.steps,
+        seed=args.seed,
+        out=args.out,
+        data=args.data,
+        n_docs=args.n_docs,
+        data_seed=args.data_seed,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        lr_warmup_steps=args.lr_warmup,
+        eval_interval=args.eval_interval,
+        eval_batches=args.eval_batches,
+        checkpoint_interval=args.checkpoint_interval,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        detail=args.detail,
+        flush_every=args.flush_every,
+        backend=args.backend,
+        window=args.window,
+        device=args.device,
+        threads=args.threads,
+        routing_sync=args.routing_sync,
+        progress=not args.no_progress,
         overrides=dict(args.overrides),
     )
     result = train(tc)
     if args.json:
-        print(json.dumps({"run_dir": str(result.run_dir), "first_step": result.first_step,
-                          "last_step": result.last_step, "final_loss": result.final_loss,
-                          "final_val_loss": result.final_val_loss, "seconds": round(result.seconds, 3)}))
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(result.run_dir),
+                    "first_step": result.first_step,
+                    "last_step": result.last_step,
+                    "final_loss": result.final_loss,
+                    "final_val_loss": result.final_val_loss,
+                    "seconds": round(result.seconds, 3),
+                }
+            )
+        )
     return 0

@@ -45,10 +45,15 @@ def run(args: argparse.Namespace) -> int:
     results = [(path, validate_run(path)) for path in _expand(args.runs)]
     valid = all(not problems for _, problems in results)
     if args.json:
-        print(json.dumps({
-            "valid": valid,
-            "runs": [{"path": str(p), "valid": not probs, "problems": probs} for p, probs in results],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "valid": valid,
+                    "runs": [{"path": str(p), "valid": not probs, "problems": probs} for p, probs in results],
+                },
+                indent=2,
+            )
+        )
     else:
         for path, problems in results:
             if problems:

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 
 class Word(NamedTuple):
     form: str
     start: int
     end: int
-    head: Optional[int] = None  # 1-based index of the head within the sentence; 0 = root; None = no tree
-    deprel: Optional[str] = None
-    upos: Optional[str] = None
+    head: int | None = None  # 1-based index of the head within the sentence; 0 = root; None = no tree
+    deprel: str | None = None
+    upos: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ class Mention(NamedTuple):
     end: int
     words: tuple[int, ...]  # document-level word indices covered by the mention
     head: int  # document-level index of the mention's head word
-    kind: Optional[str] = None  # name, pronoun, np (when known)
-    gender: Optional[str] = None  # m, f, n (when known)
-    number: Optional[str] = None  # sg, pl (when known)
+    kind: str | None = None  # name, pronoun, np (when known)
+    gender: str | None = None  # m, f, n (when known)
+    number: str | None = None  # sg, pl (when known)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class Document:
 @dataclass
 class Corpus:
     documents: list[Document]
-    seed: Optional[int] = None
+    seed: int | None = None
 
     def text_for_training(self, separator: str = "\n") -> str:
         """The documents' texts joined by ``separator`` (the training stream's text)."""

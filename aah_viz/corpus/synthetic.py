@@ -25,7 +25,6 @@ import argparse
 import json
 import random
 from pathlib import Path
-from typing import Optional
 
 from aah_viz.corpus.document import Chain, Corpus, Document, Mention, Sentence, Word
 from aah_viz.corpus.tokenizer import ByteTokenizer
@@ -41,23 +40,77 @@ GROUP_NOUNS = ["farmers", "sailors", "students", "teachers", "soldiers", "worker
 THING_NOUNS = ["car", "boat", "house", "letter", "clock", "lamp", "machine", "garden", "bridge", "bicycle"]
 ROLE_NOUNS = ["doctor", "teacher", "baker", "painter", "farmer", "writer", "pilot", "singer", "lawyer", "nurse"]
 GENERIC_NOUNS = [
-    ("dog", "dogs"), ("cat", "cats"), ("bird", "birds"), ("tree", "trees"), ("river", "rivers"),
-    ("road", "roads"), ("window", "windows"), ("book", "books"), ("table", "tables"), ("apple", "apples"),
-    ("stone", "stones"), ("horse", "horses"), ("flower", "flowers"), ("hill", "hills"), ("door", "doors"),
-    ("box", "boxes"), ("cup", "cups"), ("key", "keys"), ("ship", "ships"), ("field", "fields"),
+    ("dog", "dogs"),
+    ("cat", "cats"),
+    ("bird", "birds"),
+    ("tree", "trees"),
+    ("river", "rivers"),
+    ("road", "roads"),
+    ("window", "windows"),
+    ("book", "books"),
+    ("table", "tables"),
+    ("apple", "apples"),
+    ("stone", "stones"),
+    ("horse", "horses"),
+    ("flower", "flowers"),
+    ("hill", "hills"),
+    ("door", "doors"),
+    ("box", "boxes"),
+    ("cup", "cups"),
+    ("key", "keys"),
+    ("ship", "ships"),
+    ("field", "fields"),
 ]
 ADJECTIVES = [
-    "old", "young", "small", "big", "red", "green", "quiet", "happy", "tall", "dark",
-    "bright", "cold", "warm", "heavy", "strange", "little", "new", "busy", "gentle", "brave",
+    "old",
+    "young",
+    "small",
+    "big",
+    "red",
+    "green",
+    "quiet",
+    "happy",
+    "tall",
+    "dark",
+    "bright",
+    "cold",
+    "warm",
+    "heavy",
+    "strange",
+    "little",
+    "new",
+    "busy",
+    "gentle",
+    "brave",
 ]
 TRANSITIVE = [
-    ("sees", "see"), ("likes", "like"), ("finds", "find"), ("takes", "take"), ("watches", "watch"),
-    ("follows", "follow"), ("helps", "help"), ("paints", "paint"), ("visits", "visit"), ("carries", "carry"),
-    ("calls", "call"), ("opens", "open"), ("moves", "move"), ("cleans", "clean"), ("remembers", "remember"),
+    ("sees", "see"),
+    ("likes", "like"),
+    ("finds", "find"),
+    ("takes", "take"),
+    ("watches", "watch"),
+    ("follows", "follow"),
+    ("helps", "help"),
+    ("paints", "paint"),
+    ("visits", "visit"),
+    ("carries", "carry"),
+    ("calls", "call"),
+    ("opens", "open"),
+    ("moves", "move"),
+    ("cleans", "clean"),
+    ("remembers", "remember"),
 ]
 INTRANSITIVE = [
-    ("sleeps", "sleep"), ("runs", "run"), ("waits", "wait"), ("sings", "sing"), ("smiles", "smile"),
-    ("walks", "walk"), ("works", "work"), ("rests", "rest"), ("laughs", "laugh"), ("arrives", "arrive"),
+    ("sleeps", "sleep"),
+    ("runs", "run"),
+    ("waits", "wait"),
+    ("sings", "sing"),
+    ("smiles", "smile"),
+    ("walks", "walk"),
+    ("works", "work"),
+    ("rests", "rest"),
+    ("laughs", "laugh"),
+    ("arrives", "arrive"),
 ]
 PLACE_PREPS = ["near", "behind", "under", "beside", "across", "over"]
 MOTION_PREPS = ["to", "into", "from", "toward", "past"]
@@ -68,10 +121,17 @@ PRONOUNS = {  # class -> (subject, object, possessive)
     "n": ("it", "it", "its"),
 }
 PRONOUN_FEATURES = {  # lower-cased pronoun -> (gender, number); used by the rule baseline too
-    "he": ("m", "sg"), "him": ("m", "sg"), "his": ("m", "sg"),
-    "she": ("f", "sg"), "her": ("f", "sg"), "hers": ("f", "sg"),
-    "it": ("n", "sg"), "its": ("n", "sg"),
-    "they": (None, "pl"), "them": (None, "pl"), "their": (None, "pl"),
+    "he": ("m", "sg"),
+    "him": ("m", "sg"),
+    "his": ("m", "sg"),
+    "she": ("f", "sg"),
+    "her": ("f", "sg"),
+    "hers": ("f", "sg"),
+    "it": ("n", "sg"),
+    "its": ("n", "sg"),
+    "they": (None, "pl"),
+    "them": (None, "pl"),
+    "their": (None, "pl"),
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +180,7 @@ class _Entity:
         return "pl" if self.cls == "pl" else "sg"
 
     @property
-    def gender(self) -> Optional[str]:
+    def gender(self) -> str | None:
         return self.cls if self.cls in ("m", "f", "n") else None
 
 
@@ -204,23 +264,23 @@ class _DocGenerator:
             b.attach(adj, noun, "amod")
         return noun
 
-    def pick_entity(self, exclude: Optional[_Entity] = None) -> _Entity:
+    def pick_entity(self, exclude: _Entity | None = None) -> _Entity:
         while True:  # rejection keeps the relative weights of the others
             roll = self.rng.random() * self.total_weight
-            for ent, weight in zip(self.entities, self.weights):
+            for ent, weight in zip(self.entities, self.weights):  # noqa: B007 (ent is the pick)
                 roll -= weight
                 if roll <= 0:
                     break
             if ent is not exclude:
                 return ent
 
-    def subject(self, b: _Builder, ent: Optional[_Entity]) -> tuple[int, str]:
+    def subject(self, b: _Builder, ent: _Entity | None) -> tuple[int, str]:
         if ent is not None:
             return self.entity_ref(b, ent, "subj"), ent.number
         number = "pl" if self.rng.random() < 0.4 else "sg"
         return self.generic_np(b, number, allow_modifier=True), number
 
-    def obj(self, b: _Builder, verb: int, subj_ent: Optional[_Entity]) -> None:
+    def obj(self, b: _Builder, verb: int, subj_ent: _Entity | None) -> None:
         rng = self.rng
         roll = rng.random()
         if roll < 0.3 and len(self.entities) > 1:
@@ -428,8 +488,18 @@ def write_conllu(corpus: Corpus | list[Document], path) -> Path:
                 if nxt is not None and nxt.start == word.end:
                     misc += "|SpaceAfter=No"
                 lemma = word.form if word.upos == "PROPN" else word.form.lower()
-                fields = [str(i + 1), word.form, lemma, word.upos or "_", "_", "_",
-                          str(word.head if word.head is not None else "_"), word.deprel or "_", "_", misc]
+                fields = [
+                    str(i + 1),
+                    word.form,
+                    lemma,
+                    word.upos or "_",
+                    "_",
+                    "_",
+                    str(word.head if word.head is not None else "_"),
+                    word.deprel or "_",
+                    "_",
+                    misc,
+                ]
                 lines.append("\t".join(fields))
             lines.append("")
     path = Path(path)
@@ -466,7 +536,9 @@ def write_coref_jsonl(corpus: Corpus | list[Document], path, include_words: bool
     path = Path(path)
     with path.open("w", encoding="utf-8") as out:
         for doc in docs:
-            out.write(json.dumps(document_to_coref_json(doc, include_words), ensure_ascii=False, separators=(",", ":")) + "\n")
+            out.write(
+                json.dumps(document_to_coref_json(doc, include_words), ensure_ascii=False, separators=(",", ":")) + "\n"
+            )
     return path
 
 
@@ -481,11 +553,15 @@ def write_probe_set(folder, n_docs: int = PROBE_SET_DOCS, seed: int = PROBE_SET_
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     corpus = generate_corpus(n_docs, seed)
-    return write_conllu(corpus, folder / PROBE_SET_CONLLU), write_coref_jsonl(corpus, folder / PROBE_SET_COREF, include_words=False)
+    return write_conllu(corpus, folder / PROBE_SET_CONLLU), write_coref_jsonl(
+        corpus, folder / PROBE_SET_COREF, include_words=False
+    )
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aah_viz.corpus", description="Write the synthetic corpus (CoNLL-U trees and coreference JSONL).")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m aah_viz.corpus", description="Write the synthetic corpus (CoNLL-U trees and coreference JSONL)."
+    )
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--docs", type=int, default=PROBE_SET_DOCS, help="number of documents")
     parser.add_argument("--seed", type=int, default=PROBE_SET_SEED, help="corpus seed")
@@ -493,5 +569,3 @@ def main(argv: Optional[list[str]] = None) -> int:
     for path in write_probe_set(args.out, args.docs, args.seed):
         print(path)
     return 0
-
-

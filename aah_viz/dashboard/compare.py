@@ -67,7 +67,9 @@ def render() -> None:
     st.caption("Mean ± sample standard deviation over seeds; n = number of runs.")
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
     summary = providers.regime_summary(ours, metrics + frac_cols)
-    shown = mean_pm(summary, metrics + frac_cols).rename(columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}})
+    shown = mean_pm(summary, metrics + frac_cols).rename(
+        columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
+    )
     st.dataframe(shown, hide_index=True, width="stretch", key="cmp_summary")
 
     reference = None
@@ -83,19 +85,37 @@ def render() -> None:
     qwen_keys = [k for k in ref_keys if k.startswith("qwen")]
     if paper_keys:
         reference = per_run_frame(ref_root, paper_keys, 0)
-    chart(cfig.regime_metric_figure(ours, metrics, reference, "regimes: our runs (mean ± sd) and the published reference"), key="cmp_metrics")
+    chart(
+        cfig.regime_metric_figure(
+            ours, metrics, reference, "regimes: our runs (mean ± sd) and the published reference"
+        ),
+        key="cmp_metrics",
+    )
     buckets = _bucket_rows(ours)
     for wset, ref_b in (_bucket_rows(reference, "reference: ") if reference is not None else {}).items():
         buckets[wset] = pd.concat([buckets[wset], ref_b]) if wset in buckets else ref_b
     for i, (wset, grid) in enumerate(sorted(buckets.items())):
-        chart(wfig.bucket_heatmap_figure(grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"), key=f"cmp_buckets_{i}")
+        chart(
+            wfig.bucket_heatmap_figure(
+                grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"
+            ),
+            key=f"cmp_buckets_{i}",
+        )
 
     st.subheader("The reference's published results")
     if not ref_dir:
-        st.info("No reference folder configured: start the dashboard with `--reference DIR` (the format of the reference's `paper/` folder).")
+        st.info(
+            "No reference folder configured: start the dashboard with `--reference DIR` (the "
+            "format of the reference's `paper/` folder)."
+        )
         return
-    st.caption(f"Imported from `{ref_dir}` (the paper's Tables 1 and 2, window-bucket fractions, Qwen3-4B per-head heatmaps).")
-    for name, title in (("aah_v3_4096_table1_training.csv", "Table 1 (training)"), ("aah_v3_4096_table2_inference.csv", "Table 2 (inference)")):
+    st.caption(
+        f"Imported from `{ref_dir}` (the paper's Tables 1 and 2, window-bucket fractions, Qwen3-4B per-head heatmaps)."
+    )
+    for name, title in (
+        ("aah_v3_4096_table1_training.csv", "Table 1 (training)"),
+        ("aah_v3_4096_table2_inference.csv", "Table 2 (inference)"),
+    ):
         try:
             df = pd.read_csv(f"{ref_dir}/{name}")
         except (OSError, ValueError):
@@ -104,10 +124,15 @@ def render() -> None:
             st.dataframe(df, hide_index=True, width="stretch")
     if qwen_keys:
         labels = {k: k.replace("qwen3-4b-", "").replace("-", "_") for k in qwen_keys}
-        q = st.selectbox("Qwen3-4B per-head heatmap (regime)", qwen_keys, format_func=lambda k: labels[k], key="cmp_qwen")
+        q = st.selectbox(
+            "Qwen3-4B per-head heatmap (regime)", qwen_keys, format_func=lambda k: labels[k], key="cmp_qwen"
+        )
         m = cache.manifest(ref_root, q, 0)
         d = cache.heatmap(ref_root, q, 0, None)
-        chart(wfig.window_heatmap_figure(d["matrix"], m["windows"], f"Qwen3-4B {labels[q]}: window per head (published)"), key="cmp_qwen_fig")
+        chart(
+            wfig.window_heatmap_figure(d["matrix"], m["windows"], f"Qwen3-4B {labels[q]}: window per head (published)"),
+            key="cmp_qwen_fig",
+        )
         finite = d["matrix"][np.isfinite(d["matrix"])]
         if finite.size:
             st.caption(f"Mean window {finite.mean():.0f} tokens over {finite.size} heads.")

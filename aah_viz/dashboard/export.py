@@ -10,8 +10,25 @@ from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
-MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf", "csv": "text/csv", "md": "text/markdown", "latex": "application/x-tex"}
-SINGLE_RUN_KINDS = {"hierarchy", "window_heatmap", "head_timeline", "branch_bars", "stability", "switch_rate", "controller_health", "probe_heatmap", "window_vs_probe"}
+MIME = {
+    "png": "image/png",
+    "svg": "image/svg+xml",
+    "pdf": "application/pdf",
+    "csv": "text/csv",
+    "md": "text/markdown",
+    "latex": "application/x-tex",
+}
+SINGLE_RUN_KINDS = {
+    "hierarchy",
+    "window_heatmap",
+    "head_timeline",
+    "branch_bars",
+    "stability",
+    "switch_rate",
+    "controller_health",
+    "probe_heatmap",
+    "window_vs_probe",
+}
 
 
 @st.cache_data(show_spinner="Building the table ...")
@@ -26,7 +43,13 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     names = providers.table_names()
     c1, c2, c3 = st.columns(3)
     name = c1.selectbox("Table", names, key="exp_table")
-    by = c2.radio("Rows", ["run", "regime"], horizontal=True, key="exp_by", format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime")
+    by = c2.radio(
+        "Rows",
+        ["run", "regime"],
+        horizontal=True,
+        key="exp_by",
+        format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime",
+    )
     fmt = c3.radio("Format", providers.formats(), horizontal=True, key="exp_table_fmt")
     try:
         text, df = table_text(root, keys, token, name, by, fmt)
@@ -81,7 +104,9 @@ def render() -> None:
     if not keys:
         st.info("No readable runs to export: pick runs on the Runs page.")
         return
-    st.caption(f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show.")
+    st.caption(
+        f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show."
+    )
     try:
         _tables(root, keys, token)
     except ImportError as err:

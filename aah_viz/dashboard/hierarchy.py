@@ -10,7 +10,19 @@ from aah_viz.dashboard import cache, state
 from aah_viz.dashboard.common import chart, guarded, layer_picker, step_slider
 from aah_viz.figures.hierarchy import hierarchy_figure
 
-TREE_COLUMNS = ["level", "node", "parent", "members", "final_idx", "raw_idx", "margin", "joint_paired", "joint_delta", "shadow", "origin"]
+TREE_COLUMNS = [
+    "level",
+    "node",
+    "parent",
+    "members",
+    "final_idx",
+    "raw_idx",
+    "margin",
+    "joint_paired",
+    "joint_delta",
+    "shadow",
+    "origin",
+]
 
 
 @guarded
@@ -35,8 +47,10 @@ def render() -> None:
     if summary["shadow"]:
         st.caption("Shadow build: routing was computed but not executed (warm-up or control off).")
     chart(hierarchy_figure(g, m["windows"], f"layer {layer} at step {d['step']}"), key="hier_fig")
-    st.caption("Squares are groups, circles heads; colour = window; a red outline marks groups scored jointly with a sibling. "
-               "Hover a node for its members, controller logits, margin and joint-scorer effect.")
+    st.caption(
+        "Squares are groups, circles heads; colour = window; a red outline marks groups scored jointly with a sibling. "
+        "Hover a node for its members, controller logits, margin and joint-scorer effect."
+    )
     with st.expander("Tree rows"):
         tree = d["tree"]
         st.dataframe(pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]]), hide_index=True, width="stretch")

@@ -48,21 +48,46 @@ def render() -> None:
             chart(pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head"), key="probe_heatmap")
         with right:
             hm = cache.heatmap(root, key, token, None if step != step else int(step))
-            chart(wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"), key="probe_windows")
+            chart(
+                wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"),
+                key="probe_windows",
+            )
         points = cache.probe_points(root, key, token, probe, metric)
         chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
         if "sufficiency" in set(ph["probe"].astype(str)):
             st.subheader("Window sufficiency")
-            st.caption("Share of each head's gold links (dependencies, coreference) longer than its window: structure it cannot see.")
+            st.caption(
+                "Share of each head's gold links (dependencies, coreference) longer than "
+                "its window: structure it cannot see."
+            )
             s_metrics = _metrics(ph, "sufficiency")
             s_metric = st.selectbox("Sufficiency metric", s_metrics, key="probe_suff_metric")
             zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
-            chart(pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"), key="probe_sufficiency")
+            chart(
+                pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
+                key="probe_sufficiency",
+            )
     comp = tables.get("comparisons")
     if comp is not None and not comp.empty:
         st.subheader("Head groups and windows against the probes")
         st.caption("Each score with its chance level (mean under a permutation null) and p-value.")
-        cols = [c for c in ["kind", "level", "target", "metric", "value", "chance_mean", "p_value", "ci_low", "ci_high", "n", "step"] if c in comp]
+        cols = [
+            c
+            for c in [
+                "kind",
+                "level",
+                "target",
+                "metric",
+                "value",
+                "chance_mean",
+                "p_value",
+                "ci_low",
+                "ci_high",
+                "n",
+                "step",
+            ]
+            if c in comp
+        ]
         st.dataframe(comp[cols], hide_index=True, width="stretch", key="probe_comparisons")
     rel = tables.get("probe_relations")
     if rel is not None and not rel.empty:

@@ -53,7 +53,11 @@ def render() -> None:
     current = [k for k in st.session_state.get(state.SELECTED, keys) if k in keys] or keys
     labels = {k: state.label(k) for k in keys}
     chosen = st.multiselect(
-        "Selected runs (shown on the other pages)", keys, default=current, format_func=labels.__getitem__, key="runs_select"
+        "Selected runs (shown on the other pages)",
+        keys,
+        default=current,
+        format_func=labels.__getitem__,
+        key="runs_select",
     )
     state.set_selected(chosen)
     st.caption(f"{len(chosen)} of {len(keys)} runs selected.")

@@ -24,8 +24,10 @@ def render() -> None:
     if opened is None:
         return
     key, root, token, m = opened
-    st.caption("Every routing update compared with the layer's previous one: the level-0 partition (ARI, "
-               "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape.")
+    st.caption(
+        "Every routing update compared with the layer's previous one: the level-0 partition (ARI, "
+        "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape."
+    )
     s = cache.stability(root, key, token)
     if s["updates"].empty:
         st.info("No routing updates recorded (full attention, or routing has not updated yet).")
@@ -38,11 +40,19 @@ def render() -> None:
             chart(sfig.switch_rate_figure(s["heads"], m["n_layer"], m["n_head"]), key="stab_switch")
     st.subheader("Controller health: does routing learn at all?")
     c = cache.controller(root, key, token)
-    chart(sfig.controller_health_figure(c["series"], c["margins"], "controller gradient norm, weight drift and decision margin"), key="stab_ctrl")
+    chart(
+        sfig.controller_health_figure(
+            c["series"], c["margins"], "controller gradient norm, weight drift and decision margin"
+        ),
+        key="stab_ctrl",
+    )
     if not c["series"].empty:
         grad = c["series"][c["series"]["name"] == "controller_grad_norm"]["value"]
         if len(grad) and float(grad.abs().max()) == 0.0:
-            st.warning("The controller's gradient norm is zero at every logged step: no gradient reaches it, so routing does not learn.")
+            st.warning(
+                "The controller's gradient norm is zero at every logged step: no gradient "
+                "reaches it, so routing does not learn."
+            )
 
 
 if __name__ == "__main__":

@@ -104,8 +104,10 @@ def pick_run(where=None) -> str | None:
     """A run picker over the selected runs; the choice is shared by every page."""
     keys = selected_keys()
     if not keys:
-        st.info(f"No readable run under {logs_root()}. Record one with `aah-viz train --out {logs_root()}/NAME` "
-                "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`.")
+        st.info(
+            f"No readable run under {logs_root()}. Record one with `aah-viz train --out {logs_root()}/NAME` "
+            "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
+        )
         return None
     wanted = _from_query() or st.session_state.get(CURRENT)
     if wanted not in keys:

@@ -28,29 +28,50 @@ def render() -> None:
         hm = cache.heatmap(root, key, token, step)
         left, right = st.columns(2)
         with left:
-            chart(wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"), key="win_heatmap")
+            chart(
+                wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"),
+                key="win_heatmap",
+            )
         with right:
             br = cache.branch(root, key, token, step)
-            chart(wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"), key="win_branch")
+            chart(
+                wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"),
+                key="win_branch",
+            )
 
         st.subheader("Head × step timeline")
         layer = layer_picker(m["n_layer"], key="win_layer")
         tl = cache.timeline(root, key, token, layer)
-        chart(wfig.head_timeline_figure(tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"), key="win_timeline")
-        st.caption(f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change).")
+        chart(
+            wfig.head_timeline_figure(
+                tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"
+            ),
+            key="win_timeline",
+        )
+        st.caption(
+            f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change)."
+        )
 
     st.subheader("Coverage over training and regimes side by side")
     keys = tuple(state.selected_keys())
-    chart(wfig.coverage_figure(cache.coverage(root, keys, token), "ACR, causal-pair coverage and realised work (selected runs)"),
-          key="win_coverage")
+    chart(
+        wfig.coverage_figure(
+            cache.coverage(root, keys, token), "ACR, causal-pair coverage and realised work (selected runs)"
+        ),
+        key="win_coverage",
+    )
     cost = cache.cost(root, keys, token)
     if not cost.empty:
-        st.caption("The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; "
-                   "step time and throughput are measured on the machine that trained the run.")
+        st.caption(
+            "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; "
+            "step time and throughput are measured on the machine that trained the run."
+        )
         st.dataframe(cost, hide_index=True)
     table = cache.bucket_table(root, keys, token)
     if not table.empty:
-        chart(wfig.bucket_heatmap_figure(table, "final selected-window distribution (selected runs)"), key="win_buckets")
+        chart(
+            wfig.bucket_heatmap_figure(table, "final selected-window distribution (selected runs)"), key="win_buckets"
+        )
     side = keys[:MAX_SIDE_BY_SIDE]
     if len(side) > 1:
         st.caption(f"Final windows of the first {len(side)} selected runs.")

@@ -141,7 +141,9 @@ def _display_rows(table, *, pm: str) -> list[list[str]]:
 
 def to_csv(table) -> str:
     """Full-precision CSV; uncertainty columns follow each value column when the table has them."""
-    has_unc = table.by == "regime" and table.uncertainty is not None and bool(table.uncertainty.notna().to_numpy().any())
+    has_unc = (
+        table.by == "regime" and table.uncertainty is not None and bool(table.uncertainty.notna().to_numpy().any())
+    )
     header: list[str] = []
     for col in table.df.columns:
         header.append(col)
@@ -224,13 +226,24 @@ def latex_escape(text: str) -> str:
 def to_latex(table) -> str:
     """A booktabs ``table`` environment with caption and label; needs ``\\usepackage{booktabs}``."""
     cols = list(table.df.columns)
-    out = ["% requires \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering", "\\small",
-           f"\\caption{{{latex_escape(table.caption)}}}", f"\\label{{{table.label}}}"]
+    out = [
+        "% requires \\usepackage{booktabs}",
+        "\\begin{table}[t]",
+        "\\centering",
+        "\\small",
+        f"\\caption{{{latex_escape(table.caption)}}}",
+        f"\\label{{{table.label}}}",
+    ]
     if table.is_empty:
         out += [f"\\emph{{{latex_escape(table.empty_message or 'no rows')}}}", "\\end{table}"]
         return "\n".join(out) + "\n"
     spec = "".join("r" if c in table.value_columns else "l" for c in cols)
-    out += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(latex_escape(c) for c in cols) + " \\\\", "\\midrule"]
+    out += [
+        f"\\begin{{tabular}}{{{spec}}}",
+        "\\toprule",
+        " & ".join(latex_escape(c) for c in cols) + " \\\\",
+        "\\midrule",
+    ]
     for i, row in enumerate(_display_rows(table, pm=" ± ")):
         cells = []
         for col, text in zip(cols, row):

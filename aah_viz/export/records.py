@@ -134,12 +134,25 @@ def final_window_fractions(run, windows) -> dict[int, float]:
 def training_record(run, windows) -> dict:
     """Final validation loss/ppl, final ACR and causal coverage, analytic FLOPs ratio estimate,
     median tokens/s, peak memory, window fractions at the final step."""
-    names = ["val_loss", "val_ppl", "acr", "acr_causal", "flops_ratio_est", "tokens_per_s", "peak_mem_mb", "peak_reserved_mb"]
+    names = [
+        "val_loss",
+        "val_ppl",
+        "acr",
+        "acr_causal",
+        "flops_ratio_est",
+        "tokens_per_s",
+        "peak_mem_mb",
+        "peak_reserved_mb",
+    ]
     sc = _model_scalars(run, names)
     val_loss, val_step = _last_with_step(sc, "val_loss")
     # perplexity of the same evaluation as the final loss; exp(loss) when that step logged none
     ppl_rows = sc[(sc["name"] == "val_ppl") & (sc["step"] == val_step) & sc["value"].notna()]
-    val_ppl = float(ppl_rows["value"].iloc[-1]) if len(ppl_rows) else (math.exp(val_loss) if not math.isnan(val_loss) else math.nan)
+    val_ppl = (
+        float(ppl_rows["value"].iloc[-1])
+        if len(ppl_rows)
+        else (math.exp(val_loss) if not math.isnan(val_loss) else math.nan)
+    )
     acr = _last(sc, "acr")
     if math.isnan(acr) and run.regime == "full_attention":
         acr = 1.0  # the baseline attends to everything (method section 11.1)
@@ -273,7 +286,14 @@ def window_records(run, windows) -> list[dict]:
     per_layer = branch[branch["layer"].notna()]
     for layer, part in per_layer.groupby("layer"):
         got = dict(zip(part["window"].astype(int), part["fraction"].astype(float)))
-        rows.append({**ident, "step": int(steps[-1]), "layer": str(int(layer)), **{f"window_frac_{w}": got.get(int(w), 0.0) for w in windows}})
+        rows.append(
+            {
+                **ident,
+                "step": int(steps[-1]),
+                "layer": str(int(layer)),
+                **{f"window_frac_{w}": got.get(int(w), 0.0) for w in windows},
+            }
+        )
     fr = final_window_fractions(run, windows)
     rows.append({**ident, "step": int(steps[-1]), "layer": "all", **{f"window_frac_{w}": fr[int(w)] for w in windows}})
     return rows
@@ -309,8 +329,16 @@ def stability_record(run) -> dict:
 
 
 PROBE_PARTS = {
-    "comparisons": ("comparisons", ["kind", "level", "target", "metric"], ["value", "chance_mean", "p_value", "ci_low", "ci_high", "n"]),
-    "relations": ("probe_relations", ["relation", "best_layer", "best_head", "direction", "baseline_offset"], ["count", "best_acc", "baseline_acc"]),
+    "comparisons": (
+        "comparisons",
+        ["kind", "level", "target", "metric"],
+        ["value", "chance_mean", "p_value", "ci_low", "ci_high", "n"],
+    ),
+    "relations": (
+        "probe_relations",
+        ["relation", "best_layer", "best_head", "direction", "baseline_offset"],
+        ["count", "best_acc", "baseline_acc"],
+    ),
     "coref": ("probe_coref", ["method", "layer", "head", "bucket"], ["correct", "count", "accuracy"]),
     "heads": ("probe_heads", ["probe", "metric", "layer", "head", "window"], ["value"]),
 }
@@ -331,7 +359,15 @@ def probe_records(run, part: str) -> list[dict]:
         rec = {**ident, "step": int(row["step"])}
         for k in keys:
             v = row[k]
-            rec[k] = "" if v is None or (isinstance(v, float) and math.isnan(v)) else (str(int(v)) if isinstance(v, (float, np.floating, np.integer, int)) and not isinstance(v, bool) else str(v))
+            rec[k] = (
+                ""
+                if v is None or (isinstance(v, float) and math.isnan(v))
+                else (
+                    str(int(v))
+                    if isinstance(v, (float, np.floating, np.integer, int)) and not isinstance(v, bool)
+                    else str(v)
+                )
+            )
         for v in values:
             rec[v] = _num(row[v])
         out.append(rec)

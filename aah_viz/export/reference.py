@@ -41,12 +41,37 @@ from aah_viz.runlog.paths import resolve_under
 from aah_viz.schema import STATUS_IMPORTED
 
 TABLE1_COLUMNS = ("method", "context", "seed", "val_loss", "val_ppl", "ACR_train_proxy", "tokens_per_second_train")
-TABLE2_COLUMNS = ("method", "context", "checkpoint_step", "seed", "val_loss", "val_ppl", "ACR", "tokens_per_second_infer")
+TABLE2_COLUMNS = (
+    "method",
+    "context",
+    "checkpoint_step",
+    "seed",
+    "val_loss",
+    "val_ppl",
+    "ACR",
+    "tokens_per_second_infer",
+)
 BUCKET_COLUMNS = ("method", "variant", "context", "seed", "checkpoint_step", "window_size", "fraction")
-RESOLUTION_COLUMNS = ("method", "variant", "context", "seed", "checkpoint_step",
-                      "layer_or_head_index_from_wandb_vector", "mean_window_size_proxy")
-HEATMAP_COLUMNS = ("regime", "layer_id", "head_id", "selected_window_idx", "selected_window_size",
-                   "pre_clamp_window_idx", "final_window_idx", "final_window_size", "ACR")
+RESOLUTION_COLUMNS = (
+    "method",
+    "variant",
+    "context",
+    "seed",
+    "checkpoint_step",
+    "layer_or_head_index_from_wandb_vector",
+    "mean_window_size_proxy",
+)
+HEATMAP_COLUMNS = (
+    "regime",
+    "layer_id",
+    "head_id",
+    "selected_window_idx",
+    "selected_window_size",
+    "pre_clamp_window_idx",
+    "final_window_idx",
+    "final_window_size",
+    "ACR",
+)
 
 METHOD_REGIME = {
     "pure baseline": "full_attention",
@@ -123,11 +148,13 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict]]:
                 if len(values) != len(header):
                     raise InputFormatError(
                         f"{path}, line {lineno}: {len(values)} fields, the header has {len(header)}; "
-                        f"check the quoting of list cells such as \"[2,2,2,2] adaptive\""
+                        f'check the quoting of list cells such as "[2,2,2,2] adaptive"'
                     )
                 rows.append({"__line__": lineno, **dict(zip(header, values))})
     except UnicodeDecodeError as err:
-        raise InputFormatError(f"{path}: not UTF-8 text ({err}); give the CSV files of the reference's paper folder") from None
+        raise InputFormatError(
+            f"{path}: not UTF-8 text ({err}); give the CSV files of the reference's paper folder"
+        ) from None
     except csv.Error as err:
         raise InputFormatError(f"{path}: malformed CSV ({err})") from None
     return header, rows
@@ -233,11 +260,15 @@ def _parse_sources(src_dir: Path):
                 clean = {c: row[c] for c in header}
                 if kind == "table1":
                     if entry.table1 is not None:
-                        raise InputFormatError(f"{path}, line {row['__line__']}: method {name!r} appears twice in Table 1")
+                        raise InputFormatError(
+                            f"{path}, line {row['__line__']}: method {name!r} appears twice in Table 1"
+                        )
                     entry.table1 = clean
                 else:
                     if entry.table2 is not None:
-                        raise InputFormatError(f"{path}, line {row['__line__']}: method {name!r} appears twice in Table 2")
+                        raise InputFormatError(
+                            f"{path}, line {row['__line__']}: method {name!r} appears twice in Table 2"
+                        )
                     entry.table2 = clean
                     entry.checkpoint_step = _int(path, row, "checkpoint_step")
             else:
@@ -256,7 +287,9 @@ def _parse_sources(src_dir: Path):
                     entry.buckets[_int(path, row, "window_size")] = row["fraction"].strip()
                 else:
                     _float(path, row, "mean_window_size_proxy", allow_empty=False)
-                    entry.resolution[_int(path, row, "layer_or_head_index_from_wandb_vector")] = row["mean_window_size_proxy"].strip()
+                    entry.resolution[_int(path, row, "layer_or_head_index_from_wandb_vector")] = row[
+                        "mean_window_size_proxy"
+                    ].strip()
             if path.name not in entry.sources:
                 entry.sources.append(path.name)
     if not recognised:
@@ -279,13 +312,17 @@ def _windows_from_header(row: dict | None) -> list[int]:
 def _paper_windows(entry: _Method) -> list[int]:
     windows = _windows_from_header(entry.table1) or _windows_from_header(entry.table2) or sorted(entry.buckets)
     if not windows:
-        raise InputFormatError(f"method {entry.method!r}: no window_frac_<w> columns or bucket rows say which windows it had")
+        raise InputFormatError(
+            f"method {entry.method!r}: no window_frac_<w> columns or bucket rows say which windows it had"
+        )
     return windows
 
 
 def _paper_run_id(entry: _Method) -> str:
     seq_len = int(entry.context or max(_paper_windows(entry)))
-    return f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (f"-seed{entry.seed}" if entry.seed is not None else "")
+    return f"paper-{seq_len}-{entry.regime.replace('_', '-')}" + (
+        f"-seed{entry.seed}" if entry.seed is not None else ""
+    )
 
 
 def _qwen_run_id(regime: str) -> str:
@@ -305,7 +342,9 @@ def _run_dir(out_dir: Path, run_id: str, overwrite: bool) -> Path:
         except (OSError, json.JSONDecodeError):
             manifest = {}
         if not manifest.get("imported"):
-            raise AAHVizError(f"{path} exists and is not an imported run; refusing to replace it (choose another --out folder)")
+            raise AAHVizError(
+                f"{path} exists and is not an imported run; refusing to replace it (choose another --out folder)"
+            )
     return path
 
 
@@ -328,14 +367,28 @@ def _paper_run(entry: _Method, out_dir: Path, overwrite: bool, training_step: in
     if entry.table2:
         values["inference"] = {c: v for c, v in entry.table2.items() if c != "__line__"}
     detail = _inference_detail(entry, windows, ckpt)  # may add notes: before the manifest is built
-    config = {**PAPER_SHAPE, "seq_len": seq_len, "windows": windows, "regime": entry.regime,
-              "shape_source": "the paper's 4096-token suite (method section 16); not part of the imported files"}
+    config = {
+        **PAPER_SHAPE,
+        "seq_len": seq_len,
+        "windows": windows,
+        "regime": entry.regime,
+        "shape_source": "the paper's 4096-token suite (method section 16); not part of the imported files",
+    }
     manifest = make_manifest(
-        run_id=run_id, regime=entry.regime, seed=seed, config=config, windows=windows, seq_len=seq_len,
-        n_layer=PAPER_SHAPE["n_layer"], n_head=PAPER_SHAPE["n_head"],
-        max_depth=PAPER_MAX_DEPTH.get(entry.regime, 4), preset="paper-1b", steps=max(step, ckpt),
+        run_id=run_id,
+        regime=entry.regime,
+        seed=seed,
+        config=config,
+        windows=windows,
+        seq_len=seq_len,
+        n_layer=PAPER_SHAPE["n_layer"],
+        n_head=PAPER_SHAPE["n_head"],
+        max_depth=PAPER_MAX_DEPTH.get(entry.regime, 4),
+        preset="paper-1b",
+        steps=max(step, ckpt),
         data="published reference numbers",
-        imported=True, sources=list(entry.sources),
+        imported=True,
+        sources=list(entry.sources),
         reference={
             "method": entry.method,
             "grouping": described.get("grouping", ""),
@@ -361,8 +414,15 @@ def _paper_run(entry: _Method, out_dir: Path, overwrite: bool, training_step: in
                 if text:
                     names.append(f"window_frac_{w}")
                     vals.append(float(text))
-            writer.append("scalars", {"step": np.full(len(names), step, dtype=np.int64), "layer": [None] * len(names),
-                                      "name": names, "value": np.asarray(vals, dtype=np.float64)})
+            writer.append(
+                "scalars",
+                {
+                    "step": np.full(len(names), step, dtype=np.int64),
+                    "layer": [None] * len(names),
+                    "name": names,
+                    "value": np.asarray(vals, dtype=np.float64),
+                },
+            )
         if detail is not None:
             writer.event(ckpt, "inference", **detail)
     except Exception:
@@ -389,7 +449,9 @@ def _inference_detail(entry: _Method, windows, ckpt) -> dict | None:
     for w, text in sorted(entry.buckets.items()):
         value = float(text)
         if str(w) in fracs and fracs[str(w)] != value:
-            entry.notes.append(f"window {w}: Table 2 says {fracs[str(w)]!r}, the bucket-fraction file {value!r}; Table 2 kept")
+            entry.notes.append(
+                f"window {w}: Table 2 says {fracs[str(w)]!r}, the bucket-fraction file {value!r}; Table 2 kept"
+            )
         fracs.setdefault(str(w), value)
     if fracs:
         detail["window_frac"] = fracs
@@ -399,11 +461,15 @@ def _inference_detail(entry: _Method, windows, ckpt) -> dict | None:
         try:
             vector = [float(x) for x in json.loads(res)]
         except (json.JSONDecodeError, TypeError, ValueError):
-            raise InputFormatError(f"Table 2, method {entry.method!r}: resolution_per_head_mean_raw is not a list of numbers: {res[:60]!r}") from None
+            raise InputFormatError(
+                f"Table 2, method {entry.method!r}: resolution_per_head_mean_raw is not a list of numbers: {res[:60]!r}"
+            ) from None
     if entry.resolution:
         idx = sorted(entry.resolution)
         if idx != list(range(len(idx))):
-            raise InputFormatError(f"method {entry.method!r}: resolution vector indices {idx} are not 0..{len(idx) - 1}")
+            raise InputFormatError(
+                f"method {entry.method!r}: resolution vector indices {idx} are not 0..{len(idx) - 1}"
+            )
         from_file = [float(entry.resolution[i]) for i in idx]
         if vector is not None and vector != from_file:
             entry.notes.append("the resolution vector of Table 2 and of the long-form file differ; Table 2 kept")
@@ -438,42 +504,86 @@ def _qwen_run(path_csv: Path, rows: list[dict], out_dir: Path, overwrite: bool, 
             )
     n_layer, n_head = int(layer.max()) + 1, int(head.max()) + 1
     if len(rows) != n_layer * n_head or len(set(zip(layer.tolist(), head.tolist()))) != len(rows):
-        raise InputFormatError(f"{path_csv}: expected one row per (layer, head) for {n_layer} x {n_head} heads, got {len(rows)} rows")
+        raise InputFormatError(
+            f"{path_csv}: expected one row per (layer, head) for {n_layer} x {n_head} heads, got {len(rows)} rows"
+        )
     run_id = _qwen_run_id(regime)
     out = _run_dir(out_dir, run_id, overwrite)
-    config = {"model": "Qwen/Qwen3-4B-Base", "n_layer": n_layer, "n_head": n_head, "seq_len": seq_len,
-              "windows": list(QWEN_WINDOWS), "regime": regime,
-              "seq_len_source": "the reference adapts at 1,024 tokens (method section 14); not part of the file"}
+    config = {
+        "model": "Qwen/Qwen3-4B-Base",
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "seq_len": seq_len,
+        "windows": list(QWEN_WINDOWS),
+        "regime": regime,
+        "seq_len_source": "the reference adapts at 1,024 tokens (method section 14); not part of the file",
+    }
     manifest = make_manifest(
-        run_id=run_id, regime=regime, seed=None, config=config, windows=list(QWEN_WINDOWS), seq_len=seq_len,
-        n_layer=n_layer, n_head=n_head, max_depth=0, preset="qwen3-4b", steps=0,
+        run_id=run_id,
+        regime=regime,
+        seed=None,
+        config=config,
+        windows=list(QWEN_WINDOWS),
+        seq_len=seq_len,
+        n_layer=n_layer,
+        n_head=n_head,
+        max_depth=0,
+        preset="qwen3-4b",
+        steps=0,
         data="published reference heatmap (state after the last adaptation forward)",
-        imported=True, sources=[path_csv.name],
-        reference={"method": f"Qwen3-4B {regime}", "grouping": "", "hierarchy": "", "joint_scorer": "",
-                   "values": {}, "notes": [
-                       "per-head state of the last forward only",
-                       "the published per-layer ACR (soft routing, probability-weighted) is the scalar acr_reported; "
-                       "acr and acr_causal are recomputed from the executed windows (method section 11.1)"]},
+        imported=True,
+        sources=[path_csv.name],
+        reference={
+            "method": f"Qwen3-4B {regime}",
+            "grouping": "",
+            "hierarchy": "",
+            "joint_scorer": "",
+            "values": {},
+            "notes": [
+                "per-head state of the last forward only",
+                "the published per-layer ACR (soft routing, probability-weighted) is the scalar acr_reported; "
+                "acr and acr_causal are recomputed from the executed windows (method section 11.1)",
+            ],
+        },
     )
     writer = _writer(out, manifest, overwrite)
     try:
         order = np.lexsort((head, layer))
-        writer.append("heads", {"step": np.zeros(len(rows), dtype=np.int64), "layer": layer[order].astype(np.int16),
-                                "head": head[order].astype(np.int16), "window_idx": idx[order].astype(np.int8),
-                                "window": size[order].astype(np.int32), "raw_idx": raw[order].astype(np.int8)})
+        writer.append(
+            "heads",
+            {
+                "step": np.zeros(len(rows), dtype=np.int64),
+                "layer": layer[order].astype(np.int16),
+                "head": head[order].astype(np.int16),
+                "window_idx": idx[order].astype(np.int8),
+                "window": size[order].astype(np.int32),
+                "raw_idx": raw[order].astype(np.int8),
+            },
+        )
         # The reference's ACR comes from training-mode soft routing (probability-weighted windows), so it
         # is kept as published under acr_reported; acr / acr_causal follow method 11.1 from the executed windows.
         layers = sorted(acr_layer)
         per_layer = {l: size[layer == l] for l in layers}
-        names = (["acr_reported"] * len(layers) + ["acr"] * len(layers) + ["acr_causal"] * len(layers)
-                 + ["acr_reported", "acr", "acr_causal"])
-        values = ([acr_layer[l] for l in layers] + [coverage.acr(per_layer[l], seq_len) for l in layers]
-                  + [coverage.causal_coverage(per_layer[l], seq_len) for l in layers]
-                  + [float(np.mean([acr_layer[l] for l in layers])),
-                     float(np.mean([coverage.acr(per_layer[l], seq_len) for l in layers])),
-                     float(np.mean([coverage.causal_coverage(per_layer[l], seq_len) for l in layers]))])
+        names = (
+            ["acr_reported"] * len(layers)
+            + ["acr"] * len(layers)
+            + ["acr_causal"] * len(layers)
+            + ["acr_reported", "acr", "acr_causal"]
+        )
+        values = (
+            [acr_layer[l] for l in layers]
+            + [coverage.acr(per_layer[l], seq_len) for l in layers]
+            + [coverage.causal_coverage(per_layer[l], seq_len) for l in layers]
+            + [
+                float(np.mean([acr_layer[l] for l in layers])),
+                float(np.mean([coverage.acr(per_layer[l], seq_len) for l in layers])),
+                float(np.mean([coverage.causal_coverage(per_layer[l], seq_len) for l in layers])),
+            ]
+        )
         lay = layers * 3 + [None, None, None]
-        writer.append("scalars", {"step": np.zeros(len(names), dtype=np.int64), "layer": lay, "name": names, "value": values})
+        writer.append(
+            "scalars", {"step": np.zeros(len(names), dtype=np.int64), "layer": lay, "name": names, "value": values}
+        )
         b_step, b_layer, b_win, b_frac = [], [], [], []
         for l in layers:
             w_l = size[layer == l]
@@ -481,7 +591,10 @@ def _qwen_run(path_csv: Path, rows: list[dict], out_dir: Path, overwrite: bool, 
                 share = float(np.mean(w_l == w))
                 if share > 0:
                     b_step.append(0), b_layer.append(l), b_win.append(w), b_frac.append(share)
-        writer.append("branch", {"step": np.asarray(b_step, dtype=np.int64), "layer": b_layer, "window": b_win, "fraction": b_frac})
+        writer.append(
+            "branch",
+            {"step": np.asarray(b_step, dtype=np.int64), "layer": b_layer, "window": b_win, "fraction": b_frac},
+        )
     except Exception:
         writer.close("failed")
         raise
@@ -511,7 +624,7 @@ def import_reference(
     targets = []
     for entry in methods.values():
         targets.append(_paper_run_id(entry))
-    for path_csv, rows in heatmaps:
+    for _path_csv, rows in heatmaps:
         targets.append(_qwen_run_id(_slug(rows[0]["regime"]) if rows else "empty"))
     dupes = sorted({t for t in targets if targets.count(t) > 1})
     if dupes:

@@ -13,8 +13,9 @@ import asyncio
 import concurrent.futures
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aah_viz.errors import AAHVizError, MissingDependencyError
 
@@ -88,13 +89,18 @@ def _run(coro_factory):
 
 
 def figures_bytes(
-    figures: Sequence[tuple[Any, str]], *, width: int | None = None, height: int | None = None,
-    scale: float = 1.0, browser: str | None = None,
+    figures: Sequence[tuple[Any, str]],
+    *,
+    width: int | None = None,
+    height: int | None = None,
+    scale: float = 1.0,
+    browser: str | None = None,
 ) -> list[bytes]:
     """Render several ``(figure, format)`` pairs with one browser session."""
     path = find_browser(browser)
     _kaleido()
     from kaleido import errors as kaleido_errors  # noqa: PLC0415 - optional extra
+
     items = []
     for fig, fmt in figures:
         opts: dict[str, Any] = {"format": _check_format(fmt), "scale": scale}
@@ -111,14 +117,23 @@ def figures_bytes(
         raise MissingDependencyError(
             f"the browser at {path} failed to start ({err}); it may lack system libraries: {INSTALL_HINT}"
         ) from None
-    for (fig, opts), blob in zip(items, data):
-        if not isinstance(blob, (bytes, bytearray)) or not any(bytes(blob).lstrip().startswith(m) for m in MAGIC[opts["format"]]):
+    for (_fig, opts), blob in zip(items, data):
+        if not isinstance(blob, (bytes, bytearray)) or not any(
+            bytes(blob).lstrip().startswith(m) for m in MAGIC[opts["format"]]
+        ):
             raise AAHVizError(f"Kaleido returned no valid {opts['format']} data; re-run, or export to another format")
     return [bytes(b) for b in data]
 
 
-def figure_bytes(fig, fmt: str, *, width: int | None = None, height: int | None = None, scale: float = 1.0,
-                 browser: str | None = None) -> bytes:
+def figure_bytes(
+    fig,
+    fmt: str,
+    *,
+    width: int | None = None,
+    height: int | None = None,
+    scale: float = 1.0,
+    browser: str | None = None,
+) -> bytes:
     """The figure as PNG, SVG or PDF bytes."""
     return figures_bytes([(fig, fmt)], width=width, height=height, scale=scale, browser=browser)[0]
 

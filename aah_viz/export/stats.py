@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -64,7 +64,9 @@ def bootstrap_ci(
     return (float(lo), float(hi))
 
 
-def summarize(values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED) -> Summary:
+def summarize(
+    values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED
+) -> Summary:
     """Summary of the finite values (NaN and None are dropped; n counts what is left)."""
     arr = _finite(values)
     n = int(arr.size)
@@ -78,7 +80,12 @@ def summarize(values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: flo
 
 
 def group_summaries(
-    df: pd.DataFrame, value_columns: Sequence[str], *, by: str = "regime", n_boot: int = DEFAULT_BOOT, seed: int = DEFAULT_SEED
+    df: pd.DataFrame,
+    value_columns: Sequence[str],
+    *,
+    by: str = "regime",
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = DEFAULT_SEED,
 ) -> pd.DataFrame:
     """One row per group with ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` and ``n``.
 
@@ -187,7 +194,9 @@ def paired_permutation_test(
     d = _finite(differences)
     n = int(d.size)
     if n < 2:
-        return TestResult(math.nan, math.nan, math.nan, n, n, "paired sign-flip (not run)", "needs at least 2 shared seeds")
+        return TestResult(
+            math.nan, math.nan, math.nan, n, n, "paired sign-flip (not run)", "needs at least 2 shared seeds"
+        )
     observed = float(d.mean())
     eps = 1e-12 * max(1.0, abs(observed))
     if 2**n <= exact_limit:
@@ -226,7 +235,9 @@ def paired_difference_curve(
     rows = []
     for step, part in diff.groupby(level="step"):
         s = summarize(part.to_numpy(), n_boot=n_boot, seed=seed)
-        rows.append({"step": int(step), "mean_diff": s.mean, "std": s.std, "n": s.n, "ci_low": s.ci_low, "ci_high": s.ci_high})
+        rows.append(
+            {"step": int(step), "mean_diff": s.mean, "std": s.std, "n": s.n, "ci_low": s.ci_low, "ci_high": s.ci_high}
+        )
     return pd.DataFrame(rows, columns=["step", "mean_diff", "std", "n", "ci_low", "ci_high"])
 
 
@@ -305,24 +316,74 @@ FACTOR_LABELS = {
 # (no grouping means no hierarchy to refresh or freeze). "other" collects flags outside the
 # five factors, so that a regime is only ever compared with one equal in everything else.
 REGIME_FACTORS: dict[str, dict] = {
-    "full_attention": {"grouping": None, "hierarchy_refresh": None, "freeze": None, "joint_scoring": None, "window_control": 0},
+    "full_attention": {
+        "grouping": None,
+        "hierarchy_refresh": None,
+        "freeze": None,
+        "joint_scoring": None,
+        "window_control": 0,
+    },
     "grouping_off": {"grouping": 0, "hierarchy_refresh": None, "freeze": None, "joint_scoring": 0, "window_control": 1},
     "full_adaptive": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1},
     "shallow_freeze": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1},
-    "deep_practical_reuse": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 1, "joint_scoring": 1, "window_control": 1},
-    "independent_scoring": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 0, "window_control": 1},
+    "deep_practical_reuse": {
+        "grouping": 1,
+        "hierarchy_refresh": 1,
+        "freeze": 1,
+        "joint_scoring": 1,
+        "window_control": 1,
+    },
+    "independent_scoring": {
+        "grouping": 1,
+        "hierarchy_refresh": 1,
+        "freeze": 0,
+        "joint_scoring": 0,
+        "window_control": 1,
+    },
     "control_off": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 0},
-    "freeze_after_warmup": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1, "other": "passthrough"},
-    "fixed_random": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1, "other": "random_partition"},
-    "no_feature_ema": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1, "other": "no_feature_ema"},
-    "no_parent_constraint": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1, "other": "no_parent_constraint"},
+    "freeze_after_warmup": {
+        "grouping": 1,
+        "hierarchy_refresh": 0,
+        "freeze": 1,
+        "joint_scoring": 1,
+        "window_control": 1,
+        "other": "passthrough",
+    },
+    "fixed_random": {
+        "grouping": 1,
+        "hierarchy_refresh": 0,
+        "freeze": 1,
+        "joint_scoring": 1,
+        "window_control": 1,
+        "other": "random_partition",
+    },
+    "no_feature_ema": {
+        "grouping": 1,
+        "hierarchy_refresh": 1,
+        "freeze": 0,
+        "joint_scoring": 1,
+        "window_control": 1,
+        "other": "no_feature_ema",
+    },
+    "no_parent_constraint": {
+        "grouping": 1,
+        "hierarchy_refresh": 1,
+        "freeze": 0,
+        "joint_scoring": 1,
+        "window_control": 1,
+        "other": "no_parent_constraint",
+    },
 }
 
 
 def regime_factors(regime: str) -> dict | None:
     """The factor levels of a named regime, or None for a regime outside the factorial design."""
     key = str(regime).strip().lower().replace("-", "_").replace(" ", "_")
-    aliases = {"pure_baseline": "full_attention", "fixed_random_grouping": "fixed_random", "full_attn": "full_attention"}
+    aliases = {
+        "pure_baseline": "full_attention",
+        "fixed_random_grouping": "fixed_random",
+        "full_attn": "full_attention",
+    }
     key = aliases.get(key, key)
     found = REGIME_FACTORS.get(key)
     return None if found is None else {"other": "", **found}

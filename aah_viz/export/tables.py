@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,9 @@ def collect_runs(paths: Iterable[str | os.PathLike]) -> list:
         elif p.is_dir():
             found = discover_runs(p)
             if not found:
-                raise RunLogError(f"{p} holds no run directories (no manifest.json below it); give a run or a folder of runs")
+                raise RunLogError(
+                    f"{p} holds no run directories (no manifest.json below it); give a run or a folder of runs"
+                )
         else:
             raise RunLogError(f"{p} does not exist; give a run directory or a folder of runs")
         for run_dir in found:
@@ -232,9 +234,18 @@ def _direction(col: str) -> int:
 # ------------------------------------------------------------------------------ building
 
 
-def build_table(name: str, runs, *, by: str = "run", layout: str = "toolkit", part: str = "comparisons",
-                baseline: str | None = None, source: str = "final", n_boot: int = stats.DEFAULT_BOOT,
-                seed: int = stats.DEFAULT_SEED) -> Table:
+def build_table(
+    name: str,
+    runs,
+    *,
+    by: str = "run",
+    layout: str = "toolkit",
+    part: str = "comparisons",
+    baseline: str | None = None,
+    source: str = "final",
+    n_boot: int = stats.DEFAULT_BOOT,
+    seed: int = stats.DEFAULT_SEED,
+) -> Table:
     """One table over runs that share a configuration (else :class:`MixedConfigError`).
 
     ``name``: training, inference, windows, stability or probes. ``by``: ``run`` (one row per run)
@@ -249,8 +260,9 @@ def build_table(name: str, runs, *, by: str = "run", layout: str = "toolkit", pa
     if not runs:
         raise AAHVizError("no runs to tabulate; give at least one run directory")
     cfg = check_same_config(runs)
-    return _build(name, runs, cfg, by=by, layout=layout, part=part, baseline=baseline, source=source,
-                  n_boot=n_boot, seed=seed)
+    return _build(
+        name, runs, cfg, by=by, layout=layout, part=part, baseline=baseline, source=source, n_boot=n_boot, seed=seed
+    )
 
 
 def build_tables(name: str, runs, *, allow_mixed: bool = False, **opts) -> list[Table]:
@@ -264,7 +276,9 @@ def build_tables(name: str, runs, *, allow_mixed: bool = False, **opts) -> list[
         table = _build(name, members, cfg, **opts)
         if len(groups) > 1:
             table.label = f"{table.label}:{config_label(cfg).lower()}"
-            table.caption = f"{table.caption} Configuration: T = {cfg[0]}, windows {'/'.join(map(str, cfg[1])) or 'none'}."
+            table.caption = (
+                f"{table.caption} Configuration: T = {cfg[0]}, windows {'/'.join(map(str, cfg[1])) or 'none'}."
+            )
         out.append(table)
     return out
 
@@ -303,7 +317,16 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
         extra_keys = {"peak_mem_gib", "peak_reserved_gib", "peak_reserved_mb"}
     elif name == "inference":
         recs = [records.inference_record(r, windows) for r in runs]
-        values = ["val_loss", "val_ppl", "acr", "acr_causal", "flops_ratio_est", "flops_reduction_pct", "tokens_per_s", "elapsed_s"] + wcols
+        values = [
+            "val_loss",
+            "val_ppl",
+            "acr",
+            "acr_causal",
+            "flops_ratio_est",
+            "flops_reduction_pct",
+            "tokens_per_s",
+            "elapsed_s",
+        ] + wcols
         caption = (
             "Inference: validation loss and perplexity, ACR and causal-pair coverage, FLOPs ratio (analytic estimate), "
             "tokens/s and wall time of the evaluation, window-bucket fractions, from each run's last inference "
@@ -315,8 +338,13 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
         for r in runs:
             inf = records.inference_record(r, windows)
             if inf["source"] and any(not math.isnan(inf[c]) for c in wcols):
-                recs.append({**{k: inf[k] for k in ("run", "regime", "method", "seed", "imported", "step")},
-                             "layer": "all", **{c: inf[c] for c in wcols}})
+                recs.append(
+                    {
+                        **{k: inf[k] for k in ("run", "regime", "method", "seed", "imported", "step")},
+                        "layer": "all",
+                        **{c: inf[c] for c in wcols},
+                    }
+                )
         values = list(wcols)
         caption = "Window-bucket fractions at evaluation (each run's inference record, all layers and batches)."
         extra_keys = set()
@@ -328,8 +356,12 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
     elif name == "stability":
         recs = [records.stability_record(r) for r in runs]
         values = [
-            "routing_updates", "partition_agreement_ari", "group_switch_rate", "window_switch_rate",
-            "controller_grad_norm_mean", "controller_grad_norm_final",
+            "routing_updates",
+            "partition_agreement_ari",
+            "group_switch_rate",
+            "window_switch_rate",
+            "controller_grad_norm_mean",
+            "controller_grad_norm_final",
         ]
         caption = (
             "Routing stability: routing updates recorded (layer x update), mean adjusted Rand index of consecutive "
@@ -342,7 +374,8 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
         _, keys, values = records.PROBE_PARTS[part]
         values = list(values)
         caption = {
-            "comparisons": "Learned head groups against probe-derived partitions and window associations, with chance levels "
+            "comparisons": "Learned head groups against probe-derived partitions and "
+            "window associations, with chance levels "
             "(permutation null mean), p-values and 95% intervals.",
             "relations": "Syntactic relations: best head and its accuracy against the best fixed-offset baseline.",
             "coref": "Coreference: accuracy by antecedent distance, heads against baselines.",
@@ -353,8 +386,19 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
     return recs, values, caption, extra_keys
 
 
-def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", baseline=None, source="final",
-           n_boot=stats.DEFAULT_BOOT, seed=stats.DEFAULT_SEED) -> Table:
+def _build(
+    name,
+    runs,
+    cfg,
+    *,
+    by="run",
+    layout="toolkit",
+    part="comparisons",
+    baseline=None,
+    source="final",
+    n_boot=stats.DEFAULT_BOOT,
+    seed=stats.DEFAULT_SEED,
+) -> Table:
     _check_opts(name, by, layout, part)
     if source not in ("final", "inference"):
         raise AAHVizError(f"windows source must be 'final' or 'inference', got {source!r}")
@@ -371,12 +415,23 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
     id_cols = _id_columns(name, by, part)
     if df.empty:
         empty_message = {
-            "probes": f"no run here has a {records.PROBE_PARTS[part][0]} table; run `aah-viz probe` (and `aah-viz compare`) on a run first",
+            "probes": f"no run here has a {records.PROBE_PARTS[part][0]} table; "
+            "run `aah-viz probe` (and `aah-viz compare`) on a run first",
             "windows": "no run here recorded window-bucket fractions (the branch table is empty)",
         }.get(name, "no rows: the runs recorded nothing for this table")
         df = pd.DataFrame(columns=id_cols + values)
-        table = Table(name, df, caption, _label(name, part), [empty_message], id_columns=id_cols, value_columns=values,
-                      by=by, config=config, empty_message=empty_message)
+        table = Table(
+            name,
+            df,
+            caption,
+            _label(name, part),
+            [empty_message],
+            id_columns=id_cols,
+            value_columns=values,
+            by=by,
+            config=config,
+            empty_message=empty_message,
+        )
         table.best = _blank_like(df, False)
         table.uncertainty = _blank_like(df, math.nan)
         return table
@@ -386,24 +441,43 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
     exact_src = _exact_strings(runs, name, df) if by == "run" else None
 
     if by == "regime":
-        group_keys = ["regime"] + (["layer"] if name == "windows" else []) + (list(records.PROBE_PARTS[part][1]) if name == "probes" else [])
+        group_keys = (
+            ["regime"]
+            + (["layer"] if name == "windows" else [])
+            + (list(records.PROBE_PARTS[part][1]) if name == "probes" else [])
+        )
         out, unc, lo, hi = _group(df, group_keys, values + [k for k in extra_keys if k in df], n_boot=n_boot, seed=seed)
         ident = df.groupby(group_keys, sort=False, dropna=False).first().reset_index()
-        keep = [c for c in ("method", "grouping", "hierarchy", "joint_scorer", "seq_len", "checkpoint_step") if c in ident]
+        keep = [
+            c for c in ("method", "grouping", "hierarchy", "joint_scorer", "seq_len", "checkpoint_step") if c in ident
+        ]
         out = out.merge(ident[group_keys + keep], on=group_keys, how="left")
         if any(out["n"] < 2):
-            notes.append(f"{stats.NO_VARIANCE} for regimes with one run: "
-                         + ", ".join(str(r) for r in out.loc[out["n"] < 2, "regime"].unique()))
-        notes.append("Values are means over runs (seeds) of each regime, ± the sample standard deviation; CSV adds 95% "
-                     f"percentile-bootstrap intervals ({n_boot} resamples, seed {seed}).")
+            notes.append(
+                f"{stats.NO_VARIANCE} for regimes with one run: "
+                + ", ".join(str(r) for r in out.loc[out["n"] < 2, "regime"].unique())
+            )
+        notes.append(
+            "Values are means over runs (seeds) of each regime, ± the sample standard deviation; CSV adds 95% "
+            f"percentile-bootstrap intervals ({n_boot} resamples, seed {seed})."
+        )
         df = out
     else:
         unc = lo = hi = None
 
     if layout == "paper":
         df, unc, lo, hi, exact_src, id_cols, values = _paper_layout(name, by, df, unc, lo, hi, exact_src, wcols)
-    table = Table(name, df.reset_index(drop=True), caption, _label(name, part), notes, id_columns=id_cols,
-                  value_columns=[v for v in values if v in df.columns], by=by, config=config)
+    table = Table(
+        name,
+        df.reset_index(drop=True),
+        caption,
+        _label(name, part),
+        notes,
+        id_columns=id_cols,
+        value_columns=[v for v in values if v in df.columns],
+        by=by,
+        config=config,
+    )
     cols = list(table.df.columns)
     table.uncertainty = _align(unc, table.df, cols, math.nan)
     table.ci_low = _align(lo, table.df, cols, math.nan)
@@ -412,8 +486,10 @@ def _build(name, runs, cfg, *, by="run", layout="toolkit", part="comparisons", b
     table.decimals = {c: _decimals(_our_name(c, name)) for c in table.value_columns}
     table.best = _best(table.df, table.value_columns, lambda c: _direction(_our_name(c, name)))
     if name == "inference" and any(r.get("source") == "eval" for r in recs):
-        table.notes.append("Runs without an inference record report their last training-time evaluation; its ACR, "
-                           "coverage and window fractions are those of the routing state at that step.")
+        table.notes.append(
+            "Runs without an inference record report their last training-time evaluation; its ACR, "
+            "coverage and window fractions are those of the routing state at that step."
+        )
     if baseline is not None and name in ("training", "inference"):
         table.notes.extend(_baseline_notes(pd.DataFrame(recs), baseline, n_boot=n_boot, seed=seed))
     table.df = table.df[[c for c in table.df.columns if c in table.id_columns or c in table.value_columns or c == "n"]]
@@ -506,16 +582,22 @@ def _best(df: pd.DataFrame, value_cols, direction) -> pd.DataFrame:
         if d == 0 or vals.notna().sum() < 2:
             continue
         target = vals.min() if d < 0 else vals.max()
-        best[col] = np.isclose(vals.to_numpy(dtype=float), target, rtol=0, atol=abs(target) * 1e-12) & vals.notna().to_numpy()
+        best[col] = (
+            np.isclose(vals.to_numpy(dtype=float), target, rtol=0, atol=abs(target) * 1e-12) & vals.notna().to_numpy()
+        )
     return best
 
 
 def _coverage_notes(df, name, notes):
-    notes.append("FLOPs ratio is the analytic estimate of method section 11.1 (attention share of an analytic budget), "
-                 "not a measured FLOP count.")
+    notes.append(
+        "FLOPs ratio is the analytic estimate of method section 11.1 (attention share of an analytic budget), "
+        "not a measured FLOP count."
+    )
     if name == "training":
-        notes.append("ACR and window fractions are those of the final recorded step; tokens/s is the median over "
-                     "recorded steps; peak memory is the maximum recorded.")
+        notes.append(
+            "ACR and window fractions are those of the final recorded step; tokens/s is the median over "
+            "recorded steps; peak memory is the maximum recorded."
+        )
     imported = df.loc[df["imported"].astype(bool), "run"].tolist() if "imported" in df else []
     if imported:
         notes.append("Imported (published) numbers: " + ", ".join(imported) + ".")
@@ -598,8 +680,17 @@ def val_loss_curves(runs) -> pd.DataFrame:
         sc = run.scalar("val_loss")
         if sc.empty:
             continue
-        parts.append(pd.DataFrame({"regime": run.regime, "seed": run.seed, "run": run.run_id,
-                                   "step": sc["step"].astype("int64"), "val_loss": sc["value"].astype(float)}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "regime": run.regime,
+                    "seed": run.seed,
+                    "run": run.run_id,
+                    "step": sc["step"].astype("int64"),
+                    "val_loss": sc["value"].astype(float),
+                }
+            )
+        )
     if not parts:
         return pd.DataFrame(columns=["regime", "seed", "run", "step", "val_loss"])
     return pd.concat(parts, ignore_index=True)
@@ -612,16 +703,47 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         cmp = stats.compare_to_baseline(finals, baseline, metric=metric, seed=seed)
     except ValueError as err:
         raise AAHVizError(str(err)) from None
-    values = ["n", "n_baseline", "mean", "mean_baseline", "diff", "welch_t", "welch_df", "welch_p", "perm_p",
-              "n_paired", "paired_perm_p"]
+    values = [
+        "n",
+        "n_baseline",
+        "mean",
+        "mean_baseline",
+        "diff",
+        "welch_t",
+        "welch_df",
+        "welch_p",
+        "perm_p",
+        "n_paired",
+        "paired_perm_p",
+    ]
     cmp = cmp.sort_values("regime", key=lambda col: col.map(records.regime_rank), kind="stable").reset_index(drop=True)
     df = cmp[["regime", "baseline"] + values + ["perm_method", "note"]]
-    caption = (f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "
-               "test relabelling runs, and a sign-flip test over the seeds both regimes ran.")
-    t = Table("comparison", df, caption, "tab:aah-comparison", id_columns=["regime", "baseline"],
-              value_columns=values + ["perm_method", "note"], by="regime")
-    t.decimals = {"mean": 4, "mean_baseline": 4, "diff": 4, "welch_t": 3, "welch_df": 1, "welch_p": 4, "perm_p": 4,
-                  "n": 0, "n_baseline": 0, "n_paired": 0, "paired_perm_p": 4}
+    caption = (
+        f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "
+        "test relabelling runs, and a sign-flip test over the seeds both regimes ran."
+    )
+    t = Table(
+        "comparison",
+        df,
+        caption,
+        "tab:aah-comparison",
+        id_columns=["regime", "baseline"],
+        value_columns=values + ["perm_method", "note"],
+        by="regime",
+    )
+    t.decimals = {
+        "mean": 4,
+        "mean_baseline": 4,
+        "diff": 4,
+        "welch_t": 3,
+        "welch_df": 1,
+        "welch_p": 4,
+        "perm_p": 4,
+        "n": 0,
+        "n_baseline": 0,
+        "n_paired": 0,
+        "paired_perm_p": 4,
+    }
     t.best, t.uncertainty = _blank_like(df, False), _blank_like(df, math.nan)
     return t
 
@@ -632,9 +754,16 @@ def factorial_table(runs, *, metric: str = "val_loss", seed: int = stats.DEFAULT
     eff = stats.factorial_effects(finals, metric=metric, seed=seed)
     values = ["covered", "pairs", "effect", "ci_low", "ci_high", "welch_p", "n_on", "n_off", "note"]
     df = eff[["factor"] + values]
-    t = Table("factorial", df, f"Effect of each factor on the final {metric} (factor on minus off), from regime pairs "
-              "that differ in that factor alone.", "tab:aah-factorial", id_columns=["factor"], value_columns=values,
-              by="regime")
+    t = Table(
+        "factorial",
+        df,
+        f"Effect of each factor on the final {metric} (factor on minus off), from regime pairs "
+        "that differ in that factor alone.",
+        "tab:aah-factorial",
+        id_columns=["factor"],
+        value_columns=values,
+        by="regime",
+    )
     t.decimals = {"effect": 4, "ci_low": 4, "ci_high": 4, "welch_p": 4, "n_on": 0, "n_off": 0}
     t.best, t.uncertainty = _blank_like(df, False), _blank_like(df, math.nan)
     uncovered = df.loc[~df["covered"].astype(bool), "factor"].tolist()
@@ -647,9 +776,16 @@ def difference_curve_table(runs, regime: str, baseline: str, *, seed: int = stat
     """Per-step paired difference of validation loss (regime - baseline) over shared seeds."""
     curves = val_loss_curves(runs)
     curve = stats.paired_difference_curve(curves, regime, baseline, seed=seed)
-    t = Table("difference_curve", curve, f"Validation loss of {regime} minus {baseline} per step, paired by seed "
-              "(mean, std, n, 95% bootstrap interval).", "tab:aah-difference", id_columns=["step"],
-              value_columns=["mean_diff", "std", "n", "ci_low", "ci_high"], by="regime")
+    t = Table(
+        "difference_curve",
+        curve,
+        f"Validation loss of {regime} minus {baseline} per step, paired by seed "
+        "(mean, std, n, 95% bootstrap interval).",
+        "tab:aah-difference",
+        id_columns=["step"],
+        value_columns=["mean_diff", "std", "n", "ci_low", "ci_high"],
+        by="regime",
+    )
     t.decimals = {"mean_diff": 4, "std": 4, "n": 0, "ci_low": 4, "ci_high": 4}
     t.best, t.uncertainty = _blank_like(curve, False), _blank_like(curve, math.nan)
     if curve.empty:

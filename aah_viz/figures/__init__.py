@@ -8,14 +8,17 @@ Options per kind are listed in ``FIGURE_OPTIONS``.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import plotly.graph_objects as go
 
 from aah_viz.errors import AAHVizError
 
 FIGURE_OPTIONS: dict[str, dict[str, str]] = {
-    "hierarchy": {"layer": "layer to draw (default 0)", "step": "training step; the nearest routing update is used (default: last)"},
+    "hierarchy": {
+        "layer": "layer to draw (default 0)",
+        "step": "training step; the nearest routing update is used (default: last)",
+    },
     "window_heatmap": {"step": "training step (default: last recorded)"},
     "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
     "branch_bars": {"step": "training step (default: last)"},
@@ -24,8 +27,14 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     "stability": {"max_points": "step bins (default 600)"},
     "switch_rate": {},
     "controller_health": {"max_points": "points per line (default 1000)"},
-    "probe_heatmap": {"probe": "syntax, coref or sufficiency (default syntax)", "metric": "probe metric (default: first logged)"},
-    "window_vs_probe": {"probe": "syntax, coref or sufficiency (default syntax)", "metric": "probe metric (default: first logged)"},
+    "probe_heatmap": {
+        "probe": "syntax, coref or sufficiency (default syntax)",
+        "metric": "probe metric (default: first logged)",
+    },
+    "window_vs_probe": {
+        "probe": "syntax, coref or sufficiency (default syntax)",
+        "metric": "probe metric (default: first logged)",
+    },
     "regime_summary": {"metrics": "comma-separated per-run metrics (default final_loss,final_acr)"},
 }
 
@@ -50,7 +59,9 @@ def build_hierarchy(runs, layer: int = 0, step: int | None = None, **_) -> go.Fi
     run = _first(runs)
     d = data.hierarchy_data(run, int(layer), step)
     if d["step"] is None:
-        return style.empty_figure(f"layer {layer} has no hierarchy rows (grouping off or not yet updated)", _title(run, "hierarchy"))
+        return style.empty_figure(
+            f"layer {layer} has no hierarchy rows (grouping off or not yet updated)", _title(run, "hierarchy")
+        )
     g = tree_graph(d["tree"], run.n_head, run.windows, d["head_windows"])
     return hierarchy.hierarchy_figure(g, run.windows, _title(run, f"hierarchy of layer {layer} at step {d['step']}"))
 
@@ -70,7 +81,9 @@ def build_head_timeline(runs, layer: int = 0, max_columns: int = 400, **_) -> go
 
     run = _first(runs)
     d = data.timeline_data(run, int(layer), int(max_columns))
-    return windows.head_timeline_figure(d["steps"], d["matrix"], run.windows, _title(run, f"windows of layer {layer} over training"))
+    return windows.head_timeline_figure(
+        d["steps"], d["matrix"], run.windows, _title(run, f"windows of layer {layer} over training")
+    )
 
 
 def build_branch_bars(runs, step: int | None = None, **_) -> go.Figure:
@@ -78,7 +91,9 @@ def build_branch_bars(runs, step: int | None = None, **_) -> go.Figure:
 
     run = _first(runs)
     d = data.branch_data(run, step)
-    return windows.branch_bars_figure(d["per_layer"], run.windows, _title(run, f"branch frequencies at step {d['step']}"))
+    return windows.branch_bars_figure(
+        d["per_layer"], run.windows, _title(run, f"branch frequencies at step {d['step']}")
+    )
 
 
 def build_bucket_heatmap(runs, step: int | None = None, **_) -> go.Figure:
@@ -98,14 +113,18 @@ def build_stability(runs, max_points: int = 600, **_) -> go.Figure:
     from aah_viz.figures import data, stability
 
     run = _first(runs)
-    return stability.stability_figure(data.stability_data(run)["updates"], _title(run, "routing stability"), int(max_points))
+    return stability.stability_figure(
+        data.stability_data(run)["updates"], _title(run, "routing stability"), int(max_points)
+    )
 
 
 def build_switch_rate(runs, **_) -> go.Figure:
     from aah_viz.figures import data, stability
 
     run = _first(runs)
-    return stability.switch_rate_figure(data.stability_data(run)["heads"], run.n_layer, run.n_head, _title(run, "window switches per update"))
+    return stability.switch_rate_figure(
+        data.stability_data(run)["heads"], run.n_layer, run.n_head, _title(run, "window switches per update")
+    )
 
 
 def build_controller_health(runs, max_points: int = 1000, **_) -> go.Figure:
@@ -135,7 +154,9 @@ def build_probe_heatmap(runs, probe: str = "syntax", metric: str | None = None, 
     run = _first(runs)
     metric = _probe_metric(run, probe, metric)
     if metric is None:
-        return style.empty_figure(f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes"))
+        return style.empty_figure(
+            f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes")
+        )
     ph = queries.probe_tables(run)["probe_heads"]
     z = probes.probe_matrix(ph, probe, metric, run.n_layer, run.n_head)
     return probes.probe_heatmap_figure(z, probe, metric, _title(run, f"{probe} {metric}"))
@@ -147,8 +168,12 @@ def build_window_vs_probe(runs, probe: str = "syntax", metric: str | None = None
     run = _first(runs)
     metric = _probe_metric(run, probe, metric)
     if metric is None:
-        return style.empty_figure(f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes"))
-    return probes.window_vs_probe_figure(data.probe_points(run, probe, metric), probe, metric, run.windows, _title(run, f"window vs {probe} {metric}"))
+        return style.empty_figure(
+            f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes")
+        )
+    return probes.window_vs_probe_figure(
+        data.probe_points(run, probe, metric), probe, metric, run.windows, _title(run, f"window vs {probe} {metric}")
+    )
 
 
 def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr", **_) -> go.Figure:

@@ -23,7 +23,9 @@ METRIC_TITLES = {
 }
 
 
-def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: pd.DataFrame | None = None, title: str = "") -> go.Figure:
+def regime_metric_figure(
+    per_run: pd.DataFrame, metrics: list[str], reference: pd.DataFrame | None = None, title: str = ""
+) -> go.Figure:
     """One panel per metric: mean ± std over seeds per regime (bars), seeds as points.
 
     ``per_run``: one row per run with ``regime``, ``seed`` and the metric columns.
@@ -33,7 +35,13 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
     metrics = [m for m in metrics if m in per_run.columns]
     n_cols = 2 if len(metrics) > 1 else 1
     n_rows = max(1, -(-len(metrics) // n_cols))
-    fig = make_subplots(rows=n_rows, cols=n_cols, subplot_titles=[SHORT_TITLES.get(m, m) for m in metrics] or [""], vertical_spacing=0.2, horizontal_spacing=0.12)
+    fig = make_subplots(
+        rows=n_rows,
+        cols=n_cols,
+        subplot_titles=[SHORT_TITLES.get(m, m) for m in metrics] or [""],
+        vertical_spacing=0.2,
+        horizontal_spacing=0.12,
+    )
     regimes = sorted(per_run["regime"].dropna().astype(str).unique()) if not per_run.empty else []
     if reference is not None and not reference.empty:
         regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
@@ -61,7 +69,8 @@ def regime_metric_figure(per_run: pd.DataFrame, metrics: list[str], reference: p
                 marker_color="#1f77b4",
                 showlegend=legend("ours"),
                 legendgroup="ours",
-                hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}<br>n = %{customdata:.0f} seeds<extra></extra>",
+                hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}"
+                "<br>n = %{customdata:.0f} seeds<extra></extra>",
             ),
             row=row,
             col=col,

@@ -40,7 +40,9 @@ def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
 def window_heatmap_data(run, step: int | None = None) -> dict:
     steps = queries.recorded_steps(run)
     chosen = _pick_step(steps, step)
-    heads = queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "head", "window"])
+    heads = (
+        queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "head", "window"])
+    )
     matrix = windows.window_matrix(heads, run.n_layer, run.n_head)
     return {"steps": steps, "step": chosen, "matrix": matrix}
 
@@ -51,7 +53,11 @@ def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) 
     ups = queries.update_steps(run)
     prefer = ups.loc[ups["layer"] == layer, "step"].to_numpy() if not ups.empty else None
     sampled = windows.sample_steps(steps, max_columns, prefer=prefer)
-    heads = queries.heads_of_layer(run, layer, steps=sampled) if len(sampled) else pd.DataFrame(columns=["step", "head", "window"])
+    heads = (
+        queries.heads_of_layer(run, layer, steps=sampled)
+        if len(sampled)
+        else pd.DataFrame(columns=["step", "head", "window"])
+    )
     cols, matrix = windows.head_timeline(heads, run.n_head)
     return {"layer": layer, "steps": cols, "matrix": matrix, "recorded": len(steps)}
 
@@ -114,15 +120,17 @@ def cost_table(runs) -> pd.DataFrame:
             continue
         last = s.sort_values("step").groupby("name")["value"].last()
         median = s.groupby("name")["value"].median()
-        rows.append({
-            "run": run_label(run),
-            "ACR": last.get("acr"),
-            "causal-pair coverage": last.get("acr_causal"),
-            "realised work": last.get("realised_work"),
-            "FLOPs ratio (analytic estimate)": last.get("flops_ratio_est"),
-            "step time, median (s, measured)": median.get("step_time_s"),
-            "tokens/s, median (measured)": median.get("tokens_per_s"),
-        })
+        rows.append(
+            {
+                "run": run_label(run),
+                "ACR": last.get("acr"),
+                "causal-pair coverage": last.get("acr_causal"),
+                "realised work": last.get("realised_work"),
+                "FLOPs ratio (analytic estimate)": last.get("flops_ratio_est"),
+                "step time, median (s, measured)": median.get("step_time_s"),
+                "tokens/s, median (measured)": median.get("tokens_per_s"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -156,7 +164,11 @@ def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
     model_wide = s[s["layer"].isna()]
     if model_wide.empty and not s.empty:  # per-layer values only: show their mean over layers
         model_wide = s.groupby(["step", "name"], as_index=False)["value"].mean()
-    series = windows.binned_series(model_wide, "step", "value", max_points=max_points, by="name") if not model_wide.empty else pd.DataFrame(columns=["name", "step", "value"])
+    series = (
+        windows.binned_series(model_wide, "step", "value", max_points=max_points, by="name")
+        if not model_wide.empty
+        else pd.DataFrame(columns=["name", "step", "value"])
+    )
     t = queries.tree_stats(run, columns=("step", "margin", "shadow"))
     if not t.empty:
         t = t[~t["shadow"].fillna(False).astype(bool)]

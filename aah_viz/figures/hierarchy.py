@@ -25,7 +25,10 @@ def _hover(d: dict, windows: list[int]) -> str:
     w = d.get("window")
     raw = d.get("raw_idx")
     raw_w = windows[int(raw)] if raw is not None and 0 <= int(raw) < len(windows) else None
-    lines.append(f"window: {w if w is not None else '?'} tokens" + (f" (raw argmax {raw_w}; parent-clamped)" if raw_w is not None and raw_w != w else ""))
+    lines.append(
+        f"window: {w if w is not None else '?'} tokens"
+        + (f" (raw argmax {raw_w}; parent-clamped)" if raw_w is not None and raw_w != w else "")
+    )
     if d.get("logits"):
         lines.append(f"logits: {_fmt_list(d['logits'])}")
     if d.get("base_logits"):
@@ -51,7 +54,11 @@ def hierarchy_figure(g: nx.DiGraph, windows: list[int], title: str = "") -> go.F
     for u, v in sorted(g.edges, key=lambda e: (pos[e[0]], pos[e[1]])):
         ex += [pos[u][0], pos[v][0], None]
         ey += [pos[u][1], pos[v][1], None]
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#999", width=1), hoverinfo="skip", showlegend=False, name="edges"))
+    fig.add_trace(
+        go.Scatter(
+            x=ex, y=ey, mode="lines", line=dict(color="#999", width=1), hoverinfo="skip", showlegend=False, name="edges"
+        )
+    )
     nodes = sorted(g.nodes, key=lambda n: (pos[n][1], pos[n][0]))
     buckets: dict = {}
     for n in nodes:
@@ -68,9 +75,17 @@ def hierarchy_figure(g: nx.DiGraph, windows: list[int], title: str = "") -> go.F
                     size=[12 if g.nodes[n]["kind"] == "head" else 20 for n in ns],
                     color=colors.get(w, "#cccccc"),
                     symbol=["circle" if g.nodes[n]["kind"] == "head" else "square" for n in ns],
-                    line=dict(color=["#d62728" if g.nodes[n].get("joint_paired") else "#333" for n in ns], width=[3 if g.nodes[n].get("joint_paired") else 1 for n in ns]),
+                    line=dict(
+                        color=["#d62728" if g.nodes[n].get("joint_paired") else "#333" for n in ns],
+                        width=[3 if g.nodes[n].get("joint_paired") else 1 for n in ns],
+                    ),
                 ),
-                text=[f"h{g.nodes[n]['head']}" if g.nodes[n]["kind"] == "head" else f"L{g.nodes[n]['level']}.{g.nodes[n]['node']}" for n in ns],
+                text=[
+                    f"h{g.nodes[n]['head']}"
+                    if g.nodes[n]["kind"] == "head"
+                    else f"L{g.nodes[n]['level']}.{g.nodes[n]['node']}"
+                    for n in ns
+                ],
                 textposition="bottom center",
                 hovertext=[_hover(g.nodes[n], windows) for n in ns],
                 hoverinfo="text",

@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-_DTYPES = {"i1": np.int8, "u1": np.uint8, "i2": np.int16, "u2": np.uint16, "i4": np.int32, "u4": np.uint32, "f4": np.float32, "f8": np.float64}
+_DTYPES = {
+    "i1": np.int8,
+    "u1": np.uint8,
+    "i2": np.int16,
+    "u2": np.uint16,
+    "i4": np.int32,
+    "u4": np.uint32,
+    "f4": np.float32,
+    "f8": np.float64,
+}
 
 
 def _is_typed(obj: Any) -> bool:

@@ -54,7 +54,9 @@ def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str
     return style.base_layout(fig, title or f"{probe}: {metric} per head", height=max(320, 22 * n_layer + 140))
 
 
-def window_vs_probe_figure(points: pd.DataFrame, probe: str, metric: str, windows: list[int], title: str = "") -> go.Figure:
+def window_vs_probe_figure(
+    points: pd.DataFrame, probe: str, metric: str, windows: list[int], title: str = ""
+) -> go.Figure:
     """One point per head: its window (x, log scale) against its probe score (y), jittered in x."""
     colors = style.window_colors(windows)
     fig = go.Figure()
@@ -68,8 +70,11 @@ def window_vs_probe_figure(points: pd.DataFrame, probe: str, metric: str, window
                 y=points["value"].to_numpy(dtype=np.float64),
                 mode="markers",
                 marker=dict(color=[colors.get(int(v), "#888") for v in w], size=8, line=dict(color="#333", width=0.5)),
-                customdata=np.stack([points["layer"].to_numpy(dtype=np.float64), points["head"].to_numpy(dtype=np.float64), w], axis=1),
-                hovertemplate="layer %{customdata[0]:.0f}, head %{customdata[1]:.0f}<br>window %{customdata[2]:.0f} tokens<br>score %{y:.3f}<extra></extra>",
+                customdata=np.stack(
+                    [points["layer"].to_numpy(dtype=np.float64), points["head"].to_numpy(dtype=np.float64), w], axis=1
+                ),
+                hovertemplate="layer %{customdata[0]:.0f}, head %{customdata[1]:.0f}"
+                "<br>window %{customdata[2]:.0f} tokens<br>score %{y:.3f}<extra></extra>",
                 name="heads",
             )
         )

@@ -14,7 +14,9 @@ def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
     """Per step bin: mean/min ARI, mean switch shares, and layers with a topology change."""
     u = updates.dropna(subset=["window_switch_share"]).copy()  # ARI is NaN without grouping; windows still switch
     if u.empty:
-        return pd.DataFrame(columns=["step", "ari_mean", "ari_min", "group_switch_share", "window_switch_share", "topology_changes"])
+        return pd.DataFrame(
+            columns=["step", "ari_mean", "ari_min", "group_switch_share", "window_switch_share", "topology_changes"]
+        )
     steps = np.unique(u["step"].to_numpy())
     if len(steps) > max_points:
         edges = np.linspace(steps[0], steps[-1], max_points + 1)
@@ -31,7 +33,10 @@ def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
             "group_switch_share": g["group_switch_share"].mean(),
             "window_switch_share": g["window_switch_share"].mean(),
             # a layer counts once per bin however many of its updates changed topology
-            "topology_changes": u[u["topology_changed"] > 0].groupby("bin")["layer"].nunique().reindex(g.size().index, fill_value=0),
+            "topology_changes": u[u["topology_changed"] > 0]
+            .groupby("bin")["layer"]
+            .nunique()
+            .reindex(g.size().index, fill_value=0),
         }
     ).reset_index(drop=True)
 
@@ -51,11 +56,56 @@ def stability_figure(updates: pd.DataFrame, title: str = "", max_points: int = 6
         ),
     )
     x = b["step"].to_numpy(dtype=np.float64)
-    fig.add_trace(go.Scatter(x=x, y=b["ari_mean"].to_numpy(dtype=np.float64), name="ARI mean", mode="lines", line=dict(color="#1f77b4")), row=1, col=1)
-    fig.add_trace(go.Scatter(x=x, y=b["ari_min"].to_numpy(dtype=np.float64), name="ARI min", mode="lines", line=dict(color="#1f77b4", dash="dot")), row=1, col=1)
-    fig.add_trace(go.Scatter(x=x, y=b["group_switch_share"].to_numpy(dtype=np.float64), name="switching group", mode="lines", line=dict(color="#2ca02c")), row=2, col=1)
-    fig.add_trace(go.Scatter(x=x, y=b["window_switch_share"].to_numpy(dtype=np.float64), name="switching window", mode="lines", line=dict(color="#d62728")), row=2, col=1)
-    fig.add_trace(go.Bar(x=x, y=b["topology_changes"].to_numpy(dtype=np.float64), name="layers changing topology", marker_color="#9467bd"), row=3, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=x, y=b["ari_mean"].to_numpy(dtype=np.float64), name="ARI mean", mode="lines", line=dict(color="#1f77b4")
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=b["ari_min"].to_numpy(dtype=np.float64),
+            name="ARI min",
+            mode="lines",
+            line=dict(color="#1f77b4", dash="dot"),
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=b["group_switch_share"].to_numpy(dtype=np.float64),
+            name="switching group",
+            mode="lines",
+            line=dict(color="#2ca02c"),
+        ),
+        row=2,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=b["window_switch_share"].to_numpy(dtype=np.float64),
+            name="switching window",
+            mode="lines",
+            line=dict(color="#d62728"),
+        ),
+        row=2,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=b["topology_changes"].to_numpy(dtype=np.float64),
+            name="layers changing topology",
+            marker_color="#9467bd",
+        ),
+        row=3,
+        col=1,
+    )
     fig.update_yaxes(title=style.ARI, range=[-0.55, 1.05], row=1, col=1, title_font=dict(size=11))
     fig.update_yaxes(title="heads switching (heads / H)", range=[0, 1.02], row=2, col=1, title_font=dict(size=11))
     fig.update_yaxes(title=style.TOPOLOGY, row=3, col=1, title_font=dict(size=11))
@@ -82,7 +132,8 @@ def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: st
             zmin=0,
             zmax=max(float(np.nanmax(z)) if np.isfinite(z).any() else 1.0, 1e-6),
             colorbar=dict(title=dict(text="switches / update")),
-            hovertemplate="layer %{y}, head %{x}<br>switch rate %{z:.3f}<br>mean dwell %{customdata:.0f} steps<extra></extra>",
+            hovertemplate="layer %{y}, head %{x}<br>switch rate %{z:.3f}"
+            "<br>mean dwell %{customdata:.0f} steps<extra></extra>",
             xgap=1,
             ygap=1,
         )
@@ -102,21 +153,44 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
     titles = ["controller gradient norm", "controller weight drift", "decision margin"][:rows]
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=titles)
     for r, (name, ytitle, color) in enumerate(
-        (("controller_grad_norm", style.GRAD_NORM, "#ff7f0e"), ("controller_weight_drift", style.WEIGHT_DRIFT, "#8c564b")), start=1
+        (
+            ("controller_grad_norm", style.GRAD_NORM, "#ff7f0e"),
+            ("controller_weight_drift", style.WEIGHT_DRIFT, "#8c564b"),
+        ),
+        start=1,
     ):
         part = series[series["name"] == name] if not series.empty else series
         if not part.empty:
             fig.add_trace(
-                go.Scatter(x=part["step"].to_numpy(dtype=np.float64), y=part["value"].to_numpy(dtype=np.float64), mode="lines", name=name, line=dict(color=color)),
+                go.Scatter(
+                    x=part["step"].to_numpy(dtype=np.float64),
+                    y=part["value"].to_numpy(dtype=np.float64),
+                    mode="lines",
+                    name=name,
+                    line=dict(color=color),
+                ),
                 row=r,
                 col=1,
             )
         else:
-            fig.add_annotation(text=f"no {name} logged", showarrow=False, xref=f"x{r if r > 1 else ''} domain", yref=f"y{r if r > 1 else ''} domain", x=0.5, y=0.5)
+            fig.add_annotation(
+                text=f"no {name} logged",
+                showarrow=False,
+                xref=f"x{r if r > 1 else ''} domain",
+                yref=f"y{r if r > 1 else ''} domain",
+                x=0.5,
+                y=0.5,
+            )
         fig.update_yaxes(title=ytitle, row=r, col=1, title_font=dict(size=11))
     if rows == 3:
         fig.add_trace(
-            go.Scatter(x=margins["step"].to_numpy(dtype=np.float64), y=margins["margin"].to_numpy(dtype=np.float64), mode="lines", name="mean margin", line=dict(color="#17becf")),
+            go.Scatter(
+                x=margins["step"].to_numpy(dtype=np.float64),
+                y=margins["margin"].to_numpy(dtype=np.float64),
+                mode="lines",
+                name="mean margin",
+                line=dict(color="#17becf"),
+            ),
             row=3,
             col=1,
         )

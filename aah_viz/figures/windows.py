@@ -11,7 +11,9 @@ from aah_viz.figures import style
 
 
 def _window_colorbar(windows: list[int]) -> dict:
-    return dict(title=dict(text=style.WINDOW), tickvals=[float(np.log2(w)) for w in windows], ticktext=[str(w) for w in windows])
+    return dict(
+        title=dict(text=style.WINDOW), tickvals=[float(np.log2(w)) for w in windows], ticktext=[str(w) for w in windows]
+    )
 
 
 def window_heatmap_figure(matrix: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
@@ -85,8 +87,11 @@ def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str =
     return style.base_layout(fig, title, height=420)
 
 
-COVERAGE_PANELS = (("acr", "ACR", style.ACR), ("acr_causal", "causal-pair coverage", style.COVERAGE),
-                   ("realised_work", "realised work", style.REALISED))
+COVERAGE_PANELS = (
+    ("acr", "ACR", style.ACR),
+    ("acr_causal", "causal-pair coverage", style.COVERAGE),
+    ("realised_work", "realised work", style.REALISED),
+)
 
 
 def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
@@ -98,10 +103,22 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
     value (already binned).
     """
     # stacked, sharing the step axis: three full-width panels keep their long axis titles readable
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS],
-                        vertical_spacing=0.08)
+    fig = make_subplots(
+        rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], vertical_spacing=0.08
+    )
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"]
+    palette = [
+        "#1f77b4",
+        "#d62728",
+        "#2ca02c",
+        "#9467bd",
+        "#8c564b",
+        "#e377c2",
+        "#7f7f7f",
+        "#bcbd22",
+        "#17becf",
+        "#ff7f0e",
+    ]
     for i, label in enumerate(labels):
         color = palette[i % len(palette)]
         for row, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):

@@ -59,6 +59,9 @@ def scores(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         homogeneity = np.where(h_a == 0, 1.0, mi / np.where(h_a == 0, 1, h_a))
         completeness = np.where(h_b == 0, 1.0, mi / np.where(h_b == 0, 1, h_b))
-        v = np.where(homogeneity + completeness == 0, 0.0,
-                     2 * homogeneity * completeness / np.where(homogeneity + completeness == 0, 1, homogeneity + completeness))
+        v = np.where(
+            homogeneity + completeness == 0,
+            0.0,
+            2 * homogeneity * completeness / np.where(homogeneity + completeness == 0, 1, homogeneity + completeness),
+        )
     return {"ari": ari, "nmi": nmi, "v_measure": v}

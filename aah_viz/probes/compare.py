@@ -20,10 +20,9 @@ bootstrap interval over heads and a two-sided permutation p-value.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import pandas as pd
+
 from aah_viz.probes.agreement import scores as batched_scores
 
 METRIC_NAMES = ("ari", "nmi", "v_measure")
@@ -71,7 +70,11 @@ def head_profiles(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.nd
     """(n_layer*n_head, features): syntax ``REL:DIR`` and coreference ``acc:BUCKET`` metrics,
     missing values filled with the feature's mean, constant features dropped, standardised."""
     rows = probe_heads[
-        ((probe_heads["probe"] == "syntax") & probe_heads["metric"].str.contains(":") & ~probe_heads["metric"].str.startswith("all:"))
+        (
+            (probe_heads["probe"] == "syntax")
+            & probe_heads["metric"].str.contains(":")
+            & ~probe_heads["metric"].str.startswith("all:")
+        )
         | ((probe_heads["probe"] == "coref") & probe_heads["metric"].str.startswith("acc:"))
     ]
     if rows.empty:
@@ -91,7 +94,7 @@ def head_profiles(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.nd
     return (x - x.mean(axis=0)) / std if x.shape[1] else x
 
 
-def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> Optional[np.ndarray]:
+def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarray | None:
     rows = probe_heads[probe_heads["probe"] == "attention_js"]
     if rows.empty:
         return None
@@ -108,7 +111,9 @@ def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> Optional[
     return np.maximum(m, 0.0)
 
 
-def probe_clusters(probe_heads: pd.DataFrame, n_layer: int, n_head: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+def probe_clusters(
+    probe_heads: pd.DataFrame, n_layer: int, n_head: int, k: int, seed: int = 0
+) -> dict[str, np.ndarray]:
     """Cluster labels over all heads per method (methods without data are left out)."""
     from sklearn.cluster import AgglomerativeClustering, KMeans
 
@@ -136,7 +141,9 @@ def layerwise_agreement(aah: np.ndarray, target: np.ndarray, metric) -> float:
     return float(np.mean([metric(a, t) for a, t in zip(aah, target)]))
 
 
-def agreement_with_null(aah: np.ndarray, target: np.ndarray, permutations: int = 200, seed: int = 0) -> dict[str, tuple]:
+def agreement_with_null(
+    aah: np.ndarray, target: np.ndarray, permutations: int = 200, seed: int = 0
+) -> dict[str, tuple]:
     """metric -> (observed, chance mean, p-value), AAH labels shuffled within each layer.
 
     Observed values come from scikit-learn; the null's scores from the batched equivalents in
@@ -191,7 +198,7 @@ def spearman_with_uncertainty(x, y, n_boot: int = 1000, permutations: int = 1000
     boot = _spearman_rows(x[idx], y[idx])
     boot = boot[np.isfinite(boot)]
     alpha = (1 - level) / 2
-    lo, hi = (np.quantile(boot, [alpha, 1 - alpha]) if len(boot) else (np.nan, np.nan))
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha]) if len(boot) else (np.nan, np.nan)
     return (rho, float(null.mean()) if len(null) else np.nan, p, float(lo), float(hi), n)
 
 
@@ -199,7 +206,7 @@ def spearman_with_uncertainty(x, y, n_boot: int = 1000, permutations: int = 1000
 # one run
 
 
-def group_labels(heads_at_step: pd.DataFrame, level: int, n_layer: int, n_head: int) -> Optional[np.ndarray]:
+def group_labels(heads_at_step: pd.DataFrame, level: int, n_layer: int, n_head: int) -> np.ndarray | None:
     col = f"group_l{level}"
     if col not in heads_at_step or heads_at_step[col].isna().all():
         return None
@@ -209,8 +216,14 @@ def group_labels(heads_at_step: pd.DataFrame, level: int, n_layer: int, n_head: 
     return labels
 
 
-def compare_run(run, step: Optional[int] = None, level: Optional[int] = None, permutations: int = 200,
-                n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+def compare_run(
+    run,
+    step: int | None = None,
+    level: int | None = None,
+    permutations: int = 200,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """The comparisons table of one run (an opened ``aah_viz.runlog.Run``) at a probed step."""
     from aah_viz.errors import RunLogError
 
@@ -243,16 +256,43 @@ def compare_run(run, step: Optional[int] = None, level: Optional[int] = None, pe
                 clusters = clusters.reshape(n_layer, n_head)[present]
                 result = agreement_with_null(labels[present], clusters, permutations, seed)
                 for metric, (value, chance, p) in result.items():
-                    rows.append({"step": step, "kind": "partition_agreement", "level": lv, "target": target,
-                                 "metric": metric, "value": value, "chance_mean": chance, "p_value": p,
-                                 "ci_low": np.nan, "ci_high": np.nan, "n": int(present.sum()) * n_head})
+                    rows.append(
+                        {
+                            "step": step,
+                            "kind": "partition_agreement",
+                            "level": lv,
+                            "target": target,
+                            "metric": metric,
+                            "value": value,
+                            "chance_mean": chance,
+                            "p_value": p,
+                            "ci_low": np.nan,
+                            "ci_high": np.nan,
+                            "n": int(present.sum()) * n_head,
+                        }
+                    )
     for target, (probe, metric) in ASSOCIATION_SCORES.items():
         sel = probe_heads[(probe_heads["probe"] == probe) & (probe_heads["metric"] == metric)]
         if sel.empty:
             continue
-        rho, chance, p, lo, hi, n = spearman_with_uncertainty(sel["window"], sel["value"], n_boot, permutations * 5, seed)
-        rows.append({"step": step, "kind": "window_association", "level": None, "target": target, "metric": "spearman",
-                     "value": rho, "chance_mean": chance, "p_value": p, "ci_low": lo, "ci_high": hi, "n": n})
+        rho, chance, p, lo, hi, n = spearman_with_uncertainty(
+            sel["window"], sel["value"], n_boot, permutations * 5, seed
+        )
+        rows.append(
+            {
+                "step": step,
+                "kind": "window_association",
+                "level": None,
+                "target": target,
+                "metric": "spearman",
+                "value": rho,
+                "chance_mean": chance,
+                "p_value": p,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n": n,
+            }
+        )
     table = pd.DataFrame(rows, columns=COLUMNS)
     table["level"] = table["level"].astype("Int64")
     table["n"] = table["n"].astype("Int64")

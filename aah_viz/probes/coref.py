@@ -15,7 +15,7 @@ else the nearest), any other mention takes the nearest with the same head word (
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -63,11 +63,11 @@ def bucket_edges(windows: Sequence[int] = ()) -> list[int]:
     return sorted(set(BASE_EDGES) | {int(w) for w in windows if int(w) > 0})
 
 
-def bucket_label(lo: int, hi: Optional[int]) -> str:
+def bucket_label(lo: int, hi: int | None) -> str:
     return f"{lo}+" if hi is None else f"{lo}-{hi}"
 
 
-def bucket_ranges(edges: Sequence[int]) -> list[tuple[int, Optional[int]]]:
+def bucket_ranges(edges: Sequence[int]) -> list[tuple[int, int | None]]:
     """(lo, hi) inclusive; the last bucket is open (hi None)."""
     return [(lo, (edges[i + 1] - 1) if i + 1 < len(edges) else None) for i, lo in enumerate(edges)]
 
@@ -79,7 +79,7 @@ def _agrees(query: Mention, other: Mention) -> bool:
     return True
 
 
-def baseline_choices(doc: Document) -> dict[int, dict[str, Optional[int]]]:
+def baseline_choices(doc: Document) -> dict[int, dict[str, int | None]]:
     """mention index -> baseline name -> chosen earlier mention index (None: no earlier mention)."""
     mentions = flat_mentions(doc)
     words = doc.words
@@ -170,8 +170,17 @@ class CorefScorer:
             correct = self.head_correct[flat]
 
             def row(metric, value):
-                rows.append({"step": step, "layer": layer, "head": head, "probe": "coref", "metric": metric,
-                             "value": float(value), "window": window})
+                rows.append(
+                    {
+                        "step": step,
+                        "layer": layer,
+                        "head": head,
+                        "probe": "coref",
+                        "metric": metric,
+                        "value": float(value),
+                        "window": window,
+                    }
+                )
 
             row("count", total)
             row("accuracy", correct.sum() / total if total else np.nan)
@@ -185,7 +194,15 @@ class CorefScorer:
 
 def _row(step, layer, head, method, bucket, lo, hi, correct, count, window):
     return {
-        "step": step, "layer": layer, "head": head, "method": method, "bucket": bucket,
-        "bucket_lo": lo, "bucket_hi": hi, "correct": correct, "count": count,
-        "accuracy": correct / count if count else np.nan, "window": window,
+        "step": step,
+        "layer": layer,
+        "head": head,
+        "method": method,
+        "bucket": bucket,
+        "bucket_lo": lo,
+        "bucket_hi": hi,
+        "correct": correct,
+        "count": count,
+        "accuracy": correct / count if count else np.nan,
+        "window": window,
     }

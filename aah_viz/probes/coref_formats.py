@@ -18,8 +18,8 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
 from aah_viz.corpus.synthetic import PRONOUN_FEATURES
@@ -53,7 +53,7 @@ def _span(obj: dict, where: str, n_chars: int, start_key: str = "start", end_key
     return start, end
 
 
-def _words_of(text: str, spans: Optional[list[tuple[int, int]]]) -> list[Word]:
+def _words_of(text: str, spans: list[tuple[int, int]] | None) -> list[Word]:
     if spans is None:
         spans = [(m.start(), m.end()) for m in WORD_RE.finditer(text)]
     return [Word(text[s:e], s, e) for s, e in spans]
@@ -83,7 +83,10 @@ def document_from_json(item: object, where: str) -> Document:
     if item.get("words") is not None:
         if not isinstance(item["words"], list):
             raise InputFormatError(f"{where}: 'words' must be a list of {{start, end}}")
-        spans = [_span(w, f"{where}: word {i}", len(text)) if isinstance(w, dict) else None for i, w in enumerate(item["words"])]
+        spans = [
+            _span(w, f"{where}: word {i}", len(text)) if isinstance(w, dict) else None
+            for i, w in enumerate(item["words"])
+        ]
         if None in spans:
             raise InputFormatError(f"{where}: every word must be an object with start and end")
         if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
@@ -113,9 +116,15 @@ def document_from_json(item: object, where: str) -> Document:
                 head = covered[-1]
             forms = [words[i].form for i in covered]
             kind = m.get("kind") or _infer_kind(forms)
-            features = PRONOUN_FEATURES.get(words[head].form.lower(), (None, None)) if kind == "pronoun" else (None, None)
+            features = (
+                PRONOUN_FEATURES.get(words[head].form.lower(), (None, None)) if kind == "pronoun" else (None, None)
+            )
             gender, number = m.get("gender", features[0]), m.get("number", features[1])
-            for key, value, allowed in (("kind", kind, KINDS), ("gender", gender, GENDERS), ("number", number, NUMBERS)):
+            for key, value, allowed in (
+                ("kind", kind, KINDS),
+                ("gender", gender, GENDERS),
+                ("number", number, NUMBERS),
+            ):
                 if value is not None and value not in allowed:
                     raise InputFormatError(f"{m_where}: {key} {value!r} is not one of {list(allowed)}")
             mentions.append(Mention(start, end, tuple(covered), head, kind, gender, number))
@@ -136,7 +145,9 @@ def read_coref_jsonl(path, max_docs: int | None = None) -> list[Document]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as err:
-            raise InputFormatError(f"{where}: not JSON ({err.msg} at column {err.colno}); expected one document per line") from None
+            raise InputFormatError(
+                f"{where}: not JSON ({err.msg} at column {err.colno}); expected one document per line"
+            ) from None
         docs.append(document_from_json(item, where))
         if max_docs is not None and len(docs) >= max_docs:
             break
@@ -172,7 +183,9 @@ def read_gap(path) -> list[dict]:
     reader = csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     rows = list(reader)
     if [c.strip() for c in rows[0]] != GAP_COLUMNS:
-        raise InputFormatError(f"{path}:1: expected the GAP header {', '.join(GAP_COLUMNS)} (tab-separated), got {rows[0][:11]}")
+        raise InputFormatError(
+            f"{path}:1: expected the GAP header {', '.join(GAP_COLUMNS)} (tab-separated), got {rows[0][:11]}"
+        )
     items = []
     for number, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
@@ -192,20 +205,26 @@ def read_gap(path) -> list[dict]:
             if body[offset : offset + len(surface)] != surface:
                 raise InputFormatError(
                     f"{where}: {col} {surface!r} is not at character {offset} of Text "
-                    f"(found {body[offset:offset + len(surface)]!r})"
+                    f"(found {body[offset : offset + len(surface)]!r})"
                 )
             mentions[role] = {"start": offset, "end": offset + len(surface), "role": role}
         mentions["pronoun"]["kind"] = "pronoun"
         a_coref, b_coref = _gap_bool(rec["A-coref"], f"{where} A-coref"), _gap_bool(rec["B-coref"], f"{where} B-coref")
         if a_coref and b_coref:
-            raise InputFormatError(f"{where}: A-coref and B-coref are both TRUE; GAP links the pronoun to one name at most")
+            raise InputFormatError(
+                f"{where}: A-coref and B-coref are both TRUE; GAP links the pronoun to one name at most"
+            )
         chains = []
         if a_coref:
-            chains.append({"id": "A", "mentions": sorted([mentions["A"], mentions["pronoun"]], key=lambda m: m["start"])})
+            chains.append(
+                {"id": "A", "mentions": sorted([mentions["A"], mentions["pronoun"]], key=lambda m: m["start"])}
+            )
             chains.append({"id": "B", "mentions": [mentions["B"]]})
         elif b_coref:
             chains.append({"id": "A", "mentions": [mentions["A"]]})
-            chains.append({"id": "B", "mentions": sorted([mentions["B"], mentions["pronoun"]], key=lambda m: m["start"])})
+            chains.append(
+                {"id": "B", "mentions": sorted([mentions["B"], mentions["pronoun"]], key=lambda m: m["start"])}
+            )
         else:
             chains.append({"id": "A", "mentions": [mentions["A"]]})
             chains.append({"id": "B", "mentions": [mentions["B"]]})
@@ -278,7 +297,15 @@ def read_conll2012(path) -> list[dict]:
             if match is None:
                 raise InputFormatError(f"{where}: cannot read the '#begin document (name); part NNN' line")
             part = match["part"] or "0"
-            current = {"name": match["name"], "part": part, "words": [], "sent": 0, "open": {}, "mentions": {}, "extra": []}
+            current = {
+                "name": match["name"],
+                "part": part,
+                "words": [],
+                "sent": 0,
+                "open": {},
+                "mentions": {},
+                "extra": [],
+            }
             continue
         if line.startswith("#end document"):
             if current is None:
@@ -293,7 +320,9 @@ def read_conll2012(path) -> list[dict]:
             continue
         if current is None:
             if line:
-                raise InputFormatError(f"{where}: a token line outside '#begin document' ... '#end document' (is this a *_conll file?)")
+                raise InputFormatError(
+                    f"{where}: a token line outside '#begin document' ... '#end document' (is this a *_conll file?)"
+                )
             continue
         if not line:
             if current["words"] and current["words"][-1][1] == current["sent"]:
@@ -401,7 +430,7 @@ def sniff_coref_format(path) -> str:
     if head.startswith("#begin document"):
         return "conll2012"
     raise InputFormatError(
-        f"{path}:1: not a known coreference format; give JSONL (one {{\"id\", \"text\", \"chains\"}} per line), "
+        f'{path}:1: not a known coreference format; give JSONL (one {{"id", "text", "chains"}} per line), '
         f"a GAP TSV (header ID, Text, Pronoun, ...) or a CoNLL-2012 *_conll file"
     )
 

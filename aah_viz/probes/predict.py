@@ -13,7 +13,6 @@ The attention source is any object with (duck-typed, so this module needs no tor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -85,8 +84,8 @@ def _argmax_or_none(values: np.ndarray, axis: int) -> np.ndarray:
 def predict_document(
     doc: Document,
     source,
-    queries: Optional[list[CorefQuery]] = None,
-    js: Optional[JSAccumulator] = None,
+    queries: list[CorefQuery] | None = None,
+    js: JSAccumulator | None = None,
     batch_size: int = 16,
     need_syntax: bool = True,
 ) -> DocPredictions:
@@ -142,7 +141,9 @@ def predict_document(
                 best_val[:, present] = np.where(better, col_val, best_val[:, present])
                 best_row[:, present] = np.where(better, col_row, best_row[:, present])
             if queries:
-                in_chunk = np.nonzero((last_tok[query_heads] >= chunk.score_lo) & (last_tok[query_heads] < chunk.score_hi))[0]
+                in_chunk = np.nonzero(
+                    (last_tok[query_heads] >= chunk.score_lo) & (last_tok[query_heads] < chunk.score_hi)
+                )[0]
                 for qi in in_chunk:
                     q = queries[qi]
                     cand_local = to_local[q.candidates]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,11 @@ class ProbeResult:
     n_coref_docs: int
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"probe_heads": self.probe_heads, "probe_relations": self.probe_relations, "probe_coref": self.probe_coref}
+        return {
+            "probe_heads": self.probe_heads,
+            "probe_relations": self.probe_relations,
+            "probe_coref": self.probe_coref,
+        }
 
 
 def js_rows(step: int, js: np.ndarray, n_head: int, windows: np.ndarray) -> list[dict]:
@@ -37,8 +41,17 @@ def js_rows(step: int, js: np.ndarray, n_head: int, windows: np.ndarray) -> list
         li, hi = divmod(i, n_head)
         for j in range(n):
             lj, hj = divmod(j, n_head)
-            rows.append({"step": step, "layer": li, "head": hi, "probe": "attention_js", "metric": f"js:{lj}:{hj}",
-                         "value": float(js[i, j]), "window": int(windows[li, hi])})
+            rows.append(
+                {
+                    "step": step,
+                    "layer": li,
+                    "head": hi,
+                    "probe": "attention_js",
+                    "metric": f"js:{lj}:{hj}",
+                    "value": float(js[i, j]),
+                    "window": int(windows[li, hi]),
+                }
+            )
     return rows
 
 
@@ -48,7 +61,7 @@ def run_probes(
     coref_docs: Sequence[Document] = (),
     *,
     step: int = 0,
-    windows: Optional[np.ndarray] = None,
+    windows: np.ndarray | None = None,
     candidate_windows: Sequence[int] = (),
     min_count: int = DEFAULT_MIN_COUNT,
     progress: bool = False,
@@ -93,8 +106,14 @@ def run_probes(
             if shared:
                 coref.add(cor_doc, preds)
         if cor_doc is not None and not shared:
-            preds = predict_document(cor_doc, source, queries=coref_queries(cor_doc), batch_size=batch_size,
-                                     js=js if syn_doc is None else None, need_syntax=False)
+            preds = predict_document(
+                cor_doc,
+                source,
+                queries=coref_queries(cor_doc),
+                batch_size=batch_size,
+                js=js if syn_doc is None else None,
+                need_syntax=False,
+            )
             coref.add(cor_doc, preds)
         if bar is not None:
             bar.update(1)

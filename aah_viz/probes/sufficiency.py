@@ -23,7 +23,9 @@ def dependency_lengths(doc, alignment) -> np.ndarray:
     return np.abs(a[ok] - b[ok])
 
 
-def sufficiency_rows(step: int, windows: np.ndarray, syntax_lengths: np.ndarray, coref_lengths: np.ndarray) -> list[dict]:
+def sufficiency_rows(
+    step: int, windows: np.ndarray, syntax_lengths: np.ndarray, coref_lengths: np.ndarray
+) -> list[dict]:
     """probe_heads rows (probe ``sufficiency``): ``syntax_beyond``, ``coref_beyond``, ``all_beyond``
     (shares of links of length >= window) and the link counts ``syntax_links``, ``coref_links``."""
     syntax_lengths = np.asarray(syntax_lengths, dtype=np.int64)
@@ -42,6 +44,15 @@ def sufficiency_rows(step: int, windows: np.ndarray, syntax_lengths: np.ndarray,
                 "coref_links": len(coref_lengths),
             }
             for metric, value in values.items():
-                rows.append({"step": step, "layer": layer, "head": head, "probe": "sufficiency",
-                             "metric": metric, "value": float(value), "window": w})
+                rows.append(
+                    {
+                        "step": step,
+                        "layer": layer,
+                        "head": head,
+                        "probe": "sufficiency",
+                        "metric": metric,
+                        "value": float(value),
+                        "window": w,
+                    }
+                )
     return rows

@@ -129,8 +129,20 @@ class SyntaxScorer:
                     "baseline_acc": float(base_acc[best_k]),
                 }
             )
-        return pd.DataFrame(rows, columns=["step", "relation", "count", "best_layer", "best_head", "direction",
-                                           "best_acc", "baseline_offset", "baseline_acc"])
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "step",
+                "relation",
+                "count",
+                "best_layer",
+                "best_head",
+                "direction",
+                "best_acc",
+                "baseline_offset",
+                "baseline_acc",
+            ],
+        )
 
     def head_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """probe_heads rows: ``REL:DIRECTION`` per included relation, ``all:DIRECTION`` over every
@@ -145,7 +157,16 @@ class SyntaxScorer:
             layer, head = divmod(flat, self.n_head)
 
             def row(metric, value):
-                rows.append({"step": step, "layer": layer, "head": head, "probe": "syntax", "metric": metric, "value": float(value)})
+                rows.append(
+                    {
+                        "step": step,
+                        "layer": layer,
+                        "head": head,
+                        "probe": "syntax",
+                        "metric": metric,
+                        "value": float(value),
+                    }
+                )
 
             best = []
             for rel in included:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -22,8 +21,8 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
 class ProbeTarget:
     kind: str  # "aah" or "hf"
     model_path: Path  # the checkpoint file or the Hugging Face folder
-    run_dir: Optional[Path]  # where the probe tables go (None: --out needed)
-    step: Optional[int]  # the checkpoint's step (from its name), None for Hugging Face
+    run_dir: Path | None  # where the probe tables go (None: --out needed)
+    step: int | None  # the checkpoint's step (from its name), None for Hugging Face
 
 
 def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
@@ -34,10 +33,12 @@ def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def resolve_target(text: str, step: Optional[int] = None) -> ProbeTarget:
+def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
     path = Path(text)
     if not path.exists():
-        raise RunLogError(f"{path} does not exist; give a run directory, a checkpoint (.pt) or a Hugging Face model folder")
+        raise RunLogError(
+            f"{path} does not exist; give a run directory, a checkpoint (.pt) or a Hugging Face model folder"
+        )
     if path.is_dir() and (path / MANIFEST).is_file():
         found = checkpoints_of(path)
         if not found:
@@ -60,11 +61,12 @@ def resolve_target(text: str, step: Optional[int] = None) -> ProbeTarget:
     if path.is_dir() and (path / "config.json").is_file():
         return ProbeTarget("hf", path, None, None)
     raise RunLogError(
-        f"{path} is neither a run directory (manifest.json), a checkpoint (.pt) nor a Hugging Face model folder (config.json)"
+        f"{path} is neither a run directory (manifest.json), a checkpoint (.pt) nor a "
+        "Hugging Face model folder (config.json)"
     )
 
 
-def windows_from_heads(heads, step: int, n_layer: int, n_head: int) -> Optional[np.ndarray]:
+def windows_from_heads(heads, step: int, n_layer: int, n_head: int) -> np.ndarray | None:
     """(n_layer, n_head) windows from a run's ``heads`` table at ``step`` (or the latest step before it)."""
     if heads is None or len(heads) == 0:
         return None

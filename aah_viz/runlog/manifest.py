@@ -69,7 +69,11 @@ def software_versions() -> dict[str, str]:
 
 
 def host_info() -> dict[str, str]:
-    return {"platform": platform.platform(), "machine": platform.machine(), "python_impl": platform.python_implementation()}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python_impl": platform.python_implementation(),
+    }
 
 
 def _backend_field(backend: Any) -> dict | None:
@@ -81,7 +85,9 @@ def _backend_field(backend: Any) -> dict | None:
         out = {"requested": None, "resolved": None, "fallback_reason": None}
         out.update(backend)
         return out
-    raise RunLogError(f"manifest field 'backend' must be a name or a dict with requested/resolved/fallback_reason, got {backend!r}")
+    raise RunLogError(
+        f"manifest field 'backend' must be a name or a dict with requested/resolved/fallback_reason, got {backend!r}"
+    )
 
 
 def _positive_int(name: str, value: Any, allow_zero: bool = False) -> int:
@@ -125,7 +131,9 @@ def make_manifest(
     if not isinstance(run_id, str) or not run_id:
         raise RunLogError(f"manifest field 'run_id' must be a non-empty string, got {run_id!r}")
     if not isinstance(config, dict):
-        raise RunLogError(f"manifest field 'config' must be a dict (the full model config), got {type(config).__name__}")
+        raise RunLogError(
+            f"manifest field 'config' must be a dict (the full model config), got {type(config).__name__}"
+        )
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,

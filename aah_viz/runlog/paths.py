@@ -28,9 +28,7 @@ def manifest_path(run_dir: str | os.PathLike) -> Path:
 def check_table_name(name: str) -> str:
     """Table names become folder names: lower-case identifiers only, nothing path-like."""
     if not isinstance(name, str) or not TABLE_NAME_RE.match(name):
-        raise RunLogError(
-            f"invalid table name {name!r}: use a lower-case identifier such as 'heads' or 'probe_heads'"
-        )
+        raise RunLogError(f"invalid table name {name!r}: use a lower-case identifier such as 'heads' or 'probe_heads'")
     return name
 
 
@@ -173,8 +171,7 @@ def resolve_under(root: str | os.PathLike, user_path: str | os.PathLike) -> Path
     resolved = (root_resolved / candidate).resolve()
     if not _is_within(resolved, root_resolved):
         raise UnsafePathError(
-            f"path {text!r} leaves {root_resolved} (through '..' or a symbolic link); "
-            f"give a path inside that folder"
+            f"path {text!r} leaves {root_resolved} (through '..' or a symbolic link); give a path inside that folder"
         )
     return resolved
 

@@ -9,8 +9,9 @@ skipped with a warning naming the file; it never stops the others from being rea
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -87,7 +88,7 @@ class Run:
         return f"Run({str(self.path)!r}, regime={self.regime!r}, seed={self.seed!r}, status={self.status!r})"
 
     # ------------------------------------------------------------------ listing
-    def refresh(self) -> "Run":
+    def refresh(self) -> Run:
         """Re-read the manifest (status, last_step) and forget cached segment footers."""
         manifest = read_manifest(self.path)
         self.schema_version = check_version(manifest, self.path)
@@ -147,8 +148,10 @@ class Run:
             try:
                 unified = pa.unify_schemas([unified, schema], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
-                self._warn(f"skipped segment {seg.parent.name}/{seg.name}: its column types conflict with "
-                           f"the table's other segments ({_short(err)})")
+                self._warn(
+                    f"skipped segment {seg.parent.name}/{seg.name}: its column types conflict with "
+                    f"the table's other segments ({_short(err)})"
+                )
                 continue
             kept.append((seg, schema))
         return kept, unified
@@ -162,9 +165,7 @@ class Run:
         self._warn(f"skipped unreadable segment {seg.parent.name}/{seg.name}: {_short(err)}")
 
     # ------------------------------------------------------------------ reading
-    def arrow_table(
-        self, name: str, columns: Sequence[str] | None = None, filters: Any = None
-    ) -> pa.Table:
+    def arrow_table(self, name: str, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
         """Like :meth:`table`, as a pyarrow Table."""
         base = table_schema(name, self.max_depth)
         good, unified = self._unify(self._good_segments(name))
@@ -256,7 +257,9 @@ def _filter_expression(filters: Any, table: str, schema: pa.Schema):
                 names.add(clause[0])
         unknown = sorted(names - set(schema.names))
         if unknown:
-            raise RunLogError(f"filter on table {table!r} names unknown column(s) {unknown}; it has {', '.join(schema.names)}")
+            raise RunLogError(
+                f"filter on table {table!r} names unknown column(s) {unknown}; it has {', '.join(schema.names)}"
+            )
         return pq.filters_to_expression(filters)
     except RunLogError:
         raise

@@ -72,15 +72,34 @@ def make_synthetic_run(
         "events": _events_table(sim, steps, warmup, eval_interval),
     }
     config = {
-        "n_layer": n_layer, "n_head": n_head, "n_embd": 32 * n_head, "vocab_size": 256, "seq_len": seq_len,
-        "windows": windows, "w_min": w_min, "control_interval": control_interval, "warmup_steps": warmup,
-        "max_depth": max_depth, "regime": regime,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "n_embd": 32 * n_head,
+        "vocab_size": 256,
+        "seq_len": seq_len,
+        "windows": windows,
+        "w_min": w_min,
+        "control_interval": control_interval,
+        "warmup_steps": warmup,
+        "max_depth": max_depth,
+        "regime": regime,
     }
     manifest = make_manifest(
-        run_id=Path(run_dir).name, regime=regime, seed=seed, config=config, windows=windows, seq_len=seq_len,
-        n_layer=n_layer, n_head=n_head, max_depth=max_depth, preset="synthetic", steps=steps,
-        data="synthetic-run", backend={"requested": "none", "resolved": "none", "fallback_reason": None},
-        synthetic=True, detail=detail,
+        run_id=Path(run_dir).name,
+        regime=regime,
+        seed=seed,
+        config=config,
+        windows=windows,
+        seq_len=seq_len,
+        n_layer=n_layer,
+        n_head=n_head,
+        max_depth=max_depth,
+        preset="synthetic",
+        steps=steps,
+        data="synthetic-run",
+        backend={"requested": "none", "resolved": "none", "fallback_reason": None},
+        synthetic=True,
+        detail=detail,
     )
     writer = RunWriter.create(run_dir, manifest, overwrite=overwrite)
     writer.flush_rows = 1 << 62  # one segment per table per chunk, written by the loop below
@@ -164,10 +183,32 @@ def _simulate(rng, L, H, steps, windows, T, ci, warmup, D, w_min):
     raw_step = np.where(is_update[:, None, None], build_raw[b_of_step], -1)
     win = np.asarray(windows, dtype=np.int64)[idx]
     return dict(
-        L=L, H=H, D=D, K=K, T=T, steps=steps, windows=windows, w_min=w_min, n_build=n_build,
-        build_step=build_step, shadow=shadow, g0=g0, levels=levels, n_nodes=n_nodes, valid=valid,
-        base=base, final_logits=final_logits, delta=delta, paired=paired, raw=raw, final=final,
-        b_of_step=b_of_step, idx=idx, raw_step=raw_step, win=win, part_src=part_src,
+        L=L,
+        H=H,
+        D=D,
+        K=K,
+        T=T,
+        steps=steps,
+        windows=windows,
+        w_min=w_min,
+        n_build=n_build,
+        build_step=build_step,
+        shadow=shadow,
+        g0=g0,
+        levels=levels,
+        n_nodes=n_nodes,
+        valid=valid,
+        base=base,
+        final_logits=final_logits,
+        delta=delta,
+        paired=paired,
+        raw=raw,
+        final=final,
+        b_of_step=b_of_step,
+        idx=idx,
+        raw_step=raw_step,
+        win=win,
+        part_src=part_src,
     )
 
 
@@ -266,12 +307,14 @@ def _branch_table(sim, windows) -> pa.Table:
     for k in range(K):
         counts[:, :, k] = (idx == k).sum(axis=-1)
     n = S * L * K
-    return pa.table({
-        "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * K)),
-        "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), K), S)),
-        "window": pa.array(np.tile(np.asarray(windows, dtype=np.int32), S * L)),
-        "fraction": pa.array((counts.reshape(n) / H).astype(np.float32)),
-    })
+    return pa.table(
+        {
+            "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * K)),
+            "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), K), S)),
+            "window": pa.array(np.tile(np.asarray(windows, dtype=np.int32), S * L)),
+            "fraction": pa.array((counts.reshape(n) / H).astype(np.float32)),
+        }
+    )
 
 
 def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table:
@@ -313,12 +356,14 @@ def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table
     step = np.concatenate(steps_col)
     order = np.argsort(step, kind="stable")
     layer = np.concatenate(layers_col)[order]
-    return pa.table({
-        "step": pa.array(step[order].astype(np.int64)),
-        "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
-        "name": pa.array(np.concatenate(names)[order], type=pa.string()),
-        "value": pa.array(np.concatenate(values)[order].astype(np.float64)),
-    })
+    return pa.table(
+        {
+            "step": pa.array(step[order].astype(np.int64)),
+            "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
+            "name": pa.array(np.concatenate(names)[order], type=pa.string()),
+            "value": pa.array(np.concatenate(values)[order].astype(np.float64)),
+        }
+    )
 
 
 def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
@@ -338,18 +383,28 @@ def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
         for c, d, r in zip(counts, depth.tolist(), recl)
     ]
     if warmup < steps:
-        rows_step.append(int(warmup)); rows_layer.append(-1); rows_kind.append("warmup_end"); rows_detail.append("{}")
+        rows_step.append(int(warmup))
+        rows_layer.append(-1)
+        rows_kind.append("warmup_end")
+        rows_detail.append("{}")
     for s in range(eval_interval - 1, steps, eval_interval):
-        rows_step.append(int(s)); rows_layer.append(-1); rows_kind.append("eval"); rows_detail.append(json.dumps({"split": "val"}))
+        rows_step.append(int(s))
+        rows_layer.append(-1)
+        rows_kind.append("eval")
+        rows_detail.append(json.dumps({"split": "val"}))
     if steps:
-        rows_step.append(int(steps - 1)); rows_layer.append(-1); rows_kind.append("checkpoint")
+        rows_step.append(int(steps - 1))
+        rows_layer.append(-1)
+        rows_kind.append("checkpoint")
         rows_detail.append(json.dumps({"path": f"checkpoints/step-{steps - 1:07d}.pt"}))
     step = np.asarray(rows_step, dtype=np.int64)
     order = np.argsort(step, kind="stable")
     layer = np.asarray(rows_layer, dtype=np.int64)[order]
-    return pa.table({
-        "step": pa.array(step[order]),
-        "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
-        "kind": pa.array(np.asarray(rows_kind, dtype=object)[order], type=pa.string()),
-        "detail": pa.array(np.asarray(rows_detail, dtype=object)[order], type=pa.string()),
-    })
+    return pa.table(
+        {
+            "step": pa.array(step[order]),
+            "layer": pa.array(layer.astype(np.int16), mask=layer < 0),
+            "kind": pa.array(np.asarray(rows_kind, dtype=object)[order], type=pa.string()),
+            "detail": pa.array(np.asarray(rows_detail, dtype=object)[order], type=pa.string()),
+        }
+    )

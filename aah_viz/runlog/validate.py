@@ -113,8 +113,12 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
             elif schema.field(name).type != typ and not pa.types.is_null(schema.field(name).type):
                 problems.append(f"{where}: column {name!r} has type {schema.field(name).type}, expected {typ}")
         for name in schema.names:
-            if table == "heads" and GROUP_COLUMN_RE.match(name) and not pa.types.is_integer(schema.field(name).type) \
-                    and not pa.types.is_null(schema.field(name).type):
+            if (
+                table == "heads"
+                and GROUP_COLUMN_RE.match(name)
+                and not pa.types.is_integer(schema.field(name).type)
+                and not pa.types.is_null(schema.field(name).type)
+            ):
                 problems.append(f"{where}: column {name!r} has type {schema.field(name).type}, expected int16")
         if "step" in schema.names and data.column("step").null_count:
             problems.append(f"{where}: {data.column('step').null_count} rows without a step")
@@ -243,8 +247,15 @@ def _check_acr(manifest: dict, heads: pd.DataFrame, scalars: pd.DataFrame) -> li
     return problems
 
 
-def implied_coverage(heads: pd.DataFrame, seq_len: int, n_head: int, n_layer: int, w_min: float = 0,
-                     name: str = "acr", step_seq_len: pd.DataFrame | None = None):
+def implied_coverage(
+    heads: pd.DataFrame,
+    seq_len: int,
+    n_head: int,
+    n_layer: int,
+    w_min: float = 0,
+    name: str = "acr",
+    step_seq_len: pd.DataFrame | None = None,
+):
     """``acr`` (or ``acr_causal``) per (step, layer) and model-wide per step implied by ``heads``.
 
     Per layer: ACR = sum_h min(T, max(W_min, w_h)) / (H T); causal coverage = sum_h
@@ -289,7 +300,9 @@ def _compare(joined: pd.DataFrame, what: str) -> list[str]:
     if not len(bad):
         return []
     first = bad.iloc[0]
-    where = f"step {int(first['step'])}" + (f" layer {int(first['layer'])}" if "layer" in bad and pd.notna(first.get("layer")) else "")
+    where = f"step {int(first['step'])}" + (
+        f" layer {int(first['layer'])}" if "layer" in bad and pd.notna(first.get("layer")) else ""
+    )
     return [
         f"scalars: {what} disagrees with the heads table at {len(bad)} of {len(joined)} points "
         f"(first: {where} logged {first['value']:.6g}, heads imply {first['expected']:.6g}; "

@@ -11,8 +11,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +23,7 @@ import pyarrow.parquet as pq
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import paths
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
-from aah_viz.schema import ALL_TABLES, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
-from aah_viz.schema import MANIFEST
+from aah_viz.schema import ALL_TABLES, MANIFEST, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 GROUP_COLUMN_RE = re.compile(r"^group_l(\d+)$")
 GROUP_TYPE = pa.int16()
@@ -79,8 +79,9 @@ def _convert(table: str, column: str, value: Any, n: int, target: pa.DataType | 
             arr = pa.nulls(n, type=target) if target is not None else pa.nulls(n)
         else:
             arr = pa.array([value] * n, type=target)
-    elif isinstance(value, np.ndarray) or (hasattr(value, "dtype") and isinstance(value.dtype, np.dtype)
-                                           and hasattr(value, "to_numpy")):
+    elif isinstance(value, np.ndarray) or (
+        hasattr(value, "dtype") and isinstance(value.dtype, np.dtype) and hasattr(value, "to_numpy")
+    ):
         np_value = value if isinstance(value, np.ndarray) else value.to_numpy()
         if np_value.ndim == 1 and np_value.dtype.kind in "iufb":
             arr = pa.array(np_value, type=target, from_pandas=nan_is_null and np_value.dtype.kind == "f")
@@ -88,8 +89,11 @@ def _convert(table: str, column: str, value: Any, n: int, target: pa.DataType | 
             flat = pa.array(np_value.reshape(-1), type=target.value_type)
             arr = pa.ListArray.from_arrays(pa.array(np.arange(len(np_value) + 1) * np_value.shape[1], pa.int32()), flat)
         else:
-            data = [x.tolist() if isinstance(x, np.ndarray) else x for x in np_value.tolist()] \
-                if np_value.dtype == object else np_value.tolist()
+            data = (
+                [x.tolist() if isinstance(x, np.ndarray) else x for x in np_value.tolist()]
+                if np_value.dtype == object
+                else np_value.tolist()
+            )
             arr = pa.array(data, type=target, from_pandas=nan_is_null)
     elif hasattr(value, "dtype") and hasattr(value, "array"):  # pandas Series with an extension dtype
         arr = pa.array(value, type=target, from_pandas=True)
@@ -130,7 +134,10 @@ def rows_to_arrow(table: str, rows: Any, max_depth: int = 0, remembered: dict | 
             raise RunLogError(f"table {table!r}: columns have different lengths {detail}")
         n = lengths.pop() if lengths else 1
     else:
-        raise RunLogError(f"table {table!r}: rows must be a dict of columns, a DataFrame or a pyarrow Table, got {type(rows).__name__}")
+        raise RunLogError(
+            f"table {table!r}: rows must be a dict of columns, a DataFrame or a "
+            f"pyarrow Table, got {type(rows).__name__}"
+        )
     if "step" not in columns:
         raise RunLogError(f"table {table!r}: rows need a 'step' column")
     remembered = remembered if remembered is not None else {}
@@ -168,7 +175,9 @@ def write_segment(directory: Path, name: str, table: pa.Table, *, durable: bool 
     tmp = directory / paths.temp_name(name)
     try:
         with open(tmp, "wb") as fh:
-            pq.write_table(table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False)
+            pq.write_table(
+                table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False
+            )
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
@@ -220,7 +229,7 @@ class RunWriter:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def create(cls, run_dir: str | os.PathLike, manifest: dict, *, overwrite: bool = False) -> "RunWriter":
+    def create(cls, run_dir: str | os.PathLike, manifest: dict, *, overwrite: bool = False) -> RunWriter:
         """Start a new run in ``run_dir`` (created). Refuses an existing run unless ``overwrite``."""
         run_dir = Path(run_dir)
         if not isinstance(manifest, dict) or "schema_version" not in manifest:
@@ -245,7 +254,7 @@ class RunWriter:
         return cls(run_dir, manifest, _token=_CONSTRUCT)
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, keep_through_step: int | None = None) -> "RunWriter":
+    def resume(cls, run_dir: str | os.PathLike, keep_through_step: int | None = None) -> RunWriter:
         """Reopen a run. Rows with ``step > keep_through_step`` are removed from every table.
 
         Affected segments are rewritten atomically; leftover temporary files are deleted; a
@@ -366,8 +375,10 @@ class RunWriter:
             written.append(seg)
         now = time.monotonic()
         self._last_flush = now
-        if written and self.manifest.get("last_step") != self._max_step and (
-            now - self._last_manifest_write >= self.manifest_interval_s
+        if (
+            written
+            and self.manifest.get("last_step") != self._max_step
+            and (now - self._last_manifest_write >= self.manifest_interval_s)
         ):
             self._write_manifest_progress(now)
         return written
@@ -402,7 +413,7 @@ class RunWriter:
             write_manifest(self.path, self.manifest)
             self.closed = True
 
-    def __enter__(self) -> "RunWriter":
+    def __enter__(self) -> RunWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -432,7 +443,9 @@ def _remove_run_contents(run_dir: Path) -> None:
         directory = run_dir / table
         for entry in os.scandir(directory):
             name = entry.name
-            if entry.is_file() and (name.endswith(".parquet") or name.endswith(paths.TEMP_SUFFIX) or name.endswith(paths.QUARANTINE_SUFFIX)):
+            if entry.is_file() and (
+                name.endswith(".parquet") or name.endswith(paths.TEMP_SUFFIX) or name.endswith(paths.QUARANTINE_SUFFIX)
+            ):
                 os.unlink(directory / name)
         try:
             directory.rmdir()

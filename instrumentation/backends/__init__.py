@@ -9,7 +9,7 @@ record it in the run manifest. See docs/backends.md.
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from aah_viz.errors import ConfigError
 
@@ -53,7 +53,7 @@ def _load(name: str) -> Callable:
     return flash_attention_backend
 
 
-def unavailable_reason(name: str, *, device=None, training: bool = False, dropout_p: float = 0.0) -> Optional[str]:
+def unavailable_reason(name: str, *, device=None, training: bool = False, dropout_p: float = 0.0) -> str | None:
     """Why backend ``name`` cannot run in this setting, or None when it can."""
     if name == "flex":
         from .flex import unavailable_reason as why
@@ -66,16 +66,14 @@ def unavailable_reason(name: str, *, device=None, training: bool = False, dropou
 
 def get_backend(
     name: str, *, device=None, training: bool = False, dropout_p: float = 0.0
-) -> tuple[Callable[..., AttentionResult], str, Optional[str]]:
+) -> tuple[Callable[..., AttentionResult], str, str | None]:
     """Resolve a backend name to ``(fn, resolved_name, fallback_reason)``.
 
     Unknown names raise ConfigError naming the allowed values. ``flex`` and ``flash`` fall back
     to ``banded`` (with a warning) where they cannot run: the reason is the third element.
     """
     if name not in BACKENDS:
-        raise ConfigError(
-            f"attention_backend: unknown backend {name!r}; allowed values are {', '.join(BACKENDS)}"
-        )
+        raise ConfigError(f"attention_backend: unknown backend {name!r}; allowed values are {', '.join(BACKENDS)}")
     reason = unavailable_reason(name, device=device, training=training, dropout_p=dropout_p)
     if reason is not None:
         warnings.warn(

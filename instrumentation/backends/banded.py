@@ -180,7 +180,7 @@ def banded_attention(
         raise ConfigError(f"banded kernel: unknown {kernel!r}; allowed values are {', '.join(KERNELS)}")
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
-    scale = head_dim ** -0.5 if scale is None else float(scale)
+    scale = head_dim**-0.5 if scale is None else float(scale)
     p = float(dropout_p) if training else 0.0
     buckets = plan(wins, seq_len, choose_kernel(q, p, kernel), block)
     sink = [] if need_stats else None
@@ -199,6 +199,9 @@ def banded_attention(
 
 def fallback_to_banded(backend: str, reason: str, q, k, v, windows, **kwargs) -> AttentionResult:
     """Run ``banded`` in place of a backend that cannot run this call, with a warning naming why."""
-    warnings.warn(f"attention backend {backend!r} cannot run this call ({reason}); falling back to 'banded'",
-                  RuntimeWarning)
+    warnings.warn(
+        f"attention backend {backend!r} cannot run this call ({reason}); falling back to 'banded'",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return banded_attention(q, k, v, windows, **kwargs)

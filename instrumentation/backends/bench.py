@@ -44,7 +44,9 @@ def parse_mix(mix: str, seq_len: int, n_heads: int) -> list[int]:
             return [int(text.split(":", 1)[1])] * n_heads
         wins = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--mix {mix!r}: expected 'paper', 'uniform:W' or a comma-separated list of integers") from None
+        raise ConfigError(
+            f"--mix {mix!r}: expected 'paper', 'uniform:W' or a comma-separated list of integers"
+        ) from None
     if len(wins) != n_heads or min(wins) < 1:
         raise ConfigError(f"--mix {mix!r}: a window list needs exactly {n_heads} positive windows (one per head)")
     return wins
@@ -125,7 +127,8 @@ def realised_work(names, windows, q) -> dict:
 
 def summarise(raw, windows, seq_len, work, notes, config) -> dict:
     medians = {
-        name: {kind: (statistics.median(xs) if xs else None) for kind, xs in kinds.items()} for name, kinds in raw.items()
+        name: {kind: (statistics.median(xs) if xs else None) for kind, xs in kinds.items()}
+        for name, kinds in raw.items()
     }
     ratios = {}
 
@@ -189,7 +192,16 @@ def run_attention_bench(
     raw = time_variants(variants, q, k, v, grad_out, repeats, progress)
     work = realised_work([n for n in backends if n in variants], windows, q)
     config = dict(
-        seq_len=seq_len, heads=heads, head_dim=head_dim, batch=batch, mix=mix, repeats=repeats, device=str(device),
-        dtype=dtype, torch=torch.__version__, threads=torch.get_num_threads(), variants=list(variants),
+        seq_len=seq_len,
+        heads=heads,
+        head_dim=head_dim,
+        batch=batch,
+        mix=mix,
+        repeats=repeats,
+        device=str(device),
+        dtype=dtype,
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        variants=list(variants),
     )
     return summarise(raw, windows, seq_len, work, notes, config)

@@ -53,7 +53,7 @@ def dense_masked_attention(
     """Band-masked attention over the full score matrix, heads bucketed by window."""
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
-    scale = head_dim ** -0.5 if scale is None else float(scale)
+    scale = head_dim**-0.5 if scale is None else float(scale)
     buckets = bucket_heads(wins)
     acc = StatsAccumulator(n_heads, q.device) if need_stats else None
     parts = []

@@ -50,10 +50,10 @@ def flash_attention_backend(
     if reason is None and q.dtype not in DTYPES:
         reason = f"FlashAttention needs float16 or bfloat16 inputs, got {q.dtype}"
     if reason is not None:
-        return fallback_to_banded('flash', reason, q, k, v, windows, **kwargs)
+        return fallback_to_banded("flash", reason, q, k, v, windows, **kwargs)
     from flash_attn import flash_attn_func
 
-    scale_value = head_dim ** -0.5 if scale is None else float(scale)
+    scale_value = head_dim**-0.5 if scale is None else float(scale)
     p = float(dropout_p) if training else 0.0
     out = torch.empty_like(q)
     stats = HeadStats.zeros(n_heads, q.device) if need_stats else None
@@ -69,7 +69,9 @@ def flash_attention_backend(
         work += band_pairs(seq_len, window) * len(heads)
         if need_stats:
             with torch.no_grad():
-                pk = flash_attn_func(qb, kb, kb, dropout_p=0.0, softmax_scale=scale_value, causal=True, window_size=size)
+                pk = flash_attn_func(
+                    qb, kb, kb, dropout_p=0.0, softmax_scale=scale_value, causal=True, window_size=size
+                )
                 if p > 0.0:  # stats of the undropped probabilities: recompute the lse without dropout
                     _, lse, _ = flash_attn_func(
                         qb, kb, vb, softmax_scale=scale_value, causal=True, window_size=size, return_attn_probs=True

@@ -113,11 +113,11 @@ def flex_attention_backend(
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     reason = unavailable_reason(device=q.device, training=training or grad, dropout_p=dropout_p if training else 0.0)
     if reason is not None:
-        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
+        return fallback_to_banded("flex", reason, q, k, v, windows, **kwargs)
     if need_stats and q.device.type == "cpu":
         reason = "compiled FlexAttention on CPU returns no log-sum-exp for head statistics"
-        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
-    scale_value = head_dim ** -0.5 if scale is None else float(scale)
+        return fallback_to_banded("flex", reason, q, k, v, windows, **kwargs)
+    scale_value = head_dim**-0.5 if scale is None else float(scale)
     if not grad:  # compiled CPU flex refuses inputs that require grad, even under no_grad
         q, k, v = q.detach(), k.detach(), v.detach()
     try:
@@ -134,7 +134,7 @@ def flex_attention_backend(
     except Exception as err:  # compile or kernel failure: remember it, run banded instead
         reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
         _runtime_failure[q.device.type] = reason
-        return fallback_to_banded('flex', reason, q, k, v, windows, **kwargs)
+        return fallback_to_banded("flex", reason, q, k, v, windows, **kwargs)
     work = block_mask_work(mask, seq_len, n_heads)
     return AttentionResult(out=out, stats=stats, realised_work=work, backend=NAME)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -22,7 +21,7 @@ class HeadStats:
     usage: Tensor  # mean over (b, t) of P[b, t, T-1] (mass on the last key position)
 
     @staticmethod
-    def zeros(n_heads: int, device) -> "HeadStats":
+    def zeros(n_heads: int, device) -> HeadStats:
         z = torch.zeros(n_heads, dtype=torch.float32, device=device)
         return HeadStats(z.clone(), z.clone(), z.clone())
 
@@ -32,6 +31,6 @@ class AttentionResult:
     """Output of one backend call."""
 
     out: Tensor  # (B, H, T, D)
-    stats: Optional[HeadStats]
+    stats: HeadStats | None
     realised_work: float  # score elements computed / score elements of full causal attention
     backend: str  # the backend that actually ran

@@ -40,7 +40,9 @@ class StatsAccumulator:
         n = len(heads)
         idx = torch.as_tensor(heads, device=self.entropy.device)
         denom = float(batch * seq_len)
-        self.entropy.index_add_(0, idx, entropy_sum.float().view(batch, n).sum(0) / (denom * entropy_normaliser(seq_len)))
+        self.entropy.index_add_(
+            0, idx, entropy_sum.float().view(batch, n).sum(0) / (denom * entropy_normaliser(seq_len))
+        )
         self.norm.index_add_(0, idx, norm_sum.float().view(batch, n).sum(0) / denom)
         self.usage.index_add_(0, idx, usage_sum.float().view(batch, n).sum(0) / denom)
 

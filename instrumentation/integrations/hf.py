@@ -17,7 +17,7 @@ process writes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -37,7 +37,7 @@ class AAHForCausalLM(torch.nn.Module):
         super().__init__()
         self.aah = aah
 
-    def forward(self, input_ids: torch.Tensor, labels: Optional[torch.Tensor] = None, **_: Any) -> dict:
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **_: Any) -> dict:
         out = self.aah(input_ids, targets=labels)
         return {"loss": out.loss, "logits": out.logits}
 
@@ -49,8 +49,8 @@ class AAHRoutingCallback(TrainerCallback):
         self.run_dir = Path(run_dir)
         self.detail = detail
         self.recorder_kwargs = recorder_kwargs
-        self.recorder: Optional[RoutingRecorder] = None
-        self.aah: Optional[torch.nn.Module] = None
+        self.recorder: RoutingRecorder | None = None
+        self.aah: torch.nn.Module | None = None
         self._tokens = None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -61,8 +61,12 @@ class AAHRoutingCallback(TrainerCallback):
         kwargs.setdefault("seed", int(args.seed))
         kwargs.setdefault("manifest_extra", {"integration": "transformers.Trainer"})
         self.recorder = RoutingRecorder(self.aah, self.run_dir, self.detail, rank=rank, **kwargs).attach()
-        self._tokens = args.per_device_train_batch_size * max(1, args.gradient_accumulation_steps) * \
-            int(self.aah.cfg.block_size) * max(1, args.world_size)
+        self._tokens = (
+            args.per_device_train_batch_size
+            * max(1, args.gradient_accumulation_steps)
+            * int(self.aah.cfg.block_size)
+            * max(1, args.world_size)
+        )
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.aah is not None:
@@ -89,19 +93,21 @@ class AAHRoutingCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         if self.recorder is not None:
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            self.recorder.event(max(0, int(state.global_step) - 1), "checkpoint", path=str(path), framework="transformers")
+            self.recorder.event(
+                max(0, int(state.global_step) - 1), "checkpoint", path=str(path), framework="transformers"
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()
 
-    def __enter__(self) -> "AAHRoutingCallback":
+    def __enter__(self) -> AAHRoutingCallback:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         """``with AAHRoutingCallback(...) as cb: trainer.train()`` detaches even when training raises."""
         self.close("failed" if exc_type is not None else None)
 
-    def close(self, status: Optional[str] = None) -> None:
+    def close(self, status: str | None = None) -> None:
         """Detach the recorder (also safe to call after an exception in ``trainer.train()``)."""
         recorder, self.recorder = self.recorder, None
         if recorder is not None:

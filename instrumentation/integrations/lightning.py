@@ -14,7 +14,7 @@ exception. Only global rank 0 writes.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 try:
     import lightning.pytorch as pl
@@ -27,7 +27,7 @@ from instrumentation.integrations import find_aah_model
 from instrumentation.recorder import RoutingRecorder
 
 
-def _loss_of(outputs: Any) -> Optional[torch.Tensor]:
+def _loss_of(outputs: Any) -> torch.Tensor | None:
     if isinstance(outputs, torch.Tensor):
         return outputs
     if isinstance(outputs, dict):
@@ -44,8 +44,8 @@ class AAHRoutingCallback(pl.Callback):
         self.detail = detail
         self.val_metric = val_metric
         self.recorder_kwargs = recorder_kwargs
-        self.recorder: Optional[RoutingRecorder] = None
-        self.aah: Optional[torch.nn.Module] = None
+        self.recorder: RoutingRecorder | None = None
+        self.aah: torch.nn.Module | None = None
         self._recorded_step = -1
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -53,8 +53,9 @@ class AAHRoutingCallback(pl.Callback):
         kwargs = dict(self.recorder_kwargs)
         kwargs.setdefault("steps", int(trainer.max_steps) if trainer.max_steps and trainer.max_steps > 0 else None)
         kwargs.setdefault("manifest_extra", {"integration": "lightning.Trainer"})
-        self.recorder = RoutingRecorder(self.aah, self.run_dir, self.detail, rank=int(trainer.global_rank),
-                                        **kwargs).attach()
+        self.recorder = RoutingRecorder(
+            self.aah, self.run_dir, self.detail, rank=int(trainer.global_rank), **kwargs
+        ).attach()
         self._recorded_step = int(trainer.global_step) - 1
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -72,7 +73,13 @@ class AAHRoutingCallback(pl.Callback):
         if trainer.optimizers:
             lr = float(trainer.optimizers[0].param_groups[0]["lr"])
         tokens = None
-        x = batch[0] if isinstance(batch, (list, tuple)) else batch.get("input_ids") if isinstance(batch, dict) else batch
+        x = (
+            batch[0]
+            if isinstance(batch, (list, tuple))
+            else batch.get("input_ids")
+            if isinstance(batch, dict)
+            else batch
+        )
         if isinstance(x, torch.Tensor):
             tokens = int(x.numel()) * int(trainer.accumulate_grad_batches) * int(trainer.world_size)
         loss = _loss_of(outputs)
@@ -91,7 +98,7 @@ class AAHRoutingCallback(pl.Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.close("failed")
 
-    def close(self, status: Optional[str] = None) -> None:
+    def close(self, status: str | None = None) -> None:
         recorder, self.recorder = self.recorder, None
         if recorder is not None:
             recorder.detach(status)

@@ -9,8 +9,8 @@ non-empty groups (§5.6). Ties always go to the first index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ class ClusterResult:
     small_groups_before_merge: int
     singletons_before_merge: int
     groups_before_force: int
-    anchor_similarity: Optional[float]
+    anchor_similarity: float | None
     sim_mean: float
     sim_std: float
     sim_min: float
@@ -44,7 +44,7 @@ class ClusterResult:
     n_items: int
     allow_forced_bipartition: bool = False
     min_group_size: int = 1
-    anchor_pair: Optional[tuple[int, int]] = None
+    anchor_pair: tuple[int, int] | None = None
     extra: dict = field(default_factory=dict)
 
     @property
@@ -251,7 +251,7 @@ def cluster(
     *,
     threshold: float,
     metric: str = "cosine",
-    prev_labels: Optional[Sequence[int]] = None,
+    prev_labels: Sequence[int] | None = None,
     allow_forced_bipartition: bool = False,
     min_group_size: int = 1,
     churn_penalty: float = 0.0,
@@ -276,10 +276,21 @@ def cluster(
     if n <= 1:
         groups = [[0]] if n == 1 else []
         return ClusterResult(
-            groups=groups, origin="single_item", forced_bipartition=False, groups_before_merge=len(groups),
-            groups_after_merge=len(groups), merged_count=0, small_groups_before_merge=0,
-            singletons_before_merge=len(groups), groups_before_force=len(groups), anchor_similarity=None,
-            sim_mean=1.0, sim_std=0.0, sim_min=1.0, sim_max=1.0, **common,
+            groups=groups,
+            origin="single_item",
+            forced_bipartition=False,
+            groups_before_merge=len(groups),
+            groups_after_merge=len(groups),
+            merged_count=0,
+            small_groups_before_merge=0,
+            singletons_before_merge=len(groups),
+            groups_before_force=len(groups),
+            anchor_similarity=None,
+            sim_mean=1.0,
+            sim_std=0.0,
+            sim_min=1.0,
+            sim_max=1.0,
+            **common,
         )
 
     u = _score_vectors(X, metric)

@@ -11,14 +11,13 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
 from aah_viz.errors import ConfigError
-
 from instrumentation.routing.features import FEATURE_DIM
 
 INPUT_DIMS = {
@@ -31,7 +30,7 @@ INPUT_DIMS = {
 
 
 # ----------------------------------------------------------------------------- inputs (§6)
-def _same_parent_sets(parent: Optional[Sequence[int]], n: int) -> list[list[int]]:
+def _same_parent_sets(parent: Sequence[int] | None, n: int) -> list[list[int]]:
     """For each item, the items sharing its parent (itself included); all items without a parent."""
     if parent is None:
         return [list(range(n))] * n
@@ -41,7 +40,7 @@ def _same_parent_sets(parent: Optional[Sequence[int]], n: int) -> list[list[int]
     return [by_parent[int(parent[i])] for i in range(n)]
 
 
-def sibling_difference(F: torch.Tensor, parent: Optional[Sequence[int]]) -> torch.Tensor:
+def sibling_difference(F: torch.Tensor, parent: Sequence[int] | None) -> torch.Tensor:
     """F_i minus the mean of F over the other groups with the same parent (all others at the top).
 
     Zero when an item has no other sibling (and when n = 1).
@@ -60,7 +59,7 @@ def sibling_difference(F: torch.Tensor, parent: Optional[Sequence[int]]) -> torc
     return torch.where(count > 0, F - mean_others, torch.zeros_like(F))
 
 
-def _position(parent: Optional[Sequence[int]], n: int, device) -> torch.Tensor:
+def _position(parent: Sequence[int] | None, n: int, device) -> torch.Tensor:
     """(n, 3): [normalised position among same-parent groups, is-first, is-not-first]; zero if n = 1."""
     out = torch.zeros((n, 3), dtype=torch.float32, device=device)
     if n <= 1:
@@ -127,8 +126,9 @@ def single_level_inputs(head_feats: torch.Tensor, mode: str) -> torch.Tensor:
 # ----------------------------------------------------------------------------- networks (§7)
 def _mlp(in_dim: int, hidden: int, out_dim: int, deep: bool) -> nn.Sequential:
     if deep:
-        return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
-                             nn.Linear(hidden, out_dim))
+        return nn.Sequential(
+            nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, out_dim)
+        )
     return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, out_dim))
 
 
@@ -183,13 +183,23 @@ def _rng_preserved():
 @dataclass
 class RoutingNetworks:
     controller: Controller
-    joint: Optional[JointSiblingScorer]
-    sibling_bias: Optional[SiblingBias]
+    joint: JointSiblingScorer | None
+    sibling_bias: SiblingBias | None
 
 
-def make_networks(*, input_mode: str, n_windows: int, control_dim: int, arch: str, logit_scale: float,
-                  pairwise_mode: str, joint_hidden_dim: int, joint_output_scale: float, pairwise_bias_scale: float,
-                  rng_reference_dim: int) -> RoutingNetworks:
+def make_networks(
+    *,
+    input_mode: str,
+    n_windows: int,
+    control_dim: int,
+    arch: str,
+    logit_scale: float,
+    pairwise_mode: str,
+    joint_hidden_dim: int,
+    joint_output_scale: float,
+    pairwise_bias_scale: float,
+    rng_reference_dim: int,
+) -> RoutingNetworks:
     """Create the networks with the RNG bookkeeping of §7.4.
 
     A controller of the reference shape (base input, mlp, hidden = rng_reference_dim) draws from the
@@ -219,7 +229,7 @@ def make_networks(*, input_mode: str, n_windows: int, control_dim: int, arch: st
 
 
 # ----------------------------------------------------------------------------- pairing and scoring
-def sibling_pairs(n: int, parent: Optional[Sequence[int]]) -> list[tuple[int, int]]:
+def sibling_pairs(n: int, parent: Sequence[int] | None) -> list[tuple[int, int]]:
     """Pairs scored jointly at one level (§7.2).
 
     Top level (``parent`` None): (0,1), (2,3), ...; below: per parent in ascending order, its
@@ -243,18 +253,27 @@ class LevelScores:
     logits: torch.Tensor  # (n, K) after the pairwise term
     paired: list[bool]
     pairs: list[tuple[int, int]]
-    pairwise_delta: Optional[torch.Tensor] = None  # (n, K) joint rows minus base, or the sibling bias
+    pairwise_delta: torch.Tensor | None = None  # (n, K) joint rows minus base, or the sibling bias
 
 
-def score_level(nets: RoutingNetworks, x: torch.Tensor, parent: Optional[Sequence[int]], pairwise_mode: str,
-                *, allow_pairwise: bool = True, float32: bool = False) -> LevelScores:
+def score_level(
+    nets: RoutingNetworks,
+    x: torch.Tensor,
+    parent: Sequence[int] | None,
+    pairwise_mode: str,
+    *,
+    allow_pairwise: bool = True,
+    float32: bool = False,
+) -> LevelScores:
     """Base logits, then the sibling bias (added) or the joint scorer (replacing paired rows)."""
     ctx = torch.autocast(device_type=x.device.type, enabled=False) if float32 else contextlib.nullcontext()
     with ctx:
         weight_dtype = nets.controller.net[0].weight.dtype
         x = x.float() if float32 else x.to(weight_dtype)
         if float32 and weight_dtype != torch.float32:
-            raise ConfigError("controller_float32 needs float32 controller weights; keep the routing networks in float32")
+            raise ConfigError(
+                "controller_float32 needs float32 controller weights; keep the routing networks in float32"
+            )
         base = nets.controller(x)
         n = x.shape[0]
         logits = base

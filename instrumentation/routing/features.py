@@ -6,22 +6,23 @@ All features are float32 and detached. Per-head moments are computed in one vect
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
 FEATURE_DIM = 9
 
 
-def _prev_columns(prev_stats: Optional[torch.Tensor], n_rows_heads: int, device) -> torch.Tensor:
+def _prev_columns(prev_stats: torch.Tensor | None, n_rows_heads: int, device) -> torch.Tensor:
     """(H, 3) previous-forward [entropy, norm, usage], zeros when there is none (§4.1)."""
     if prev_stats is None:
         return torch.zeros((n_rows_heads, 3), dtype=torch.float32, device=device)
     return prev_stats.detach().to(device=device, dtype=torch.float32)
 
 
-def head_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  prev_stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+def head_features(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prev_stats: torch.Tensor | None = None
+) -> torch.Tensor:
     """(H, 9) = [mean|q|, std q, mean|k|, std k, mean|v|, std v, e, n, u] per head (§4.1).
 
     ``mean|x|`` is the mean absolute activation over the head's B*T*D entries and ``std`` the
@@ -38,8 +39,13 @@ def head_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return torch.cat([base, _prev_columns(prev_stats, n_heads, base.device)], dim=1)
 
 
-def pooled_group_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: Sequence[Sequence[int]],
-                          prev_stats: Optional[torch.Tensor] = None) -> torch.Tensor:
+def pooled_group_features(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    groups: Sequence[Sequence[int]],
+    prev_stats: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(G, 9) pooled Q/K/V group features (§4.2), groups in group-id order.
 
     The first six columns pool the raw activations of all member heads (so the std is the std of
@@ -64,7 +70,7 @@ def pooled_group_features(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gro
         return torch.stack(rows)
 
 
-def ema_update(ema: Optional[torch.Tensor], current: torch.Tensor, alpha: float) -> torch.Tensor:
+def ema_update(ema: torch.Tensor | None, current: torch.Tensor, alpha: float) -> torch.Tensor:
     """Feature EMA of §4.3: alpha weights the old value; first use (or a shape change) copies."""
     current = current.detach().float()
     if ema is None or ema.shape != current.shape:

@@ -8,8 +8,8 @@ CPU's); the feature rows are handed back on the caller's device.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import torch
 
@@ -38,7 +38,7 @@ class Level:
 
     groups: list[list[int]]
     features: torch.Tensor
-    facts: Optional[ClusterResult] = None  # the clustering call that produced it; None when given
+    facts: ClusterResult | None = None  # the clustering call that produced it; None when given
 
 
 @dataclass
@@ -88,9 +88,18 @@ class Hierarchy:
         return added
 
 
-def _grow(levels: list[Level], attempts: list[ClusterResult], *, super_threshold: float, max_depth: int,
-          upper_metric: str, normdiff_scale: float, min_group_size: int, group_feature_mode: str,
-          upper_l2_threshold: float) -> str:
+def _grow(
+    levels: list[Level],
+    attempts: list[ClusterResult],
+    *,
+    super_threshold: float,
+    max_depth: int,
+    upper_metric: str,
+    normdiff_scale: float,
+    min_group_size: int,
+    group_feature_mode: str,
+    upper_l2_threshold: float,
+) -> str:
     """Add upper levels in place until one collapses or max_depth levels exist (§5.3)."""
     if len(levels) < max_depth and len(levels[-1].groups) < 2:
         return "level0_collapsed"  # one level-0 group: nothing to group above it
@@ -126,7 +135,7 @@ def build_hierarchy(
     min_group_size: int = 1,
     churn_penalty: float = 0.0,
     group_feature_mode: str = "mean",
-    prev_labels: Optional[Sequence[int]] = None,
+    prev_labels: Sequence[int] | None = None,
     upper_l2_threshold: float = 0.0,
 ) -> Hierarchy:
     """The adaptive build (§5.8): cluster the (EMA) head features, then grow upper levels."""
@@ -146,9 +155,17 @@ def build_hierarchy(
     feats = aggregate_group_features(res.groups, head_features, group_feature_mode)
     levels = [Level(res.groups, feats, res)]
     attempts = [res]
-    stop = _grow(levels, attempts, super_threshold=super_threshold, max_depth=max_depth, upper_metric=upper_metric,
-                 normdiff_scale=normdiff_scale, min_group_size=min_group_size,
-                 group_feature_mode=group_feature_mode, upper_l2_threshold=upper_l2_threshold)
+    stop = _grow(
+        levels,
+        attempts,
+        super_threshold=super_threshold,
+        max_depth=max_depth,
+        upper_metric=upper_metric,
+        normdiff_scale=normdiff_scale,
+        min_group_size=min_group_size,
+        group_feature_mode=group_feature_mode,
+        upper_l2_threshold=upper_l2_threshold,
+    )
     return _finish(levels, device, stop, attempts)
 
 
@@ -176,14 +193,24 @@ def grow_upper_levels(
         raise TypeError(f"grow_upper_levels got unexpected keyword(s) {sorted(unknown)}")
     levels = [Level([list(g) for g in level0_groups], _host(level0_features), None)]
     attempts: list[ClusterResult] = []
-    stop = _grow(levels, attempts, super_threshold=super_threshold, max_depth=max_depth, upper_metric=upper_metric,
-                 normdiff_scale=normdiff_scale, min_group_size=min_group_size,
-                 group_feature_mode=group_feature_mode, upper_l2_threshold=upper_l2_threshold)
+    stop = _grow(
+        levels,
+        attempts,
+        super_threshold=super_threshold,
+        max_depth=max_depth,
+        upper_metric=upper_metric,
+        normdiff_scale=normdiff_scale,
+        min_group_size=min_group_size,
+        group_feature_mode=group_feature_mode,
+        upper_l2_threshold=upper_l2_threshold,
+    )
     return _finish(levels, level0_features.device, stop, attempts)
 
 
 def passthrough_hierarchy(
-    level0_groups: Sequence[Sequence[int]], level0_features: torch.Tensor, max_depth: int,
+    level0_groups: Sequence[Sequence[int]],
+    level0_features: torch.Tensor,
+    max_depth: int,
     group_feature_mode: str = "mean",
 ) -> Hierarchy:
     """Level 0 as given, then singleton levels up to exactly max_depth levels (§5.9 passthrough)."""

@@ -7,7 +7,7 @@ index explicitly (§15.24), so results never depend on the kernel.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -30,9 +30,12 @@ def oracle_alternating(n: int, n_windows: int, device=None) -> torch.Tensor:
     return vals.clamp(max=max(0, n_windows - 1))
 
 
-def select_top_down(level_logits: Sequence[torch.Tensor], parent_maps: Sequence[Sequence[int]],
-                    parent_constraint: bool = True, choice_mode: str = "learned"
-                    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[Optional[torch.Tensor]]]:
+def select_top_down(
+    level_logits: Sequence[torch.Tensor],
+    parent_maps: Sequence[Sequence[int]],
+    parent_constraint: bool = True,
+    choice_mode: str = "learned",
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor | None]]:
     """Top-down selection (§8.1).
 
     Returns per level the raw argmax, the final index (min(raw, parent's final) under the
@@ -41,7 +44,7 @@ def select_top_down(level_logits: Sequence[torch.Tensor], parent_maps: Sequence[
     n_levels = len(level_logits)
     raw: list[torch.Tensor] = [None] * n_levels  # type: ignore[list-item]
     final: list[torch.Tensor] = [None] * n_levels  # type: ignore[list-item]
-    parent_final: list[Optional[torch.Tensor]] = [None] * n_levels
+    parent_final: list[torch.Tensor | None] = [None] * n_levels
     for lvl in range(n_levels - 1, -1, -1):
         logits = level_logits[lvl]
         r = first_argmax(logits)
@@ -69,8 +72,9 @@ def full_window_index(windows: Sequence[int], seq_len: int) -> int:
     return list(windows).index(seq_len) if seq_len in windows else 0
 
 
-def resolution_ema(state: Optional[torch.Tensor], current: torch.Tensor, alpha: float, n_windows: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def resolution_ema(
+    state: torch.Tensor | None, current: torch.Tensor, alpha: float, n_windows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Resolution EMA of §8.3: returns (new state r, executed index).
 
     r := alpha * r + (1 - alpha) * current (alpha weights the *old* value; first use copies);
@@ -94,14 +98,22 @@ def ramp(index: torch.Tensor, full_index: int, step: int, warmup_steps: int, ram
     return torch.round(blended).to(torch.long)
 
 
-def ablation_generator(seed: int, layer_index: int, step: Optional[int]) -> torch.Generator:
+def ablation_generator(seed: int, layer_index: int, step: int | None) -> torch.Generator:
     """The fresh CPU generator of §8.5: (seed + 1000003 * layer + 97409 * step) mod (2^31 - 1)."""
     s = (int(seed) + _PRIME_LAYER * int(layer_index) + _PRIME_STEP * int(step or 0)) % _MODULUS
     return torch.Generator(device="cpu").manual_seed(s)
 
 
-def window_ablation(index: torch.Tensor, mode: str, *, windows: Sequence[int], fixed_window: int, seed: int,
-                    layer_index: int, step: Optional[int]) -> torch.Tensor:
+def window_ablation(
+    index: torch.Tensor,
+    mode: str,
+    *,
+    windows: Sequence[int],
+    fixed_window: int,
+    seed: int,
+    layer_index: int,
+    step: int | None,
+) -> torch.Tensor:
     """Lab-branch overrides of §8.5, applied after the EMA/ramp on every forward (CPU index tensor)."""
     if mode == "adaptive":
         return index
