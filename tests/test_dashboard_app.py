@@ -81,7 +81,8 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     row = table.set_index("run").loc["adaptive-s1"]
     run = load_run(Path(app.session_state["logs_root"]) / "adaptive-s1")
     assert row["regime"] == "full_adaptive" and row["seed"] == 1 and row["last step"] == STEPS - 1
-    assert row["final loss (nats)"] == pytest.approx(run.scalar("loss")["value"].iloc[-1])
+    assert row["last-batch train loss"] == pytest.approx(run.scalar("loss")["value"].iloc[-1])
+    assert row["status"] == "finished" and row["progress"] == pytest.approx(1.0)
     errors = [e.value for e in app.error]
     assert len(errors) == 2
     assert any("broken" in e and "not valid JSON" in e for e in errors)
@@ -94,29 +95,30 @@ def test_picking_runs_limits_the_other_pages(app):
     assert app.session_state["selected_runs"] == ["nested/freeze-s0"]
     goto(app, "windows")
     assert app.selectbox(key="run_picker").options == ["shallow_freeze s0 · nested/freeze-s0"]
-    assert all("freeze" in t or "selected" in t or "step" in t or "layer" in t for t in chart_titles(app))
+    cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR, causal-pair coverage"))
+    assert {tr["name"] for tr in cov["data"] if tr.get("name")} == {"shallow_freeze s0 (freeze-s0)"}
 
 
 def test_hierarchy_page_slider_and_layer_picker(app, logs):
     goto(app, "hierarchy")
     run = load_run(logs / "adaptive-s0")
-    slider = app.select_slider(key="hier_step_0")
+    slider = app.select_slider(key="step_picker")
     tree_steps = sorted(run.table("tree", columns=["step"], filters=[("layer", "==", 0)])["step"].unique())
     assert list(map(int, slider.options)) == [int(s) for s in tree_steps]
     fig = charts(app)[0]
-    assert fig["layout"]["title"]["text"] == f"layer 0 at step {tree_steps[-1]}"
-    head_trace_text = [t for tr in fig["data"][1:] for t in tr["text"] if t.startswith("h")]
-    assert sorted(head_trace_text) == sorted(f"h{h}" for h in range(N_HEAD))
-    levels = app.metric[0].value
+    assert fig["layout"]["title"]["text"].startswith(f"layer 0 at step {tree_steps[-1]}")
+    head_trace_text = [t for tr in fig["data"][1:] for t in (tr.get("text") or []) if t.startswith("L0H")]
+    assert sorted(head_trace_text) == sorted(f"L0H{h}" for h in range(N_HEAD))
+    levels = next(m.value for m in app.metric if m.label == "levels")
     tree = run.table("tree", filters=[("layer", "==", 0), ("step", "==", int(tree_steps[-1]))])
     assert int(levels) == tree["level"].nunique()
     # move the slider to an earlier routing update
     target = int(tree_steps[len(tree_steps) // 2])
     slider.set_value(target).run()
     assert not app.exception
-    assert charts(app)[0]["layout"]["title"]["text"] == f"layer 0 at step {target}"
+    assert charts(app)[0]["layout"]["title"]["text"].startswith(f"layer 0 at step {target}")
     # change layer
-    app.selectbox(key="hier_layer").set_value(2).run()
+    app.selectbox(key="layer_picker").set_value(2).run()
     assert not app.exception
     assert charts(app)[0]["layout"]["title"]["text"].startswith("layer 2 at step")
 
@@ -125,7 +127,10 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     goto(app, "windows")
     run = load_run(logs / "adaptive-s0")
     assert app.selectbox(key="run_picker").value == "adaptive-s0"
-    app.select_slider(key="win_step").set_value(50).run()
+    update_steps = [int(s) for s in app.select_slider(key="step_picker").options]
+    ups = run.table("events", filters=[("kind", "==", "routing_update")])
+    assert update_steps == sorted(int(s) for s in ups["step"].unique())  # the slider snaps to routing updates
+    app.select_slider(key="step_picker").set_value(50).run()
     assert not app.exception
     figs = charts(app)
     heat = next(f for f in figs if f["layout"]["title"]["text"] == "executed windows at step 50")
@@ -136,12 +141,12 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     bars = next(f for f in figs if f["layout"]["title"]["text"] == "branch frequencies at step 50")
     np.testing.assert_allclose(sum(np.asarray(t["y"], float) for t in bars["data"]), 1.0, atol=1e-6)
     # timeline of another layer
-    app.selectbox(key="win_layer").set_value(1).run()
+    app.selectbox(key="layer_picker").set_value(1).run()
     tl = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("layer 1: window per head"))
     assert tl["data"][0]["customdata"].shape[0] == N_HEAD
     titles = chart_titles(app)
-    assert "ACR, causal-pair coverage and realised work (selected runs)" in titles
-    assert "final selected-window distribution (selected runs)" in titles
+    assert "ACR, causal-pair coverage and realised work" in titles
+    assert "final selected-window distribution" in titles
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
     assert not app.exception
@@ -152,14 +157,17 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     want[oh["layer"], oh["head"]] = oh["window"]
     np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
     cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR, causal-pair coverage"))
-    assert {tr["name"] for tr in cov["data"]} == {
+    lines = {tr["name"]: tr["line"] for tr in cov["data"] if tr.get("name")}
+    assert set(lines) == {
         "full_adaptive s0 (adaptive-s0)",
         "full_adaptive s1 (adaptive-s1)",
         "shallow_freeze s0 (freeze-s0)",
     }
-    assert (
-        cov["layout"]["yaxis"]["title"]["text"].replace("<br>", " ") == "ACR (Σ T·w / H·T²)"
-    )  # a line break is a space
+    # colour by regime, dash by seed
+    assert lines["full_adaptive s0 (adaptive-s0)"]["color"] == lines["full_adaptive s1 (adaptive-s1)"]["color"]
+    assert lines["full_adaptive s0 (adaptive-s0)"]["color"] != lines["shallow_freeze s0 (freeze-s0)"]["color"]
+    assert lines["full_adaptive s0 (adaptive-s0)"]["dash"] != lines["full_adaptive s1 (adaptive-s1)"]["dash"]
+    assert cov["layout"]["yaxis"]["title"]["text"] == "ACR"  # the long definition is the panel title
     assert cov["layout"]["xaxis3"]["title"]["text"] == "training step"  # the panels share the bottom step axis
 
 
@@ -234,9 +242,9 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     at = AppTest.from_file(APP, default_timeout=120)
     at.query_params["run"] = "../../etc"
     at.run()
+    assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
     at.switch_page(PAGE.format("windows")).run()
     assert not at.exception
-    assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
     assert at.selectbox(key="run_picker").value == "adaptive-s0"
     # a valid run name in the address opens that run
     at2 = AppTest.from_file(APP, default_timeout=120)
@@ -246,7 +254,7 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
-def test_refresh_shows_new_rows_of_a_run_still_being_written(tmp_path, monkeypatch):
+def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_path, monkeypatch):
     root = tmp_path / "live"
     run_dir = make_synthetic_run(root / "live-run", n_layer=2, n_head=4, steps=60, status="running")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
@@ -258,11 +266,13 @@ def test_refresh_shows_new_rows_of_a_run_still_being_written(tmp_path, monkeypat
     w = RunWriter.resume(run_dir)
     w.append("scalars", pd.DataFrame({"step": [80], "layer": [None], "name": ["loss"], "value": [1.25]}))
     w.flush()
-    at.run()
-    assert at.dataframe[0].value.iloc[0]["last step"] == 59  # cached until refreshed
-    at.button(key="refresh").click().run()
+    at.run()  # no refresh: the run's files changed, so its cached rows are read again
     row = at.dataframe[0].value.iloc[0]
-    assert row["last step"] == 80 and row["final loss (nats)"] == 1.25
+    assert row["last step"] == 80 and row["last-batch train loss"] == 1.25
+    w.close("finished")
+    fresh = AppTest.from_file(APP, default_timeout=120)  # a new tab in the same server process
+    fresh.run()
+    assert fresh.dataframe[0].value.iloc[0]["status"] == "finished"
 
 
 REFERENCE = REPO.parent / "shared" / "reference" / "paper"
@@ -276,9 +286,11 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     at.run()
     goto(at, "compare")
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
-    metrics = next(f for t, f in figs.items() if t.startswith("regimes:"))
+    ours = next(f for t, f in figs.items() if t.startswith("regimes:"))
+    assert not [tr for tr in ours["data"] if tr.get("name") == "reference (published)"], "never on our axes"
+    metrics = next(f for t, f in figs.items() if t.startswith("the reference's published values"))
     ref = [tr for tr in metrics["data"] if tr.get("name") == "reference (published)"]
-    assert ref, "published values are drawn beside our runs"
+    assert ref, "published values are drawn in their own figure"
     table1 = pd.read_csv(REFERENCE / "aah_v3_4096_table1_training.csv")
     published_acr = dict(zip(table1["method"], table1["ACR_train_proxy"]))
     acr_axis = next(

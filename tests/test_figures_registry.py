@@ -157,9 +157,10 @@ def test_branch_bars_stack_to_one_per_layer(runs):
 def test_coverage_has_a_line_per_run_and_named_denominators(runs):
     fig = FIGURE_KINDS["coverage_over_training"](runs)
     titles = _axis_titles(fig)
-    assert "ACR (Σ T·w / H·T²)" in titles
-    assert "causal-pair coverage (attended causal pairs / all causal pairs)" in titles
-    assert "training step" in titles
+    assert set(titles) >= {"ACR", "coverage", "realised work", "training step"}
+    panels = [a.text for a in fig.layout.annotations]  # the definitions with their denominators
+    assert "ACR: Σ T·w / H·T² (the paper's key-length proxy)" in panels
+    assert "causal-pair coverage: attended causal pairs / all causal pairs" in panels
     names = {t.name for t in fig.data}
     assert len(names) == 2
     acr = runs[0].scalar("acr")
@@ -181,7 +182,9 @@ def test_hierarchy_figure_hover_names_members_logits_and_joint_effect(runs):
     assert group_hovers and all(
         "members:" in h and "logits" in h and "margin" in h and "joint scorer" in h for h in group_hovers
     )
-    assert sum(1 for h in hovers if h.startswith("head ")) == runs[0].n_head
+    head_hovers = [h for h in hovers if h.startswith("L1H")]  # heads are named L<layer>H<head> everywhere
+    assert sorted(h.split("<br>")[0] for h in head_hovers) == sorted(f"L1H{h}" for h in range(runs[0].n_head))
+    assert all("final logits (window: logit)" in h for h in group_hovers)  # logits labelled by window
     assert fig.to_json() == FIGURE_KINDS["hierarchy"](runs, layer=1).to_json()  # deterministic
 
 
@@ -206,7 +209,10 @@ def test_coverage_shows_realised_work_and_the_cost_table_labels_the_estimate():
 
     run = load_run(SAMPLE)  # a real recorded run: its backend reports realised work
     fig = FIGURE_KINDS["coverage_over_training"]([run])
-    assert "realised work (score elements computed / all causal pairs)" in _axis_titles(fig)
+    assert "realised work" in _axis_titles(fig)
+    assert any(
+        a.text.startswith("realised work: score elements computed / all causal pairs") for a in fig.layout.annotations
+    )
     panels = {t.xaxis: t for t in fig.data}
     assert set(panels) == {"x", "x2", "x3"}  # ACR, causal-pair coverage, realised work side by side
     scalars = pd.read_parquet(SAMPLE / "scalars")

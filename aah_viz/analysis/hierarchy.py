@@ -156,3 +156,69 @@ def tree_summary(g: nx.DiGraph) -> dict:
         "joint_paired": sum(1 for d in groups if d.get("joint_paired")),
         "shadow": any(d.get("shadow") for d in groups),
     }
+
+
+def _partition(g: nx.DiGraph, level: int) -> list[tuple[int, ...]]:
+    return sorted(tuple(d["members"]) for _, d in g.nodes(data=True) if d["kind"] == "group" and d["level"] == level)
+
+
+def collapse_repeated_levels(g: nx.DiGraph) -> tuple[nx.DiGraph, list[int]]:
+    """Drop every level whose groups are exactly the groups of the level below (one child each, same
+    members): such a level adds nothing to the picture. Returns the smaller tree and the dropped levels.
+
+    A kept group remembers the levels it stands for (``also_levels``) and their windows, so the hover
+    can still say what each repeated level chose.
+    """
+    out = g.copy()
+    levels = sorted({d["level"] for _, d in out.nodes(data=True) if d["kind"] == "group"})
+    dropped: list[int] = []
+    for level in levels[1:]:
+        nodes = [n for n, d in out.nodes(data=True) if d["kind"] == "group" and d["level"] == level]
+        if not nodes:
+            continue
+        below = level - 1
+        while below in dropped:
+            below -= 1
+        if _partition(out, level) != _partition(out, below):
+            continue
+        if any(len(list(out.successors(n))) != 1 for n in nodes):
+            continue
+        for n in nodes:
+            (child,) = list(out.successors(n))
+            cd = out.nodes[child]
+            nd = out.nodes[n]
+            cd.setdefault("also_levels", []).append((level, nd.get("node"), nd.get("window")))
+            if nd.get("joint_paired"):  # the drawn group stands for a jointly scored level too
+                cd["joint_paired"] = True
+                cd["joint_levels"] = [*cd.get("joint_levels", []), level]
+                cd["joint_delta"] = max(float(cd.get("joint_delta") or 0), float(nd.get("joint_delta") or 0))
+            for p in list(out.predecessors(n)):
+                out.add_edge(p, child)
+            out.remove_node(n)
+        dropped.append(level)
+    return out, dropped
+
+
+def moved_heads(
+    prev: dict[int, tuple[frozenset, int | None]], cur: dict[int, tuple[frozenset, int | None]]
+) -> set[int]:
+    """Heads whose level-0 group-mates or executed window differ between two routing updates.
+
+    Each argument maps head -> (its level-0 group's members, its window).
+    """
+    return {h for h, v in cur.items() if h in prev and prev[h] != v}
+
+
+def head_states(tree: pd.DataFrame, head_windows: dict[int, int]) -> dict[int, tuple[frozenset, int | None]]:
+    """head -> (members of its level-0 group, executed window) at one update."""
+    out: dict[int, tuple[frozenset, int | None]] = {}
+    if tree is None or tree.empty:
+        return {h: (frozenset(), w) for h, w in head_windows.items()}
+    level0 = tree[tree["level"] == 0]
+    for members in level0["members"]:
+        ms = frozenset(int(m) for m in _as_list(members))
+        for h in ms:
+            out[h] = (ms, head_windows.get(h))
+    for h, w in head_windows.items():
+        out.setdefault(h, (frozenset(), w))
+    return out

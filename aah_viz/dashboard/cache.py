@@ -23,7 +23,7 @@ def open_run(root: str, key: str):
 
 
 @st.cache_data(show_spinner=False)
-def discover(root: str, token: int) -> list[str]:
+def discover(root: str, token: int, time_slice: int = 0) -> list[str]:
     try:
         paths = discover_runs(root)
     except AAHVizError:
@@ -147,3 +147,19 @@ def reference_stamp(reference_dir: str) -> float:
     """Newest modification time of the reference CSVs (a changed file triggers a new import)."""
     files = list(Path(reference_dir).glob("*.csv"))
     return max((f.stat().st_mtime for f in files), default=0.0)
+
+
+@st.cache_data(show_spinner="Reading training curves ...")
+def training(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
+    return data.training_data([open_run(root, k) for k in keys])
+
+
+@st.cache_data(show_spinner=False)
+def update_steps(root: str, key: str, token: int, layer: int | None = None):
+    """Sorted routing-update steps (of one layer, or of any layer); empty without routing."""
+    import numpy as np
+
+    ups = queries.update_steps(open_run(root, key))
+    if layer is not None:
+        ups = ups[ups["layer"] == int(layer)]
+    return np.unique(ups["step"].to_numpy()).astype(np.int64)

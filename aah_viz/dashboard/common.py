@@ -1,13 +1,17 @@
-"""Small helpers the pages share: error boxes, charts, step and layer pickers."""
+"""Small helpers the pages share: error boxes, charts with downloads and head clicks, plain text."""
 
 from __future__ import annotations
 
 import functools
+import re
 
-import numpy as np
+import pandas as pd
 import streamlit as st
 
 from aah_viz.errors import AAHVizError
+
+EXPORT_WIDTH = 1100  # px of a downloaded figure: wide enough for every title and legend
+FIGURE_MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 
 
 def guarded(fn):
@@ -24,27 +28,77 @@ def guarded(fn):
     return wrapper
 
 
-def chart(fig, key: str) -> None:
+def plain(text) -> str:
+    """A user-controlled string (run key, manifest field, file name) as literal text in Markdown."""
+    return re.sub(r"([\\`*_\[\]<>|~$#!])", r"\\\1", str(text))
+
+
+def _file_stem(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "figure"
+
+
+def figure_bytes(fig, fmt: str) -> bytes:
+    from aah_viz.dashboard import providers
+
+    height = fig.layout.height or 500
+    return providers.figure_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
+
+
+def downloads(fig, key: str, name: str, data: pd.DataFrame | None = None, where=None) -> None:
+    """PNG, SVG and PDF of the figure (rendered through Kaleido only when clicked) and its data as CSV."""
+    from aah_viz.figures.tabular import figure_frame
+
+    target = where or st
+    stem = _file_stem(name)
+    with target.popover("Download", icon=":material/download:", key=f"{key}_dl"):
+        for fmt, mime in FIGURE_MIME.items():
+            st.download_button(
+                fmt.upper(),
+                data=functools.partial(figure_bytes, fig, fmt),  # rendered on click only
+                file_name=f"{stem}.{fmt}",
+                mime=mime,
+                key=f"{key}_dl_{fmt}",
+                on_click="ignore",
+            )
+        frame = data if data is not None else figure_frame(fig)
+        st.download_button(
+            "CSV (data)",
+            data=frame.to_csv(index=False),
+            file_name=f"{stem}.csv",
+            mime="text/csv",
+            key=f"{key}_dl_csv",
+            on_click="ignore",
+        )
+
+
+def chart(fig, key: str, name: str | None = None, data: pd.DataFrame | None = None, on_select=None) -> None:
+    """A Plotly chart with its downloads; ``on_select(points)`` runs (before the rerun) when a click
+    changes the chart's selection."""
+
+    def _selected() -> None:
+        points = list(st.session_state[key].get("selection", {}).get("points", []) or [])
+        if points:
+            on_select(points)
+
     # theme=None: the figure keeps its own template, so the page looks like the exported figure
-    st.plotly_chart(fig, key=key, width="stretch", theme=None, config={"displaylogo": False})
+    st.plotly_chart(
+        fig,
+        key=key,
+        width="stretch",
+        theme=None,
+        config={"displaylogo": False},
+        on_select=_selected if on_select else "ignore",
+        selection_mode="points",
+    )
+    downloads(fig, key, name or key, data)
 
 
-def layer_picker(n_layer: int, key: str, where=None, label: str = "Layer") -> int:
-    target = where or st
-    return int(target.selectbox(label, list(range(int(n_layer or 1))), key=key))
+def head_clicked(points: list[dict]) -> None:
+    """A click on a head cell (customdata [layer, head, ...]) selects that layer and head."""
+    from aah_viz.dashboard import state
 
-
-def step_slider(steps: np.ndarray, key: str, label: str, where=None, default: int | None = None) -> int | None:
-    """A slider over recorded steps (the values themselves, so it only lands on real steps)."""
-    target = where or st
-    steps = [int(s) for s in np.asarray(steps).tolist()]
-    if not steps:
-        return None
-    if len(steps) == 1:
-        target.caption(f"{label}: {steps[0]} (the only one recorded)")
-        return steps[0]
-    value = st.session_state.get(key)
-    if value not in steps:
-        value = default if default in steps else steps[-1]
-        st.session_state[key] = value
-    return int(target.select_slider(label, options=steps, key=key))
+    for p in points:
+        cd = p.get("customdata")
+        if isinstance(cd, (list, tuple)) and len(cd) >= 2:
+            state.select(layer=int(cd[0]), head=int(cd[1]))
+            return

@@ -86,11 +86,20 @@ def render() -> None:
     if paper_keys:
         reference = per_run_frame(ref_root, paper_keys, 0)
     chart(
-        cfig.regime_metric_figure(
-            ours, metrics, reference, "regimes: our runs (mean ± sd) and the published reference"
-        ),
+        cfig.regime_metric_figure(ours, metrics, None, "regimes: our runs (mean ± sd over seeds)"),
         key="cmp_metrics",
+        name="regimes-ours",
+        data=ours,
     )
+    if reference is not None and not reference.empty:
+        chart(
+            cfig.reference_metric_figure(
+                reference, metrics, "the reference's published values (their model and context: own axes)"
+            ),
+            key="cmp_reference",
+            name="regimes-published",
+            data=reference,
+        )
     buckets = _bucket_rows(ours)
     for wset, ref_b in (_bucket_rows(reference, "reference: ") if reference is not None else {}).items():
         buckets[wset] = pd.concat([buckets[wset], ref_b]) if wset in buckets else ref_b
@@ -100,6 +109,7 @@ def render() -> None:
                 grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"
             ),
             key=f"cmp_buckets_{i}",
+            name=f"window-distribution-{wset.replace(', ', '-')}",
         )
 
     st.subheader("The reference's published results")
@@ -130,8 +140,11 @@ def render() -> None:
         m = cache.manifest(ref_root, q, 0)
         d = cache.heatmap(ref_root, q, 0, None)
         chart(
-            wfig.window_heatmap_figure(d["matrix"], m["windows"], f"Qwen3-4B {labels[q]}: window per head (published)"),
+            wfig.window_heatmap_figure(
+                d["matrix"], m["windows"], f"Qwen3-4B {labels[q]}: window per head (published)", clickable=False
+            ),
             key="cmp_qwen_fig",
+            name=f"qwen3-4b-{labels[q]}",
         )
         finite = d["matrix"][np.isfinite(d["matrix"])]
         if finite.size:

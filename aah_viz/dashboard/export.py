@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, providers, state
-from aah_viz.dashboard.common import chart, guarded
+from aah_viz.dashboard.common import chart, figure_bytes, guarded
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 
@@ -19,6 +19,7 @@ MIME = {
     "latex": "application/x-tex",
 }
 SINGLE_RUN_KINDS = {
+    "training_curves",
     "hierarchy",
     "window_heatmap",
     "head_timeline",
@@ -69,27 +70,58 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         st.code(text, language="latex" if fmt == "latex" else None)
 
 
+def _option_value(text: str):
+    """An option typed on the page: int, float, true/false, or the text itself ('' = the default)."""
+    text = text.strip()
+    if text == "":
+        return None
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
     st.subheader("Figures")
     c1, c2 = st.columns(2)
     kind = c1.selectbox("Figure", list(FIGURE_KINDS), key="exp_fig_kind")
-    fmt = c2.radio("Format", FIGURE_FORMATS, horizontal=True, key="exp_fig_fmt")
+    fmt = c2.radio("Format", (*FIGURE_FORMATS, "csv"), horizontal=True, key="exp_fig_fmt")
     current = state.pick_run() if kind in SINGLE_RUN_KINDS else None
     use = (current,) if current else keys
-    opts = FIGURE_OPTIONS.get(kind, {})
-    if opts:
-        st.caption("Options (defaults used here): " + "; ".join(f"{k}: {v}" for k, v in opts.items()))
+    opts_help = FIGURE_OPTIONS.get(kind, {})
+    sel = state.selection()
+    opts = {}
+    if opts_help:
+        cols = st.columns(len(opts_help))
+        for col, (name, help_) in zip(cols, opts_help.items()):
+            default = sel.get(name) if name in ("layer", "head", "step") else None
+            text = col.text_input(
+                name, value="" if default is None else str(default), key=f"exp_opt_{kind}_{name}", help=help_
+            )
+            value = _option_value(text)
+            if value is not None:
+                opts[name] = value
     runs = [cache.open_run(root, k) for k in use]
-    fig = FIGURE_KINDS[kind](runs)
-    chart(fig, key="exp_fig_preview")
+    fig = FIGURE_KINDS[kind](runs, **opts)
+    chart(fig, key="exp_fig_preview", name=kind)
+    suffix = "-".join(f"{k}{v}" for k, v in opts.items())
+    stem = f"{kind}-{suffix}" if suffix else kind
 
     def make_bytes() -> bytes:  # runs only when the button is clicked
-        return providers.figure_bytes(fig, fmt)
+        if fmt == "csv":
+            from aah_viz.figures.tabular import figure_frame
+
+            return figure_frame(fig).to_csv(index=False).encode()
+        return figure_bytes(fig, fmt)
 
     st.download_button(
-        f"Download {kind}.{fmt}",
+        f"Download {stem}.{fmt}",
         data=make_bytes,
-        file_name=f"{kind}.{fmt}",
+        file_name=f"{stem}.{fmt}",
         mime=MIME[fmt],
         key="exp_fig_download",
         on_click="ignore",

@@ -1,14 +1,15 @@
-"""Hierarchy: the tree of one layer at one routing update, with a slider over updates."""
+"""Hierarchy: the tree of one layer at one routing update, a slider (and a play control) over updates."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from aah_viz.analysis.hierarchy import tree_graph, tree_summary
+from aah_viz.analysis.hierarchy import tree_summary
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, layer_picker, step_slider
-from aah_viz.figures.hierarchy import hierarchy_figure
+from aah_viz.dashboard.common import chart, guarded, head_clicked
+from aah_viz.dashboard.glossary import help_text
+from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
 
 TREE_COLUMNS = [
     "level",
@@ -23,6 +24,77 @@ TREE_COLUMNS = [
     "shadow",
     "origin",
 ]
+PLAY = "hier_play"
+PLAY_DONE = "hier_play_done"
+PLAY_INTERVAL_S = 1.2
+
+
+def _advance(steps) -> None:
+    """One tick of the play control: the next routing update, stopping at the last."""
+    sel = state.selection()
+    cur = sel.get("step")
+    later = [int(s) for s in steps if cur is None or int(s) > int(cur)]
+    if later:
+        state.select(step=later[0])
+    else:  # the last update: stop the timer (a full rerun switches the toggle off)
+        st.session_state[PLAY_DONE] = True
+        st.rerun()
+
+
+def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
+    steps = cache.tree_steps(root, key, token, layer)
+    if len(steps) == 0:
+        st.info(
+            f"Layer {layer} has no hierarchy rows: the regime has no grouping, or routing has not updated yet.",
+        )
+        return
+    playing = bool(st.session_state.get(PLAY))
+    if playing:
+        _advance(steps)
+    step = state.pick_step(steps, "Routing update (training step)", help=help_text("routing_update"))
+    d = cache.hierarchy(root, key, token, layer, step)
+    head = state.selection().get("head")
+    g, dropped = tree_for(d, m["n_head"], m["windows"])
+    full_summary = tree_summary(tree_for(d, m["n_head"], m["windows"], collapse=False)[0])
+    c = st.columns(4)
+    c[0].metric("levels", full_summary["levels"], help="Levels of the logged tree, repeated ones included.")
+    c[1].metric("groups per level", " / ".join(str(n) for n in full_summary["groups_per_level"]) or "0")
+    c[2].metric("jointly scored groups", full_summary["joint_paired"], help=help_text("joint_scoring"))
+    c[3].metric(
+        "moved heads",
+        len(d.get("moved", ())),
+        help="Heads whose level-0 group-mates or executed window changed since the layer's previous routing update.",
+    )
+    if dropped:
+        st.info(
+            f"Levels {', '.join(str(x) for x in dropped)} repeat the level below them exactly (same groups, one "
+            "child each) and are drawn once; hover a group to see what each repeated level chose."
+        )
+    if full_summary["shadow"]:
+        st.caption("Shadow build: routing was computed but not executed (warm-up or control off).")
+    title = f"layer {layer} at step {d['step']}"
+    if d.get("previous") is not None:
+        title += f" (previous update {d['previous']})"
+    fig = hierarchy_figure(
+        g,
+        m["windows"],
+        title,
+        layer=layer,
+        selected_head=head,
+        override=window_override(m),
+        collapsed=dropped,
+    )
+    chart(fig, key="hier_fig", name=f"hierarchy-L{layer}-step{d['step']}", on_select=head_clicked)
+    st.caption(
+        "Squares are groups (named level and index: g2 on the level 1 row is 'level 1, group 2'), circles heads "
+        "(L3H5 = layer 3, head 5); colour = the window a group chose or a head executes. Outlines: red = scored "
+        "jointly with a sibling, orange = the group's chosen window is not what its heads run (the hover says "
+        "why: parent clamp, a fixed-window regime, a shadow build), pink = moved since the previous update, "
+        "black = the selected head. Click a head to select it on every page."
+    )
+    with st.expander("Tree rows"):
+        tree = d["tree"]
+        st.dataframe(pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]]), hide_index=True, width="stretch")
 
 
 @guarded
@@ -31,29 +103,14 @@ def render() -> None:
     if opened is None:
         return
     key, root, token, m = opened
-    layer = layer_picker(m["n_layer"], key="hier_layer")
-    steps = cache.tree_steps(root, key, token, layer)
-    if len(steps) == 0:
-        st.info(f"Layer {layer} has no hierarchy rows: the regime has no grouping, or routing has not updated yet.")
-        return
-    step = step_slider(steps, key=f"hier_step_{layer}", label="Routing update (training step)")
-    d = cache.hierarchy(root, key, token, layer, step)
-    g = tree_graph(d["tree"], m["n_head"], m["windows"], d["head_windows"])
-    summary = tree_summary(g)
-    c1, c2, c3 = st.columns(3)
-    c1.metric("levels", summary["levels"])
-    c2.metric("groups per level", " / ".join(str(n) for n in summary["groups_per_level"]) or "0")
-    c3.metric("jointly scored groups", summary["joint_paired"])
-    if summary["shadow"]:
-        st.caption("Shadow build: routing was computed but not executed (warm-up or control off).")
-    chart(hierarchy_figure(g, m["windows"], f"layer {layer} at step {d['step']}"), key="hier_fig")
-    st.caption(
-        "Squares are groups, circles heads; colour = window; a red outline marks groups scored jointly with a sibling. "
-        "Hover a node for its members, controller logits, margin and joint-scorer effect."
-    )
-    with st.expander("Tree rows"):
-        tree = d["tree"]
-        st.dataframe(pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]]), hide_index=True, width="stretch")
+    c1, c2, c3 = st.columns([3, 3, 2])
+    layer = state.pick_layer(m["n_layer"], where=c1)
+    state.pick_head(m["n_head"], where=c2)
+    if st.session_state.pop(PLAY_DONE, False):
+        st.session_state[PLAY] = False
+    c3.write("")  # align the toggle with the pickers' boxes
+    playing = c3.toggle("▶ play", key=PLAY, help="Step through the routing updates, about one a second.")
+    st.fragment(run_every=PLAY_INTERVAL_S if playing else None)(_tree_view)(key, root, token, m, layer)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,10 @@ def _metrics(probe_heads, probe: str) -> list[str]:
 
 @guarded
 def render() -> None:
-    st.title("Probes")
-    key = state.pick_run()
-    if key is None:
+    opened = state.open_run("Probes")
+    if opened is None:
         return
-    root, token = state.logs_root(), state.token()
-    m = cache.manifest(root, key, token)
+    key, root, token, m = opened
     tables = cache.probe_tables(root, key, token)
     if not any(not t.empty for t in tables.values()):
         st.info(HOW_TO)

@@ -43,16 +43,16 @@ def render_table(table, fmt: str) -> str:
     return render(table, fmt)
 
 
-def figure_bytes(fig, fmt: str) -> bytes:
+def figure_bytes(fig, fmt: str, **opts) -> bytes:
     """PNG, SVG or PDF bytes of a Plotly figure (Kaleido with the system Chromium)."""
     try:
         from aah_viz.export.static import figure_bytes as _figure_bytes
     except ImportError:
         _figure_bytes = None
     if _figure_bytes is not None:
-        return _figure_bytes(fig, fmt)
+        return _figure_bytes(fig, fmt, **opts)
     try:
-        return fig.to_image(format=fmt)
+        return fig.to_image(format=fmt, **opts)
     except Exception as err:  # noqa: BLE001 - kaleido missing or its browser failed
         raise MissingDependencyError(
             f"cannot export the figure as {fmt}: {err}; install the export extra (pip install 'aah-viz[export]') "

@@ -5,7 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded
+from aah_viz.dashboard.common import chart, guarded, head_clicked
+from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
 
 LAYER_COLUMNS = {
@@ -26,33 +28,50 @@ def render() -> None:
     key, root, token, m = opened
     st.caption(
         "Every routing update compared with the layer's previous one: the level-0 partition (ARI, "
-        "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape."
+        "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape.",
+        help=help_text("ari"),
     )
     s = cache.stability(root, key, token)
     if s["updates"].empty:
         st.info("No routing updates recorded (full attention, or routing has not updated yet).")
     else:
-        chart(sfig.stability_figure(s["updates"], "routing stability over training"), key="stab_fig")
+        chart(sfig.stability_figure(s["updates"], "routing stability over training"), key="stab_fig", name="stability")
         c1, c2 = st.columns([2, 3])
         with c1:
-            st.dataframe(s["layers"].rename(columns=LAYER_COLUMNS), hide_index=True, width="stretch", key="stab_layers")
+            st.dataframe(
+                s["layers"].rename(columns=LAYER_COLUMNS),
+                hide_index=True,
+                width="stretch",
+                key="stab_layers",
+                column_config={
+                    "mean ARI vs previous update": st.column_config.NumberColumn(help=help_text("ari"), format="%.3f"),
+                    "topology changes": st.column_config.NumberColumn(help=help_text("topology_change")),
+                },
+            )
         with c2:
-            chart(sfig.switch_rate_figure(s["heads"], m["n_layer"], m["n_head"]), key="stab_switch")
+            sel = state.selection()
+            chart(
+                sfig.switch_rate_figure(
+                    s["heads"], m["n_layer"], m["n_head"], selected=(sel.get("layer") or 0, sel.get("head"))
+                ),
+                key="stab_switch",
+                name="switch-rate",
+                on_select=head_clicked,
+            )
+            st.caption("Click a head to select it on every page.", help=help_text("switch_rate"))
     st.subheader("Controller health: does routing learn at all?")
+    if not has_controller(m):
+        st.info(f"The {m.get('regime')} regime has no window controller: nothing here to learn.")
+        return
     c = cache.controller(root, key, token)
     chart(
         sfig.controller_health_figure(
             c["series"], c["margins"], "controller gradient norm, weight drift and decision margin"
         ),
         key="stab_ctrl",
+        name="controller-health",
     )
-    if not c["series"].empty:
-        grad = c["series"][c["series"]["name"] == "controller_grad_norm"]["value"]
-        if len(grad) and float(grad.abs().max()) == 0.0:
-            st.warning(
-                "The controller's gradient norm is zero at every logged step: no gradient "
-                "reaches it, so routing does not learn."
-            )
+    st.caption("Gradient norm, weight drift and decision margin.", help=help_text("controller_grad_norm"))
 
 
 if __name__ == "__main__":

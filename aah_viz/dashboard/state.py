@@ -1,12 +1,18 @@
-"""Shared dashboard state in ``st.session_state``: logs root, refresh token, selected runs.
+"""Shared dashboard state in ``st.session_state``: logs root, freshness stamps, selected runs, the selection.
 
 Runs are named by their key: the run directory's path relative to the logs root, as found by
 ``discover_runs``. Only discovered keys are ever opened, and every key (also one from a query
 parameter) goes through ``resolve_under``, so nothing outside the logs root can be read.
+
+The selection (run, layer, head, routing update) is one per session and lives in the address too
+(``?run=...&layer=...&head=...&step=...``): every page reads it and writes it back, so a page
+switch keeps it and a copied address reopens the same view in a fresh tab.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -20,6 +26,12 @@ REFERENCE_DIR = "reference_dir"
 TOKEN = "refresh_token"
 SELECTED = "selected_runs"
 CURRENT = "current_run"
+SELECTION = "selection"  # {"run": key, "layer": int, "head": int | None, "step": int | None}
+URL_SEEN = "selection_url_seen"  # the query parameters this session last read or wrote
+LIVE = "live_refresh"
+SEL_PARAMS = ("run", "layer", "head", "step")
+# regimes whose windows are chosen by a controller, in the order a default run is picked
+ADAPTIVE_FIRST = ("full_adaptive", "deep_practical_reuse", "shallow_freeze", "independent_scoring")
 
 
 def init(logs_root: Path, reference_dir: Path | None) -> None:
@@ -41,8 +53,33 @@ def reference_dir() -> str | None:
     return st.session_state.get(REFERENCE_DIR)
 
 
-def token() -> int:
-    return int(st.session_state.get(TOKEN, 0))
+def run_stamp(root: str, key: str) -> int:
+    """A number that changes whenever the run's files change: the modification times of its manifest
+    and of each table folder (a new segment is renamed into its folder). A few ``stat`` calls."""
+    base = Path(root) / key
+    total = 0
+    try:
+        total += os.stat(base / "manifest.json").st_mtime_ns
+        with os.scandir(base) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    total = (total * 31 + e.stat(follow_symlinks=False).st_mtime_ns) % (1 << 62)
+    except OSError:
+        return -1
+    return total
+
+
+def token(key: str | None = None) -> int:
+    """Cache token: the refresh counter, plus the run's file stamp for one run (so new segments of a
+    live run and its new status are read without a refresh, and a fresh tab is never stale)."""
+    base = int(st.session_state.get(TOKEN, 0))
+    if key is None:
+        return base
+    return hash((base, run_stamp(logs_root(), key))) & ((1 << 62) - 1)
+
+
+def tokens(keys) -> int:
+    return hash(tuple(token(k) for k in keys)) & ((1 << 62) - 1)
 
 
 def refresh() -> None:
@@ -52,11 +89,12 @@ def refresh() -> None:
 
 
 def all_keys() -> list[str]:
-    return cache.discover(logs_root(), token())
+    # discovery is cheap but walks the tree: bucket it in 5-second slices so new runs appear on their own
+    return cache.discover(logs_root(), token(), int(time.time() // 5))
 
 
 def overviews() -> dict[str, dict]:
-    return {key: cache.overview(logs_root(), key, token()) for key in all_keys()}
+    return {key: cache.overview(logs_root(), key, token(key)) for key in all_keys()}
 
 
 def good_keys() -> list[str]:
@@ -81,27 +119,99 @@ def set_selected(keys: list[str]) -> None:
     st.session_state[SELECTED] = list(keys)
 
 
+def any_running(keys=None) -> bool:
+    views = overviews()
+    return any(views.get(k, {}).get("status") == "running" for k in (keys if keys is not None else views))
+
+
 def label(key: str) -> str:
-    o = cache.overview(logs_root(), key, token())
+    o = cache.overview(logs_root(), key, token(key))
     if "error" in o:
         return f"{key} (unreadable)"
     seed = "" if o.get("seed") is None else f" s{o['seed']}"
     return f"{o.get('regime')}{seed} · {key}"
 
 
-def _from_query() -> str | None:
-    value = st.query_params.get("run")
-    if not value:
+def default_run(keys: list[str]) -> str | None:
+    """An adaptive run if there is one (the regimes whose routing there is to look at), else the first."""
+    if not keys:
         return None
+    views = overviews()
+    for regime in ADAPTIVE_FIRST:
+        for k in keys:
+            if views.get(k, {}).get("regime") == regime:
+                return k
+    return keys[0]
+
+
+# ---- the selection: one per session, mirrored in the address -------------------------------------
+
+
+def selection() -> dict:
+    return st.session_state.setdefault(SELECTION, {"run": None, "layer": 0, "head": None, "step": None})
+
+
+def select(**values) -> None:
+    """Change parts of the selection (run, layer, head, step); the address follows at the page's end."""
+    sel = selection()
+    for name, value in values.items():
+        if name not in SEL_PARAMS:
+            raise KeyError(name)
+        sel[name] = value
+    if "run" in values:
+        st.session_state[CURRENT] = values["run"]
+
+
+def _int_or_none(text) -> int | None:
     try:
-        return check_key(str(value))
-    except AAHVizError as err:
-        st.error(f"query parameter run={value!r} ignored: {err}")
+        return int(str(text))
+    except (TypeError, ValueError):
         return None
+
+
+def read_url() -> None:
+    """Take the selection from the address when the address says something this session has not seen
+    (a fresh tab, a pasted link); a sidebar page switch drops the parameters and keeps the session's."""
+    params = {p: st.query_params.get(p) for p in SEL_PARAMS}
+    params = {p: v for p, v in params.items() if v not in (None, "")}
+    seen = st.session_state.get(URL_SEEN, {})
+    fresh = {p: v for p, v in params.items() if seen.get(p) != v}
+    if not fresh:
+        return
+    sel = selection()
+    if "run" in fresh:
+        try:
+            sel["run"] = check_key(str(fresh["run"]))
+            st.session_state[CURRENT] = sel["run"]
+        except AAHVizError as err:
+            st.error(f"query parameter run={fresh['run']!r} ignored: {err}")
+    for p in ("layer", "step"):
+        if p in fresh and _int_or_none(fresh[p]) is not None:
+            sel[p] = _int_or_none(fresh[p])
+    if "head" in fresh:
+        sel["head"] = _int_or_none(fresh["head"])
+    st.session_state[URL_SEEN] = {**seen, **params}
+
+
+def write_url() -> None:
+    """Mirror the selection into the address (only what changed, so the browser history stays short)."""
+    sel = selection()
+    want = {p: ("" if sel.get(p) is None else str(sel[p])) for p in SEL_PARAMS}
+    for p, v in want.items():
+        if v == "":
+            if p in st.query_params:
+                del st.query_params[p]
+        elif st.query_params.get(p) != v:
+            st.query_params[p] = v
+    st.session_state[URL_SEEN] = {p: v for p, v in want.items() if v}
+
+
+def _on_widget(name: str, widget_key: str, convert=lambda v: v) -> None:
+    select(**{name: convert(st.session_state[widget_key])})
 
 
 def pick_run(where=None) -> str | None:
-    """A run picker over the selected runs; the choice is shared by every page."""
+    """A run picker over the selected runs; the choice is shared by every page and kept in the address."""
     keys = selected_keys()
     if not keys:
         st.info(
@@ -109,27 +219,129 @@ def pick_run(where=None) -> str | None:
             "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
         )
         return None
-    wanted = _from_query() or st.session_state.get(CURRENT)
+    read_url()
+    sel = selection()
+    wanted = sel.get("run")
     if wanted not in keys:
-        wanted = keys[0]
-    st.session_state[CURRENT] = wanted
+        if wanted in good_keys():  # named by the address but not among the selected runs: show it anyway
+            keys = [wanted, *keys]
+        else:
+            wanted = default_run(keys)
+    select(run=wanted)
     target = where or st
     labels = {k: label(k) for k in keys}  # computed now: format_func may be called outside the script run
-    key = target.selectbox("Run", keys, index=keys.index(wanted), format_func=labels.__getitem__, key="run_picker")
-    st.session_state[CURRENT] = key
-    if st.query_params.get("run") != key:
-        st.query_params["run"] = key  # the address names the run shown: a shareable link
+    st.session_state["run_picker"] = wanted
+    key = target.selectbox(
+        "Run",
+        keys,
+        format_func=labels.__getitem__,
+        key="run_picker",
+        on_change=_on_widget,
+        args=("run", "run_picker"),
+    )
+    select(run=key)
+    write_url()
     return key
 
 
+def pick_layer(n_layer: int, where=None) -> int:
+    """The selected layer (shared by every page), with a picker."""
+    n = max(1, int(n_layer or 1))
+    sel = selection()
+    layer = sel.get("layer") if isinstance(sel.get("layer"), int) and 0 <= sel["layer"] < n else 0
+    select(layer=layer)
+    st.session_state["layer_picker"] = layer
+    target = where or st
+    out = int(
+        target.selectbox(
+            "Layer", list(range(n)), key="layer_picker", on_change=_on_widget, args=("layer", "layer_picker", int)
+        )
+    )
+    select(layer=out)
+    write_url()
+    return out
+
+
+def pick_head(n_head: int, where=None) -> int | None:
+    """The selected head (or none), with a picker; a click on a head in a heatmap sets it too."""
+    n = max(1, int(n_head or 1))
+    sel = selection()
+    layer = sel.get("layer") or 0
+    head = sel.get("head") if isinstance(sel.get("head"), int) and 0 <= sel["head"] < n else None
+    select(head=head)
+    options = [-1, *range(n)]  # -1: no head selected (a None option would show as an empty box)
+    st.session_state["head_picker"] = -1 if head is None else head
+    target = where or st
+    out = target.selectbox(
+        "Head",
+        options,
+        format_func=lambda h: "none" if h < 0 else f"L{layer}H{h}",
+        key="head_picker",
+        on_change=_on_widget,
+        args=("head", "head_picker", lambda h: None if h < 0 else int(h)),
+        help="Click a head in any layer × head heatmap to select it.",
+    )
+    out = None if out < 0 else int(out)
+    select(head=out)
+    write_url()
+    return out
+
+
+def pick_step(steps, label: str, where=None, help: str | None = None) -> int | None:
+    """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one."""
+    import numpy as np
+
+    from aah_viz.analysis.queries import nearest
+
+    steps = np.asarray(steps, dtype=np.int64)
+    target = where or st
+    if len(steps) == 0:
+        return None
+    sel = selection()
+    wanted = sel.get("step")
+    value = int(steps[-1]) if wanted is None else nearest(steps, int(wanted))
+    select(step=value)
+    if len(steps) == 1:
+        target.caption(f"{label}: {value} (the only one recorded)")
+        write_url()
+        return value
+    options = [int(s) for s in steps.tolist()]
+    st.session_state["step_picker"] = value
+    out = int(
+        target.select_slider(
+            label,
+            options=options,
+            key="step_picker",
+            on_change=_on_widget,
+            args=("step", "step_picker", int),
+            help=help,
+        )
+    )
+    select(step=out)
+    write_url()
+    return out
+
+
 def show_run_warnings(key: str) -> None:
-    o = cache.overview(logs_root(), key, token())
+    o = cache.overview(logs_root(), key, token(key))
     for w in o.get("warnings", []):
         st.warning(w)
 
 
-def open_run(title: str) -> tuple[str, str, int, dict] | None:
-    """The page preamble: its title, the chosen run, and that run's manifest and warnings.
+class Opened(tuple):
+    """``(key, logs_root, cache_token, manifest)`` of the page's run (unpacks like a tuple)."""
+
+    def __new__(cls, key, root, tok, manifest):
+        return super().__new__(cls, (key, root, tok, manifest))
+
+    key = property(lambda self: self[0])
+    root = property(lambda self: self[1])
+    token = property(lambda self: self[2])
+    manifest = property(lambda self: self[3])
+
+
+def open_run(title: str, summary: bool = True) -> Opened | None:
+    """The page preamble: its title, the chosen run, the run's summary header and its warnings.
 
     Returns ``(key, logs_root, cache_token, manifest)``, or None when no run can be shown.
     """
@@ -137,7 +349,11 @@ def open_run(title: str) -> tuple[str, str, int, dict] | None:
     key = pick_run()
     if key is None:
         return None
-    root, tok = logs_root(), token()
+    root, tok = logs_root(), token(key)
     manifest = cache.manifest(root, key, tok)
+    if summary:
+        from aah_viz.dashboard import summary as run_summary
+
+        run_summary.header(root, key, tok, manifest)
     show_run_warnings(key)
-    return key, root, tok, manifest
+    return Opened(key, root, tok, manifest)

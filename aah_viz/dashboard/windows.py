@@ -1,14 +1,159 @@
-"""Windows: layer x head heatmap at a step, head x step timeline, branch bars, coverage, regimes."""
+"""Windows: layer x head heatmap at a routing update, branch bars, the head x step timeline,
+coverage over training, the cost table and chosen runs side by side."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, layer_picker, step_slider
+from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
+from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import windows as wfig
+from aah_viz.figures.data import warmup_steps
 
-MAX_SIDE_BY_SIDE = 4
+MAX_SIDE_BY_SIDE = 6
+# the cost table's columns, shortened so the whole table fits; the long names are the tooltips
+COST_COLUMNS = {
+    "ACR": ("ACR", "acr"),
+    "causal-pair coverage": ("coverage", "causal_coverage"),
+    "realised work": ("realised work", "realised_work"),
+    "FLOPs ratio (analytic estimate)": ("FLOPs ratio (est.)", "flops_ratio"),
+    "step time, median (s, measured)": ("step time (s)", "step_time"),
+    "tokens/s, median (measured)": ("tokens/s", "tokens_per_s"),
+}
+
+
+def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
+    windows = m["windows"]
+    steps = cache.update_steps(root, key, token)
+    snapped = "routing update"
+    if len(steps) == 0:  # no routing (full attention): every recorded step
+        steps, snapped = cache.recorded_steps(root, key, token), "training step"
+    if len(steps) == 0:
+        st.info("No head rows recorded yet: the run has not logged a training step; it appears here once it has.")
+        return
+    c1, c2, c3 = st.columns([4, 1, 1])
+    step = state.pick_step(steps, f"Step ({snapped}s)", where=c1, help=help_text("routing_update"))
+    layer = state.pick_layer(m["n_layer"], where=c2)
+    head = state.pick_head(m["n_head"], where=c3)
+    hm = cache.heatmap(root, key, token, step)
+    left, right = st.columns(2)
+    with left:
+        chart(
+            wfig.window_heatmap_figure(
+                hm["matrix"], windows, f"executed windows at step {hm['step']}", selected=(layer, head)
+            ),
+            key="win_heatmap",
+            name=f"windows-step{hm['step']}",
+            on_select=head_clicked,
+        )
+        st.caption("Click a head to select it on every page (the Hierarchy page highlights it).")
+    with right:
+        br = cache.branch(root, key, token, step)
+        chart(
+            wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"),
+            key="win_branch",
+            name=f"branch-frequencies-step{br['step']}",
+        )
+        st.caption("Share of each layer's heads at each window.", help=help_text("branch_frequency"))
+
+    st.subheader("Head × step timeline")
+    tl = cache.timeline(root, key, token, layer)
+    chart(
+        wfig.head_timeline_figure(
+            tl["steps"],
+            tl["matrix"],
+            windows,
+            f"layer {layer}: window per head over training",
+            selected_head=head,
+            current_step=step,
+            warmup=warmup_steps(m),
+        ),
+        key="win_timeline",
+        name=f"timeline-L{layer}",
+    )
+    st.caption(
+        f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change); "
+        "the dotted line is the selected update, the outlined row the selected head, grey the warm-up."
+    )
+
+
+def _across_runs(root: str, key: str, m: dict) -> None:
+    st.subheader("Coverage over training and runs side by side")
+    selected = state.selected_keys()
+    default = [key] + [k for k in selected if k != key][:3]
+    chosen = st.multiselect(
+        "Runs to compare",
+        selected,
+        default=[k for k in st.session_state.get("win_compare", default) if k in selected] or default,
+        format_func=state.label,
+        key="win_compare_pick",
+        help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
+        "(colour by regime, dash by seed).",
+    )
+    st.session_state["win_compare"] = chosen
+    keys = tuple(chosen)
+    if not keys:
+        st.info("Pick at least one run to compare.")
+        return
+    tok = state.tokens(keys)
+    chart(
+        wfig.coverage_figure(
+            cache.coverage(root, keys, tok), "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)
+        ),
+        key="win_coverage",
+        name="coverage-over-training",
+    )
+    st.caption(
+        "Realised work is what the attention backend computed, not what the windows allow: the dense-masked "
+        "backend computes every T² score and masks it, so it stays at about 2 (T² / causal pairs) for every "
+        "regime; banded and flex backends compute the windows only and follow causal-pair coverage. The "
+        "backend is in brackets after each run. Grey: warm-up of the selected run (full windows).",
+        help=help_text("realised_work"),
+    )
+    cost = cache.cost(root, keys, tok)
+    if not cost.empty:
+        st.dataframe(
+            cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
+            hide_index=True,
+            width="stretch",
+            height=38 + 35 * len(cost),
+            column_config={
+                short: st.column_config.NumberColumn(short, help=f"{c}. {help_text(term)}", format="%.3g")
+                for c, (short, term) in COST_COLUMNS.items()
+                if c in cost
+            }
+            | {"run": st.column_config.TextColumn("run", width="large")},
+        )
+        st.caption(
+            "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; step time and "
+            "throughput are measured on the machine that trained the run."
+        )
+    table = cache.bucket_table(root, keys, tok)
+    if not table.empty:
+        chart(
+            wfig.bucket_heatmap_figure(table, "final selected-window distribution"),
+            key="win_buckets",
+            name="final-window-distribution",
+        )
+    side = list(keys[:MAX_SIDE_BY_SIDE])
+    if len(side) > 1:
+        st.caption(f"Final windows of {len(side)} chosen runs.")
+        per_row = 3
+        for start in range(0, len(side), per_row):
+            cols = st.columns(per_row)
+            for j, k in enumerate(side[start : start + per_row]):
+                mk = cache.manifest(root, k, state.token(k))
+                d = cache.heatmap(root, k, state.token(k), None)
+                with cols[j]:
+                    chart(
+                        wfig.window_heatmap_figure(
+                            d["matrix"], mk["windows"], state.label(k).split(" · ")[0], clickable=False, compact=True
+                        ),
+                        key=f"win_side_{start + j}",
+                        name=f"final-windows-{k}",
+                    )
+                    st.caption(plain(state.label(k)))
 
 
 @guarded
@@ -17,70 +162,9 @@ def render() -> None:
     if opened is None:
         return
     key, root, token, m = opened
-    windows = m["windows"]
-
-    st.subheader("Layer × head windows at a step")
-    steps = cache.recorded_steps(root, key, token)
-    if len(steps) == 0:
-        st.info("No head rows recorded yet: the run has not logged a training step. Refresh once it has.")
-    else:
-        step = step_slider(steps, key="win_step", label="Training step")
-        hm = cache.heatmap(root, key, token, step)
-        left, right = st.columns(2)
-        with left:
-            chart(
-                wfig.window_heatmap_figure(hm["matrix"], windows, f"executed windows at step {hm['step']}"),
-                key="win_heatmap",
-            )
-        with right:
-            br = cache.branch(root, key, token, step)
-            chart(
-                wfig.branch_bars_figure(br["per_layer"], windows, f"branch frequencies at step {br['step']}"),
-                key="win_branch",
-            )
-
-        st.subheader("Head × step timeline")
-        layer = layer_picker(m["n_layer"], key="win_layer")
-        tl = cache.timeline(root, key, token, layer)
-        chart(
-            wfig.head_timeline_figure(
-                tl["steps"], tl["matrix"], windows, f"layer {layer}: window per head over training"
-            ),
-            key="win_timeline",
-        )
-        st.caption(
-            f"{len(tl['steps'])} of {tl['recorded']} recorded steps shown (routing updates, where windows can change)."
-        )
-
-    st.subheader("Coverage over training and regimes side by side")
-    keys = tuple(state.selected_keys())
-    chart(
-        wfig.coverage_figure(
-            cache.coverage(root, keys, token), "ACR, causal-pair coverage and realised work (selected runs)"
-        ),
-        key="win_coverage",
-    )
-    cost = cache.cost(root, keys, token)
-    if not cost.empty:
-        st.caption(
-            "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; "
-            "step time and throughput are measured on the machine that trained the run."
-        )
-        st.dataframe(cost, hide_index=True)
-    table = cache.bucket_table(root, keys, token)
-    if not table.empty:
-        chart(
-            wfig.bucket_heatmap_figure(table, "final selected-window distribution (selected runs)"), key="win_buckets"
-        )
-    side = keys[:MAX_SIDE_BY_SIDE]
-    if len(side) > 1:
-        st.caption(f"Final windows of the first {len(side)} selected runs.")
-        cols = st.columns(len(side))
-        for i, (col, k) in enumerate(zip(cols, side)):
-            mk = cache.manifest(root, k, token)
-            d = cache.heatmap(root, k, token, None)
-            with col:
-                chart(wfig.window_heatmap_figure(d["matrix"], mk["windows"], state.label(k)), key=f"win_side_{i}")
+    st.subheader("Layer × head windows at a routing update")
+    _at_a_step(key, root, token, m)
+    _across_runs(root, key, m)
 
 
 if __name__ == "__main__":

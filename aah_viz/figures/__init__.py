@@ -18,6 +18,11 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     "hierarchy": {
         "layer": "layer to draw (default 0)",
         "step": "training step; the nearest routing update is used (default: last)",
+        "head": "head to highlight (default none)",
+    },
+    "training_curves": {
+        "smoothing": "debiased EMA weight 0-0.99 (default 0)",
+        "log_step": "log-scale step axis (default false)",
     },
     "window_heatmap": {"step": "training step (default: last recorded)"},
     "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
@@ -52,8 +57,7 @@ def _title(run, what: str) -> str:
     return f"{what}: {run_label(run)}"
 
 
-def build_hierarchy(runs, layer: int = 0, step: int | None = None, **_) -> go.Figure:
-    from aah_viz.analysis.hierarchy import tree_graph
+def build_hierarchy(runs, layer: int = 0, step: int | None = None, head: int | None = None, **_) -> go.Figure:
     from aah_viz.figures import data, hierarchy, style
 
     run = _first(runs)
@@ -62,8 +66,16 @@ def build_hierarchy(runs, layer: int = 0, step: int | None = None, **_) -> go.Fi
         return style.empty_figure(
             f"layer {layer} has no hierarchy rows (grouping off or not yet updated)", _title(run, "hierarchy")
         )
-    g = tree_graph(d["tree"], run.n_head, run.windows, d["head_windows"])
-    return hierarchy.hierarchy_figure(g, run.windows, _title(run, f"hierarchy of layer {layer} at step {d['step']}"))
+    g, dropped = hierarchy.tree_for(d, run.n_head, run.windows)
+    return hierarchy.hierarchy_figure(
+        g,
+        run.windows,
+        _title(run, f"hierarchy of layer {layer} at step {d['step']}"),
+        layer=int(layer),
+        selected_head=None if head is None else int(head),
+        override=hierarchy.window_override(run.manifest),
+        collapsed=dropped,
+    )
 
 
 def build_window_heatmap(runs, step: int | None = None, **_) -> go.Figure:
@@ -176,6 +188,14 @@ def build_window_vs_probe(runs, probe: str = "syntax", metric: str | None = None
     )
 
 
+def build_training_curves(runs, smoothing: float = 0.0, log_step: bool = False, **_) -> go.Figure:
+    from aah_viz.figures import data, training
+
+    return training.training_curves_figure(
+        data.training_data(list(runs)), smoothing=float(smoothing), log_step=str(log_step).lower() in ("1", "true")
+    )
+
+
 def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr", **_) -> go.Figure:
     import pandas as pd
 
@@ -189,6 +209,7 @@ def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr"
 
 
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
+    "training_curves": build_training_curves,
     "hierarchy": build_hierarchy,
     "window_heatmap": build_window_heatmap,
     "head_timeline": build_head_timeline,

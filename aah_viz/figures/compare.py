@@ -30,7 +30,8 @@ def regime_metric_figure(
 
     ``per_run``: one row per run with ``regime``, ``seed`` and the metric columns.
     ``reference``: optional rows with ``regime`` and metric columns (published values), drawn as
-    diamonds beside our bars.
+    diamonds beside our bars; only for data on the same scale (the dashboard draws published
+    results in their own figure, :func:`reference_metric_figure`).
     """
     metrics = [m for m in metrics if m in per_run.columns]
     n_cols = 2 if len(metrics) > 1 else 1
@@ -66,7 +67,7 @@ def regime_metric_figure(
                 error_y=dict(type="data", array=std.to_numpy(dtype=np.float64), visible=True),
                 customdata=n.to_numpy(dtype=np.float64),
                 name="our runs (mean ± sd)",
-                marker_color="#1f77b4",
+                marker_color=[style.regime_color(r) for r in regimes],
                 showlegend=legend("ours"),
                 legendgroup="ours",
                 hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}"
@@ -80,8 +81,12 @@ def regime_metric_figure(
                 x=per_run["regime"].astype(str),
                 y=per_run[metric].to_numpy(dtype=np.float64),
                 mode="markers",
-                marker=dict(color="#333", size=6),
-                name="one seed",
+                marker=dict(
+                    color="#333",
+                    size=7,
+                    symbol=[style.seed_symbol(sd) for sd in per_run.get("seed", pd.Series([0] * len(per_run)))],
+                ),
+                name="one seed (shape: seed)",
                 showlegend=legend("seeds"),
                 legendgroup="seeds",
                 hovertemplate="%{x}<br>%{y:.4f}<extra></extra>",
@@ -105,5 +110,40 @@ def regime_metric_figure(
                 row=row,
                 col=col,
             )
+        fig.update_yaxes(title=METRIC_TITLES.get(metric, metric), row=row, col=col, title_font=dict(size=10))
+    return style.base_layout(fig, title, height=380 * n_rows + 60)
+
+
+def reference_metric_figure(reference: pd.DataFrame, metrics: list[str], title: str = "") -> go.Figure:
+    """The published values per regime, one panel per metric, on their own axes (the paper's runs use
+    another context length and model size, so they never share an axis with ours)."""
+    metrics = [m for m in metrics if m in reference.columns and reference[m].notna().any()]
+    if not metrics:
+        return style.empty_figure("the reference publishes none of these metrics", title)
+    n_cols = 2 if len(metrics) > 1 else 1
+    n_rows = -(-len(metrics) // n_cols)
+    fig = make_subplots(
+        rows=n_rows,
+        cols=n_cols,
+        subplot_titles=[SHORT_TITLES.get(m, m) + " (published)" for m in metrics],
+        vertical_spacing=0.2,
+        horizontal_spacing=0.12,
+    )
+    for i, metric in enumerate(metrics):
+        row, col = i // n_cols + 1, i % n_cols + 1
+        ref = reference.dropna(subset=[metric])
+        g = ref.groupby(ref["regime"].astype(str))[metric].mean()
+        fig.add_trace(
+            go.Bar(
+                x=list(g.index),
+                y=g.to_numpy(dtype=np.float64),
+                marker=dict(color=[style.regime_color(r) for r in g.index], pattern_shape="/"),
+                name="reference (published)",
+                showlegend=i == 0,
+                hovertemplate="%{x}<br>published %{y:.4f}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
         fig.update_yaxes(title=METRIC_TITLES.get(metric, metric), row=row, col=col, title_font=dict(size=10))
     return style.base_layout(fig, title, height=380 * n_rows + 60)

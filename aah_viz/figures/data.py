@@ -21,6 +21,19 @@ def run_label(run) -> str:
     return f"{run.regime}{seed} ({run.run_id})"
 
 
+def run_backend(run) -> str | None:
+    """The attention backend that actually ran (the manifest's resolved backend)."""
+    b = run.manifest.get("backend") or {}
+    name = b.get("resolved") if isinstance(b, dict) else b
+    return None if name in (None, "none") else str(name)
+
+
+def warmup_steps(manifest: dict) -> int | None:
+    cfg = manifest.get("config") or {}
+    w = cfg.get("warmup_steps", manifest.get("warmup_steps"))
+    return int(w) if isinstance(w, int) and w > 0 else None
+
+
 def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
     if len(steps) == 0:
         return None
@@ -28,13 +41,46 @@ def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
 
 
 def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
-    """Tree rows of one layer at the routing update nearest ``step`` (default: the last)."""
+    """Tree rows of one layer at the routing update nearest ``step`` (default: the last), the heads'
+    executed windows, and the heads that moved (group-mates or window) since the previous update."""
+    from aah_viz.analysis.hierarchy import head_states, moved_heads
+
     steps = queries.tree_steps(run, layer)
     chosen = _pick_step(steps, step)
-    tree = queries.tree_at(run, layer, chosen) if chosen is not None else pd.DataFrame()
-    heads = queries.heads_of_layer(run, layer, steps=[chosen]) if chosen is not None else pd.DataFrame()
-    head_windows = {int(h): int(w) for h, w in zip(heads.get("head", []), heads.get("window", []))}
-    return {"steps": steps, "step": chosen, "layer": layer, "tree": tree, "head_windows": head_windows}
+    if chosen is None:
+        return {
+            "steps": steps,
+            "step": None,
+            "layer": layer,
+            "tree": pd.DataFrame(),
+            "head_windows": {},
+            "moved": set(),
+        }
+    i = int(np.searchsorted(steps, chosen))
+    previous = int(steps[i - 1]) if i > 0 else None
+    wanted = [chosen] if previous is None else [previous, chosen]
+    tree_all = run.table("tree", filters=[("layer", "==", int(layer)), ("step", "in", wanted)])
+    heads = queries.heads_of_layer(run, layer, steps=wanted)
+
+    def windows_at(s):
+        h = heads[heads["step"] == s]
+        return {int(a): int(b) for a, b in zip(h["head"], h["window"])}
+
+    tree = tree_all[tree_all["step"] == chosen].reset_index(drop=True)
+    head_windows = windows_at(chosen)
+    moved: set[int] = set()
+    if previous is not None:
+        prev_tree = tree_all[tree_all["step"] == previous]
+        moved = moved_heads(head_states(prev_tree, windows_at(previous)), head_states(tree, head_windows))
+    return {
+        "steps": steps,
+        "step": chosen,
+        "previous": previous,
+        "layer": layer,
+        "tree": tree,
+        "head_windows": head_windows,
+        "moved": moved,
+    }
 
 
 def window_heatmap_data(run, step: int | None = None) -> dict:
@@ -99,10 +145,13 @@ def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
         if s.empty:
             continue
         b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")
+        b.insert(0, "backend", run_backend(run))
+        b.insert(0, "seed", run.seed)
+        b.insert(0, "regime", run.regime)
         b.insert(0, "label", run_label(run))
         parts.append(b)
     if not parts:
-        return pd.DataFrame(columns=["label", "name", "step", "value"])
+        return pd.DataFrame(columns=["label", "regime", "seed", "backend", "name", "step", "value"])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -198,3 +247,28 @@ def probe_points(run, probe: str, metric: str) -> pd.DataFrame:
             idx = pd.MultiIndex.from_arrays([rows["layer"].astype(int), rows["head"].astype(int)])
             rows = rows.assign(window=rows["window"].fillna(pd.Series(w.reindex(idx).to_numpy(), index=rows.index)))
     return rows[["layer", "head", "window", "value"]].dropna().reset_index(drop=True)
+
+
+TRAINING_SCALARS = ("loss", "val_loss", "val_ppl", "lr", "tokens_per_s", "step_time_s")
+
+
+def training_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+    """Model-wide training curves per run, binned to at most ``max_points`` per line.
+
+    Columns: label, regime, seed, name (loss, val_loss, lr, tokens_per_s, step_time_s), step, value.
+    Only these scalars' rows are read (a name filter pushed down to Parquet).
+    """
+    parts = []
+    for run in runs:
+        s = queries.scalar_frame(run, TRAINING_SCALARS)
+        s = s[s["layer"].isna()]
+        if s.empty:
+            continue
+        b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")
+        b.insert(0, "seed", run.seed)
+        b.insert(0, "regime", run.regime)
+        b.insert(0, "label", run_label(run))
+        parts.append(b)
+    if not parts:
+        return pd.DataFrame(columns=["label", "regime", "seed", "name", "step", "value"])
+    return pd.concat(parts, ignore_index=True)

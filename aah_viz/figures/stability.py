@@ -113,7 +113,9 @@ def stability_figure(updates: pd.DataFrame, title: str = "", max_points: int = 6
     return style.base_layout(fig, title, height=760)
 
 
-def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: str = "") -> go.Figure:
+def switch_rate_figure(
+    stats: pd.DataFrame, n_layer: int, n_head: int, title: str = "", selected: tuple[int, int | None] | None = None
+) -> go.Figure:
     """Layer x head heatmap of window switches per update, mean dwell time in the hover."""
     z = np.full((n_layer, n_head), np.nan)
     dwell = np.full((n_layer, n_head), np.nan)
@@ -132,14 +134,19 @@ def switch_rate_figure(stats: pd.DataFrame, n_layer: int, n_head: int, title: st
             zmin=0,
             zmax=max(float(np.nanmax(z)) if np.isfinite(z).any() else 1.0, 1e-6),
             colorbar=dict(title=dict(text="switches / update")),
-            hovertemplate="layer %{y}, head %{x}<br>switch rate %{z:.3f}"
-            "<br>mean dwell %{customdata:.0f} steps<extra></extra>",
+            hovertemplate="L%{y}H%{x}<br>switch rate %{z:.3f}<br>mean dwell %{customdata:.0f} steps<extra></extra>",
             xgap=1,
             ygap=1,
         )
     )
-    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
+    from aah_viz.figures.windows import _cell_overlay, _outline_cell
+
+    fig.add_trace(_cell_overlay(n_layer, n_head))
+    if selected is not None and selected[1] is not None:
+        _outline_cell(fig, selected[1], selected[0])
+    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
     fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
+    fig.update_layout(clickmode="event+select", dragmode=False)
     return style.base_layout(fig, title or f"per-head {style.SWITCH_RATE}", height=max(320, 22 * n_layer + 140))
 
 

@@ -15,6 +15,7 @@ COVERAGE = "causal-pair coverage (attended causal pairs / all causal pairs)"
 REALISED = "realised work (score elements computed / all causal pairs)"
 LOSS = "training loss (nats)"
 VAL_LOSS = "validation loss (nats)"
+LOSS_BOTH = "loss (nats; train and validation)"
 BUCKET_SHARE = "share of heads (heads at window / heads in layer)"
 RUN_BUCKET_SHARE = "share of (layer, head) slots (slots at window / all slots)"
 ARI = "ARI vs previous update (level-0 partitions; 1 = same)"
@@ -87,8 +88,15 @@ def two_lines(axis_title: str) -> str:
     return axis_title.replace(" (", "<br>(", 1)
 
 
-def base_layout(fig: go.Figure, title: str, height: int | None = None) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=title, margin=dict(l=60, r=20, t=60, b=50))
+def base_layout(fig: go.Figure, title: str, height: int | None = None, width_chars: int = 70) -> go.Figure:
+    """Template, margins and a title wrapped to fit (each extra title line gets its own top margin)."""
+    title = wrap_title(title or "", width_chars)
+    lines = title.count("<br>") + 1 if title else 0
+    fig.update_layout(
+        template=TEMPLATE,
+        title=dict(text=title, font=dict(size=16 if lines <= 1 else 14)),
+        margin=dict(l=60, r=20, t=40 + 22 * max(lines, 1), b=50),
+    )
     if height:
         fig.update_layout(height=height)
     return fig
@@ -101,3 +109,91 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return base_layout(fig, title, height=300)
+
+
+# Regimes in a fixed order, so a regime has the same colour on every page and in every export
+# (paper regimes first, then the ablations); an unknown regime gets a colour from its name.
+KNOWN_REGIMES = (
+    "full_attention",
+    "grouping_off",
+    "full_adaptive",
+    "shallow_freeze",
+    "deep_practical_reuse",
+    "control_off",
+    "fixed_window",
+    "fixed_random_grouping",
+    "freeze_after_warmup",
+    "shuffle_post_select",
+    "random_uniform",
+    "independent_scoring",
+    "no_feature_ema",
+    "no_parent_constraint",
+    "sliding_window",
+    "local_global_layers",
+)
+REGIME_PALETTE = (
+    "#444444",
+    "#8c564b",
+    "#1f77b4",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#bcbd22",
+    "#e377c2",
+    "#7f7f7f",
+    "#393b79",
+    "#637939",
+    "#ad494a",
+    "#8c6d31",
+    "#7b4173",
+)
+SEED_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SEED_SYMBOLS = ("circle", "square", "triangle-up", "diamond", "cross", "x")
+
+
+def regime_color(regime: str | None) -> str:
+    """The colour of a regime, the same on every page (unknown regimes: a stable colour from the name)."""
+    name = str(regime or "")
+    if name in KNOWN_REGIMES:
+        return REGIME_PALETTE[KNOWN_REGIMES.index(name)]
+    import zlib
+
+    return REGIME_PALETTE[zlib.crc32(name.encode()) % len(REGIME_PALETTE)]
+
+
+def _seed_index(seed) -> int:
+    try:
+        return int(seed)
+    except (TypeError, ValueError):
+        return 0
+
+
+def seed_dash(seed) -> str:
+    """Line dash of a seed: seed 0 solid, seed 1 dashed, ... (cycles after six seeds)."""
+    return SEED_DASHES[_seed_index(seed) % len(SEED_DASHES)]
+
+
+def seed_symbol(seed) -> str:
+    return SEED_SYMBOLS[_seed_index(seed) % len(SEED_SYMBOLS)]
+
+
+def run_line(regime, seed) -> dict:
+    """Plotly line style of a run: colour by regime, dash by seed."""
+    return dict(color=regime_color(regime), dash=seed_dash(seed))
+
+
+def wrap_title(title: str, width: int = 70) -> str:
+    """Break a long title into lines of at most ``width`` characters (at spaces), so it fits the figure."""
+    if not title or len(title) <= width or "<br>" in title:
+        return title
+    lines, line = [], ""
+    for word in title.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return "<br>".join(lines)

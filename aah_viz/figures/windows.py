@@ -16,10 +16,41 @@ def _window_colorbar(windows: list[int]) -> dict:
     )
 
 
-def window_heatmap_figure(matrix: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
+def _cell_overlay(n_layer: int, n_head: int) -> go.Scatter:
+    """Invisible markers on every cell: Plotly selects points, not heatmap cells, so a click on a
+    head lands on its marker (customdata [layer, head]) and selects it."""
+    li, hi = np.meshgrid(np.arange(n_layer), np.arange(n_head), indexing="ij")
+    return go.Scatter(
+        x=hi.ravel(),
+        y=li.ravel(),
+        mode="markers",
+        marker=dict(size=14, opacity=0.0, symbol="square"),
+        customdata=np.stack([li.ravel(), hi.ravel()], axis=1).astype(np.int32),
+        hoverinfo="skip",
+        showlegend=False,
+        name="click to select a head",
+    )
+
+
+def _outline_cell(fig: go.Figure, x: float, y: float, color: str = "#000") -> None:
+    fig.add_shape(
+        type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5, line=dict(color=color, width=3), layer="above"
+    )
+
+
+def window_heatmap_figure(
+    matrix: np.ndarray,
+    windows: list[int],
+    title: str = "",
+    selected: tuple[int, int | None] | None = None,
+    clickable: bool = True,
+    compact: bool = False,
+) -> go.Figure:
     """Layer (rows) x head (columns) executed windows at one step.
 
     z is log2(window) (equal colour bands per doubling); customdata holds the window in tokens.
+    ``selected`` (layer, head) outlines a head (or a whole layer when head is None); ``compact``
+    is for small side-by-side panels (fewer tick labels, no colour bar title).
     """
     scale, zmin, zmax = style.discrete_window_scale(windows)
     n_layer, n_head = matrix.shape
@@ -33,18 +64,51 @@ def window_heatmap_figure(matrix: np.ndarray, windows: list[int], title: str = "
             zmin=zmin,
             zmax=zmax,
             colorbar=_window_colorbar(windows),
-            hovertemplate="layer %{y}, head %{x}<br>window %{customdata} tokens<extra></extra>",
+            hovertemplate="L%{y}H%{x}<br>window %{customdata} tokens<extra></extra>",
             xgap=1,
             ygap=1,
+            showscale=not compact,
         )
     )
-    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
-    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
-    return style.base_layout(fig, title, height=max(320, 22 * n_layer + 140))
+    if clickable:
+        fig.add_trace(_cell_overlay(n_layer, n_head))
+    if selected is not None:
+        layer, head = selected
+        if head is None:
+            fig.add_shape(
+                type="rect",
+                x0=-0.5,
+                x1=n_head - 0.5,
+                y0=layer - 0.5,
+                y1=layer + 0.5,
+                line=dict(color="#000", width=2, dash="dot"),
+            )
+        else:
+            _outline_cell(fig, head, layer)
+    tick = (1 if n_head <= 16 else 2) if not compact else max(1, n_head // 4)
+    fig.update_xaxes(title=style.HEAD, dtick=tick if n_head <= 64 else None, range=[-0.5, n_head - 0.5])
+    fig.update_yaxes(
+        title=style.LAYER,
+        autorange="reversed",
+        dtick=(1 if n_layer <= 32 else None) if not compact else max(1, n_layer // 6),
+    )
+    fig.update_layout(clickmode="event+select", dragmode=False)
+    return style.base_layout(
+        fig, title, height=max(320, 22 * n_layer + 140) if not compact else 320, width_chars=70 if not compact else 32
+    )
 
 
-def head_timeline_figure(steps: np.ndarray, matrix: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
-    """Head (rows) x sampled training step (columns) windows of one layer."""
+def head_timeline_figure(
+    steps: np.ndarray,
+    matrix: np.ndarray,
+    windows: list[int],
+    title: str = "",
+    selected_head: int | None = None,
+    current_step: int | None = None,
+    warmup: int | None = None,
+) -> go.Figure:
+    """Head (rows) x sampled training step (columns) windows of one layer; the selected head and the
+    selected step are outlined, warm-up is shaded."""
     scale, zmin, zmax = style.discrete_window_scale(windows)
     n_head = matrix.shape[0]
     fig = go.Figure(
@@ -60,9 +124,37 @@ def head_timeline_figure(steps: np.ndarray, matrix: np.ndarray, windows: list[in
             hovertemplate="step %{x}, head %{y}<br>window %{customdata} tokens<extra></extra>",
         )
     )
+    if selected_head is not None and len(steps):
+        fig.add_shape(
+            type="rect",
+            xref="x domain",
+            x0=0,
+            x1=1,
+            y0=selected_head - 0.5,
+            y1=selected_head + 0.5,
+            line=dict(color="#000", width=2),
+        )
+    if current_step is not None:
+        fig.add_vline(x=current_step, line=dict(color="#000", width=1, dash="dot"))
+    if warmup:
+        _shade_warmup(fig, warmup)
     fig.update_xaxes(title=style.STEP)
     fig.update_yaxes(title=style.HEAD, autorange="reversed", dtick=1 if n_head <= 32 else None)
     return style.base_layout(fig, title, height=max(300, 18 * n_head + 140))
+
+
+def _shade_warmup(fig: go.Figure, warmup: int, **where) -> None:
+    fig.add_vrect(
+        x0=0,
+        x1=warmup,
+        fillcolor="#999",
+        opacity=0.15,
+        line_width=0,
+        annotation_text="warm-up",
+        annotation_position="top left",
+        annotation_font_size=10,
+        **where,
+    )
 
 
 def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str = "") -> go.Figure:
@@ -88,41 +180,33 @@ def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str =
 
 
 COVERAGE_PANELS = (
-    ("acr", "ACR", style.ACR),
-    ("acr_causal", "causal-pair coverage", style.COVERAGE),
-    ("realised_work", "realised work", style.REALISED),
+    ("acr", "ACR: Σ T·w / H·T² (the paper's key-length proxy)", "ACR"),
+    ("acr_causal", "causal-pair coverage: attended causal pairs / all causal pairs", "coverage"),
+    ("realised_work", "realised work: score elements computed / all causal pairs (per backend)", "realised work"),
 )
 
 
-def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
+def coverage_figure(series: pd.DataFrame, title: str = "", warmup: int | None = None) -> go.Figure:
     """The three coverage figures over training, stacked on one step axis, one line per run (``label``).
 
     ACR (the paper's key-length proxy), causal-pair coverage, and realised work (what the
     attention backend actually computed; dense masked computes every T² score, about 2).
     ``series`` has columns label, name (``acr`` / ``acr_causal`` / ``realised_work``), step,
-    value (already binned).
+    value (already binned), and optionally regime, seed (line colour and dash) and backend.
+    The long definitions are the panel titles; the y axes carry short names, so nothing overlaps.
     """
-    # stacked, sharing the step axis: three full-width panels keep their long axis titles readable
     fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], vertical_spacing=0.08
+        rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], vertical_spacing=0.09
     )
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
-    palette = [
-        "#1f77b4",
-        "#d62728",
-        "#2ca02c",
-        "#9467bd",
-        "#8c564b",
-        "#e377c2",
-        "#7f7f7f",
-        "#bcbd22",
-        "#17becf",
-        "#ff7f0e",
-    ]
-    for i, label in enumerate(labels):
-        color = palette[i % len(palette)]
+    for label in labels:
+        run = series[series["label"] == label]
+        regime = run["regime"].iloc[0] if "regime" in run else None
+        seed = run["seed"].iloc[0] if "seed" in run else None
+        backend = run["backend"].iloc[0] if "backend" in run and run["backend"].notna().any() else None
+        shown = f"{label} [{backend}]" if backend else label
         for row, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):
-            part = series[(series["label"] == label) & (series["name"] == name)]
+            part = run[run["name"] == name]
             if part.empty:
                 continue
             fig.add_trace(
@@ -130,11 +214,11 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
                     x=part["step"].to_numpy(dtype=np.float64),
                     y=part["value"].to_numpy(dtype=np.float64),
                     mode="lines",
-                    name=label,
+                    name=shown,
                     legendgroup=label,
                     showlegend=row == 1,
-                    line=dict(color=color),
-                    hovertemplate=f"{label}<br>step %{{x:.0f}}<br>%{{y:.3f}}<extra></extra>",
+                    line=style.run_line(regime, seed),
+                    hovertemplate=f"{shown}<br>step %{{x:.0f}}<br>%{{y:.3f}}<extra></extra>",
                 ),
                 row=row,
                 col=1,
@@ -145,9 +229,15 @@ def coverage_figure(series: pd.DataFrame, title: str = "") -> go.Figure:
         if name == "realised_work" and not series.empty:  # dense masked computes about twice the causal pairs
             values = series.loc[series["name"] == name, "value"].dropna()
             top = max(top, float(values.max()) * 1.05) if len(values) else top
-        fig.update_yaxes(title=style.two_lines(axis), range=[0, top], row=row, col=1)
-    style.base_layout(fig, title, height=860)
-    return fig.update_layout(margin=dict(l=90))
+        fig.update_yaxes(title=dict(text=axis, font=dict(size=12)), range=[0, top], row=row, col=1)
+    if warmup:
+        for row in range(1, len(COVERAGE_PANELS) + 1):
+            _shade_warmup(fig, warmup, row=row, col=1)
+    fig.update_annotations(font_size=12)
+    style.base_layout(fig, title, height=880)
+    return fig.update_layout(
+        legend=dict(title_text="run (colour: regime, dash: seed) [backend]", orientation="h", y=-0.07, yanchor="top")
+    )
 
 
 def bucket_heatmap_figure(table: pd.DataFrame, title: str = "", row_title: str = "run") -> go.Figure:

@@ -1,0 +1,103 @@
+"""The selected run's summary at the top of every page: warnings first, then regime, progress, ACR,
+stability and controller health, each metric with its glossary tooltip.
+
+Other parts add their own banners (validity of groups, damaged segments, ...) with
+:func:`register_banner`; banners are drawn first, in registration order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+from aah_viz.dashboard import cache
+from aah_viz.dashboard.common import plain
+from aah_viz.dashboard.glossary import help_text
+
+# fn(root, key, token, manifest) -> None; draws st.warning / st.info boxes for the run, or nothing
+Banner = Callable[[str, str, int, dict], None]
+BANNERS: list[Banner] = []
+
+NO_CONTROLLER_REGIMES = {"full_attention", "sliding_window", "local_global_layers"}
+NO_CHOICE_MODES = {"fixed_window", "random_uniform"}
+
+
+def register_banner(fn: Banner) -> Banner:
+    """Add a banner to every page's summary header (usable as a decorator); idempotent per function."""
+    if fn not in BANNERS:
+        BANNERS.append(fn)
+    return fn
+
+
+def has_controller(manifest: dict) -> bool:
+    """Whether a window controller chooses this run's windows (no: full attention, static windows,
+    fixed or random window ablations)."""
+    cfg = manifest.get("config") or {}
+    if manifest.get("regime") in NO_CONTROLLER_REGIMES or cfg.get("enabled") is False:
+        return False
+    return cfg.get("window_ablation_mode", "adaptive") not in NO_CHOICE_MODES
+
+
+def controller_state(root: str, key: str, token: int, manifest: dict) -> str:
+    """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
+    if not has_controller(manifest):
+        return "none"
+    series = cache.controller(root, key, token)["series"]
+    grad = series[series["name"] == "controller_grad_norm"]["value"] if not series.empty else series
+    if len(grad) == 0:
+        return "unlogged"
+    return "zero" if float(grad.abs().max()) == 0.0 else "learning"
+
+
+def zero_gradient_warning(root: str, key: str, token: int, manifest: dict) -> None:
+    if controller_state(root, key, token, manifest) == "zero":
+        st.warning(
+            "**Routing does not learn:** the controller's gradient norm is zero at every logged step, so its "
+            "window choices are a fixed random function of drifting statistics (as in the reference). "
+            "See Stability → controller health.",
+            icon="⚠️",
+        )
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "–" if value is None or value != value else f"{float(value):.{digits}f}"
+
+
+def _progress(overview: dict, manifest: dict) -> str:
+    last, total = overview.get("steps"), manifest.get("steps")
+    if last is None:
+        return "no step yet"
+    if isinstance(total, int) and total > 0:
+        return f"{last + 1:,} / {total:,} steps ({min(1.0, (last + 1) / total):.0%})"
+    return f"step {last:,}"
+
+
+def _stability(root: str, key: str, token: int) -> tuple[str, str | None]:
+    layers = cache.stability(root, key, token)["layers"]
+    if layers.empty or "mean_ari" not in layers or layers["mean_ari"].isna().all():
+        if not layers.empty and "window_switch_share" in layers:
+            return f"{layers['window_switch_share'].mean():.0%} switch", "window_switch_share"
+        return "no routing", None
+    return f"ARI {layers['mean_ari'].mean():.2f}", "mean_ari"
+
+
+def header(root: str, key: str, token: int, manifest: dict) -> None:
+    """Banners (zero-gradient warning first), then one row of metrics about the run."""
+    zero_gradient_warning(root, key, token, manifest)
+    for banner in BANNERS:
+        banner(root, key, token, manifest)
+    o = cache.overview(root, key, token)
+    seed = "" if o.get("seed") is None else f", seed {o['seed']}"
+    st.caption(
+        f"**{plain(o.get('regime'))}**{plain(seed)} · {plain(o.get('status') or '?')}: {_progress(o, manifest)}",
+        help=help_text("status"),
+    )
+    c = st.columns(4)
+    c[0].metric("ACR", _fmt(o.get("final_acr")), help=help_text("acr"))
+    c[1].metric("causal-pair coverage", _fmt(o.get("final_causal_coverage")), help=help_text("causal_coverage"))
+    value, _ = _stability(root, key, token)
+    c[2].metric("stability", value, help=help_text("ari"))
+    state = controller_state(root, key, token, manifest)
+    shown = {"none": "none", "unlogged": "not logged", "zero": "grad = 0", "learning": "grad > 0"}[state]
+    c[3].metric("controller", shown, help=help_text("controller_grad_norm"))
