@@ -71,6 +71,27 @@ TABLES: dict[str, dict[str, pa.DataType]] = {
         "name": pa.string(),
         "value": pa.float64(),
     },
+    # validity of the level-0 partition of one layer at one routing update (aah_viz.analysis.cluster_validity)
+    "cluster_validity": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "origin": pa.string(),  # natural, forced_bipartition, frozen, fixed, collapsed, ungrouped, ...
+        "shadow": pa.bool_(),  # built but not executed (warm-up, control off)
+        "n_heads": pa.int16(),
+        "n_groups": pa.int16(),
+        "threshold": pa.float32(),  # the level-0 similarity threshold
+        "sim_min": pa.float32(),  # pairwise cosine similarity of the heads' routing features
+        "sim_median": pa.float32(),
+        "sim_max": pa.float32(),
+        "silhouette": pa.float32(),  # of the partition, on cosine distance
+        "null_mean": pa.float32(),  # random partitions with the same group sizes
+        "null_p95": pa.float32(),
+        "null_p_value": pa.float32(),
+        "refit_mean": pa.float32(),  # structureless heads clustered into the same number of groups
+        "refit_p95": pa.float32(),
+        "refit_p_value": pa.float32(),
+        "verdict": pa.string(),  # real, chance, undefined
+    },
     # discrete events: routing_update, warmup_end, freeze, eval, checkpoint, resume, fallback, ...
     "events": {
         "step": pa.int64(),

@@ -173,3 +173,54 @@ def test_the_banner_appears_only_when_groups_are_in_doubt():
     good = df.assign(origin="natural", verdict=cv.REAL)
     assert cv.groups_in_doubt(good) is None
     assert cv.groups_in_doubt(df.iloc[:0]) is None
+
+
+# ---------------------------------------------------------------------------- from a run directory
+
+
+def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
+    from aah_viz.analysis import queries
+    from aah_viz.export import records
+    from aah_viz.runlog import load_run
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    run = load_run(make_synthetic_run(tmp_path / "run", n_layer=2, n_head=8, steps=120, seed=3))
+    tree = pd.read_parquet(run.path / "tree")
+    level0 = tree[tree["level"] == 0].drop_duplicates(["step", "layer"])
+    validity = queries.cluster_validity(run)
+    assert len(validity) == len(level0)
+    assert set(validity["verdict"]) == {cv.UNDEFINED}
+    expected = (level0["origin"] == cv.FORCED).mean()
+    rec = records.stability_record(run)
+    assert rec["forced_share"] == pytest.approx(expected)
+    assert np.isnan(rec["real_share"])  # no verdicts recorded: unknown, not zero
+
+
+def test_the_stability_export_carries_the_recorded_shares(tmp_path):
+    from aah_viz.export import build_table
+    from aah_viz.runlog import load_run
+    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.runlog.writer import rows_to_arrow, write_segment
+
+    shares = {}
+    for seed in (0, 1):
+        path = make_synthetic_run(tmp_path / f"fa{seed}", n_layer=2, n_head=8, steps=60, seed=seed)
+        rng = np.random.default_rng(seed)
+        rows = pd.DataFrame(
+            {
+                "step": np.repeat(np.arange(20, 60, 5), 2),
+                "layer": np.tile([0, 1], 8),
+                "origin": rng.choice([cv.FORCED, "natural"], 16),
+                "verdict": rng.choice([cv.REAL, cv.CHANCE], 16),
+            }
+        )
+        (path / "cluster_validity").mkdir()
+        write_segment(path / "cluster_validity", "part-000001.parquet", rows_to_arrow("cluster_validity", rows))
+        shares[seed] = ((rows["origin"] == cv.FORCED).mean(), (rows["verdict"] == cv.REAL).mean())
+    runs = [load_run(tmp_path / f"fa{seed}") for seed in (0, 1)]
+    by_run = build_table("stability", runs, by="run").df.set_index("seed")
+    for seed, (forced, real) in shares.items():
+        assert by_run.loc[seed, "forced_share"] == pytest.approx(forced)
+        assert by_run.loc[seed, "real_share"] == pytest.approx(real)
+    by_regime = build_table("stability", runs, by="regime").df
+    assert by_regime["forced_share"].iloc[0] == pytest.approx(np.mean([s[0] for s in shares.values()]))

@@ -103,6 +103,29 @@ def tree_stats(
     return run.table("tree", columns=list(columns))
 
 
+def cluster_validity(run) -> pd.DataFrame:
+    """One row per (step, layer) level-0 partition: the recorded ``cluster_validity`` table.
+
+    Runs recorded before that table existed fall back to what ``tree`` holds (origin and the
+    similarity range of each level-0 build), with the verdict ``undefined``.
+    """
+    from aah_viz.analysis import cluster_validity as cv
+
+    if "cluster_validity" in run.tables():
+        return run.table("cluster_validity")
+    tree = run.table("tree", columns=["step", "layer", "origin", "shadow", "sim_min", "sim_max", "members"],
+                     filters=[("level", "==", 0)])  # fmt: skip
+    if tree.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in ("step", "layer", "origin", "verdict")})
+    per_update = tree.groupby(["step", "layer"], sort=True)
+    out = per_update.agg(origin=("origin", "first"), shadow=("shadow", "first"), sim_min=("sim_min", "first"),
+                         sim_max=("sim_max", "first"), n_groups=("members", "size"))  # fmt: skip
+    out["n_heads"] = int(run.n_head or 0)
+    out["threshold"] = float(run.config.get("sim_threshold", np.nan))
+    out["verdict"] = cv.UNDEFINED
+    return out.reset_index()
+
+
 def branch_at(run, step: int) -> pd.DataFrame:
     return run.table("branch", columns=["step", "layer", "window", "fraction"], filters=[("step", "==", int(step))])
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from aah_viz import coverage
-from aah_viz.analysis import queries
+from aah_viz.analysis import cluster_validity, queries
 from aah_viz.analysis.stability import update_frame
 
 # the paper's row order and display names (Table 1 / 2); other regimes follow alphabetically
@@ -325,6 +325,18 @@ def stability_record(run) -> dict:
         "controller_grad_norm_mean": float(grad.mean()) if grad.size else math.nan,
         "controller_grad_norm_final": float(grad[-1]) if grad.size else math.nan,
         "controller_weight_drift_final": _last(sc, "controller_weight_drift"),
+        **_validity_shares(run),
+    }
+
+
+def _validity_shares(run) -> dict:
+    """Share of level-0 partitions that are forced splits, and that beat their nulls (nan unrecorded)."""
+    validity = queries.cluster_validity(run)
+    shares = cluster_validity.run_shares(validity)
+    recorded = validity["verdict"].ne(cluster_validity.UNDEFINED).any() if len(validity) else False
+    return {
+        "forced_share": shares["forced_share"],
+        "real_share": shares["real_share"] if recorded else math.nan,
     }
 
 

@@ -362,11 +362,14 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
             "window_switch_rate",
             "controller_grad_norm_mean",
             "controller_grad_norm_final",
+            "forced_share",
+            "real_share",
         ]
         caption = (
             "Routing stability: routing updates recorded (layer x update), mean adjusted Rand index of consecutive "
             "level-0 partitions, mean share of heads changing group / window between consecutive updates, "
-            "controller gradient norm."
+            "controller gradient norm; share of level-0 partitions that are forced splits, and share whose "
+            "silhouette beats both nulls (random relabelings, clustering of structureless heads)."
         )
         extra_keys = set()
     else:
