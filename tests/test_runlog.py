@@ -104,6 +104,8 @@ def example_rows(step):
                 row[col] = ["x"]
             elif pa.types.is_floating(typ):
                 row[col] = [0.5]
+            elif pa.types.is_boolean(typ):
+                row[col] = [True]
             else:
                 row[col] = [step if col == "step" else 1]
         rows[name] = row
