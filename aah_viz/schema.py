@@ -169,7 +169,36 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
     },
 }
 
-ALL_TABLES = {**TABLES, **PROBE_TABLES}
+# Summaries the run writer derives from the rows it is given, so that no figure has to scan every
+# head row of a long run. A run whose manifest says ``"update_summaries": true`` has them from its
+# first step; readers compute the same rows on the fly for any other run.
+SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
+    # one row per (layer, routing update), compared with the layer's previous update
+    "updates": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "prev_step": pa.int64(),  # null at a layer's first update
+        "ari": pa.float64(),  # level-0 partition vs the previous update
+        "group_switch_share": pa.float64(),  # heads whose level-0 group-mates changed / H
+        "window_switch_share": pa.float64(),  # heads whose executed window changed / H
+        "topology_changed": pa.bool_(),  # any level's partition or the number of levels changed
+        "n_groups": pa.int16(),  # level-0 groups
+        "n_levels": pa.int8(),
+        "window_idx": pa.list_(pa.int8()),  # executed candidate index per head at the update
+        "window_switched": pa.list_(pa.int16()),  # heads whose window changed
+        "group_switched": pa.list_(pa.int16()),  # heads whose level-0 group-mates changed
+        "flipped": pa.list_(pa.int16()),  # heads back at the window of two updates ago
+    },
+    # one row per (step, layer) with executed tree rows: their decision margins
+    "margins": {
+        "step": pa.int64(),
+        "layer": pa.int16(),
+        "groups": pa.int32(),  # non-shadow tree nodes
+        "margin_mean": pa.float64(),  # their mean top-1 minus top-2 logit
+    },
+}
+
+ALL_TABLES = {**TABLES, **PROBE_TABLES, **SUMMARY_TABLES}
 
 
 def group_column(level: int) -> str:

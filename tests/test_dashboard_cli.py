@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aah_viz.cli import build_parser, main
 from aah_viz.cli import dashboard as dashboard_cli
 
@@ -57,7 +59,8 @@ def test_bench_dashboard_json_on_a_small_run():
             "--steps",
             "60",
             "--repeats",
-            "1",
+            "2",
+            "--fallback",
         ],
         capture_output=True,
         text=True,
@@ -67,11 +70,18 @@ def test_bench_dashboard_json_on_a_small_run():
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     pages = {f["page"] for f in out["figures"]}
-    assert {"hierarchy", "windows", "stability", "probes", "compare"} <= pages
+    assert {"training", "hierarchy", "windows", "stability", "probes", "compare"} <= pages
     for f in out["figures"]:
-        assert set(f) >= {"page", "name", "seconds", "payload_bytes"}
+        assert set(f) >= {"page", "name", "seconds", "times", "payload_bytes"}
         assert f["payload_bytes"] > 1000 and f["seconds"] > 0
+        assert len(f["times"]) == 2 and f["seconds"] == pytest.approx(
+            sorted(f["times"])[0] / 2 + sorted(f["times"])[1] / 2, abs=2e-3
+        )
+    paired = {f["name"]: f["without_summaries"] for f in out["figures"] if "without_summaries" in f}
+    assert set(paired) == {"hierarchy", "head_timeline", "stability", "switch_rate", "controller_health"}
+    assert all(len(p["times"]) == 2 and p["ratio_median"] > 0 for p in paired.values())
     assert out["run"]["head_rows"] == 2 * 4 * 60
+    assert 0 < out["memory"]["peak_rss_mb_after_generation"] <= out["memory"]["peak_rss_mb"]
 
 
 HIDE_TORCH = """

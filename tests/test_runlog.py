@@ -95,6 +95,21 @@ def example_rows(step):
     }
     rows["branch"] = {"step": step, "layer": [0, 0, 0], "window": WINDOWS, "fraction": [0.25, 0.5, 0.25]}
     rows["events"] = {"step": [step], "layer": [None], "kind": ["eval"], "detail": [json.dumps({"val_loss": 1.5})]}
+    rows["updates"] = {
+        "step": [step],
+        "layer": [0],
+        "prev_step": [None],
+        "ari": [0.5],
+        "group_switch_share": [0.25],
+        "window_switch_share": [0.5],
+        "topology_changed": [True],
+        "n_groups": [2],
+        "n_levels": [1],
+        "window_idx": [[0, 1, 2, 1]],
+        "window_switched": [[1]],
+        "group_switched": [[0, 3]],
+        "flipped": [[]],
+    }
     for name, columns in ALL_TABLES.items():
         if name in rows:
             continue
@@ -115,7 +130,8 @@ def example_rows(step):
 @pytest.fixture
 def run_dir(tmp_path):
     path = tmp_path / "runs" / "r1"
-    with RunWriter.create(path, manifest()) as w:
+    # every table written by hand here, the per-update summaries too (the writer's own are tested elsewhere)
+    with RunWriter.create(path, {**manifest(), "update_summaries": False}) as w:
         for step in range(3):
             for table, rows in example_rows(step).items():
                 w.append(table, rows)

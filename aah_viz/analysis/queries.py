@@ -33,17 +33,95 @@ def _unique_sorted(arrow_col) -> np.ndarray:
     return np.sort(values.astype(np.int64))
 
 
+def segment_step_bounds(run, table: str) -> np.ndarray:
+    """(segments, 2) smallest and largest step of each segment of ``table``, from the Parquet footers'
+    statistics: no row is read."""
+    import pyarrow.parquet as pq
+
+    if table not in run.tables():
+        return np.zeros((0, 2), dtype=np.int64)
+    out = []
+    for seg in run.segments(table):
+        try:
+            md = pq.read_metadata(seg)
+            col = md.schema.to_arrow_schema().get_field_index("step")
+            stats = [md.row_group(i).column(col).statistics for i in range(md.num_row_groups)]
+        except Exception:  # noqa: BLE001 - an unreadable footer: the reader reports the segment
+            continue
+        if not stats or any(st is None or not st.has_min_max for st in stats):
+            if md.num_rows:  # no statistics: read this segment's steps (rare: foreign writers)
+                steps = pq.read_table(seg, columns=["step"]).column("step")
+                lo, hi = pc.min(steps).as_py(), pc.max(steps).as_py()
+                if lo is not None:
+                    out.append((int(lo), int(hi)))
+            continue
+        out.append((min(int(st.min) for st in stats), max(int(st.max) for st in stats)))
+    return np.asarray(out, dtype=np.int64).reshape(-1, 2)
+
+
+def last_step_of(run, table: str) -> int | None:
+    bounds = segment_step_bounds(run, table)
+    return int(bounds[:, 1].max()) if len(bounds) else None
+
+
+def nearest_step(run, table: str, step: int | None = None) -> int | None:
+    """The recorded step of ``table`` nearest ``step`` (default: the last), reading only the step column
+    of the segments around it (their footers say which)."""
+    bounds = segment_step_bounds(run, table)
+    if len(bounds) == 0:
+        return None
+    if step is None:
+        return int(bounds[:, 1].max())
+    step = int(step)
+    inside = (bounds[:, 0] <= step) & (bounds[:, 1] >= step)
+    below = bounds[bounds[:, 1] < step, 1]
+    above = bounds[bounds[:, 0] > step, 0]
+    lo = min([*bounds[inside, 0].tolist(), *([int(below.max())] if len(below) else []), step])
+    hi = max([*bounds[inside, 1].tolist(), *([int(above.min())] if len(above) else []), step])
+    near = run.arrow_table(table, columns=["step"], filters=(pc.field("step") >= lo) & (pc.field("step") <= hi))
+    return nearest(_unique_sorted(near.column("step")), step)
+
+
 def recorded_steps(run) -> np.ndarray:
     """Distinct steps with head rows (sorted)."""
     return _unique_sorted(run.arrow_table("heads", columns=["step"]).column("step"))
 
 
+def has_summaries(run) -> bool:
+    """Whether the run's writer kept per-update summaries from its first step (the ``updates`` table)."""
+    from aah_viz.runlog.summaries import MANIFEST_FLAG
+
+    return bool(run.manifest.get(MANIFEST_FLAG)) and "updates" in run.tables()
+
+
+def update_summaries(run, columns=None, layers=None) -> pd.DataFrame:
+    """One row per (layer, routing update): the ``updates`` table when the run has it, else the same
+    rows computed from the head rows at routing updates (older runs)."""
+    from aah_viz.analysis.stability import SUMMARY_COLUMNS, Matrices, summarize_updates
+
+    columns = list(columns) if columns is not None else list(SUMMARY_COLUMNS)
+    if has_summaries(run):
+        filters = None if layers is None else pc.field("layer").isin([int(x) for x in layers])
+        out = run.table("updates", columns=columns, filters=filters)
+        return out.sort_values(["layer", "step"], kind="stable").reset_index(drop=True)
+    heads = heads_at_updates(run, layers)
+    if heads.empty:
+        return pd.DataFrame(columns=columns)
+    out, _ = summarize_updates(Matrices(heads, run.n_head))  # the writer's own computation
+    return out[columns]
+
+
 def update_steps(run) -> pd.DataFrame:
-    """(layer, step) of every routing update, from the ``events`` table.
+    """(layer, step) of every routing update, from the per-update summaries or the ``events`` table.
 
     Falls back to the steps where ``tree`` rows exist, then to head rows with a ``raw_idx``
     (written on update forwards only), for runs that did not log ``routing_update`` events.
     """
+    if has_summaries(run):
+        ev = run.table("updates", columns=["step", "layer"])
+        if not ev.empty:
+            ev = ev.astype({"step": "int64", "layer": "int64"}).sort_values(["layer", "step"])
+            return ev[["layer", "step"]].reset_index(drop=True)
     ev = run.table("events", columns=["step", "layer"], filters=[("kind", "==", "routing_update")])
     ev = ev.dropna()
     if ev.empty:
@@ -89,6 +167,17 @@ def heads_at_updates(run, layers=None) -> pd.DataFrame:
 
 
 def tree_steps(run, layer: int) -> np.ndarray:
+    """Steps with a tree of ``layer``: its routing updates (from the per-update summaries) and the
+    shadow builds before the first one; runs without summaries read the tree's step column."""
+    if has_summaries(run):
+        ups = run.arrow_table("updates", columns=["step"], filters=pc.field("layer") == int(layer))
+        steps = _unique_sorted(ups.column("step"))
+        first = int(steps[0]) if len(steps) else None
+        expr = pc.field("layer") == int(layer)
+        if first is not None:
+            expr = expr & (pc.field("step") < first)
+        early = _unique_sorted(run.arrow_table("tree", columns=["step"], filters=expr).column("step"))
+        return np.union1d(early, steps).astype(np.int64)
     t = run.arrow_table("tree", columns=["step"], filters=[("layer", "==", int(layer))])
     return _unique_sorted(t.column("step"))
 
@@ -134,9 +223,38 @@ def branch_steps(run) -> np.ndarray:
     return _unique_sorted(run.arrow_table("branch", columns=["step"]).column("step"))
 
 
-def scalar_frame(run, names) -> pd.DataFrame:
-    """Rows of the named scalars (all layers and model-wide), columns step, layer, name, value."""
-    return run.table("scalars", columns=["step", "layer", "name", "value"], filters=pc.field("name").isin(list(names)))
+def scalar_frame(run, names, model_wide: bool = False, since: int | None = None) -> pd.DataFrame:
+    """Rows of the named scalars, columns step, layer, name, value: all layers and model-wide, or
+    model-wide only (layer null); ``since`` keeps steps from there on. Filters go down to Parquet."""
+    expr = pc.field("name").isin(list(names))
+    if model_wide:
+        expr = expr & pc.field("layer").is_null()
+    if since is not None:
+        expr = expr & (pc.field("step") >= int(since))
+    return run.table("scalars", columns=["step", "layer", "name", "value"], filters=expr)
+
+
+def last_values(run, names, model_wide: bool = False) -> dict[str, float | None]:
+    """The last logged value of each named model-wide scalar, reading the run's tail only: a window
+    of steps before the last one that grows tenfold until every name is found (or the run is read)."""
+    last = last_step_of(run, "scalars")
+    out: dict[str, float | None] = {n: None for n in names}
+    if last is None:
+        return out
+    window = 1000
+    missing = list(names)
+    while missing:
+        since = last - window
+        s = scalar_frame(run, missing, model_wide=model_wide, since=since if since > 0 else None)
+        for name in list(missing):
+            v = last_value(s, name)
+            if v is not None:
+                out[name] = v
+                missing.remove(name)
+        if since <= 0:
+            break
+        window *= 10
+    return out
 
 
 def nearest(steps: np.ndarray, step: int) -> int | None:
@@ -153,18 +271,18 @@ def nearest(steps: np.ndarray, step: int) -> int | None:
 
 def final_step(run) -> int | None:
     """The last step the run recorded: the larger of the manifest's ``last_step`` and the last
-    scalar step (a live run's manifest can lag its newest segments)."""
+    scalar step (a live run's manifest can lag its newest segments; the footers say which)."""
     last = run.manifest.get("last_step")
-    steps = _unique_sorted(run.arrow_table("scalars", columns=["step"]).column("step"))
     candidates = [int(last)] if isinstance(last, int) else []
-    if len(steps):
-        candidates.append(int(steps[-1]))
+    tail = last_step_of(run, "scalars")
+    if tail is not None:
+        candidates.append(tail)
     return max(candidates) if candidates else None
 
 
 def run_overview(run) -> dict:
-    """One row of the Runs page: identity, status, steps, final loss and ACR."""
-    scalars = scalar_frame(run, ["loss", "val_loss", "acr", "acr_causal"])
+    """One row of the Runs page: identity, status, steps, final loss and ACR (the run's tail only)."""
+    final = last_values(run, ["loss", "val_loss", "acr", "acr_causal"])
     return {
         "run_id": run.run_id,
         "regime": run.regime,
@@ -175,10 +293,10 @@ def run_overview(run) -> dict:
         "n_head": run.n_head,
         "seq_len": run.seq_len,
         "windows": ", ".join(str(w) for w in run.windows),
-        "final_loss": last_value(scalars, "loss"),
-        "final_val_loss": last_value(scalars, "val_loss"),
-        "final_acr": last_value(scalars, "acr"),
-        "final_causal_coverage": last_value(scalars, "acr_causal"),
+        "final_loss": final["loss"],
+        "final_val_loss": final["val_loss"],
+        "final_acr": final["acr"],
+        "final_causal_coverage": final["acr_causal"],
     }
 
 
@@ -194,6 +312,12 @@ __all__ = [
     "branch_at",
     "branch_steps",
     "final_step",
+    "last_step_of",
+    "last_values",
+    "nearest_step",
+    "segment_step_bounds",
+    "has_summaries",
+    "update_summaries",
     "group_columns",
     "heads_at_step",
     "heads_at_updates",

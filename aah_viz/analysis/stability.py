@@ -76,6 +76,25 @@ class Matrices:
         # a level exists for a (layer, update) when any head has a group id there
         self.present = [(g >= 0).any(axis=1) for g in self.groups]
 
+    @classmethod
+    def from_arrays(cls, layer, step, windows, groups, n_head: int) -> Matrices:
+        """Matrices from arrays already in (layer, step) order (one row per layer and update)."""
+        self = cls.__new__(cls)
+        self.n_head = n_head
+        self.layer = np.asarray(layer, dtype=np.int64)
+        self.step = np.asarray(step, dtype=np.int64)
+        self.windows = np.asarray(windows, dtype=np.int16).reshape(len(self.layer), n_head)
+        self.groups = [np.asarray(g, dtype=np.int16).reshape(len(self.layer), n_head) for g in groups]
+        self.present = [(g >= 0).any(axis=1) for g in self.groups]
+        return self
+
+    def rows(self, index) -> Matrices:
+        """A subset of rows (kept in the given order)."""
+        index = np.asarray(index, dtype=np.int64)
+        return Matrices.from_arrays(
+            self.layer[index], self.step[index], self.windows[index], [g[index] for g in self.groups], self.n_head
+        )
+
     def __len__(self) -> int:
         return len(self.layer)
 
@@ -94,9 +113,11 @@ def update_frame(heads: pd.DataFrame, n_head: int, mats: Matrices | None = None)
     ``topology_changed``: the partition at any level, or the number of levels, changed.
     The first update of each layer has no predecessor: its comparison columns are NaN.
     """
-    if heads.empty:
+    if mats is None and (heads is None or heads.empty):
         return pd.DataFrame(columns=UPDATE_COLUMNS)
     mats = mats if mats is not None else Matrices(heads, n_head)
+    if len(mats) == 0:
+        return pd.DataFrame(columns=UPDATE_COLUMNS)
     layer, step, m = mats.layer, mats.step, len(mats)
     has_prev = np.zeros(m, dtype=bool)
     has_prev[1:] = layer[1:] == layer[:-1]
@@ -206,6 +227,109 @@ def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: Matrices | None = 
                     "mean_dwell_steps": span / (switches + 1),
                     "flip_flops": flips,
                     "group_switches": gsw,
+                }
+            )
+        )
+    return pd.concat(rows, ignore_index=True)[cols]
+
+
+# ---- per-update summaries: what the run writer stores so that no figure scans every head row -----
+
+SUMMARY_LISTS = ["window_idx", "window_switched", "group_switched", "flipped"]
+SUMMARY_COLUMNS = UPDATE_COLUMNS + SUMMARY_LISTS
+
+
+def _heads_where(mask: np.ndarray) -> list[np.ndarray]:
+    return [np.flatnonzero(row).astype(np.int16) for row in mask]
+
+
+def summarize_updates(mats: Matrices, carry: Matrices | None = None) -> tuple[pd.DataFrame, Matrices]:
+    """One summary row per (layer, routing update) of ``mats``, each compared with the layer's
+    previous update (taken from ``carry``, the last two updates per layer seen before, when the
+    previous update is not in ``mats``).
+
+    Columns: :data:`UPDATE_COLUMNS` (exactly :func:`update_frame`'s values) plus the update's
+    window index per head (``window_idx``) and the heads whose window changed
+    (``window_switched``), whose level-0 group-mates changed (``group_switched``) and that went
+    back to the window of two updates ago (``flipped``). Returns the rows and the new carry.
+    """
+    n_head = mats.n_head
+    if carry is not None and len(carry):
+        both = Matrices.from_arrays(
+            np.concatenate([carry.layer, mats.layer]),
+            np.concatenate([carry.step, mats.step]),
+            np.concatenate([carry.windows, mats.windows]),
+            [np.concatenate([a, b]) for a, b in zip(carry.groups, mats.groups)],
+            n_head,
+        )
+        n_carry = len(carry)
+    else:
+        both, n_carry = mats, 0
+    order = np.lexsort((both.step, both.layer))  # carry rows are earlier steps of the same layers
+    both = both.rows(order)
+    fresh = order >= n_carry
+    frame = update_frame(None, n_head, both)
+    m = len(both)
+    same1 = np.zeros(m, dtype=bool)
+    same1[1:] = both.layer[1:] == both.layer[:-1]
+    same2 = np.zeros(m, dtype=bool)
+    same2[2:] = (both.layer[2:] == both.layer[:-2]) & same1[2:]
+    empty = np.zeros((m, n_head), dtype=bool)
+    w_changed, g_changed, flipped = empty.copy(), empty.copy(), empty.copy()
+    cur = np.flatnonzero(same1)
+    if len(cur):
+        w_changed[cur] = both.windows[cur - 1] != both.windows[cur]
+        if both.groups:
+            g_changed[cur] = compare_rows(both.groups[0][cur - 1], both.groups[0][cur])[1]
+    cur2 = np.flatnonzero(same2)
+    if len(cur2):
+        flipped[cur2] = (both.windows[cur2] == both.windows[cur2 - 2]) & (both.windows[cur2 - 1] != both.windows[cur2])
+    frame["window_idx"] = list(both.windows.astype(np.int8))
+    frame["window_switched"] = _heads_where(w_changed)
+    frame["group_switched"] = _heads_where(g_changed)
+    frame["flipped"] = _heads_where(flipped)
+    out = frame[fresh].reset_index(drop=True)
+    # the new carry: the last two updates of every layer
+    last = np.ones(m, dtype=bool)
+    last[:-1] = both.layer[:-1] != both.layer[1:]
+    keep = last.copy()
+    keep[:-1] |= last[1:] & (both.layer[:-1] == both.layer[1:])
+    return out[SUMMARY_COLUMNS], both.rows(np.flatnonzero(keep))
+
+
+def head_stats_from_counts(
+    updates: pd.DataFrame, switches: np.ndarray, flips: np.ndarray, group_switches: np.ndarray
+) -> pd.DataFrame:
+    """:func:`head_switch_stats` from per-update summaries: ``updates`` (one row per layer and
+    update) and (n_layer, n_head) counts of window switches, flip-flops and group switches."""
+    cols = [
+        "layer",
+        "head",
+        "updates",
+        "window_switches",
+        "switch_rate",
+        "mean_dwell_steps",
+        "flip_flops",
+        "group_switches",
+    ]
+    if updates.empty:
+        return pd.DataFrame(columns=cols)
+    n_head = switches.shape[1]
+    g = updates.groupby("layer", sort=True)["step"]
+    rows = []
+    for layer, n_up, lo, hi in zip(g.size().index, g.size().to_numpy(), g.min().to_numpy(), g.max().to_numpy()):
+        sw = switches[int(layer)]
+        rows.append(
+            pd.DataFrame(
+                {
+                    "layer": int(layer),
+                    "head": np.arange(n_head),
+                    "updates": int(n_up),
+                    "window_switches": sw,
+                    "switch_rate": sw / (n_up - 1) if n_up > 1 else np.full(n_head, np.nan),
+                    "mean_dwell_steps": float(hi - lo) / (sw + 1),
+                    "flip_flops": flips[int(layer)],
+                    "group_switches": group_switches[int(layer)],
                 }
             )
         )

@@ -62,7 +62,11 @@ def tree_steps(root: str, key: str, token: int, layer: int):
 
 @st.cache_data(show_spinner=False)
 def recorded_steps(root: str, key: str, token: int):
-    return queries.recorded_steps(open_run(root, key))
+    """Steps to pick from where windows never change (no routing): segment boundaries, from the footers."""
+    import numpy as np
+
+    bounds = queries.segment_step_bounds(open_run(root, key), "heads")
+    return np.unique(bounds.ravel()).astype(np.int64)
 
 
 @st.cache_data(show_spinner="Reading the hierarchy ...", max_entries=256)

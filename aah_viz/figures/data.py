@@ -84,17 +84,51 @@ def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
 
 
 def window_heatmap_data(run, step: int | None = None) -> dict:
-    steps = queries.recorded_steps(run)
-    chosen = _pick_step(steps, step)
+    """Layer x head executed windows at the recorded step nearest ``step`` (default: the last)."""
+    chosen = queries.nearest_step(run, "heads", step)
     heads = (
         queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "head", "window"])
     )
     matrix = windows.window_matrix(heads, run.n_layer, run.n_head)
-    return {"steps": steps, "step": chosen, "matrix": matrix}
+    return {"step": chosen, "matrix": matrix}
 
 
 def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) -> dict:
-    """One layer's windows per head at sampled steps (routing updates when they fit)."""
+    """One layer's windows per head at sampled steps (routing updates when they fit).
+
+    With per-update summaries this reads the layer's summary rows (one per update) and the head rows
+    of the first and last recorded steps; older runs read the layer's head rows at sampled steps.
+    """
+    if queries.has_summaries(run):
+        import pyarrow.compute as pc
+
+        ups = run.arrow_table("updates", columns=["step", "window_idx"], filters=pc.field("layer") == int(layer))
+        first, last = queries.nearest_step(run, "heads", 0), queries.last_step_of(run, "heads")
+        ends = sorted({s for s in (first, last) if s is not None})
+        up_steps = ups.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
+        candidates = np.union1d(up_steps, ends).astype(np.int64)
+        sampled = windows.sample_steps(candidates, max_columns, prefer=up_steps)
+        frames = []
+        if len(up_steps):
+            keep = np.isin(up_steps, sampled)
+            idx = np.stack(ups.column("window_idx").to_numpy(zero_copy_only=False)[keep]).astype(np.int64)
+            tokens = np.asarray(run.windows, dtype=np.int64)[np.clip(idx, 0, len(run.windows) - 1)]
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "step": np.repeat(up_steps[keep], run.n_head),
+                        "head": np.tile(np.arange(run.n_head), int(keep.sum())),
+                        "window": tokens.ravel(),
+                    }
+                )
+            )
+        extra = [s for s in ends if s in set(sampled.tolist()) and s not in set(up_steps.tolist())]
+        if extra:
+            frames.append(queries.heads_of_layer(run, layer, steps=extra)[["step", "head", "window"]])
+        heads = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["step", "head", "window"])
+        recorded = (last - first + 1) if first is not None and last is not None else 0
+        cols, matrix = windows.head_timeline(heads, run.n_head)
+        return {"layer": layer, "steps": cols, "matrix": matrix, "recorded": int(recorded)}
     steps = queries.recorded_steps(run)
     ups = queries.update_steps(run)
     prefer = ups.loc[ups["layer"] == layer, "step"].to_numpy() if not ups.empty else None
@@ -110,13 +144,11 @@ def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) 
 
 def branch_data(run, step: int | None = None) -> dict:
     """Per-layer window shares at ``step`` (default: last), from ``branch`` or else from ``heads``."""
-    bsteps = queries.branch_steps(run)
-    if len(bsteps):
-        chosen = _pick_step(bsteps, step)
+    chosen = queries.nearest_step(run, "branch", step) if "branch" in run.tables() else None
+    if chosen is not None:
         per_layer = windows.bucket_fractions(queries.branch_at(run, chosen), run.windows)
     else:
-        hsteps = queries.recorded_steps(run)
-        chosen = _pick_step(hsteps, step)
+        chosen = queries.nearest_step(run, "heads", step) if "heads" in run.tables() else None
         heads = queries.heads_at_step(run, chosen) if chosen is not None else pd.DataFrame(columns=["layer", "window"])
         per_layer = windows.bucket_fractions_from_heads(heads, run.windows)
         if per_layer.empty:  # imported published runs carry only window_frac_<W> scalars
@@ -140,8 +172,7 @@ def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
     """ACR, causal-pair coverage and realised work per run, binned to at most ``max_points`` per line."""
     parts = []
     for run in runs:
-        s = queries.scalar_frame(run, ["acr", "acr_causal", "realised_work"])
-        s = s[s["layer"].isna()]
+        s = queries.scalar_frame(run, ["acr", "acr_causal", "realised_work"], model_wide=True)
         if s.empty:
             continue
         b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")
@@ -197,7 +228,32 @@ def bucket_table(runs, step: int | None = None) -> pd.DataFrame:
 
 
 def stability_data(run) -> dict:
-    """Per-update comparisons and per-head switch statistics, from head rows at routing updates."""
+    """Per-update comparisons and per-head switch statistics: from the per-update summaries the run
+    writer kept (a small read), or computed from the head rows at routing updates (older runs)."""
+    if queries.has_summaries(run):
+        import pyarrow.compute as pc
+
+        t = run.arrow_table(
+            "updates", columns=[*stability.UPDATE_COLUMNS, "window_switched", "flipped", "group_switched"]
+        )
+        updates = t.select(stability.UPDATE_COLUMNS).to_pandas().sort_values(["layer", "step"], kind="stable")
+        updates = updates.reset_index(drop=True)
+        layer = t.column("layer").to_numpy(zero_copy_only=False).astype(np.int64)
+        n_layer, n_head = int(run.n_layer), int(run.n_head)
+
+        def counts(column: str) -> np.ndarray:
+            lists = t.column(column).combine_chunks()
+            heads = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+            parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+            return np.bincount(layer[parents] * n_head + heads, minlength=n_layer * n_head).reshape(n_layer, n_head)
+
+        return {
+            "updates": updates,
+            "layers": stability.layer_summary(updates),
+            "heads": stability.head_stats_from_counts(
+                updates, counts("window_switched"), counts("flipped"), counts("group_switched")
+            ),
+        }
     heads = queries.heads_at_updates(run)
     mats = stability.Matrices(heads, run.n_head) if not heads.empty else None
     updates = stability.update_frame(heads, run.n_head, mats)
@@ -209,6 +265,8 @@ def stability_data(run) -> dict:
 
 
 def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
+    """Controller gradient norm and weight drift (model-wide, else the mean over layers) and the mean
+    decision margin per step (from the per-update summaries, else from the tree rows)."""
     s = queries.scalar_frame(run, ["controller_grad_norm", "controller_weight_drift"])
     model_wide = s[s["layer"].isna()]
     if model_wide.empty and not s.empty:  # per-layer values only: show their mean over layers
@@ -218,14 +276,28 @@ def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
         if not model_wide.empty
         else pd.DataFrame(columns=["name", "step", "value"])
     )
-    t = queries.tree_stats(run, columns=("step", "margin", "shadow"))
-    if not t.empty:
-        t = t[~t["shadow"].fillna(False).astype(bool)]
-        m = t.groupby("step", as_index=False)["margin"].mean()
-        margins = windows.binned_series(m, "step", "margin", max_points=max_points)
-    else:
-        margins = pd.DataFrame(columns=["step", "margin"])
+    margins = _margins(run, max_points)
+    if margins is None:
+        t = queries.tree_stats(run, columns=("step", "margin", "shadow"))
+        if not t.empty:
+            t = t[~t["shadow"].fillna(False).astype(bool)]
+            m = t.groupby("step", as_index=False)["margin"].mean()
+            margins = windows.binned_series(m, "step", "margin", max_points=max_points)
+        else:
+            margins = pd.DataFrame(columns=["step", "margin"])
     return {"series": series, "margins": margins}
+
+
+def _margins(run, max_points: int) -> pd.DataFrame | None:
+    """Mean decision margin per step from the writer's per-update summaries (None without them)."""
+    if not queries.has_summaries(run) or "margins" not in run.tables():
+        return None
+    m = run.table("margins", columns=["step", "groups", "margin_mean"])
+    if m.empty:
+        return pd.DataFrame(columns=["step", "margin"])
+    m = m.assign(total=m["margin_mean"] * m["groups"]).groupby("step", as_index=False)[["total", "groups"]].sum()
+    m["margin"] = m["total"] / m["groups"]
+    return windows.binned_series(m[["step", "margin"]], "step", "margin", max_points=max_points)
 
 
 def probe_points(run, probe: str, metric: str) -> pd.DataFrame:
@@ -260,8 +332,7 @@ def training_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
     """
     parts = []
     for run in runs:
-        s = queries.scalar_frame(run, TRAINING_SCALARS)
-        s = s[s["layer"].isna()]
+        s = queries.scalar_frame(run, TRAINING_SCALARS, model_wide=True)
         if s.empty:
             continue
         b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from aah_viz.runlog.manifest import make_manifest
 from aah_viz.runlog.validate import causal_pairs, effective_windows
-from aah_viz.runlog.writer import RunWriter, table_schema
+from aah_viz.runlog.writer import RunWriter
 
 FEATURE_DIM = 9
 
@@ -57,20 +57,15 @@ def make_synthetic_run(
     sim = _simulate(rng, n_layer, n_head, steps, windows, seq_len, control_interval, warmup, max_depth, w_min)
     routed = max_depth > 0 and regime != "full_attention"
     if not routed:  # every head attends the full context; nothing is routed
-        sim["idx"][:] = windows.index(seq_len) if seq_len in windows else len(windows) - 1
-        sim["win"] = np.asarray(windows, dtype=np.int64)[sim["idx"]]
-        sim["raw_step"][:] = -1
-        sim["valid"][:] = False
+        sim["build_idx"][:] = windows.index(seq_len) if seq_len in windows else len(windows) - 1
+        sim["routed"] = False
         sim["shadow"][:] = True
         warmup = steps
+    sim["warmup"] = warmup
     eval_interval = eval_interval or max(1, steps // 10)
-    tables = {
-        "heads": _heads_table(sim, max_depth),
-        "tree": _tree_table(rng, sim, detail == "full") if routed else table_schema("tree").empty_table(),
-        "branch": _branch_table(sim, windows),
-        "scalars": _scalars_table(rng, sim, steps, warmup, eval_interval, seq_len, w_min),
-        "events": _events_table(sim, steps, warmup, eval_interval),
-    }
+    # small whole-run tables first (their draws do not depend on the chunking), then the big ones per chunk
+    scalars = _scalars_table(rng, sim, steps, warmup, eval_interval, seq_len, w_min)
+    events = _events_table(sim, steps, warmup, eval_interval)
     config = {
         "n_layer": n_layer,
         "n_head": n_head,
@@ -104,11 +99,19 @@ def make_synthetic_run(
     writer = RunWriter.create(run_dir, manifest, overwrite=overwrite)
     writer.flush_rows = 1 << 62  # one segment per table per chunk, written by the loop below
     writer.durable = False  # regenerable data: atomic renames without fsync
-    step_cols = {name: table.column("step").to_numpy() for name, table in tables.items()}
-    for start in range(0, steps, max(1, int(flush_every))):
-        stop = min(steps, start + max(1, int(flush_every)))
-        for name, table in tables.items():
-            lo, hi = np.searchsorted(step_cols[name], [start, stop])
+    small = {"scalars": scalars, "events": events}
+    small_steps = {name: table.column("step").to_numpy() for name, table in small.items()}
+    chunk = max(1, int(flush_every))
+    for start in range(0, steps, chunk):
+        stop = min(steps, start + chunk)
+        writer.append("heads", _heads_table(sim, max_depth, start, stop))
+        if routed:
+            b_lo, b_hi = -(-start // control_interval), -(-stop // control_interval)  # builds at steps in the chunk
+            if b_hi > b_lo:
+                writer.append("tree", _tree_table(rng, sim, detail == "full", b_lo, b_hi))
+        writer.append("branch", _branch_table(sim, windows, start, stop))
+        for name, table in small.items():
+            lo, hi = np.searchsorted(small_steps[name], [start, stop])
             if hi > lo:
                 writer.append(name, table.slice(int(lo), int(hi - lo)))
         writer.flush()
@@ -135,6 +138,7 @@ def _take(array: np.ndarray, source: np.ndarray) -> np.ndarray:
 
 
 def _simulate(rng, L, H, steps, windows, T, ci, warmup, D, w_min):
+    """Build-level draws (one per routing rebuild and layer); per-step arrays come per chunk."""
     K = len(windows)
     n_build = -(-steps // ci)
     build_step = np.arange(n_build) * ci
@@ -145,49 +149,32 @@ def _simulate(rng, L, H, steps, windows, T, ci, warmup, D, w_min):
     n0 = rng.randint(max(1, H // 4), max(1, H // 2) + 1, size=(n_build, L))
     perm = np.argsort(rng.random_sample((n_build, L, H)), axis=-1)
     pos = np.argsort(perm, axis=-1)
+    del perm
     levels = rng.randint(max(1, D - 1), D + 1, size=(n_build, L))
     n0, pos, levels = _take(n0, part_src), _take(pos, part_src), _take(levels, part_src)
-    g0 = pos * n0[..., None] // H  # (B, L, H)
+    g0 = (pos * n0[..., None] // H).astype(np.int16)  # (B, L, H)
+    del pos
     n_max = int(n0.max())
     level_ids = np.arange(D)
     n_nodes = ((n0[..., None] - 1) >> level_ids) + 1  # (B, L, D)
     node_ids = np.arange(n_max)
     valid = (level_ids[None, None, :, None] < levels[..., None, None]) & (node_ids < n_nodes[..., None])
-    # controller logits: a per-layer preferred window plus persistent noise
+    # controller logits: a per-layer preferred window plus persistent noise (float32, drawn in slices)
     centre = np.linspace(0.3, K - 1.2, L) if L > 1 else np.array([K / 2])
-    pref = -0.9 * (np.arange(K)[None, :] - centre[:, None]) ** 2  # (L, K)
+    pref = (-0.9 * (np.arange(K)[None, :] - centre[:, None]) ** 2).astype(np.float32)  # (L, K)
     noise_src = _persist(rng, n_build, L, 0.3)
-    noise = _take(rng.normal(0.0, 1.0, size=(n_build, L, D, n_max, K)), noise_src)
-    base = (pref[None, :, None, None, :] + noise).astype(np.float32)
+    noise = _draw_f32(rng, 1.0, (n_build, L, D, n_max, K))
     sibling = node_ids ^ 1
     paired = valid & (sibling < n_nodes[..., None])
-    delta = (rng.normal(0.0, 0.25, size=base.shape) * paired[..., None]).astype(np.float32)
-    final_logits = base + delta
-    raw = final_logits.argmax(axis=-1).astype(np.int64)  # (B, L, D, N)
-    final = raw.copy()
-    parent_of = node_ids >> 1
-    for level in range(D - 2, -1, -1):  # top-down parent constraint (ascending windows: min of indices)
-        parent_final = final[:, :, level + 1, :][..., parent_of]
-        has_parent = (level + 1 < levels)[..., None]
-        final[:, :, level, :] = np.where(has_parent, np.minimum(raw[:, :, level, :], parent_final), raw[:, :, level, :])
-    heads_b = np.arange(n_build)[:, None, None]
-    heads_l = np.arange(L)[None, :, None]
-    build_idx = final[heads_b, heads_l, 0, g0]  # (B, L, H) executed index after the update
-    build_raw = raw[heads_b, heads_l, 0, g0]
-    warm_idx = windows.index(T) if T in windows else 0
-    step_ids = np.arange(steps)
-    b_of_step = step_ids // ci
-    is_update = (step_ids % ci == 0) & (step_ids >= warmup)
-    idx = build_idx[b_of_step]  # (S, L, H)
-    idx[step_ids < warmup] = warm_idx
-    raw_step = np.where(is_update[:, None, None], build_raw[b_of_step], -1)
-    win = np.asarray(windows, dtype=np.int64)[idx]
-    return dict(
+    delta = _draw_f32(rng, 0.25, (n_build, L, D, n_max, K))
+    delta *= paired[..., None]
+    sim = dict(
         L=L,
         H=H,
         D=D,
         K=K,
         T=T,
+        ci=ci,
         steps=steps,
         windows=windows,
         w_min=w_min,
@@ -198,38 +185,100 @@ def _simulate(rng, L, H, steps, windows, T, ci, warmup, D, w_min):
         levels=levels,
         n_nodes=n_nodes,
         valid=valid,
-        base=base,
-        final_logits=final_logits,
+        pref=pref,
+        noise=noise,
+        noise_src=noise_src,
         delta=delta,
         paired=paired,
-        raw=raw,
-        final=final,
-        b_of_step=b_of_step,
-        idx=idx,
-        raw_step=raw_step,
-        win=win,
         part_src=part_src,
+        routed=True,
     )
+    raw = np.empty(valid.shape, dtype=np.int8)
+    final = np.empty(valid.shape, dtype=np.int8)
+    for lo in range(0, n_build, BUILD_CHUNK):
+        hi = min(n_build, lo + BUILD_CHUNK)
+        r, f = _choices(sim, lo, hi)
+        raw[lo:hi], final[lo:hi] = r, f
+    sim["raw"], sim["final"] = raw, final
+    heads_b = np.arange(n_build)[:, None, None]
+    heads_l = np.arange(L)[None, :, None]
+    sim["build_idx"] = final[heads_b, heads_l, 0, g0].astype(np.int8)  # (B, L, H) executed index after the update
+    sim["build_raw"] = raw[heads_b, heads_l, 0, g0].astype(np.int8)
+    sim["warm_idx"] = windows.index(T) if T in windows else 0
+    return sim
+
+
+BUILD_CHUNK = 2048
+
+
+def _draw_f32(rng, scale: float, shape: tuple) -> np.ndarray:
+    """rng.normal(0, scale, shape) as float32, drawn in slices along the first axis (the same values)."""
+    out = np.empty(shape, dtype=np.float32)
+    for lo in range(0, shape[0], BUILD_CHUNK):
+        hi = min(shape[0], lo + BUILD_CHUNK)
+        out[lo:hi] = rng.normal(0.0, scale, size=(hi - lo, *shape[1:]))
+    return out
+
+
+def _logits(sim, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """(base, final) logits of builds lo..hi: (b, L, D, N, K) float32."""
+    layers = np.arange(sim["L"])[None, :]
+    base = sim["pref"][None, :, None, None, :] + sim["noise"][sim["noise_src"][lo:hi], layers]
+    return base, base + sim["delta"][lo:hi]
+
+
+def _choices(sim, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Raw argmax and parent-constrained window indices of builds lo..hi."""
+    _, final_logits = _logits(sim, lo, hi)
+    raw = final_logits.argmax(axis=-1).astype(np.int8)  # (b, L, D, N)
+    final = raw.copy()
+    parent_of = np.arange(raw.shape[-1]) >> 1
+    levels = sim["levels"][lo:hi]
+    for level in range(sim["D"] - 2, -1, -1):  # top-down parent constraint (ascending windows: min of indices)
+        parent_final = final[:, :, level + 1, :][..., parent_of]
+        has_parent = (level + 1 < levels)[..., None]
+        final[:, :, level, :] = np.where(has_parent, np.minimum(raw[:, :, level, :], parent_final), raw[:, :, level, :])
+    return raw, final
+
+
+def _step_arrays(sim, start: int, stop: int):
+    """Executed index, raw index (-1 off updates) and window of steps start..stop: (S, L, H)."""
+    step_ids = np.arange(start, stop)
+    b_of_step = step_ids // sim["ci"]
+    warmup = sim["warmup"]
+    idx = sim["build_idx"][b_of_step].astype(np.int64)
+    idx[step_ids < warmup] = sim["warm_idx"]
+    if sim["routed"]:
+        is_update = (step_ids % sim["ci"] == 0) & (step_ids >= warmup)
+        raw_step = np.where(is_update[:, None, None], sim["build_raw"][b_of_step], -1)
+    else:
+        raw_step = np.full(idx.shape, -1, dtype=np.int64)
+    win = np.asarray(sim["windows"], dtype=np.int64)[idx]
+    return b_of_step, idx, raw_step, win
 
 
 # ---------------------------------------------------------------------- tables
-def _heads_table(sim, max_depth: int) -> pa.Table:
-    S, L, H = sim["steps"], sim["L"], sim["H"]
+def _heads_table(sim, max_depth: int, start: int, stop: int) -> pa.Table:
+    L, H = sim["L"], sim["H"]
+    S = stop - start
     n = S * L * H
+    b_of_step, idx, raw, win = _step_arrays(sim, start, stop)
     cols = {
-        "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * H)),
+        "step": pa.array(np.repeat(np.arange(start, stop, dtype=np.int64), L * H)),
         "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), H), S)),
         "head": pa.array(np.tile(np.arange(H, dtype=np.int16), S * L)),
-        "window_idx": pa.array(sim["idx"].reshape(n).astype(np.int8)),
-        "window": pa.array(sim["win"].reshape(n).astype(np.int32)),
+        "window_idx": pa.array(idx.reshape(n).astype(np.int8)),
+        "window": pa.array(win.reshape(n).astype(np.int32)),
     }
-    raw = sim["raw_step"].reshape(n)
+    raw = raw.reshape(n)
     cols["raw_idx"] = pa.array(raw.astype(np.int8), mask=raw < 0)
-    g0 = sim["g0"][sim["b_of_step"]]  # (S, L, H)
-    levels = sim["levels"][sim["b_of_step"]][..., None]
+    g0 = sim["g0"][b_of_step]  # (S, L, H)
+    levels = sim["levels"][b_of_step][..., None]
     for level in range(max_depth):
         group = (g0 >> level).reshape(n).astype(np.int16)
         missing = np.broadcast_to(level >= levels, g0.shape).reshape(n)
+        if not sim["routed"]:
+            missing = np.ones(n, dtype=bool)
         cols[f"group_l{level}"] = pa.array(group, mask=missing)
     return pa.table(cols)
 
@@ -238,16 +287,16 @@ def _list_array(values: np.ndarray, offsets: np.ndarray, typ) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=typ))
 
 
-def _tree_table(rng, sim, with_features: bool) -> pa.Table:
-    valid, K, D = sim["valid"], sim["K"], sim["D"]
-    bi, li, lev, node = np.nonzero(valid)  # rows in (build, layer, level, node) order
+def _tree_table(rng, sim, with_features: bool, b_lo: int, b_hi: int) -> pa.Table:
+    valid, K, D = sim["valid"][b_lo:b_hi], sim["K"], sim["D"]
+    bi, li, lev, node = np.nonzero(valid)  # rows in (build, layer, level, node) order, bi within the chunk
     n_rows = len(bi)
     row_id = np.full(valid.shape, -1, dtype=np.int64)
     row_id[valid] = np.arange(n_rows)
-    levels = sim["levels"]
+    levels = sim["levels"][b_lo:b_hi]
     # members: heads whose level-l group is the node; children: level 0 -> heads, else nodes below
     B, L = levels.shape
-    g = sim["g0"][:, :, None, :] >> np.arange(D)[None, None, :, None]  # (B, L, D, H)
+    g = sim["g0"][b_lo:b_hi, :, None, :].astype(np.int64) >> np.arange(D)[None, None, :, None]  # (B, L, D, H)
     in_use = np.arange(D)[None, None, :, None] < levels[..., None, None]
     eb, el, ed, eh = np.nonzero(np.broadcast_to(in_use, g.shape))
     member_row = row_id[eb, el, ed, g[eb, el, ed, eh]]
@@ -255,15 +304,17 @@ def _tree_table(rng, sim, with_features: bool) -> pa.Table:
     member_values = eh[order].astype(np.int32)
     member_offsets = np.concatenate([[0], np.cumsum(np.bincount(member_row, minlength=n_rows))])
     upper = lev > 0
-    n_below = np.where(upper, sim["n_nodes"][bi, li, np.maximum(lev - 1, 0)], 0)
+    n_below = np.where(upper, sim["n_nodes"][b_lo + bi, li, np.maximum(lev - 1, 0)], 0)
     first, second = 2 * node, 2 * node + 1
     child_rows = np.concatenate([member_row[ed == 0], np.nonzero(upper)[0], np.nonzero(upper & (second < n_below))[0]])
     child_vals = np.concatenate([eh[ed == 0], first[upper], second[upper & (second < n_below)]])
     order = np.argsort(child_rows, kind="stable")  # heads ascending, then first before second child
     child_values = child_vals[order].astype(np.int32)
     child_offsets = np.concatenate([[0], np.cumsum(np.bincount(child_rows, minlength=n_rows))])
-    final_logits = sim["final_logits"][bi, li, lev, node]  # (R, K)
-    base = sim["base"][bi, li, lev, node]
+    base_all, final_all = _logits(sim, b_lo, b_hi)
+    final_logits = final_all[bi, li, lev, node]  # (R, K)
+    base = base_all[bi, li, lev, node]
+    del base_all, final_all
     top2 = np.sort(final_logits, axis=-1)[:, -2:] if K > 1 else np.concatenate([final_logits, final_logits], 1)
     has_parent = lev + 1 < levels[bi, li]
     forced = (lev == 0) & (rng.random_sample(n_rows) < 0.05)
@@ -273,7 +324,7 @@ def _tree_table(rng, sim, with_features: bool) -> pa.Table:
     feat_dim = FEATURE_DIM if with_features else 0
     features = rng.normal(0.0, 1.0, n_rows * feat_dim).astype(np.float32)
     cols = {
-        "step": pa.array(sim["build_step"][bi].astype(np.int64)),
+        "step": pa.array(sim["build_step"][b_lo + bi].astype(np.int64)),
         "layer": pa.array(li.astype(np.int16)),
         "level": pa.array(lev.astype(np.int8)),
         "node": pa.array(node.astype(np.int16)),
@@ -283,11 +334,11 @@ def _tree_table(rng, sim, with_features: bool) -> pa.Table:
         "logits": _list_array(final_logits.reshape(-1), log_off, pa.float32()),
         "base_logits": _list_array(base.reshape(-1), log_off, pa.float32()),
         "margin": pa.array((top2[:, 1] - top2[:, 0]).astype(np.float32)),
-        "raw_idx": pa.array(sim["raw"][bi, li, lev, node].astype(np.int8)),
-        "final_idx": pa.array(sim["final"][bi, li, lev, node].astype(np.int8)),
-        "joint_paired": pa.array(sim["paired"][bi, li, lev, node]),
-        "joint_delta": pa.array(np.linalg.norm(sim["delta"][bi, li, lev, node], axis=-1).astype(np.float32)),
-        "shadow": pa.array(sim["shadow"][bi]),
+        "raw_idx": pa.array(sim["raw"][b_lo + bi, li, lev, node].astype(np.int8)),
+        "final_idx": pa.array(sim["final"][b_lo + bi, li, lev, node].astype(np.int8)),
+        "joint_paired": pa.array(sim["paired"][b_lo + bi, li, lev, node]),
+        "joint_delta": pa.array(np.linalg.norm(sim["delta"][b_lo + bi, li, lev, node], axis=-1).astype(np.float32)),
+        "shadow": pa.array(sim["shadow"][b_lo + bi]),
         "origin": pa.array(np.where(forced, "forced_bipartition", "natural")),
         "forced_split": pa.array(forced),
         "merged": pa.array(np.where(lev == 0, rng.randint(0, 2, n_rows), 0).astype(np.int16)),
@@ -300,16 +351,17 @@ def _tree_table(rng, sim, with_features: bool) -> pa.Table:
     return pa.table(cols)
 
 
-def _branch_table(sim, windows) -> pa.Table:
-    S, L, K, H = sim["steps"], sim["L"], sim["K"], sim["H"]
+def _branch_table(sim, windows, start: int, stop: int) -> pa.Table:
+    L, K, H = sim["L"], sim["K"], sim["H"]
+    S = stop - start
+    _, idx, _, _ = _step_arrays(sim, start, stop)
     counts = np.zeros((S, L, K), dtype=np.int64)
-    idx = sim["idx"]
     for k in range(K):
         counts[:, :, k] = (idx == k).sum(axis=-1)
     n = S * L * K
     return pa.table(
         {
-            "step": pa.array(np.repeat(np.arange(S, dtype=np.int64), L * K)),
+            "step": pa.array(np.repeat(np.arange(start, stop, dtype=np.int64), L * K)),
             "layer": pa.array(np.tile(np.repeat(np.arange(L, dtype=np.int16), K), S)),
             "window": pa.array(np.tile(np.asarray(windows, dtype=np.int32), S * L)),
             "fraction": pa.array((counts.reshape(n) / H).astype(np.float32)),
@@ -317,11 +369,22 @@ def _branch_table(sim, windows) -> pa.Table:
     )
 
 
+def _coverage_per_layer(sim, T: int, w_min: int) -> tuple[np.ndarray, np.ndarray]:
+    """(S, L) ACR and causal-pair coverage, computed a chunk of steps at a time."""
+    S, L, H = sim["steps"], sim["L"], sim["H"]
+    acr = np.empty((S, L))
+    pairs = np.empty((S, L))
+    for start in range(0, S, 2000):
+        stop = min(S, start + 2000)
+        win = _step_arrays(sim, start, stop)[3]
+        acr[start:stop] = effective_windows(win, T, w_min).sum(axis=-1) / (H * T)
+        pairs[start:stop] = causal_pairs(win, T).sum(axis=-1) / (H * T * (T + 1) / 2)  # raw windows
+    return acr, pairs
+
+
 def _scalars_table(rng, sim, steps, warmup, eval_interval, T, w_min) -> pa.Table:
-    S, L, H = steps, sim["L"], sim["H"]
-    eff = effective_windows(sim["win"], T, w_min)  # (S, L, H)
-    layer_acr = eff.sum(axis=-1) / (H * T)  # (S, L)
-    pairs = causal_pairs(sim["win"], T).sum(axis=-1) / (H * T * (T + 1) / 2)  # raw windows, as coverage.band_pairs
+    S, L = steps, sim["L"]
+    layer_acr, pairs = _coverage_per_layer(sim, T, w_min)  # (S, L); raw windows for pairs, as coverage.band_pairs
     s = np.arange(S, dtype=np.float64)
     model = {
         "acr": layer_acr.mean(axis=1),

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import paths
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
+from aah_viz.runlog.summaries import MANIFEST_FLAG, UpdateSummarizer, margin_summary
 from aah_viz.schema import ALL_TABLES, MANIFEST, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 GROUP_COLUMN_RE = re.compile(r"^group_l(\d+)$")
@@ -226,6 +227,9 @@ class RunWriter:
         self.closed = False
         self.segments_written = 0
         self.bytes_written = 0
+        self._summarizer = None
+        if manifest.get(MANIFEST_FLAG):  # this run's per-update summaries are complete: keep them so
+            self._summarizer = UpdateSummarizer(int(manifest.get("n_head") or 0), int(manifest.get("max_depth") or 0))
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -250,6 +254,7 @@ class RunWriter:
         manifest = dict(manifest)
         manifest["status"] = STATUS_RUNNING
         manifest.setdefault("last_step", None)
+        manifest.setdefault(MANIFEST_FLAG, True)  # a new run gets per-update summaries from its first step
         write_manifest(run_dir, manifest)
         return cls(run_dir, manifest, _token=_CONSTRUCT)
 
@@ -302,6 +307,8 @@ class RunWriter:
         ]
         write_manifest(run_dir, manifest)
         writer = cls(run_dir, manifest, _token=_CONSTRUCT)
+        if writer._summarizer is not None:
+            writer._summarizer.prime(run_dir)
         step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
         writer.event(step, "resume", keep_through_step=keep_through_step, dropped_rows=dropped, set_aside=set_aside)
         writer.flush()
@@ -325,6 +332,12 @@ class RunWriter:
             self._max_step = step_max if self._max_step is None else max(self._max_step, step_max)
         self._buffers.setdefault(table, []).append(data)
         self._buffered_rows[table] = self._buffered_rows.get(table, 0) + data.num_rows
+        if self._summarizer is not None and table in ("heads", "tree"):
+            summary = self._summarizer.observe(data) if table == "heads" else margin_summary(data)
+            if summary is not None and summary.num_rows:
+                target = "updates" if table == "heads" else "margins"
+                self._buffers.setdefault(target, []).append(summary)
+                self._buffered_rows[target] = self._buffered_rows.get(target, 0) + summary.num_rows
         if self._buffered_rows[table] >= self.flush_rows or (
             self.flush_interval_s is not None and time.monotonic() - self._last_flush >= self.flush_interval_s
         ):
