@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ def test_dashboard_binds_localhost_headless_and_passes_the_logs_root(tmp_path):
     args = build_parser().parse_args(["dashboard", "--logs", str(tmp_path)])
     assert args.address == "127.0.0.1" and args.port == 8501
     cmd = dashboard_cli.streamlit_command(tmp_path, args.port, args.address, None)
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "app.py")
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "aah_viz" / "dashboard" / "app.py")
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--server.headless") + 1] == "true"
     assert cmd[cmd.index("--") + 1 :] == ["--logs", str(tmp_path)]
@@ -33,7 +34,26 @@ def test_app_reads_the_logs_root_from_its_arguments_or_the_environment(tmp_path,
     monkeypatch.setenv(config.LOGS_ENV, str(tmp_path / "x"))
     assert config.logs_root([]) == (tmp_path / "x").resolve()
     monkeypatch.delenv(config.LOGS_ENV)
-    assert config.logs_root([]).name == "sample_logs"
+    monkeypatch.chdir(tmp_path)
+    assert config.logs_root([]) == REPO / "sample_logs"  # from a checkout, without ./runs
+    (tmp_path / "runs").mkdir()
+    assert config.logs_root([]) == tmp_path / "runs"  # ./runs wins: where `aah-viz train --out runs/...` writes
+
+
+def test_the_packaged_reference_is_the_default_and_imports(tmp_path, monkeypatch):
+    from aah_viz.dashboard import config
+    from aah_viz.export.reference import import_reference
+
+    monkeypatch.delenv(config.REFERENCE_ENV, raising=False)
+    ref = config.reference_dir([])
+    assert ref == REPO / "aah_viz" / "data" / "reference" / "paper"
+    assert "shared" not in ref.parts
+    written = import_reference(ref, tmp_path)
+    # one run per method of Table 1 and one per Qwen3-4B heatmap file, counted from the files themselves
+    with open(ref / "aah_v3_4096_table1_training.csv", newline="") as fh:
+        methods = {row["method"] for row in csv.DictReader(fh)}
+    heatmaps = list(ref.glob("qwen3_4b_*_heatmap.csv"))
+    assert len(written) == len(methods) + len(heatmaps) and len(heatmaps) == 4
 
 
 def test_dashboard_refuses_a_missing_logs_root(tmp_path, capsys):

@@ -7,19 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aah_viz.errors import MissingDependencyError, RunLogError
+from aah_viz.errors import RunLogError
 
 
 def app_path() -> Path:
-    from aah_viz.dashboard.config import REPO_ROOT
+    """The Streamlit entry point, inside the installed package."""
+    import aah_viz.dashboard
 
-    path = REPO_ROOT / "app.py"
-    if not path.is_file():
-        raise MissingDependencyError(
-            f"the dashboard entry point {path} is missing; run aah-viz from a checkout of the repository "
-            "(pip install -e .) or start it with: streamlit run app.py"
-        )
-    return path
+    return Path(aah_viz.dashboard.__file__).resolve().parent / "app.py"
 
 
 def streamlit_command(logs: Path, port: int, address: str, reference: Path | None) -> list[str]:
@@ -78,7 +73,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--logs",
         metavar="DIR",
-        help="folder holding run directories (default: sample_logs/ of this checkout or the current folder)",
+        help="folder holding run directories (default: ./runs when it exists, else sample_logs/ of a checkout "
+        "of the repository)",
     )
     p.add_argument("--port", type=int, default=8501, metavar="N", help="TCP port to serve on (default 8501)")
     p.add_argument(
@@ -91,6 +87,6 @@ def register(subparsers) -> None:
         "--reference",
         metavar="DIR",
         help="folder of the reference's published CSVs for the Compare page "
-        "(default: ../shared/reference/paper when present)",
+        "(default: the paper's numbers that ship with aah-viz)",
     )
     p.set_defaults(func=run)

@@ -1,4 +1,6 @@
-"""``aah-viz import-reference DIR --out RUNS_DIR``: the reference's published numbers as run directories."""
+"""``aah-viz import-reference [DIR] --out RUNS_DIR``: the reference's published numbers as run directories.
+
+Without DIR, the paper's numbers that ship with the package (``aah_viz/data/reference/paper/``)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,19 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "import-reference",
         help="import the reference's published tables and Qwen3-4B heatmaps as (imported) run directories",
-        description="Read the reference's paper CSVs in DIR (Table 1 and 2, window-bucket fractions, the "
-        "per-head-index "
-        "resolution vector, the Qwen3-4B per-head heatmaps; recognised by their header) and write one run "
+        description="Read the reference's paper CSVs in DIR, by default the paper's published numbers that ship "
+        "with aah-viz (Table 1 and 2, window-bucket fractions, the per-head-index resolution vector, the "
+        "Qwen3-4B per-head heatmaps; recognised by their header) and write one run "
         "directory per method/regime into --out, marked imported (manifest status 'imported', imported: true, "
         "source files). Exporting the imported Table 1 with --layout paper reproduces the published cells exactly.",
     )
-    parser.add_argument("src", metavar="DIR", help="folder holding the reference's paper CSV files")
+    parser.add_argument(
+        "src",
+        metavar="DIR",
+        nargs="?",
+        default=None,
+        help="folder holding the reference's paper CSV files (default: the paper's numbers bundled with aah-viz)",
+    )
     parser.add_argument("--out", required=True, metavar="RUNS_DIR", help="folder to write the run directories into")
     parser.add_argument(
         "--overwrite",
@@ -38,10 +46,15 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from aah_viz import bundled
     from aah_viz.export.reference import import_reference
 
     for path in import_reference(
-        args.src, args.out, overwrite=args.overwrite, training_step=args.training_step, qwen_seq_len=args.qwen_seq_len
+        args.src if args.src is not None else bundled.reference_paper_dir(),
+        args.out,
+        overwrite=args.overwrite,
+        training_step=args.training_step,
+        qwen_seq_len=args.qwen_seq_len,
     ):
         print(path)
     return 0

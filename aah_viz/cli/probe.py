@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from importlib import resources
 from pathlib import Path
 
+from aah_viz.bundled import data_path
 from aah_viz.errors import InputFormatError, RunLogError
-
-
-def bundled(name: str) -> Path:
-    return Path(str(resources.files("aah_viz") / "data" / name))
 
 
 def register(subparsers) -> None:
@@ -68,12 +64,13 @@ def register(subparsers) -> None:
 
 
 def _read_inputs(args):
+    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.coref_formats import read_coref
 
     syntax_path, coref_path = args.syntax, args.coref
     if syntax_path is None and coref_path is None:
-        syntax_path, coref_path = bundled("synthetic_probe.conllu"), bundled("synthetic_probe.coref.jsonl")
+        syntax_path, coref_path = data_path(PROBE_SET_CONLLU), data_path(PROBE_SET_COREF)
     if args.max_docs is not None and args.max_docs < 1:
         raise InputFormatError(f"--max-docs must be at least 1, got {args.max_docs}")
     syntax_docs = read_conllu(syntax_path, args.max_docs) if syntax_path else []

@@ -1,0 +1,58 @@
+"""The routing dashboard's Streamlit entry point: ``aah-viz dashboard`` runs this file.
+
+Page files are found beside this module, so the dashboard works the same from an installed wheel and
+from a checkout (where the top-level ``app.py`` runs :func:`main` for ``streamlit run app.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+from aah_viz.dashboard import config, live, state
+from aah_viz.errors import AAHVizError
+
+PAGE_DIR = Path(__file__).resolve().parent
+# (page module, title, url path); the first is the default page
+PAGES = [
+    ("runs", "Runs", "runs"),
+    ("training", "Training", "training"),
+    ("hierarchy", "Hierarchy", "hierarchy"),
+    ("windows", "Windows", "windows"),
+    ("stability", "Stability", "stability"),
+    ("probes", "Probes", "probes"),
+    ("compare", "Compare", "compare"),
+    ("export", "Export", "export"),
+    ("glossary", "Glossary", "glossary"),
+]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    st.set_page_config(page_title="aah-viz: routing dashboard", layout="wide")
+    try:
+        state.init(config.logs_root(argv), config.reference_dir(argv))
+    except AAHVizError as err:
+        st.error(str(err))
+        st.stop()
+    page = st.navigation(
+        [
+            st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=i == 0)
+            for i, (module, title, url) in enumerate(PAGES)
+        ]
+    )
+    with st.sidebar:
+        st.caption(f"Logs root: `{state.logs_root()}`")
+        live.controls()
+        if st.button(
+            "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"
+        ):
+            state.refresh()
+    state.read_url()
+    page.run()
+
+
+if __name__ == "__main__":  # Streamlit runs the entry point as __main__
+    main()
