@@ -19,7 +19,7 @@ from sklearn.metrics import adjusted_rand_score
 from aah_viz.cli import main
 from aah_viz.export import build_table, build_tables, collect_runs, render
 from aah_viz.export.formats import latex_document
-from aah_viz.export.tables import MixedConfigError, comparison_table, factorial_table
+from aah_viz.export.tables import MixedConfigError, comparison_table, difference_curve_table, factorial_table
 from aah_viz.runlog import RunWriter
 from aah_viz.runlog.synthetic import make_synthetic_run
 
@@ -340,7 +340,8 @@ def test_probe_relations_and_coref_parts(tmp_path):
     coref = build_table("probes", runs, part="coref")
     assert list(coref.df["accuracy"]) == [0.6, 0.42] and list(coref.df["method"]) == ["head", "nearest"]
     assert list(coref.df["layer"]) == ["1", ""]  # baselines have no layer
-    assert coref.best["accuracy"].tolist() == [True, False]
+    # one run: nothing to test a difference with, so nothing is bold
+    assert coref.best["accuracy"].tolist() == [False, False]
 
 
 # ------------------------------------------------------------------ mixed configurations
@@ -436,18 +437,55 @@ def test_latex_structure(by_regime):
     assert tex.count("\\toprule") == 1 and tex.count("\\midrule") == 1 and tex.count("\\bottomrule") == 1
     assert "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
     assert "\\textbf{" in tex and "$\\pm$" in tex
-    assert "val\\_loss" in tex  # underscores escaped
     header = tex.split("\\toprule\n")[1].splitlines()[0]
     assert header.count("&") == len(by_regime.df.columns) - 1
+    assert "val. loss" in header and "val\\_loss" not in header  # short headers ...
+    assert "val. loss: final validation loss (nats)" in tex  # ... with a legend
+    # the one-seed regime: a dagger instead of a long text cell, and a note
+    row = next(line for line in tex.splitlines() if line.startswith("deep\\_practical\\_reuse"))
+    assert "1$^\\dagger$" in row and "\\textbf" not in row
+    assert "one seed: no spread, never tested for significance" in tex
 
 
-def test_latex_compiles(runs, by_regime, tmp_path):
+def test_bold_only_where_the_difference_is_significant(runs):
+    from aah_viz.export.stats import welch_t_test
+
+    table = build_table("training", runs, by="regime")
+    finals = {}
+    for r in runs:
+        finals.setdefault(r.regime, []).append(FINAL[r.regime] + 0.01 * r.seed)
+    bold = table.best.set_index(table.df["regime"])["val_loss"]
+    # shallow_freeze (2.40-2.42) vs the next best full_adaptive (2.45-2.47), three seeds each: significant
+    assert welch_t_test(finals["shallow_freeze"], finals["full_adaptive"]).p_value < 0.05
+    assert bold.to_dict() == {r: r == "shallow_freeze" for r in bold.index}
+    # without shallow_freeze the best is full_adaptive, its runner-up deep_practical_reuse has one seed: no bold
+    rest = [r for r in runs if r.regime != "shallow_freeze"]
+    again = build_table("training", rest, by="regime")
+    assert not again.best["val_loss"].any()
+    # one row per run: no test, no bold
+    assert not build_table("training", runs, by="run").best.to_numpy().any()
+
+
+def test_every_table_has_its_own_label(runs):
+    regimes = sorted({r.regime for r in runs} - {"full_attention"})
+    tables = [comparison_table(runs, "full_attention"), factorial_table(runs)]
+    tables += [difference_curve_table(runs, r, "full_attention") for r in regimes]
+    tables += [build_table(n, runs, by="regime") for n in ("training", "inference", "windows", "stability")]
+    labels = [t.label for t in tables]
+    assert len(labels) == len(set(labels)), labels
+
+
+def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path):
     engine = shutil.which("pdflatex")
     if engine is None:
         pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
-    tables = [by_regime] + [build_table(n, runs, by="regime") for n in ("inference", "windows", "stability", "probes")]
+    tables = [by_regime, build_table("training", runs, by="run")]
+    tables += [build_table(n, runs, by="regime") for n in ("inference", "windows", "stability", "probes")]
     tables.append(factorial_table(runs))
+    tables.append(comparison_table(runs, "full_attention"))
+    tables += [difference_curve_table(runs, r, "full_attention") for r in ("full_adaptive", "shallow_freeze")]
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
+    assert "landscape" not in (tmp_path / "doc.tex").read_text()  # the default one-column article
     proc = subprocess.run(
         [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
         cwd=tmp_path,
@@ -457,6 +495,9 @@ def test_latex_compiles(runs, by_regime, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"
+    log = (tmp_path / "doc.log").read_text(errors="replace")
+    assert "Overfull \\hbox" not in log, [line for line in log.splitlines() if "Overfull" in line][:5]
+    assert "multiply defined" not in log
 
 
 def test_windows_from_inference_records(runs_root, runs):

@@ -118,24 +118,30 @@ def run(args: argparse.Namespace) -> int:
                 table = T.build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
                 stem = f"probes_{part}" if part else name
                 written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
+
+        def labelled(table):  # one label per table, also across configurations
+            if multi:
+                table.label = f"{table.label}:{T.config_label(cfg).lower()}"
+            return table
+
         if baseline:
             written.append(
                 _write(
                     out_dir,
                     f"comparison{suffix}",
-                    render(T.comparison_table(members, baseline, seed=args.seed), args.fmt),
+                    render(labelled(T.comparison_table(members, baseline, seed=args.seed)), args.fmt),
                     args.fmt,
                 )
             )
             for regime in sorted({str(r.regime) for r in members} - {baseline}):
-                curve = T.difference_curve_table(members, regime, baseline, seed=args.seed)
+                curve = labelled(T.difference_curve_table(members, regime, baseline, seed=args.seed))
                 written.append(_write(out_dir, f"difference_{regime}{suffix}", render(curve, args.fmt), args.fmt))
         if args.factorial:
             written.append(
                 _write(
                     out_dir,
                     f"factorial{suffix}",
-                    render(T.factorial_table(members, seed=args.seed), args.fmt),
+                    render(labelled(T.factorial_table(members, seed=args.seed)), args.fmt),
                     args.fmt,
                 )
             )

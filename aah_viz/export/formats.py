@@ -223,11 +223,52 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
+# Short LaTeX headers (column -> header); the table's notes spell out each one used.
+SHORT_HEADERS = {
+    "val_loss": ("val. loss", "final validation loss (nats)"),
+    "val_ppl": ("ppl", "validation perplexity"),
+    "acr": ("ACR", "attention coverage ratio (key-length proxy)"),
+    "ACR": ("ACR", "attention coverage ratio (key-length proxy)"),
+    "ACR_train_proxy": ("ACR", "attention coverage ratio (key-length proxy)"),
+    "acr_causal": ("cov.", "causal-pair coverage"),
+    "flops_ratio_est": ("FLOPs", "analytic FLOPs ratio estimate"),
+    "flops_ratio": ("FLOPs", "analytic FLOPs ratio estimate"),
+    "flops_reduction_pct": ("FLOPs red. (\\%)", "FLOPs reduction in percent"),
+    "flops_reduction_percent": ("FLOPs red. (\\%)", "FLOPs reduction in percent"),
+    "tokens_per_s": ("tok/s", "median tokens per second"),
+    "tokens_per_second_train": ("tok/s", "median training tokens per second"),
+    "tokens_per_second_infer": ("tok/s", "inference tokens per second"),
+    "peak_mem_mb": ("mem (MiB)", "peak memory"),
+    "peak_mem_gib": ("mem (GiB)", "peak memory"),
+    "peak_gpu_alloc_GiB": ("alloc (GiB)", "peak GPU memory allocated"),
+    "peak_gpu_reserved_GiB": ("resv. (GiB)", "peak GPU memory reserved"),
+    "peak_reserved_gib": ("resv. (GiB)", "peak GPU memory reserved"),
+    "checkpoint_step": ("ckpt", "checkpoint step"),
+    "joint_scorer": ("joint", "joint scorer"),
+    "elapsed_s": ("time (s)", "elapsed seconds"),
+}
+SINGLE_SEED_MARK = "$^\\dagger$"
+
+
+def _latex_header(col: str) -> tuple[str, str | None]:
+    """(header text, legend entry or None) of a column."""
+    if col in SHORT_HEADERS:
+        short, meaning = SHORT_HEADERS[col]
+        return short, f"{short}: {latex_escape(meaning)}"
+    if col.startswith("window_frac_") and col[12:].isdigit():
+        return f"$w_{{{col[12:]}}}$", None
+    return latex_escape(col), None
+
+
 def to_latex(table) -> str:
-    """A booktabs ``table`` environment with caption and label; needs ``\\usepackage{booktabs}``."""
+    """A booktabs ``table`` environment with caption and label; needs ``\\usepackage{booktabs,graphicx}``.
+
+    Headers are short, with a legend in the notes; a table wider than the text is scaled down to
+    ``\\linewidth`` (never up); rows of regimes with one seed carry a dagger and a note.
+    """
     cols = list(table.df.columns)
     out = [
-        "% requires \\usepackage{booktabs}",
+        "% requires \\usepackage{booktabs,graphicx}",
         "\\begin{table}[t]",
         "\\centering",
         "\\small",
@@ -238,22 +279,44 @@ def to_latex(table) -> str:
         out += [f"\\emph{{{latex_escape(table.empty_message or 'no rows')}}}", "\\end{table}"]
         return "\n".join(out) + "\n"
     spec = "".join("r" if c in table.value_columns else "l" for c in cols)
+    headers = [_latex_header(c) for c in cols]
+    legend = [entry for _, entry in headers if entry]
+    if any(c.startswith("window_frac_") for c in cols):
+        legend.append("$w_W$: share of heads at window $W$ (tokens)")
     out += [
+        "\\ifdefined\\aahtablebox\\else\\newsavebox{\\aahtablebox}\\fi",
+        "\\sbox{\\aahtablebox}{%",
         f"\\begin{{tabular}}{{{spec}}}",
         "\\toprule",
-        " & ".join(latex_escape(c) for c in cols) + " \\\\",
+        " & ".join(h for h, _ in headers) + " \\\\",
         "\\midrule",
     ]
+    single = False
     for i, row in enumerate(_display_rows(table, pm=" ± ")):
         cells = []
         for col, text in zip(cols, row):
+            if text == NO_VARIANCE:  # "n = 1, no variance estimate": a dagger and one note
+                single = True
+                cells.append(("1" if col == "n" else "one seed") + SINGLE_SEED_MARK)
+                continue
             text = latex_escape(text)
             cells.append(f"\\textbf{{{text}}}" if _is_best(table, i, col) else text)
         out.append(" & ".join(cells) + " \\\\")
-    out += ["\\bottomrule", "\\end{tabular}"]
-    if table.notes:
+    out += [
+        "\\bottomrule",
+        "\\end{tabular}}",
+        "\\ifdim\\wd\\aahtablebox>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox{\\aahtablebox}}"
+        "\\else\\usebox{\\aahtablebox}\\fi",
+    ]
+    notes = []
+    if single:
+        notes.append(f"{SINGLE_SEED_MARK} one seed: no spread, never tested for significance.")
+    if legend:
+        notes.append("; ".join(legend) + ".")
+    notes += [latex_escape(n) for n in table.notes if not n.startswith(NO_VARIANCE)]
+    if notes:
         out.append("\\par\\smallskip\\footnotesize")
-        out.extend(latex_escape(n) + "\\par" for n in table.notes)
+        out.extend(n + "\\par" for n in notes)
     out.append("\\end{table}")
     return "\n".join(out) + "\n"
 
@@ -263,6 +326,6 @@ def latex_document(tables) -> str:
     body = "\n".join(to_latex(t) for t in tables)
     return (
         "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
-        "\\usepackage{booktabs}\n\\usepackage[margin=1cm,landscape]{geometry}\n\\begin{document}\n"
+        "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\begin{document}\n"
         f"{body}\\end{{document}}\n"
     )

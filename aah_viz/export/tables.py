@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from aah_viz.errors import AAHVizError, RunLogError
@@ -450,6 +449,7 @@ def _build(
             + (list(records.PROBE_PARTS[part][1]) if name == "probes" else [])
         )
         out, unc, lo, hi = _group(df, group_keys, values + [k for k in extra_keys if k in df], n_boot=n_boot, seed=seed)
+        significant = _significant_best(out, df, group_keys, values, lambda c: _direction(c))
         ident = df.groupby(group_keys, sort=False, dropna=False).first().reset_index()
         keep = [
             c for c in ("method", "grouping", "hierarchy", "joint_scorer", "seq_len", "checkpoint_step") if c in ident
@@ -467,6 +467,7 @@ def _build(
         df = out
     else:
         unc = lo = hi = None
+        significant = None
 
     if layout == "paper":
         df, unc, lo, hi, exact_src, id_cols, values = _paper_layout(name, by, df, unc, lo, hi, exact_src, wcols)
@@ -487,7 +488,17 @@ def _build(
     table.ci_high = _align(hi, table.df, cols, math.nan)
     table.exact = _align(exact_src, table.df, cols, None)
     table.decimals = {c: _decimals(_our_name(c, name)) for c in table.value_columns}
-    table.best = _best(table.df, table.value_columns, lambda c: _direction(_our_name(c, name)))
+    table.best = _blank_like(table.df, False)
+    if significant is not None:  # bold: a best mean that differs significantly from the runner-up
+        for col in table.df.columns:
+            our = _our_name(col, name)
+            if our in significant.columns and col in table.value_columns:
+                table.best[col] = significant[our].to_numpy()
+        if any(_direction(_our_name(c, name)) for c in table.value_columns):
+            table.notes.append(
+                f"Bold: the best mean of a column, only where it differs from the next best by Welch's t-test "
+                f"(p < {SIGNIFICANCE}) with at least two seeds on each side; rows with one seed are never bold."
+            )
     if name == "inference" and any(r.get("source") == "eval" for r in recs):
         table.notes.append(
             "Runs without an inference record report their last training-time evaluation; its ACR, "
@@ -497,6 +508,13 @@ def _build(
         table.notes.extend(_baseline_notes(pd.DataFrame(recs), baseline, n_boot=n_boot, seed=seed))
     table.df = table.df[[c for c in table.df.columns if c in table.id_columns or c in table.value_columns or c == "n"]]
     return table
+
+
+def _slug(text) -> str:
+    """Text usable in a LaTeX label: lower-case letters, digits and dashes."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
 def _label(name: str, part: str) -> str:
@@ -575,19 +593,40 @@ def _blank_like(df, fill):
     return pd.DataFrame(fill, index=df.index, columns=df.columns)
 
 
-def _best(df: pd.DataFrame, value_cols, direction) -> pd.DataFrame:
-    best = pd.DataFrame(False, index=df.index, columns=df.columns)
-    if len(df) < 2:
+SIGNIFICANCE = 0.05
+
+
+def _significant_best(groups: pd.DataFrame, per_run: pd.DataFrame, keys, value_cols, direction) -> pd.DataFrame:
+    """True where a group's mean is the column's best and differs significantly (Welch's t-test,
+    p < ``SIGNIFICANCE``) from the next best group's; groups with fewer than two runs never count."""
+    best = pd.DataFrame(False, index=groups.index, columns=groups.columns)
+    if len(groups) < 2:
         return best
+    key_tuples = [tuple(r) for r in groups[keys].itertuples(index=False)]
+    members = per_run.groupby(keys, sort=False, dropna=False).groups
     for col in value_cols:
         d = direction(col)
-        vals = pd.to_numeric(df[col], errors="coerce")
-        if d == 0 or vals.notna().sum() < 2:
+        if d == 0 or col not in groups or col not in per_run:
             continue
-        target = vals.min() if d < 0 else vals.max()
-        best[col] = (
-            np.isclose(vals.to_numpy(dtype=float), target, rtol=0, atol=abs(target) * 1e-12) & vals.notna().to_numpy()
-        )
+        means = pd.to_numeric(groups[col], errors="coerce")
+        if means.notna().sum() < 2:
+            continue
+        order = means.dropna().sort_values(ascending=d < 0, kind="stable").index
+        first, second = order[0], order[1]
+        if means[first] == means[second]:
+            continue
+
+        def sample(i):
+            key = key_tuples[groups.index.get_loc(i)]
+            rows = members.get(key if len(keys) > 1 else key[0], [])
+            return pd.to_numeric(per_run.loc[rows, col], errors="coerce").dropna().to_numpy(dtype=float)
+
+        a, b = sample(first), sample(second)
+        if len(a) < 2 or len(b) < 2:
+            continue
+        p = stats.welch_t_test(a, b).p_value
+        if p == p and p < SIGNIFICANCE:
+            best.loc[first, col] = True
     return best
 
 
@@ -729,7 +768,7 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         "comparison",
         df,
         caption,
-        "tab:aah-comparison",
+        f"tab:aah-comparison-{_slug(metric)}-vs-{_slug(baseline)}",
         id_columns=["regime", "baseline"],
         value_columns=values + ["perm_method", "note"],
         by="regime",
@@ -762,7 +801,7 @@ def factorial_table(runs, *, metric: str = "val_loss", seed: int = stats.DEFAULT
         df,
         f"Effect of each factor on the final {metric} (factor on minus off), from regime pairs "
         "that differ in that factor alone.",
-        "tab:aah-factorial",
+        f"tab:aah-factorial-{_slug(metric)}",
         id_columns=["factor"],
         value_columns=values,
         by="regime",
@@ -784,7 +823,7 @@ def difference_curve_table(runs, regime: str, baseline: str, *, seed: int = stat
         curve,
         f"Validation loss of {regime} minus {baseline} per step, paired by seed "
         "(mean, std, n, 95% bootstrap interval).",
-        "tab:aah-difference",
+        f"tab:aah-difference-{_slug(regime)}-vs-{_slug(baseline)}",
         id_columns=["step"],
         value_columns=["mean_diff", "std", "n", "ci_low", "ci_high"],
         by="regime",
