@@ -1,0 +1,120 @@
+"""The paired-timing harness: per-pair ratio medians, their bootstrap intervals, the interleaving."""
+
+import statistics
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from aah_viz.paired_timing import (
+    DEFAULT_PAIRS,
+    bootstrap_median_ci,
+    interleave,
+    pair_ratios,
+    paired_ratio,
+    paired_report,
+)
+
+
+def test_the_figure_is_the_median_of_per_pair_ratios_not_a_ratio_of_medians():
+    # the machine got busy from pair 5 on and slowed both sides; the busy spell began inside pair 5
+    num = [1.0, 1.1, 0.9, 1.0, 5.0, 5.2, 4.8, 5.1, 5.0]
+    den = [2.0, 2.1, 1.9, 2.0, 2.0, 10.0, 9.8, 10.2, 10.1]
+    by_hand = [a / b for a, b in zip(num, den)]
+    fig = paired_ratio(num, den)
+    assert fig.median == pytest.approx(statistics.median(by_hand))
+    assert list(pair_ratios(num, den)) == pytest.approx(by_hand)
+    assert fig.n_pairs == 9
+    assert fig.median != pytest.approx(statistics.median(num) / statistics.median(den))
+
+
+def _exact_bootstrap_median_quantile(values, q):
+    """The q-quantile of the exact bootstrap distribution of the median of an odd-sized sample.
+
+    The resampled median is <= x_(j) exactly when at least (n+1)/2 of the n draws are <= x_(j), and
+    the number of such draws is Binomial(n, j/n); no random numbers involved.
+    """
+    xs = sorted(values)
+    n = len(xs)
+    cdf = [binom.sf((n + 1) // 2 - 1, n, j / n) for j in range(1, n + 1)]
+    j = next(i for i, c in enumerate(cdf) if c >= q)
+    return xs[j], cdf
+
+
+def test_bootstrap_interval_matches_the_exact_bootstrap_distribution_of_the_median():
+    rng = np.random.default_rng(7)
+    values = list(rng.lognormal(mean=-0.7, sigma=0.15, size=11))
+    lo_exact, cdf = _exact_bootstrap_median_quantile(values, 0.025)
+    hi_exact, _ = _exact_bootstrap_median_quantile(values, 0.975)
+    # the exact CDF is well away from both tail levels, so Monte-Carlo error cannot move the endpoint
+    assert min(abs(c - q) for c in cdf for q in (0.025, 0.975)) > 0.01
+    lo, hi = bootstrap_median_ci(values, n_boot=20000, seed=3)
+    assert (lo, hi) == (lo_exact, hi_exact)
+
+
+def test_interval_is_seeded_and_covers_a_known_ratio():
+    rng = np.random.default_rng(0)
+    covered = 0
+    sims = 200
+    for i in range(sims):
+        den = rng.uniform(1.0, 3.0, size=15)  # the load changes from pair to pair
+        num = 0.5 * den * rng.lognormal(0.0, 0.1, size=15)  # true ratio 0.5, median noise factor 1
+        fig = paired_ratio(num, den, seed=i)
+        assert fig.ci_low <= fig.median <= fig.ci_high
+        covered += fig.ci_low <= 0.5 <= fig.ci_high
+    assert 0.85 <= covered / sims <= 1.0
+    again = paired_ratio(num, den, seed=sims - 1)
+    assert (again.ci_low, again.ci_high) == (fig.ci_low, fig.ci_high)
+
+
+def test_a_wide_interval_or_too_few_pairs_warns_and_a_tight_one_does_not():
+    den = [1.0] * 11
+    tight = paired_ratio([0.50, 0.51, 0.49, 0.50, 0.50, 0.52, 0.48, 0.50, 0.51, 0.49, 0.50], den)
+    assert tight.warning is None and tight.width < 0.1
+    wide = paired_ratio([0.3, 0.9, 0.5, 1.1, 0.4, 0.8, 0.6, 0.35, 1.0, 0.45, 0.7], den)
+    assert wide.width > 0.1 and "wider than 0.1" in wide.warning
+    few = paired_ratio([0.5, 0.5, 0.5], [1.0, 1.0, 1.0])
+    assert f"at least {DEFAULT_PAIRS}" in few.warning
+    with pytest.raises(ValueError):
+        pair_ratios([1.0, 2.0], [1.0])
+
+
+def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmup():
+    log = []
+    clock = iter(range(1, 1000))
+
+    def side(name):
+        def run():
+            log.append(name)
+            return float(next(clock))
+
+        return run
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    raw = interleave({"x": (side("a"), side("b"))}, pairs=3, warmup=1, progress=bar)
+    assert log == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert raw["x"] == ([4.0, 5.0, 8.0], [3.0, 6.0, 7.0])  # round 0 (values 1, 2) was the warm-up
+    assert bar.n == 4
+    with pytest.raises(ValueError):
+        interleave({"x": (side("a"), side("b"))}, pairs=1)
+
+
+def test_report_keeps_raw_times_under_side_names_and_lists_warnings():
+    raw = {"fast_vs_slow": ([1.0] * 9, [2.0] * 9), "noisy": ([0.3, 0.9, 0.5, 1.1, 0.4, 0.8, 0.6, 0.35, 1.0], [1.0] * 9)}
+    doc = paired_report(raw, sides={"fast_vs_slow": ("fast", "slow")})
+    assert doc["ratios"]["fast_vs_slow"] == {
+        "median": 0.5,
+        "ci95": [0.5, 0.5],
+        "n_pairs": 9,
+        "width": 0.0,
+        "warning": None,
+    }
+    assert doc["raw_s"]["fast_vs_slow"] == {"fast": [1.0] * 9, "slow": [2.0] * 9}
+    assert doc["raw_s"]["noisy"]["denominator"] == [1.0] * 9
+    assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith("noisy:")
