@@ -102,14 +102,17 @@ def band_allowed(seq_len: int, windows: torch.Tensor) -> torch.Tensor:
     return (diff >= 0) & (diff < w)
 
 
-def dense_attention_with_probs(q, k, v, windows: list[int], *, dropout_p: float, training: bool, need_stats: bool):
+def dense_attention_with_probs(
+    q, k, v, windows: list[int], *, dropout_p: float, training: bool, need_stats: bool, scale: float | None = None
+):
     """Masked dense attention that also returns the (B, H, T, T) probabilities (before dropout).
 
     Statistics follow method §11.2 (post-dropout probabilities, entropy over ln T, last-key usage).
+    ``scale`` multiplies the scores (default ``D^-1/2``).
     """
     B, H, T, D = q.shape
     allowed = band_allowed(T, torch.as_tensor(windows, device=q.device))
-    scores = (q @ k.transpose(-2, -1)) * (D**-0.5)
+    scores = (q @ k.transpose(-2, -1)) * (D**-0.5 if scale is None else scale)
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     p_used = F.dropout(probs, p=dropout_p, training=True) if (training and dropout_p > 0) else probs
@@ -125,19 +128,21 @@ def dense_attention_with_probs(q, k, v, windows: list[int], *, dropout_p: float,
     return y, probs, stats
 
 
-def _full_causal(q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool):
+def _full_causal(
+    q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool, scale: float | None = None
+):
     """Plain causal (optionally banded) attention for the baseline modules."""
     B, H, T, D = q.shape
     if need_probs:
         y, probs, _ = dense_attention_with_probs(
-            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, need_stats=False
+            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, need_stats=False, scale=scale
         )
         return y, probs
     p = dropout_p if training else 0.0
     if window is None or window >= T:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale), None
     allowed = band_allowed(T, torch.tensor([window], device=q.device))[0]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p), None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
 # ----------------------------------------------------------------------------- plain attention
@@ -146,17 +151,20 @@ class CausalSelfAttention(nn.Module, _Hookable):
 
     ``window`` None is full causal attention; an int is a fixed causal band (the sliding-window and
     local/global baselines). With subscribers it emits a minimal event (no tree, nothing updated).
+    ``project=False`` leaves out the projections: ``attend(q, k, v)`` is then the whole layer
+    (used to put this attention inside another model, ``instrumentation.retrofit``).
     """
 
-    def __init__(self, cfg: AAHConfig, layer_index: int, window: int | None = None):
+    def __init__(self, cfg: AAHConfig, layer_index: int, window: int | None = None, project: bool = True):
         super().__init__()
         self.cfg = cfg
         self.layer_index = layer_index
         self.n_head = cfg.n_head
         self.window = window
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
+        if project:
+            self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+            self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+            self.resid_dropout = nn.Dropout(cfg.dropout)
         self.step: int | None = None
         self.last_seq_len: int | None = None
         self._init_hooks()
@@ -175,16 +183,28 @@ class CausalSelfAttention(nn.Module, _Hookable):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y, probs = _full_causal(
-            q, k, v, dropout_p=self.cfg.dropout, training=self.training, window=self.window, need_probs=need_probs
-        )
+        y, probs = self.attend(q, k, v, need_probs=need_probs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        y = self.resid_dropout(self.c_proj(y))
+        return self.resid_dropout(self.c_proj(y)), probs
+
+    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None):
+        """Attention of per-head ``q, k, v`` (B, H, T, D): ``(y (B, H, T, D), probs or None)``."""
+        T = q.shape[2]
+        y, probs = _full_causal(
+            q,
+            k,
+            v,
+            dropout_p=self.cfg.dropout,
+            training=self.training,
+            window=self.window,
+            need_probs=need_probs,
+            scale=scale,
+        )
         self.last_seq_len = T
         if self._subscribers:
             wins = self.executed_windows(T)
             cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
-            idx = torch.zeros(self.n_head, dtype=torch.long, device=x.device)
+            idx = torch.zeros(self.n_head, dtype=torch.long, device=q.device)
             self._emit(
                 RoutingEvent(
                     layer=self.layer_index,
@@ -195,7 +215,7 @@ class CausalSelfAttention(nn.Module, _Hookable):
                     in_warmup=False,
                     training=self.training,
                     window_idx=idx,
-                    windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=x.device),
+                    windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=q.device),
                     seq_len=T,
                     candidate_windows=cand,
                     backend="sdpa",
@@ -320,17 +340,22 @@ def _facts(level, fallback_origin: str) -> ClusterFacts:
 
 # ----------------------------------------------------------------------------- AAH attention
 class AAHAttention(nn.Module, _Hookable):
-    """One AAH-v3 attention layer: Q/K/V, routing (method §4-§8), banded execution (§10), stats (§11.2)."""
+    """One AAH-v3 attention layer: Q/K/V, routing (method §4-§8), banded execution (§10), stats (§11.2).
 
-    def __init__(self, cfg: AAHConfig, layer_index: int):
+    ``project=False`` leaves out the Q/K/V and output projections: ``attend(q, k, v)`` then routes
+    and executes per-head tensors another model computed (``instrumentation.retrofit``).
+    """
+
+    def __init__(self, cfg: AAHConfig, layer_index: int, project: bool = True):
         super().__init__()
         self.cfg = cfg
         self.layer_index = layer_index
         self.n_head = cfg.n_head
         self.windows = tuple(cfg.windows)
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
-        self.resid_dropout = nn.Dropout(cfg.dropout)
+        if project:
+            self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+            self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+            self.resid_dropout = nn.Dropout(cfg.dropout)
         nets = make_networks(
             input_mode=cfg.controller_input_mode,
             n_windows=len(self.windows),
@@ -368,6 +393,9 @@ class AAHAttention(nn.Module, _Hookable):
         mods = [m for m in (self.controller, self.joint_scorer, self.sibling_bias) if m is not None]
         return [p for m in mods for p in m.parameters()]
 
+    def _device(self) -> torch.device:
+        return next(self.controller.parameters()).device
+
     def routing_initial_parameters(self) -> list[torch.Tensor]:
         return [getattr(self, f"_routing_init_{i}") for i in range(len(self.routing_parameters()))]
 
@@ -401,7 +429,7 @@ class AAHAttention(nn.Module, _Hookable):
     def set_extra_state(self, state: dict) -> None:
         if not self.cfg.persist_routing_state or not state:
             return
-        self.state = RoutingState.from_plain(state.get("routing_state", {}), device=self.c_attn.weight.device)
+        self.state = RoutingState.from_plain(state.get("routing_state", {}), device=self._device())
         self.step = state.get("step", self.step)
 
     # ------------------------------------------------------------- forward
@@ -423,13 +451,24 @@ class AAHAttention(nn.Module, _Hookable):
         H = self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y, probs = self.attend(q, k, v, need_probs=need_probs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y)), probs
+
+    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None):
+        """Route and execute per-head ``q, k, v`` (B, H, T, D): ``(y (B, H, T, D), probs or None)``.
+
+        ``scale`` multiplies the scores (default ``D^-1/2``).
+        """
+        T = q.shape[2]
+        H = self.n_head
         self.last_seq_len = T
         cfg = self.cfg
         t0 = time.perf_counter()
 
         if not (cfg.apply_window_control or cfg.build_hierarchy):  # F: full-attention fast path
             y, probs = _full_causal(
-                q, k, v, dropout_p=cfg.dropout, training=self.training, window=None, need_probs=need_probs
+                q, k, v, dropout_p=cfg.dropout, training=self.training, window=None, need_probs=need_probs, scale=scale
             )
             full = full_window_index(self.windows, T)
             executed = torch.full((H,), full, dtype=torch.long)
@@ -442,7 +481,7 @@ class AAHAttention(nn.Module, _Hookable):
             )
             if self._mutates():
                 self.state.executed_idx = executed
-            return self._finish(x, y, probs, route, executed, T, backend="sdpa", work=None)
+            return self._finish(y, probs, route, executed, T, backend="sdpa", work=None)
 
         mutate = self._mutates()
         if not mutate and self.state.executed_idx is not None:
@@ -465,22 +504,21 @@ class AAHAttention(nn.Module, _Hookable):
             else:
                 self.state.executed_idx = executed
         self.timings["control_ms"] = (time.perf_counter() - t0) * 1e3
-        y, probs, stats, backend, work = self._execute(q, k, v, executed, route, need_probs, need_stats=mutate)
+        y, probs, stats, backend, work = self._execute(
+            q, k, v, executed, route, need_probs, need_stats=mutate, scale=scale
+        )
         if mutate and stats is not None:
             self.state.prev_stats = stats
-        return self._finish(x, y, probs, route, executed, T, backend=backend, work=work)
+        return self._finish(y, probs, route, executed, T, backend=backend, work=work)
 
-    def _finish(self, x, y, probs, route: _Route, executed: torch.Tensor, T: int, *, backend: str, work):
-        B = x.shape[0]
-        y = y.transpose(1, 2).contiguous().view(B, T, x.shape[2])
-        y = self.resid_dropout(self.c_proj(y))
+    def _finish(self, y, probs, route: _Route, executed: torch.Tensor, T: int, *, backend: str, work):
         self.last_route = route
         if self._subscribers:
-            self._emit(self._event(route, executed, T, x.device, backend, work))
+            self._emit(self._event(route, executed, T, y.device, backend, work))
         return y, probs
 
     # ------------------------------------------------------------- execution (§10)
-    def _execute(self, q, k, v, executed: torch.Tensor, route: _Route, need_probs: bool, need_stats: bool):
+    def _execute(self, q, k, v, executed: torch.Tensor, route: _Route, need_probs: bool, need_stats: bool, scale=None):
         cfg = self.cfg
         wins = [self.windows[i] for i in executed.tolist()]
         trainable = (
@@ -491,20 +529,22 @@ class AAHAttention(nn.Module, _Hookable):
             and self.state.score_inputs is not None
         )
         if trainable:
-            y, stats = self._mixture(q, k, v, executed)
+            y, stats = self._mixture(q, k, v, executed, scale)
             probs = None
             if need_probs:
-                _, probs, _ = dense_attention_with_probs(q, k, v, wins, dropout_p=0.0, training=False, need_stats=False)
+                _, probs, _ = dense_attention_with_probs(
+                    q, k, v, wins, dropout_p=0.0, training=False, need_stats=False, scale=scale
+                )
             return y, probs, stats, f"{cfg.attention_backend}+{cfg.controller_training}", None
         if need_probs:
             y, probs, stats = dense_attention_with_probs(
-                q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats
+                q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats, scale=scale
             )
             return y, probs, stats, "dense_masked", None
         fn, name, reason = self._backend(q.device, self.training)
         if reason is not None:
             route.extra["fallback_reason"] = reason
-        res = fn(q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats)
+        res = fn(q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats, scale=scale)
         stats = None
         if res.stats is not None:
             stats = stats_matrix(res.stats.entropy, res.stats.norm, res.stats.usage)
@@ -535,13 +575,13 @@ class AAHAttention(nn.Module, _Hookable):
             return hard + p - p.detach()
         return p
 
-    def _mixture(self, q, k, v, executed: torch.Tensor):
+    def _mixture(self, q, k, v, executed: torch.Tensor, scale=None):
         """Soft mixture / straight-through over all K windows (opt-in trainable controller)."""
         H = self.n_head
         fn, _, _ = self._backend(q.device, True)
         outs, stats = [], []
         for w in self.windows:
-            res = fn(q, k, v, [w] * H, dropout_p=self.cfg.dropout, training=True, need_stats=True)
+            res = fn(q, k, v, [w] * H, dropout_p=self.cfg.dropout, training=True, need_stats=True, scale=scale)
             outs.append(res.out)
             stats.append(stats_matrix(res.stats.entropy, res.stats.norm, res.stats.usage))
         weights = self._mixture_weights(executed, q.device)  # (H, K)
@@ -657,7 +697,7 @@ class AAHAttention(nn.Module, _Hookable):
         feats = [lvl.features for lvl in levels]
         sizes = [[len(g) for g in lvl.groups] for lvl in levels]
         inputs = level_inputs(feats, sizes, pmaps, c.controller_input_mode)
-        dev = self.c_attn.weight.device
+        dev = self._device()
         top = len(levels) - 1
         scored = []
         for lvl, x in enumerate(inputs):
@@ -752,7 +792,7 @@ class AAHAttention(nn.Module, _Hookable):
                 x = single_level_inputs(feats, c.controller_input_mode)
                 s = score_level(
                     self._nets,
-                    x.to(self.c_attn.weight.device),
+                    x.to(self._device()),
                     None,
                     c.controller_pairwise_mode,
                     allow_pairwise=False,
