@@ -7,15 +7,20 @@ with a seeded percentile-bootstrap 95% interval of that median and the number of
 interval wider than ``MAX_WIDTH`` comes with a warning: the machine was too busy for the figure
 to be trusted, and more pairs (``--pairs``) or a quieter machine are needed.
 
-Pure and torch-free: the sides are callables that return the seconds they measured (the caller
-decides what is timed and how a device is synchronised); :func:`timed` wraps a plain call.
+Two clocks: ``wall`` (elapsed time) and ``cpu`` (CPU time of the whole process, all its threads).
+On a shared CPU the process is descheduled at random, which inflates wall time but not CPU time,
+so ``cpu`` is the steadier figure there; on a GPU only ``wall`` (with a device sync) means anything.
+:func:`default_clock` picks by device; every report carries the figures of both clocks it has.
+
+Pure and torch-free: the sides are callables that return the seconds they measured, as a float
+(wall time) or a mapping ``{"wall": s, "cpu": s}``; :func:`timed` wraps a plain call.
 
     from aah_viz.paired_timing import interleave, paired_report, timed
 
     raw = interleave({"fast_vs_slow": (timed(fast), timed(slow))}, pairs=9)
-    doc = paired_report(raw, sides={"fast_vs_slow": ("fast", "slow")})
+    doc = paired_report(raw, sides={"fast_vs_slow": ("fast", "slow")}, clock="cpu")
     doc["ratios"]["fast_vs_slow"]  # {"median", "ci95", "n_pairs", "width", "warning"}
-    doc["raw_s"]["fast_vs_slow"]  # {"fast": [s, ...], "slow": [s, ...]}: every pair's times
+    doc["raw_s"]["fast_vs_slow"]  # {"wall": {"fast": [s, ...], "slow": [...]}, "cpu": {...}}
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ LEVEL = 0.95
 N_BOOT = 4000
 SEED = 0
 
-Side = Callable[[], float]
+CLOCKS = ("wall", "cpu")
+
+Measurement = float | Mapping[str, float]
+Side = Callable[[], Measurement]
 
 
 @dataclass(frozen=True)
@@ -112,18 +120,24 @@ def paired_ratio(
 
 
 def timed(fn: Callable[[], object], *, sync: Callable[[], object] | None = None) -> Side:
-    """A side that calls ``fn`` and returns its wall time (``sync`` runs before and after, e.g. a device sync)."""
+    """A side that calls ``fn`` and returns its wall and process CPU time (``sync`` runs before and after,
+    e.g. a device synchronisation)."""
 
-    def side() -> float:
+    def side() -> dict:
         if sync is not None:
             sync()
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
         if sync is not None:
             sync()
-        return time.perf_counter() - start
+        return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
     return side
+
+
+def default_clock(device: str = "cpu") -> str:
+    """``cpu`` for work on the CPU (steady on a shared machine), ``wall`` for an accelerator."""
+    return "cpu" if str(device).split(":")[0] == "cpu" else "wall"
 
 
 def interleave(
@@ -136,12 +150,12 @@ def interleave(
     """Run ``pairs`` timed rounds (after ``warmup`` untimed ones); in each round every comparison runs its
     two sides back to back, numerator first in even rounds and denominator first in odd ones.
 
-    Returns comparison -> (numerator times, denominator times), one entry per pair. ``progress``
+    Returns comparison -> (numerator measurements, denominator measurements), one per pair. ``progress``
     (a tqdm-like object) is advanced once per round.
     """
     if pairs < MIN_PAIRS:
         raise ValueError(f"pairs must be at least {MIN_PAIRS}, got {pairs}")
-    raw = {name: ([], []) for name in comparisons}
+    raw: dict[str, tuple[list, list]] = {name: ([], []) for name in comparisons}
     for rnd in range(warmup + pairs):
         timed_round = rnd >= warmup
         for name, (num, den) in comparisons.items():
@@ -152,33 +166,55 @@ def interleave(
                 b = den()
                 a = num()
             if timed_round:
-                raw[name][0].append(float(a))
-                raw[name][1].append(float(b))
+                raw[name][0].append(a)
+                raw[name][1].append(b)
         if progress is not None:
             progress.update(1)
     return raw
 
 
+def by_clock(measurements: Sequence[Measurement]) -> dict[str, list[float]]:
+    """Per-clock lists of seconds (a bare float is a wall time); only clocks every measurement has."""
+    rows = [{"wall": m} if isinstance(m, int | float) else m for m in measurements]
+    clocks = [c for c in CLOCKS if rows and all(c in r for r in rows)]
+    return {c: [float(r[c]) for r in rows] for c in clocks}
+
+
 def paired_report(
-    raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    raw: Mapping[str, tuple[Sequence[Measurement], Sequence[Measurement]]],
     *,
     sides: Mapping[str, tuple[str, str]] | None = None,
+    clock: str = "wall",
     max_width: float = MAX_WIDTH,
     seed: int = SEED,
     digits: int = 4,
 ) -> dict:
-    """JSON-ready figures of every comparison: ``ratios`` (median, ci95, n_pairs, width, warning),
-    ``raw_s`` (every pair's times, under the side names of ``sides`` or ``numerator``/``denominator``)
-    and ``warnings`` (one line per comparison whose figure cannot be trusted)."""
+    """JSON-ready figures of every comparison.
+
+    ``ratios``: by ``clock``, each {median, ci95, n_pairs, width, warning}; ``ratios_by_clock``: the
+    same for every clock measured; ``raw_s``: every pair's seconds per clock, under the side names of
+    ``sides`` (default ``numerator``/``denominator``); ``warnings``: one line per comparison whose
+    ``clock`` figure cannot be trusted.
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
     ratios, raw_s, warnings = {}, {}, []
+    ratios_by_clock: dict[str, dict] = {}
     for name, (num, den) in raw.items():
-        fig = paired_ratio(num, den, max_width=max_width, seed=seed)
-        ratios[name] = fig.to_json(digits)
         a_name, b_name = (sides or {}).get(name, ("numerator", "denominator"))
-        raw_s[name] = {a_name: [float(x) for x in num], b_name: [float(x) for x in den]}
-        if fig.warning:
-            warnings.append(f"{name}: {fig.warning}")
-    return {"ratios": ratios, "raw_s": raw_s, "warnings": warnings}
+        num_c, den_c = by_clock(num), by_clock(den)
+        raw_s[name] = {}
+        for c in [c for c in CLOCKS if c in num_c and c in den_c]:
+            fig = paired_ratio(num_c[c], den_c[c], max_width=max_width, seed=seed)
+            ratios_by_clock.setdefault(c, {})[name] = fig.to_json(digits)
+            raw_s[name][c] = {a_name: num_c[c], b_name: den_c[c]}
+            if c == clock:
+                ratios[name] = fig.to_json(digits)
+                if fig.warning:
+                    warnings.append(f"{name}: {fig.warning}")
+        if name not in ratios:
+            raise ValueError(f"{name}: no {clock!r} times measured")
+    return {"clock": clock, "ratios": ratios, "ratios_by_clock": ratios_by_clock, "raw_s": raw_s, "warnings": warnings}
 
 
 def add_pairs_argument(parser, default: int = DEFAULT_PAIRS) -> None:
@@ -190,6 +226,21 @@ def add_pairs_argument(parser, default: int = DEFAULT_PAIRS) -> None:
         help=f"timed pairs per comparison, each running both sides back to back after one untimed round "
         f"(default {default}; the figure is the median per-pair ratio with a bootstrap 95%% interval)",
     )
+
+
+def add_clock_argument(parser) -> None:
+    """The ``--clock`` flag every benchmark shares."""
+    parser.add_argument(
+        "--clock",
+        choices=("auto",) + CLOCKS,
+        default="auto",
+        help="which time the figures use: wall (elapsed) or cpu (process CPU time, steady when other processes "
+        "share the cores); auto: cpu on a CPU device, wall on an accelerator (default auto); both are in the JSON",
+    )
+
+
+def resolve_clock(clock: str, device: str = "cpu") -> str:
+    return default_clock(device) if clock == "auto" else clock
 
 
 def check_pairs(pairs: int) -> int:

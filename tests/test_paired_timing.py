@@ -9,10 +9,12 @@ from scipy.stats import binom
 from aah_viz.paired_timing import (
     DEFAULT_PAIRS,
     bootstrap_median_ci,
+    default_clock,
     interleave,
     pair_ratios,
     paired_ratio,
     paired_report,
+    timed,
 )
 
 
@@ -108,6 +110,7 @@ def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmu
 def test_report_keeps_raw_times_under_side_names_and_lists_warnings():
     raw = {"fast_vs_slow": ([1.0] * 9, [2.0] * 9), "noisy": ([0.3, 0.9, 0.5, 1.1, 0.4, 0.8, 0.6, 0.35, 1.0], [1.0] * 9)}
     doc = paired_report(raw, sides={"fast_vs_slow": ("fast", "slow")})
+    assert doc["clock"] == "wall"
     assert doc["ratios"]["fast_vs_slow"] == {
         "median": 0.5,
         "ci95": [0.5, 0.5],
@@ -115,6 +118,30 @@ def test_report_keeps_raw_times_under_side_names_and_lists_warnings():
         "width": 0.0,
         "warning": None,
     }
-    assert doc["raw_s"]["fast_vs_slow"] == {"fast": [1.0] * 9, "slow": [2.0] * 9}
-    assert doc["raw_s"]["noisy"]["denominator"] == [1.0] * 9
+    assert doc["raw_s"]["fast_vs_slow"] == {"wall": {"fast": [1.0] * 9, "slow": [2.0] * 9}}
+    assert doc["raw_s"]["noisy"]["wall"]["denominator"] == [1.0] * 9
     assert len(doc["warnings"]) == 1 and doc["warnings"][0].startswith("noisy:")
+
+
+def test_report_gives_each_clock_its_own_figure_and_uses_the_chosen_one():
+    # wall time doubled by a busy neighbour in two pairs; CPU time did not move
+    wall_a, wall_b = [1, 1, 2, 1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2, 4, 2, 2]
+    cpu_a, cpu_b = [1.0] * 9, [4.0] * 9
+    num = [{"wall": w, "cpu": c} for w, c in zip(wall_a, cpu_a)]
+    den = [{"wall": w, "cpu": c} for w, c in zip(wall_b, cpu_b)]
+    doc = paired_report({"x": (num, den)}, clock="cpu")
+    assert doc["ratios"]["x"]["median"] == 0.25
+    assert doc["ratios_by_clock"]["cpu"]["x"]["median"] == 0.25
+    assert doc["ratios_by_clock"]["wall"]["x"]["median"] == statistics.median(a / b for a, b in zip(wall_a, wall_b))
+    assert doc["raw_s"]["x"]["cpu"]["numerator"] == cpu_a
+    with pytest.raises(ValueError):
+        paired_report({"x": ([1.0] * 3, [1.0] * 3)}, clock="cpu")  # only wall times were measured
+
+
+def test_timed_measures_both_clocks_and_the_default_clock_follows_the_device():
+    calls = []
+    side = timed(lambda: calls.append(sum(range(20000))), sync=lambda: calls.append("sync"))
+    m = side()
+    assert set(m) == {"wall", "cpu"} and m["wall"] >= 0 and m["cpu"] >= 0
+    assert calls[0] == "sync" and calls[-1] == "sync" and len(calls) == 3
+    assert default_clock("cpu") == "cpu" and default_clock("cuda:0") == "wall"
