@@ -435,3 +435,115 @@ def test_every_page_on_runs_recorded_by_aah_viz_train(tmp_path, monkeypatch):
             assert not at.exception and not at.error, (key, page, [e.value for e in at.error])
             if page in ("hierarchy", "windows", "stability"):
                 assert at.selectbox(key="run_picker").value == key
+
+
+# ---------------------------------------------------------------------- selection, header, training, glossary
+
+
+def test_the_selection_lives_in_the_address_and_follows_the_user_across_pages(logs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    run = load_run(logs / "nested" / "freeze-s0")
+    ups = sorted(int(s) for s in run.table("updates", columns=["step"])["step"].unique())
+    wanted = ups[len(ups) // 2]
+    at.query_params.update({"run": "nested/freeze-s0", "layer": "2", "head": "4", "step": str(wanted + 1)})
+    at.run()
+    goto(at, "hierarchy")
+    assert at.selectbox(key="run_picker").value == "nested/freeze-s0"
+    assert at.selectbox(key="layer_picker").value == 2 and at.selectbox(key="head_picker").value == 4
+    assert at.select_slider(key="step_picker").value == wanted  # snapped to the nearest routing update
+    fig = charts(at)[0]
+    assert fig["layout"]["title"]["text"].startswith(f"layer 2 at step {wanted}")
+    nodes = next(t for t in fig["data"] if t.get("name") == "nodes")
+    i = list(nodes["text"]).index("L2H4")
+    assert nodes["marker"]["line"]["color"][i] == "#000000"  # the selected head is outlined
+    # change the layer here: the Windows page and the address follow
+    at.selectbox(key="layer_picker").set_value(1).run()
+    goto(at, "windows")
+    assert at.selectbox(key="layer_picker").value == 1 and at.selectbox(key="head_picker").value == 4
+    assert at.select_slider(key="step_picker").value == wanted
+    assert at.query_params["layer"] in ("1", ["1"])
+    heat = next(f for f in charts(at) if f["layout"]["title"]["text"].startswith("executed windows at step"))
+    assert heat["layout"]["title"]["text"] == f"executed windows at step {wanted}"
+
+
+def test_the_default_run_is_an_adaptive_one(tmp_path, monkeypatch):
+    root = tmp_path / "order"
+    make_synthetic_run(root / "a-attention", n_layer=2, n_head=4, steps=40, regime="full_attention")
+    make_synthetic_run(root / "b-adaptive", n_layer=2, n_head=4, steps=40, regime="full_adaptive")
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    goto(at, "windows")
+    assert at.selectbox(key="run_picker").value == "b-adaptive"
+
+
+def test_the_summary_header_warns_about_a_zero_gradient_only_where_there_is_a_controller(tmp_path, monkeypatch):
+    root = tmp_path / "ctrl"
+    for name, regime in (("adaptive", "full_adaptive"), ("attention", "full_attention")):
+        # all steps in warm-up: the synthetic controller gradient is zero throughout (the reference's situation)
+        run_dir = make_synthetic_run(root / name, n_layer=2, n_head=4, steps=40, regime=regime, warmup=40)
+        grad = load_run(run_dir).scalar("controller_grad_norm")["value"]
+        assert len(grad) and (grad == 0).all()
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    goto(at, "windows")
+    assert at.selectbox(key="run_picker").value == "adaptive"
+    assert "Routing does not learn" in at.warning[0].value  # the first thing on the page
+    assert next(m.value for m in at.metric if m.label == "controller") == "grad = 0"
+    assert all("glossary#" in m.help for m in at.metric)  # every metric links its glossary entry
+    at.selectbox(key="run_picker").set_value("attention").run()
+    assert not any("Routing does not learn" in w.value for w in at.warning)
+    assert next(m.value for m in at.metric if m.label == "controller") == "none"
+
+
+def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, logs):
+    from aah_viz.figures.training import smooth
+
+    goto(app, "training")
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
+    run = load_run(logs / "adaptive-s0")
+    loss = run.scalar("loss").sort_values("step")
+    # smoothing 0: the raw values
+    app.slider(key="train_smoothing").set_value(0.0).run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
+    train = next(t for t in fig["data"] if t["name"].startswith("full_adaptive s0") and t.get("xaxis", "x") == "x")
+    np.testing.assert_allclose(np.asarray(train["y"], float), loss["value"].to_numpy(), rtol=1e-9)
+    # smoothing 0.9: TensorBoard's debiased EMA, computed here independently
+    app.slider(key="train_smoothing").set_value(0.9).run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
+    shown = [t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)" and t.get("xaxis", "x") == "x"]
+    values, ema, want = loss["value"].to_numpy(), 0.0, []
+    for k, v in enumerate(values, start=1):
+        ema = 0.9 * ema + 0.1 * v
+        want.append(ema / (1 - 0.9**k))
+    np.testing.assert_allclose(np.asarray(shown[0]["y"], float), want, rtol=1e-9)
+    np.testing.assert_allclose(smooth(values, 0.9), want, rtol=1e-12)
+    # overlay a second run: same regime, same colour, another dash
+    app.multiselect[0].set_value(["adaptive-s1"]).run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
+    lines = {t["name"]: t["line"] for t in fig["data"] if t.get("showlegend") is not False and t.get("line")}
+    a, b = lines["full_adaptive s0 (adaptive-s0)"], lines["full_adaptive s1 (adaptive-s1)"]
+    assert a["color"] == b["color"] and a["dash"] != b["dash"]
+    app.toggle(key="train_log_step").set_value(True).run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
+    assert fig["layout"]["xaxis"]["type"] == "log"
+
+
+def test_glossary_defines_every_term_the_tooltips_link_to(app):
+    from aah_viz.dashboard.glossary import TERMS
+
+    goto(app, "glossary")
+    heads = [h.value for h in app.subheader]
+    assert heads == [name for name, _ in TERMS.values()]
+
+
+def test_every_chart_offers_its_data_and_images_for_download(app):
+    goto(app, "windows")
+    buttons = {b.key for b in app.get("download_button")}
+    for key in ("win_heatmap", "win_branch", "win_timeline", "win_coverage"):
+        assert {f"{key}_dl_{fmt}" for fmt in ("png", "svg", "pdf", "csv")} <= buttons, key

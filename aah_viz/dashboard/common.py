@@ -99,6 +99,10 @@ def head_clicked(points: list[dict]) -> None:
 
     for p in points:
         cd = p.get("customdata")
-        if isinstance(cd, (list, tuple)) and len(cd) >= 2:
-            state.select(layer=int(cd[0]), head=int(cd[1]))
-            return
+        if isinstance(cd, dict):  # a numpy customdata row arrives as {"0": layer, "1": head, ...}
+            cd = [cd.get("0"), cd.get("1")]
+        if isinstance(cd, (list, tuple)) and len(cd) >= 2 and cd[0] is not None and cd[1] is not None:
+            layer, head = int(cd[0]), int(cd[1])
+            if layer >= 0 and head >= 0:  # group nodes of the hierarchy carry -1
+                state.select(layer=layer, head=head)
+                return

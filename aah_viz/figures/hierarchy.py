@@ -104,6 +104,7 @@ def _legend_entry(fig: go.Figure, group: str, title: str, name: str, marker: dic
             legendgrouptitle_text=title,
             showlegend=True,
             hoverinfo="skip",
+            meta="helper",
         )
     )
 

@@ -141,7 +141,15 @@ def switch_rate_figure(
     )
     from aah_viz.figures.windows import _cell_overlay, _outline_cell
 
-    fig.add_trace(_cell_overlay(n_layer, n_head))
+    fig.data[0].hoverinfo = "skip"
+    fig.add_trace(
+        _cell_overlay(
+            n_layer,
+            n_head,
+            z,
+            "L%{customdata[0]}H%{customdata[1]}<br>switch rate %{customdata[2]:.3f}<extra></extra>",
+        )
+    )
     if selected is not None and selected[1] is not None:
         _outline_cell(fig, selected[1], selected[0])
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])

@@ -17,14 +17,14 @@ def _flat(values) -> list:
 def figure_frame(fig) -> pd.DataFrame:
     """Columns: panel (subplot title or axis), trace, x, y, value (heatmap cells and bar heights).
 
-    Heatmaps become one row per cell; lines, markers and bars one row per point. Hover-only
-    helper traces (no name, not in the legend, skipped in hover) are left out.
+    Heatmaps become one row per cell; lines, markers and bars one row per point. Helper traces
+    (``meta="helper"``: click targets, legend entries) are left out.
     """
     d = figure_data(fig)
     rows: list[pd.DataFrame] = []
     for i, tr in enumerate(d.get("data", [])):
         name = tr.get("name") or f"trace {i}"
-        if tr.get("hoverinfo") == "skip" and not tr.get("showlegend", True):
+        if tr.get("meta") == "helper":
             continue
         panel = tr.get("yaxis", "y")
         if tr.get("type") == "heatmap" and tr.get("z") is not None:

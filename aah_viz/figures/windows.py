@@ -16,19 +16,21 @@ def _window_colorbar(windows: list[int]) -> dict:
     )
 
 
-def _cell_overlay(n_layer: int, n_head: int) -> go.Scatter:
+def _cell_overlay(n_layer: int, n_head: int, values: np.ndarray, hover: str) -> go.Scatter:
     """Invisible markers on every cell: Plotly selects points, not heatmap cells, so a click on a
-    head lands on its marker (customdata [layer, head]) and selects it."""
+    head lands on its marker (customdata [layer, head, value]) and selects it. The markers carry the
+    hover text too (a heatmap under them would not show its own)."""
     li, hi = np.meshgrid(np.arange(n_layer), np.arange(n_head), indexing="ij")
     return go.Scatter(
         x=hi.ravel(),
         y=li.ravel(),
         mode="markers",
-        marker=dict(size=14, opacity=0.0, symbol="square"),
-        customdata=np.stack([li.ravel(), hi.ravel()], axis=1).astype(np.int32),
-        hoverinfo="skip",
+        marker=dict(size=max(8, min(40, 480 // max(n_head, 1))), opacity=0.0, symbol="square"),
+        customdata=np.stack([li.ravel(), hi.ravel(), np.asarray(values, dtype=np.float64).ravel()], axis=1),
+        hovertemplate=hover,
         showlegend=False,
         name="click to select a head",
+        meta="helper",
     )
 
 
@@ -71,7 +73,15 @@ def window_heatmap_figure(
         )
     )
     if clickable:
-        fig.add_trace(_cell_overlay(n_layer, n_head))
+        fig.data[0].hoverinfo = "skip"
+        fig.add_trace(
+            _cell_overlay(
+                n_layer,
+                n_head,
+                np.nan_to_num(matrix, nan=-1),
+                "L%{customdata[0]}H%{customdata[1]}<br>window %{customdata[2]:.0f} tokens<extra></extra>",
+            )
+        )
     if selected is not None:
         layer, head = selected
         if head is None:
