@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aah_viz.cli import build_parser, main
@@ -97,9 +98,13 @@ def test_bench_dashboard_json_on_a_small_run():
         assert len(f["times"]) == 2 and f["seconds"] == pytest.approx(
             sorted(f["times"])[0] / 2 + sorted(f["times"])[1] / 2, abs=2e-3
         )
-    paired = {f["name"]: f["without_summaries"] for f in out["figures"] if "without_summaries" in f}
-    assert set(paired) == {"hierarchy", "head_timeline", "stability", "switch_rate", "controller_health"}
-    assert all(len(p["times"]) == 2 and p["ratio_median"] > 0 for p in paired.values())
+    paired = out["without_summaries"]
+    assert set(paired["ratios"]) == {"hierarchy", "head_timeline", "stability", "switch_rate", "controller_health"}
+    for name, ratio in paired["ratios"].items():
+        raw = paired["raw_s"][name]["wall"]
+        assert len(raw["without_summaries"]) == len(raw["with_summaries"]) == ratio["n_pairs"] == 2
+        want = np.median(np.asarray(raw["without_summaries"]) / np.asarray(raw["with_summaries"]))
+        assert ratio["median"] == pytest.approx(want, rel=1e-3)
     assert out["run"]["head_rows"] == 2 * 4 * 60
     assert 0 < out["memory"]["peak_rss_mb_after_generation"] <= out["memory"]["peak_rss_mb"]
 

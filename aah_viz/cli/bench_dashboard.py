@@ -3,11 +3,12 @@
 Generates a paper-shaped synthetic run (24 layers x 16 heads x 10,000 steps = 3.84M head rows by
 default; ``--steps 100000`` for a long run) in a temporary folder, then builds every heavy figure
 of every page from a freshly opened run (as a page does on a cache miss). Rounds are interleaved
-across figures; ``seconds`` is the median over ``--repeats`` rounds and ``times`` keeps every
-round. ``payload_bytes`` is ``len(fig.to_json())``, what reaches the browser. ``peak_rss_mb`` is
-the process's peak resident memory, generation included. ``--fallback`` also times, paired round
-by round, the figures that read the writer's per-update summaries with those summaries ignored
-(the path of runs recorded before them) and reports the ratio.
+across figures; ``seconds`` (wall time, what a user waits for) is the median over ``--repeats`` rounds and
+``times`` keeps every round. ``payload_bytes`` is ``len(fig.to_json())``, what reaches the browser.
+``peak_rss_mb`` is the process's peak resident memory, generation included. ``--fallback`` also
+times the figures that read the writer's per-update summaries with those summaries ignored (the
+path of runs recorded before them), paired against reading them (``aah_viz.paired_timing``: the
+median per-pair ratio with its bootstrap interval, raw seconds of both clocks kept).
 """
 
 from __future__ import annotations
@@ -99,43 +100,56 @@ def _time_one(run_dir: Path, kind: str, opts: dict) -> tuple[float, int]:
     return time.perf_counter() - t0, len(text)
 
 
-def measure(run_dir: Path, repeats: int, progress=None, fallback: bool = False) -> list[dict]:
+def measure(run_dir: Path, repeats: int, progress=None) -> list[dict]:
     times: dict[int, list[float]] = {i: [] for i in range(len(PAGE_FIGURES))}
-    slow: dict[int, list[float]] = {i: [] for i in range(len(PAGE_FIGURES))}
     payload: dict[int, int] = {}
     for _ in range(repeats):
         for i, (_page, kind, opts) in enumerate(PAGE_FIGURES):  # interleaved: every figure once per round
             seconds, payload[i] = _time_one(run_dir, kind, opts)
             times[i].append(seconds)
-            if fallback and kind in SUMMARY_KINDS:  # paired: the same figure right after, summaries ignored
-                _summaries_ignored(run_dir, True)
-                try:
-                    slow[i].append(_time_one(run_dir, kind, opts)[0])
-                finally:
-                    _summaries_ignored(run_dir, False)
             if progress is not None:
                 progress.update(1)
     out = []
     for i, (page, kind, _) in enumerate(PAGE_FIGURES):
         seconds = statistics.median(times[i])
-        row = {
-            "page": page,
-            "name": kind,
-            "seconds": round(seconds, 3),
-            "times": [round(t, 3) for t in times[i]],
-            "payload_bytes": payload[i],
-            "within_goal": seconds <= GOAL_SECONDS,
-            "within_limits": seconds <= MAX_SECONDS and payload[i] <= MAX_PAYLOAD,
-        }
-        if slow[i]:
-            ratios = [b / a for a, b in zip(times[i], slow[i]) if a > 0]
-            row["without_summaries"] = {
-                "seconds": round(statistics.median(slow[i]), 3),
-                "times": [round(t, 3) for t in slow[i]],
-                "ratio_median": round(statistics.median(ratios), 2),
+        out.append(
+            {
+                "page": page,
+                "name": kind,
+                "seconds": round(seconds, 3),
+                "times": [round(t, 3) for t in times[i]],
+                "payload_bytes": payload[i],
+                "within_goal": seconds <= GOAL_SECONDS,
+                "within_limits": seconds <= MAX_SECONDS and payload[i] <= MAX_PAYLOAD,
             }
-        out.append(row)
+        )
     return out
+
+
+def measure_fallback(run_dir: Path, pairs: int, progress=None) -> dict:
+    """Paired rounds (aah_viz.paired_timing) of each summary-reading figure: summaries ignored over
+    summaries read. Each side opens the run afresh and builds the figure; its wall and CPU time."""
+    from aah_viz.paired_timing import interleave, paired_report
+
+    def side(kind: str, opts: dict, ignored: bool):
+        def call() -> dict:
+            _summaries_ignored(run_dir, ignored)
+            try:
+                wall, cpu = time.perf_counter(), time.process_time()
+                _time_one(run_dir, kind, opts)
+                return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+            finally:
+                _summaries_ignored(run_dir, False)
+
+        return call
+
+    comparisons = {
+        kind: (side(kind, opts, True), side(kind, opts, False))
+        for _, kind, opts in PAGE_FIGURES
+        if kind in SUMMARY_KINDS
+    }
+    raw = interleave(comparisons, pairs=max(2, pairs), warmup=0, progress=progress)
+    return paired_report(raw, sides={k: ("without_summaries", "with_summaries") for k in comparisons}, clock="wall")
 
 
 def run(args) -> int:
@@ -160,7 +174,11 @@ def run(args) -> int:
         generated = time.perf_counter() - t0
         generate_peak = _peak_rss_mb()
         with tqdm(total=args.repeats * len(PAGE_FIGURES), desc="figures", file=sys.stderr, disable=args.quiet) as bar:
-            figures = measure(run_dir, args.repeats, bar, fallback=args.fallback)
+            figures = measure(run_dir, args.repeats, bar)
+        fallback = None
+        if args.fallback:
+            with tqdm(total=max(2, args.repeats), desc="pairs", file=sys.stderr, disable=args.quiet) as bar:
+                fallback = measure_fallback(run_dir, args.repeats, bar)
     peak = _peak_rss_mb()
     result = {
         "figures": figures,
@@ -182,14 +200,16 @@ def run(args) -> int:
         "slowest_seconds": max(f["seconds"] for f in figures),
         "all_within_limits": all(f["within_limits"] for f in figures) and peak <= MAX_PEAK_MB,
     }
+    if fallback is not None:
+        result["without_summaries"] = fallback
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for f in figures:
             flag = "" if f["within_limits"] else "  OVER LIMIT"
             extra = ""
-            if "without_summaries" in f:
-                extra = f"  (without summaries {f['without_summaries']['seconds']:.2f} s)"
+            if fallback is not None and f["name"] in fallback["ratios"]:
+                extra = f"  (without summaries x{fallback['ratios'][f['name']]['median']:.1f})"
             print(
                 f"{f['page']:10s} {f['name']:24s} {f['seconds']:6.2f} s {f['payload_bytes'] / 1e3:9.1f} kB{flag}{extra}"
             )
