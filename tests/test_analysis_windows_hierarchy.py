@@ -131,3 +131,33 @@ def test_nearest_step():
     steps = np.array([0, 10, 20])
     assert [queries.nearest(steps, s) for s in (-5, 4, 5, 6, 25)] == [0, 0, 0, 10, 20]
     assert queries.nearest(np.array([], dtype=int), 3) is None
+
+
+def test_repeated_levels_collapse_and_say_what_they_chose():
+    from aah_viz.analysis.hierarchy import collapse_repeated_levels, group_id, tree_graph
+
+    windows = [16, 32, 64]
+    # level 0: {0,1} {2,3}; level 1 repeats it exactly (one child each); level 2 joins them
+    tree = pd.DataFrame(
+        {
+            "level": [0, 0, 1, 1, 2],
+            "node": [0, 1, 0, 1, 0],
+            "parent": [0, 1, 0, 0, None],
+            "members": [[0, 1], [2, 3], [0, 1], [2, 3], [0, 1, 2, 3]],
+            "children": [[0, 1], [2, 3], [0], [1], [0, 1]],
+            "final_idx": [0, 1, 1, 2, 2],
+            "joint_paired": [False, False, True, False, False],
+        }
+    )
+    g = tree_graph(tree, 4, windows)
+    small, dropped = collapse_repeated_levels(g)
+    assert dropped == [1]
+    assert {d["level"] for _, d in small.nodes(data=True) if d["kind"] == "group"} == {0, 2}
+    kept = small.nodes[group_id(0, 0)]
+    assert kept["also_levels"] == [(1, 0, 32)]  # level 1, group 0 chose 32 tokens
+    assert kept["joint_paired"] and kept["joint_levels"] == [1]  # its joint scoring is not lost
+    assert set(small.successors(group_id(2, 0))) == {group_id(0, 0), group_id(0, 1)}
+    # a level that regroups heads is kept
+    assert (
+        collapse_repeated_levels(tree_graph(tree[tree["level"] != 1].assign(parent=[0, 0, None]), 4, windows))[1] == []
+    )

@@ -175,7 +175,7 @@ def test_stability_page(app):
     goto(app, "stability")
     layers = app.dataframe[0].value
     assert layers["layer"].tolist() == list(range(N_LAYER))
-    assert layers["mean ARI vs previous update"].between(-1, 1).all()
+    assert layers["mean ARI"].between(-1, 1).all()
     figs = charts(app)
     stab = figs[0]
     ari = np.asarray(stab["data"][0]["y"], dtype=float)

@@ -171,6 +171,8 @@ def test_coverage_has_a_line_per_run_and_named_denominators(runs):
 def test_stability_and_controller_axes_name_units(runs):
     titles = _axis_titles(FIGURE_KINDS["stability"](runs))
     assert any("ARI" in t for t in titles) and any("heads / H" in t for t in titles) and "training step" in titles
+    panels = [a.text for a in FIGURE_KINDS["stability"](runs).layout.annotations]
+    assert any(p.startswith("ARI of the level-0 partition vs the previous update") for p in panels)
     titles = _axis_titles(FIGURE_KINDS["controller_health"](runs))
     assert "controller gradient norm (L2)" in titles and "controller weight drift (L2 distance from init)" in titles
 

@@ -66,9 +66,14 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
         help="Heads whose level-0 group-mates or executed window changed since the layer's previous routing update.",
     )
     if dropped:
+        which = (
+            f"Level {dropped[0]} repeats the level below it"
+            if len(dropped) == 1
+            else f"Levels {', '.join(str(x) for x in dropped)} repeat the level below them"
+        )
         st.info(
-            f"Levels {', '.join(str(x) for x in dropped)} repeat the level below them exactly (same groups, one "
-            "child each) and are drawn once; hover a group to see what each repeated level chose."
+            f"{which} exactly (same groups, one child each), so they are drawn once; the level axis says "
+            "which levels a row stands for, and the hover says what each repeated level chose."
         )
     if full_summary["shadow"]:
         st.caption("Shadow build: routing was computed but not executed (warm-up or control off).")

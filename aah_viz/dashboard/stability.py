@@ -12,10 +12,10 @@ from aah_viz.figures import stability as sfig
 
 LAYER_COLUMNS = {
     "layer": "layer",
-    "updates": "routing updates",
-    "mean_ari": "mean ARI vs previous update",
-    "group_switch_share": "heads switching group (share)",
-    "window_switch_share": "heads switching window (share)",
+    "updates": "updates",
+    "mean_ari": "mean ARI",
+    "group_switch_share": "group switch",
+    "window_switch_share": "window switch",
     "topology_changes": "topology changes",
 }
 
@@ -36,7 +36,7 @@ def render() -> None:
         st.info("No routing updates recorded (full attention, or routing has not updated yet).")
     else:
         chart(sfig.stability_figure(s["updates"], "routing stability over training"), key="stab_fig", name="stability")
-        c1, c2 = st.columns([2, 3])
+        c1, c2 = st.columns([1, 1])
         with c1:
             st.dataframe(
                 s["layers"].rename(columns=LAYER_COLUMNS),
@@ -44,7 +44,14 @@ def render() -> None:
                 width="stretch",
                 key="stab_layers",
                 column_config={
-                    "mean ARI vs previous update": st.column_config.NumberColumn(help=help_text("ari"), format="%.3f"),
+                    "updates": st.column_config.NumberColumn(help="routing updates of the layer"),
+                    "mean ARI": st.column_config.NumberColumn(help=help_text("ari"), format="%.3f"),
+                    "group switch": st.column_config.NumberColumn(
+                        help="mean share of heads whose level-0 group-mates changed at an update", format="%.3f"
+                    ),
+                    "window switch": st.column_config.NumberColumn(
+                        help="mean share of heads whose window changed at an update", format="%.3f"
+                    ),
                     "topology changes": st.column_config.NumberColumn(help=help_text("topology_change")),
                 },
             )

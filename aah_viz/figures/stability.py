@@ -50,9 +50,9 @@ def stability_figure(updates: pd.DataFrame, title: str = "", max_points: int = 6
         shared_xaxes=True,
         vertical_spacing=0.07,
         subplot_titles=(
-            "partition agreement with the previous routing update (mean / min over layers)",
-            "heads switching at an update (mean over layers)",
-            "topology changes",
+            "ARI of the level-0 partition vs the previous update (1 = same; mean / min over layers)",
+            "heads switching group or window at an update (heads / H, mean over layers)",
+            "layers whose tree changed shape (any level's partition or the number of levels), per step bin",
         ),
     )
     x = b["step"].to_numpy(dtype=np.float64)
@@ -106,9 +106,11 @@ def stability_figure(updates: pd.DataFrame, title: str = "", max_points: int = 6
         row=3,
         col=1,
     )
-    fig.update_yaxes(title=style.ARI, range=[-0.55, 1.05], row=1, col=1, title_font=dict(size=11))
-    fig.update_yaxes(title="heads switching (heads / H)", range=[0, 1.02], row=2, col=1, title_font=dict(size=11))
-    fig.update_yaxes(title=style.TOPOLOGY, row=3, col=1, title_font=dict(size=11))
+    # short axis titles; the definitions are the panel titles (long titles overlap on stacked panels)
+    fig.update_yaxes(title="ARI", range=[-0.55, 1.05], row=1, col=1, title_font=dict(size=12))
+    fig.update_yaxes(title="heads / H", range=[0, 1.02], row=2, col=1, title_font=dict(size=12))
+    fig.update_yaxes(title="layers", row=3, col=1, title_font=dict(size=12))
+    fig.update_annotations(font_size=12)
     fig.update_xaxes(title=style.STEP, row=3, col=1)
     return style.base_layout(fig, title, height=760)
 
@@ -153,7 +155,7 @@ def switch_rate_figure(
     if selected is not None and selected[1] is not None:
         _outline_cell(fig, selected[1], selected[0])
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
-    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
+    fig.update_yaxes(title=style.LAYER, range=[n_layer - 0.5, -0.5], dtick=1 if n_layer <= 32 else None)
     fig.update_layout(clickmode="event+select", dragmode=False)
     return style.base_layout(fig, title or f"per-head {style.SWITCH_RATE}", height=max(320, 22 * n_layer + 140))
 

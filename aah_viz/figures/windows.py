@@ -97,9 +97,9 @@ def window_heatmap_figure(
             _outline_cell(fig, head, layer)
     tick = (1 if n_head <= 16 else 2) if not compact else max(1, n_head // 4)
     fig.update_xaxes(title=style.HEAD, dtick=tick if n_head <= 64 else None, range=[-0.5, n_head - 0.5])
-    fig.update_yaxes(
+    fig.update_yaxes(  # an explicit range: the click targets must not widen the axis
         title=style.LAYER,
-        autorange="reversed",
+        range=[n_layer - 0.5, -0.5],
         dtick=(1 if n_layer <= 32 else None) if not compact else max(1, n_layer // 6),
     )
     fig.update_layout(clickmode="event+select", dragmode=False)
@@ -161,7 +161,7 @@ def _shade_warmup(fig: go.Figure, warmup: int, **where) -> None:
         opacity=0.15,
         line_width=0,
         annotation_text="warm-up",
-        annotation_position="top left",
+        annotation_position="bottom right",
         annotation_font_size=10,
         **where,
     )
@@ -184,7 +184,7 @@ def branch_bars_figure(per_layer: pd.DataFrame, windows: list[int], title: str =
             )
         )
     fig.update_layout(barmode="stack", legend_title_text=style.WINDOW)
-    fig.update_xaxes(title=style.LAYER, dtick=1 if len(layers) <= 32 else None)
+    fig.update_xaxes(title=style.LAYER, dtick=1 if len(layers) <= 16 else 4)
     fig.update_yaxes(title=style.BUCKET_SHARE, range=[0, 1], tickformat=".0%")
     return style.base_layout(fig, title, height=420)
 
