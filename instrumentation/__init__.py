@@ -12,26 +12,39 @@ from __future__ import annotations
 
 import importlib
 
+# Public name -> "module" or "module:attribute" (where the public name differs from the module's).
+# The CLI imports only these names (tests/test_light_side.py enforces it).
 _EXPORTS = {
     "AAHConfig": "instrumentation.config",
     "PRESETS": "instrumentation.config",
     "REGIMES": "instrumentation.config",
+    "regimes_table": "instrumentation.config",
     "AAHTransformer": "instrumentation.model",
     "ModelOutput": "instrumentation.model",
     "RoutingEvent": "instrumentation.events",
     "TreeLevel": "instrumentation.events",
     "ClusterFacts": "instrumentation.events",
     "RoutingRecorder": "instrumentation.recorder",
+    "TrainConfig": "instrumentation.train",
+    "train_model": "instrumentation.train:train",
+    "check_conformance_file": "instrumentation.conformance:check_file",
+    "load_aah_checkpoint": "instrumentation.probe_extract",
+    "load_hf_model": "instrumentation.probe_extract",
+    "bench_attention": "instrumentation.bench",
+    "bench_hooks": "instrumentation.bench",
+    "bench_routing": "instrumentation.bench",
+    "bench_step": "instrumentation.bench",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
+    target = _EXPORTS.get(name)
+    if target is None:
         raise AttributeError(f"module 'instrumentation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attribute = target.partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 

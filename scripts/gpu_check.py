@@ -44,8 +44,8 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     from instrumentation.backends import get_backend
-    from instrumentation.backends.bench import run_attention_bench
     from instrumentation.backends.dense_masked import dense_masked_attention
+    from instrumentation.bench import bench_attention
 
     device = torch.device("cuda")
     report = REPORT
@@ -101,7 +101,7 @@ def main() -> int:
         if left() < 40:
             report["bench"][dtype] = {"skipped": "time budget"}
             continue
-        report["bench"][dtype] = run_attention_bench(
+        report["bench"][dtype] = bench_attention(
             seq_len=4096,
             heads=16,
             head_dim=64,

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from aah_viz.cli import main  # noqa: E402
 from instrumentation.backends import causal_coverage  # noqa: E402
-from instrumentation.backends.bench import paper_mix, parse_mix  # noqa: E402
+from instrumentation.bench.attention import paper_mix, parse_mix  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -90,3 +90,20 @@ def test_bench_step_reports_the_step_ratio_and_executed_windows(capsys):
     assert len(windows) == doc["config"]["n_layer"] and all(len(row) == doc["config"]["n_head"] for row in windows)
     assert set(w for row in windows for w in row) <= {8, 16, 32, 64}
     assert doc["backends_seen"] == ["banded"]
+
+
+def test_bench_hooks_reports_ratios_of_its_own_medians_and_the_bytes_of_a_valid_run(tmp_path, capsys):
+    from aah_viz.runlog import validate_run
+
+    out = tmp_path / "run"
+    code = main(["bench", "hooks", "--preset", "tiny", "--steps", "4", "--skip", "1", "--out", str(out), "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["steps"] == 4 and data["skipped"] == 1
+    assert data["step_time_ratio"] == pytest.approx(
+        data["median_step_s_recorded"] / data["median_step_s_plain"], rel=1e-2
+    )
+    written = sum(f.stat().st_size for f in out.rglob("*.parquet") if not f.name.startswith((".", "_")))
+    assert data["bytes_total"] == written > 0
+    assert data["bytes_per_step"] == pytest.approx(written / 4, abs=0.1)
+    assert validate_run(out) == []

@@ -60,3 +60,36 @@ def test_torch_command_without_torch_says_how_to_install():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "pip install" in proc.stderr and "torch" in proc.stderr
+
+
+def _public_instrumentation_names() -> set[str]:
+    """The keys of ``instrumentation._EXPORTS``, read from the source (no import, no torch)."""
+    import ast
+
+    tree = ast.parse((ROOT / "instrumentation" / "__init__.py").read_text())
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(getattr(t, "id", None) == "_EXPORTS" for t in targets):
+            return {k.value for k in node.value.keys}
+    raise AssertionError("instrumentation/__init__.py defines no _EXPORTS")
+
+
+def test_aah_viz_imports_only_public_instrumentation_names():
+    """The light side reaches the model side only through ``from instrumentation import NAME``."""
+    import ast
+
+    public = _public_instrumentation_names()
+    assert {"bench_routing", "bench_step", "bench_hooks", "bench_attention"} <= public
+    offences = []
+    for path in sorted((ROOT / "aah_viz").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                offences += [
+                    f"{where} import {a.name}" for a in node.names if a.name.split(".")[0] == "instrumentation"
+                ]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "instrumentation":
+                if node.module != "instrumentation":
+                    offences.append(f"{where} from {node.module} import ...")
+                offences += [f"{where} {a.name} is not exported" for a in node.names if a.name not in public]
+    assert not offences, "\n".join(offences)

@@ -54,7 +54,7 @@ def run(args) -> int:
     torch = require_torch()
     from tqdm import tqdm
 
-    from instrumentation.backends.bench import run_attention_bench
+    from instrumentation import bench_attention
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -63,7 +63,7 @@ def run(args) -> int:
     else:
         backends = ["full", "dense_masked", "banded"] + (["flex", "flash"] if args.device.startswith("cuda") else [])
     with tqdm(total=args.repeats + 1, desc="bench attention", unit="round", file=sys.stderr, disable=None) as bar:
-        result = run_attention_bench(
+        result = bench_attention(
             seq_len=args.seq_len,
             heads=args.heads,
             head_dim=args.head_dim,

@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation.conformance import check_file
+    from instrumentation import check_conformance_file
 
-    report = check_file(args.file, progress=not args.no_progress)
+    report = check_conformance_file(args.file, progress=not args.no_progress)
     print(json.dumps(report, indent=args.indent))
     return 0 if report["exact"] == report["cases"] else 1

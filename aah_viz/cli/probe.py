@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     torch = require_torch()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from instrumentation.probe_extract import load_aah_checkpoint, load_hf_model
+    from instrumentation import load_aah_checkpoint, load_hf_model
 
     source = (
         load_aah_checkpoint(target.model_path, args.device)

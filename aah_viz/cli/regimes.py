@@ -19,7 +19,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     # instrumentation.config needs no torch; it is the single source of the registry.
-    from instrumentation.config import PRESETS, regimes_table
+    from instrumentation import PRESETS, regimes_table
 
     rows = regimes_table()
     presets = [

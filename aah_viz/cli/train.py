@@ -120,7 +120,7 @@ def run(args) -> int:
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation.train import TrainConfig, train
+    from instrumentation import TrainConfig, train_model
 
     tc = TrainConfig(
         preset=args.preset,
@@ -151,7 +151,7 @@ def run(args) -> int:
         progress=not args.no_progress,
         overrides=dict(args.overrides),
     )
-    result = train(tc)
+    result = train_model(tc)
     if args.json:
         print(
             json.dumps(

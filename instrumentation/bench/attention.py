@@ -1,4 +1,4 @@
-"""Side-by-side timing of the attention backends (used by ``aah-viz bench attention``).
+"""Side-by-side timing of the attention backends (``aah-viz bench attention``).
 
 One process, variants interleaved inside every repeat, medians reported. The full-attention
 reference is ``scaled_dot_product_attention(..., is_causal=True)`` on all heads.
@@ -14,9 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from aah_viz.errors import ConfigError
-
-from . import get_backend
-from .windows import acr, causal_coverage
+from instrumentation.backends import get_backend
+from instrumentation.backends.windows import acr, causal_coverage
 
 PAPER_FRACTIONS = ((8, 10), (4, 2), (2, 2), (1, 2))  # (T / W, heads out of 16): Table 1, Full adaptive
 
@@ -157,7 +156,7 @@ def summarise(raw, windows, seq_len, work, notes, config) -> dict:
     }
 
 
-def run_attention_bench(
+def bench_attention(
     *,
     seq_len=4096,
     heads=16,
@@ -172,6 +171,7 @@ def run_attention_bench(
     seed=0,
     progress=None,
 ) -> dict:
+    """Medians of every variant forward and forward+backward, ratios to full attention, coverage."""
     device = torch.device(device)
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
     if dt is None:

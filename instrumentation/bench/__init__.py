@@ -1,0 +1,10 @@
+"""The benchmark bodies behind ``aah-viz bench``: each runs variants side by side in one process
+(interleaved repeats, medians) and returns a JSON-ready dict with the ratios.
+"""
+
+from instrumentation.bench.attention import bench_attention
+from instrumentation.bench.hooks import bench_hooks
+from instrumentation.bench.routing import bench_routing
+from instrumentation.bench.step import bench_step
+
+__all__ = ["bench_attention", "bench_hooks", "bench_routing", "bench_step"]

@@ -1,0 +1,114 @@
+"""One whole training step of AAH (banded execution) vs full attention (``aah-viz bench step``).
+
+A training step is forward, backward and an AdamW step of the whole model on one batch. The
+AAH model is regime ``full_adaptive`` with ``attention_backend="banded"``; the baseline is
+regime ``full_attention``. Both run at a sequence length where windows matter (candidate
+windows T/8, T/4, T/2, T by default), past warm-up so that the controller's windows are
+executed, interleaved, and reported as medians with ``aah_vs_full_step_ratio``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from aah_viz.errors import ConfigError
+from instrumentation.backends import causal_coverage
+from instrumentation.config import AAHConfig
+from instrumentation.model import AAHTransformer
+
+
+def _build(preset: str, regime: str, seq_len: int, windows, backend: str | None, dropout, seed: int):
+    overrides = dict(block_size=seq_len, windows=tuple(windows))
+    if backend is not None:
+        overrides["attention_backend"] = backend
+    if dropout is not None:
+        overrides["dropout"] = dropout
+    cfg = AAHConfig.from_preset(preset, regime=regime, **overrides)
+    torch.manual_seed(seed)
+    model = AAHTransformer(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return cfg, model, opt
+
+
+def _step(model, opt, idx, targets, step: int) -> float:
+    start = time.perf_counter()
+    model.prepare_step(step)
+    out = model(idx, targets=targets)
+    out.loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
+def bench_step(
+    *,
+    preset="small",
+    seq_len=1024,
+    windows=None,
+    batch=2,
+    repeats=7,
+    backend="banded",
+    dropout=None,
+    seed=0,
+    progress=None,
+) -> dict:
+    """Median step times of both models, their ratio, and the windows the AAH model executed."""
+    if windows is None:
+        windows = sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
+    if seq_len < 2 or any(w < 1 for w in windows):
+        raise ConfigError("bench step: --seq-len must be >= 2 and every window >= 1")
+    aah_cfg, aah, aah_opt = _build(preset, "full_adaptive", seq_len, windows, backend, dropout, seed)
+    full_cfg, full, full_opt = _build(preset, "full_attention", seq_len, windows, None, dropout, seed)
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(aah_cfg.vocab_size, (batch, seq_len + 1), generator=gen)
+    x, y = idx[:, :-1], idx[:, 1:]
+    # start past warm-up so the controller's windows execute (method section 8.2)
+    step = aah_cfg.warmup_steps + 1
+    times = {"full_adaptive": [], "full_attention": []}
+    for rep in range(repeats + 2):
+        a = _step(aah, aah_opt, x, y, step + rep)
+        f = _step(full, full_opt, x, y, step + rep)
+        if rep >= 2:
+            times["full_adaptive"].append(a)
+            times["full_attention"].append(f)
+        if progress is not None:
+            progress.update(1)
+    seen = []  # one untimed step with a subscriber: which backend ran and its realised work
+    handle = aah.subscribe(lambda event: seen.append((event.backend, event.realised_work)))
+    try:
+        _step(aah, aah_opt, x, y, step + repeats + 2)
+    finally:
+        handle.remove()
+    executed = aah.current_windows()
+    executed_list = [[int(w) for w in row] for row in executed.tolist()]
+    flat = [w for row in executed_list for w in row]
+    backends = sorted({name for name, _ in seen if name})
+    works = [w for _, w in seen if w is not None]
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    return {
+        "config": dict(
+            preset=preset,
+            seq_len=seq_len,
+            candidate_windows=list(windows),
+            batch=batch,
+            repeats=repeats,
+            attention_backend=backend,
+            dropout=aah_cfg.dropout,
+            n_layer=aah_cfg.n_layer,
+            n_head=aah_cfg.n_head,
+            n_embd=aah_cfg.n_embd,
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
+        ),
+        "executed_windows": executed_list,
+        "executed_causal_coverage": causal_coverage(flat, seq_len) if flat else None,
+        "backends_seen": backends,
+        "realised_work_mean": (sum(works) / len(works)) if works else None,
+        "medians_s": medians,
+        "raw_s": times,
+        "aah_vs_full_step_ratio": medians["full_adaptive"] / medians["full_attention"],
+    }
