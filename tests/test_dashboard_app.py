@@ -547,3 +547,20 @@ def test_every_chart_offers_its_data_and_images_for_download(app):
     buttons = {b.key for b in app.get("download_button")}
     for key in ("win_heatmap", "win_branch", "win_timeline", "win_coverage"):
         assert {f"{key}_dl_{fmt}" for fmt in ("png", "svg", "pdf", "csv")} <= buttons, key
+
+
+def test_the_play_control_steps_through_the_routing_updates(app):
+    goto(app, "hierarchy")
+    options = [int(s) for s in app.select_slider(key="step_picker").options]
+    app.select_slider(key="step_picker").set_value(options[0]).run()
+    app.toggle(key="hier_play").set_value(True).run()  # one tick per run of the page
+    assert app.select_slider(key="step_picker").value == options[1]
+    app.run()
+    assert app.select_slider(key="step_picker").value == options[2]
+    # at the last update it stops by itself
+    app.toggle(key="hier_play").set_value(False).run()
+    app.select_slider(key="step_picker").set_value(options[-1]).run()
+    app.toggle(key="hier_play").set_value(True).run()
+    app.run()
+    assert not app.exception and app.toggle(key="hier_play").value is False
+    assert app.select_slider(key="step_picker").value == options[-1]

@@ -100,7 +100,11 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
         for col, (name, help_) in zip(cols, opts_help.items()):
             default = sel.get(name) if name in ("layer", "head", "step") else None
             text = col.text_input(
-                name, value="" if default is None else str(default), key=f"exp_opt_{kind}_{name}", help=help_
+                name,
+                value="" if default is None else str(default),
+                key=f"exp_opt_{kind}_{name}",
+                help=help_,
+                placeholder="default",
             )
             value = _option_value(text)
             if value is not None:
