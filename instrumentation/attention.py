@@ -10,7 +10,6 @@ update reads them, so cached forwards never synchronise with an accelerator.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from instrumentation.backends.dense_masked import dense_masked_attention
+from instrumentation.backends.masks import MASK_CACHE
 from instrumentation.config import AAHConfig
 from instrumentation.events import ClusterFacts, RoutingEvent, Subscriber, TreeLevel
 from instrumentation.routing.clustering import labels_from_groups
@@ -44,8 +45,6 @@ from instrumentation.routing.selection import (
     select_top_down,
     window_ablation,
 )
-
-ENTROPY_EPS = 1e-9
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -93,55 +92,20 @@ class _Hookable:
             fn(event)
 
 
-# ----------------------------------------------------------------------------- dense reference with probabilities
-def band_allowed(seq_len: int, windows: torch.Tensor) -> torch.Tensor:
-    """(H, T, T) boolean: key <= query and key >= query - W_h + 1 (method §10.1 step 4)."""
-    t = torch.arange(seq_len, device=windows.device)
-    diff = t[:, None] - t[None, :]  # query - key
-    w = windows.clamp(1, seq_len).reshape(-1, 1, 1)
-    return (diff >= 0) & (diff < w)
-
-
-def dense_attention_with_probs(
-    q, k, v, windows: list[int], *, dropout_p: float, training: bool, need_stats: bool, scale: float | None = None
-):
-    """Masked dense attention that also returns the (B, H, T, T) probabilities (before dropout).
-
-    Statistics follow method §11.2 (post-dropout probabilities, entropy over ln T, last-key usage).
-    ``scale`` multiplies the scores (default ``D^-1/2``).
-    """
-    B, H, T, D = q.shape
-    allowed = band_allowed(T, torch.as_tensor(windows, device=q.device))
-    scores = (q @ k.transpose(-2, -1)) * (D**-0.5 if scale is None else scale)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    p_used = F.dropout(probs, p=dropout_p, training=True) if (training and dropout_p > 0) else probs
-    y = p_used @ v
-    stats = None
-    if need_stats:
-        with torch.no_grad():
-            p = p_used.float()
-            ent = -(p * torch.log(p + ENTROPY_EPS)).sum(-1).mean(dim=(0, 2)) / max(1.0, math.log(T))
-            nrm = torch.linalg.vector_norm(y.float(), dim=-1).mean(dim=(0, 2))
-            use = p[..., T - 1].mean(dim=(0, 2))
-            stats = stats_matrix(ent, nrm, use)
-    return y, probs, stats
-
-
 def _full_causal(
     q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool, scale: float | None = None
 ):
     """Plain causal (optionally banded) attention for the baseline modules."""
     B, H, T, D = q.shape
     if need_probs:
-        y, probs, _ = dense_attention_with_probs(
-            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, need_stats=False, scale=scale
+        res = dense_masked_attention(
+            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, scale=scale, need_probs=True
         )
-        return y, probs
+        return res.out, res.probs
     p = dropout_p if training else 0.0
     if window is None or window >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale), None
-    allowed = band_allowed(T, torch.tensor([window], device=q.device))[0]
+    allowed = MASK_CACHE.get(T, window, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
@@ -532,15 +496,22 @@ class AAHAttention(nn.Module, _Hookable):
             y, stats = self._mixture(q, k, v, executed, scale)
             probs = None
             if need_probs:
-                _, probs, _ = dense_attention_with_probs(
-                    q, k, v, wins, dropout_p=0.0, training=False, need_stats=False, scale=scale
-                )
+                probs = dense_masked_attention(q, k, v, wins, scale=scale, need_probs=True).probs
             return y, probs, stats, f"{cfg.attention_backend}+{cfg.controller_training}", None
         if need_probs:
-            y, probs, stats = dense_attention_with_probs(
-                q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats, scale=scale
+            res = dense_masked_attention(
+                q,
+                k,
+                v,
+                wins,
+                dropout_p=cfg.dropout,
+                training=self.training,
+                need_stats=need_stats,
+                scale=scale,
+                need_probs=True,
             )
-            return y, probs, stats, "dense_masked", None
+            stats = None if res.stats is None else stats_matrix(res.stats.entropy, res.stats.norm, res.stats.usage)
+            return res.out, res.probs, stats, res.backend, res.realised_work
         fn, name, reason = self._backend(q.device, self.training)
         if reason is not None:
             route.extra["fallback_reason"] = reason
@@ -638,6 +609,7 @@ class AAHAttention(nn.Module, _Hookable):
             sim_threshold=c.sim_threshold,
             prev_labels=st.cached_labels,
             churn_penalty=c.churn_penalty,
+            churn_clamp=c.churn_clamp,
             **self._upper_kwargs(),
         )
         change = 0.0

@@ -34,7 +34,17 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "upper_cluster_metric": ("cosine", "centered_cosine", "cosine_normdiff", "l2"),
     "attention_backend": ("dense_masked", "banded", "flex", "flash"),
     "controller_training": ("none", "straight_through", "soft_mixture"),
+    "churn_clamp": ("all", "bonus"),
 }
+
+# The small-group merge scores a group against itself as -1 (method §5.6); with a merge threshold
+# at or below it, a group can "merge" into itself and vanish, in the reference too.
+SELF_MERGE_SCORE = -1.0
+
+
+def merge_can_pick_itself(threshold: float, min_group_size: int) -> bool:
+    """Whether a clustering with this (effective) threshold could merge a small group into itself."""
+    return min_group_size > 1 and threshold <= SELF_MERGE_SCORE
 
 
 @dataclass
@@ -65,6 +75,7 @@ class AAHConfig:
     max_depth: int = 4
     ema_alpha: float = 0.9
     churn_penalty: float = 0.02
+    churn_clamp: str = "all"  # reference: clamp all of S at 1; "bonus": only bonused pairs (method text)
     min_group_size: int = 3
     warmup_steps: int = 3
     w_min: int = 4  # accounting only (§10.3)
@@ -257,6 +268,18 @@ def validate(cfg: AAHConfig) -> None:
             _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")
     if cfg.max_depth < 1:
         _fail("max_depth", f"must be >= 1 (level 0 included), got {cfg.max_depth}")
+    upper = cfg.upper_l2_threshold if cfg.upper_cluster_metric == "l2" else cfg.super_threshold
+    for key, threshold, used in (
+        ("sim_threshold", cfg.sim_threshold, True),
+        ("upper_l2_threshold" if cfg.upper_cluster_metric == "l2" else "super_threshold", upper, cfg.max_depth > 1),
+    ):
+        if used and merge_can_pick_itself(threshold, cfg.min_group_size):
+            _fail(
+                key,
+                f"{threshold} with min_group_size={cfg.min_group_size} lets a small group merge into itself "
+                f"(its own merge score is {SELF_MERGE_SCORE}); allowed values are above {SELF_MERGE_SCORE}, "
+                "or min_group_size=1",
+            )
     if not 0.0 <= cfg.resolution_ema_alpha < 1.0:
         _fail("resolution_ema_alpha", f"must be in [0, 1), got {cfg.resolution_ema_alpha}")
     if cfg.window_ablation_mode == "fixed_window" and cfg.fixed_window not in w:

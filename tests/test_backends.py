@@ -176,6 +176,28 @@ def test_stats_follow_the_method_definitions():
         assert res.stats.usage[h].item() == pytest.approx(probs[:, -1, -1].mean().item() / 9, abs=1e-7)
 
 
+def test_dense_masked_stats_are_the_reference_reductions_bit_for_bit():
+    """Per bucket: reduce each query row (entropy over keys, norm over the head dimension), then the
+    mean over batch and queries together, then divide the entropy by max(1, ln T): bit for bit."""
+    B, H, T, D = 3, 5, 24, 8
+    q, k, v = (x.transpose(1, 2) for x in _qkv((B, T, H, D), seed=11, grad=False))  # the model's layout
+    wins = [6, 24, 6, 12, 6]
+    res = dense_masked_attention(q, k, v, wins, need_stats=True)
+    for w, heads in ((6, [0, 2, 4]), (24, [1]), (12, [3])):
+        n = len(heads)
+        qb, kb, vb = (x[:, heads].reshape(B * n, T, D) for x in (q, k, v))
+        scores = (qb @ kb.transpose(-2, -1)) * D**-0.5
+        p = torch.softmax(scores.masked_fill(~band_mask(T, w), float("-inf")), -1)
+        y = (p @ vb).view(B, n, T, D)
+        p = p.view(B, n, T, T)
+        entropy = -(p * torch.log(p + 1e-9)).sum(-1).mean(dim=(0, 2)) / max(1.0, math.log(T))
+        norm = torch.linalg.vector_norm(y, dim=-1).mean(dim=(0, 2))
+        usage = p[..., T - 1].mean(dim=(0, 2))
+        assert torch.equal(res.stats.entropy[heads], entropy)
+        assert torch.equal(res.stats.norm[heads], norm)
+        assert torch.equal(res.stats.usage[heads], usage)
+
+
 # ------------------------------------------------------------------------ dropout
 
 

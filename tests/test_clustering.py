@@ -316,3 +316,52 @@ def test_stop_reasons_at_the_edges():
 def test_grow_upper_levels_rejects_unknown_keywords():
     with pytest.raises(TypeError, match="upper_metrc"):
         grow_upper_levels([[0], [1]], _features(2, 0, 1.0), super_threshold=0.76, max_depth=2, upper_metrc="l2")
+
+
+# Nine features of one head, duplicated: in float32 its unit vector u has u . u = 1 + 1 ulp.
+DUPLICATE_HEAD = [0.22, 0.48, 1.81, 0.19, 0.93, 1.99, 1.36, 1.03, 0.13]
+
+
+def _expected_anchor(X, prev, churn, clamp_all):
+    """The forced-split anchor pair computed here from S = u u^T, the churn bonus and the clamp."""
+    u = X / torch.linalg.vector_norm(X, dim=-1, keepdim=True).clamp_min(1e-6)
+    S = u @ u.T
+    labels = torch.tensor(prev)
+    same = labels[:, None] == labels[None, :]
+    S = (
+        torch.where(same, S + churn, S).clamp(max=1.0)
+        if clamp_all
+        else torch.where(same, (S + churn).clamp(max=1.0), S)
+    )
+    S.fill_diagonal_(2.0)
+    flat = S.reshape(-1).tolist()
+    return divmod(flat.index(min(flat)), len(prev))
+
+
+def test_churn_clamp_follows_the_reference_and_the_method_text_reading_is_an_option():
+    X = T([DUPLICATE_HEAD] * 6)
+    u = X / torch.linalg.vector_norm(X, dim=-1, keepdim=True)
+    off = (u @ u.T)[~torch.eye(6, dtype=torch.bool)]
+    assert bool((off > 1.0).all())  # the case exists only because float32 cosines exceed 1
+    prev = [0, 1, 0, 1, 0, 1]
+    ref = cluster(X, threshold=0.72, prev_labels=prev, **LEVEL0)  # default: the reference clamps all of S
+    text = cluster(X, threshold=0.72, prev_labels=prev, churn_clamp="bonus", **LEVEL0)
+    assert ref.anchor_pair == _expected_anchor(X, prev, 0.02, clamp_all=True) == (0, 1)
+    assert text.anchor_pair == _expected_anchor(X, prev, 0.02, clamp_all=False) == (0, 2)
+    assert ref.groups != text.groups
+    h = build_hierarchy(X, prev_labels=prev, churn_clamp="bonus", **PAPER)
+    assert h.levels[0].groups == text.groups  # the option reaches the adaptive build
+    with pytest.raises(ValueError, match="churn_clamp"):
+        cluster(X, threshold=0.72, prev_labels=prev, churn_clamp="none", **LEVEL0)
+
+
+@pytest.mark.parametrize("threshold", [-1.0, -5.0])
+def test_a_merge_threshold_that_lets_a_group_merge_into_itself_is_refused(threshold):
+    from aah_viz.errors import ConfigError
+
+    X = T([[0, 0, 0], [5, 0, 0], [0, 5, 0], [9, 9, 0], [0, 0, 9]])
+    with pytest.raises(ConfigError, match="merge into itself"):
+        cluster(X, threshold=0.0, metric="l2", upper_l2_threshold=threshold, min_group_size=3)
+    # without merging (min_group_size 1) the same threshold is harmless
+    assert _is_partition(cluster(X, threshold=0.0, metric="l2", upper_l2_threshold=threshold).groups, 5)
+    assert _is_partition(cluster(X, threshold=0.0, metric="l2", upper_l2_threshold=-0.5, min_group_size=3).groups, 5)

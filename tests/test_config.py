@@ -161,3 +161,17 @@ def test_regimes_cli_json(capsys):
     assert by_name["shallow_freeze"]["flags"] == {"max_depth": 1, "hierarchy_ablation_mode": "freeze_learned_topology"}
     assert by_name["fixed_window"]["parameter"] == "fixed_window"
     assert {p["name"] for p in data["presets"]} == set(PRESETS)
+
+
+def test_self_merging_configurations_are_refused():
+    with pytest.raises(ConfigError, match="upper_l2_threshold.*merge into itself"):
+        AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-1.0)
+    with pytest.raises(ConfigError, match="super_threshold.*merge into itself"):
+        AAHConfig.from_preset("tiny", super_threshold=-1.5)
+    with pytest.raises(ConfigError, match="sim_threshold"):
+        AAHConfig.from_preset("tiny", sim_threshold=-1.0)
+    # no merge, or no upper level: nothing can merge into itself
+    assert AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-2.0, min_group_size=1)
+    assert AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-2.0, max_depth=1)
+    assert AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-0.5)
+    assert AAHConfig.from_preset("tiny").churn_clamp == "all"  # the reference's clamp by default

@@ -39,6 +39,24 @@ def test_pooled_group_features_pool_raw_entries():
         assert not torch.allclose(F[gi, 1], per_head[g, 1].mean())  # not the mean of per-head stds
 
 
+def test_pooled_group_features_are_the_reference_reductions_bit_for_bit():
+    """Members gathered in ascending order as x[:, heads], one reduction over all four dims; each
+    previous statistic averaged as its own 1-D column (the reference's order, bit for bit)."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 16, 6, 8, generator=g).transpose(1, 2) for _ in range(3))  # the model's layout
+    prev = torch.rand(6, 3, generator=g)
+    groups = [[5, 0, 3], [1, 4, 2]]  # insertion order, as clustering returns them
+    F = pooled_group_features(q, k, v, groups, prev)
+    for gi, members in enumerate(groups):
+        heads = sorted(members)
+        expected = []
+        for x in (q, k, v):
+            expected += [x[:, heads].abs().mean(dim=(0, 1, 2, 3)), x[:, heads].std(dim=(0, 1, 2, 3), correction=1)]
+        entropy, norm, usage = (prev[:, c].clone() for c in range(3))
+        expected += [entropy[heads].mean(), norm[heads].mean(), usage[heads].mean()]
+        assert torch.equal(F[gi], torch.stack(expected))
+
+
 def test_feature_ema():
     a, b = torch.ones(3, 9), torch.zeros(3, 9)
     assert torch.equal(ema_update(None, a, 0.9), a)

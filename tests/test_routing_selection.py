@@ -2,7 +2,7 @@
 
 import torch
 
-from instrumentation.attention import band_allowed
+from instrumentation.backends.masks import band_mask
 from instrumentation.routing.selection import (
     ablation_generator,
     first_argmax,
@@ -100,7 +100,7 @@ def test_full_window_index_falls_back_to_the_smallest():
 
 
 def test_worked_example_8_band_mask():
-    allowed = band_allowed(8, torch.tensor([3]))[0]
+    allowed = band_mask(8, 3)
     for q in range(8):
         keys = [k for k in range(8) if allowed[q, k]]
         assert keys == list(range(max(0, q - 2), q + 1))

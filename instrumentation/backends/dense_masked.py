@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from .masks import MASK_CACHE
-from .result import AttentionResult
-from .stats import StatsAccumulator, row_entropy_sum, row_norm_sum
+from .result import AttentionResult, HeadStats
+from .stats import bucket_head_stats
 from .windows import bucket_heads, normalise_windows
 
 NAME = "dense_masked"
@@ -28,7 +28,7 @@ def fold_heads(x: torch.Tensor, heads: list[int]) -> torch.Tensor:
 
 
 def assemble_heads(parts: list[torch.Tensor], buckets: list[list[int]], batch: int) -> torch.Tensor:
-    """Inverse of the bucket fold: per-bucket (B*n, T, D) outputs -> (B, H, T, D) in head order."""
+    """Inverse of the bucket fold: per-bucket (B*n, T, X) blocks -> (B, H, T, X) in head order."""
     order = [h for heads in buckets for h in heads]
     pieces = [p.view(batch, len(heads), *p.shape[1:]) for p, heads in zip(parts, buckets)]
     stacked = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
@@ -49,34 +49,40 @@ def dense_masked_attention(
     training: bool = False,
     need_stats: bool = False,
     scale: float | None = None,
+    need_probs: bool = False,
 ) -> AttentionResult:
-    """Band-masked attention over the full score matrix, heads bucketed by window."""
+    """Band-masked attention over the full score matrix, heads bucketed by window.
+
+    ``need_probs`` also returns the (B, H, T, T) attention probabilities (before dropout), the
+    attention maps of ``AAHTransformer(..., return_attentions=True)``.
+    """
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
     scale = head_dim**-0.5 if scale is None else float(scale)
     buckets = bucket_heads(wins)
-    acc = StatsAccumulator(n_heads, q.device) if need_stats else None
-    parts = []
+    stats = HeadStats.zeros(n_heads, q.device) if need_stats else None
+    parts, prob_parts = [], []
     for window, heads in buckets:
         qb, kb, vb = (fold_heads(x, heads) for x in (q, k, v))
         mask = MASK_CACHE.get(seq_len, window, q.device)
         scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale
         scores = scores.masked_fill(~mask, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
+        if need_probs:
+            prob_parts.append(probs)
         if training and dropout_p > 0.0:
             probs = F.dropout(probs, p=dropout_p, training=True)
         out = torch.matmul(probs, vb)
         parts.append(out)
-        if acc is not None:
+        if stats is not None:
             with torch.no_grad():
-                acc.add(
-                    heads,
-                    batch,
-                    row_entropy_sum(probs),
-                    row_norm_sum(out),
-                    probs[:, :, seq_len - 1].float().sum(-1),
-                    seq_len,
-                )
-    out = assemble_heads(parts, [h for _, h in buckets], batch)
+                n = len(heads)
+                parts_stats = bucket_head_stats(probs.view(batch, n, seq_len, seq_len), out.view(batch, n, seq_len, -1))
+                idx = torch.as_tensor(heads, device=q.device)
+                for into, value in zip((stats.entropy, stats.norm, stats.usage), parts_stats):
+                    into.index_copy_(0, idx, value)
+    order = [h for _, h in buckets]
+    out = assemble_heads(parts, order, batch)
     work = (seq_len * seq_len) / (seq_len * (seq_len + 1) / 2)
-    return AttentionResult(out=out, stats=acc.result() if acc else None, realised_work=work, backend=NAME)
+    probs = assemble_heads(prob_parts, order, batch) if need_probs else None
+    return AttentionResult(out=out, stats=stats, realised_work=work, backend=NAME, probs=probs)

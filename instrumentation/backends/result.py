@@ -34,3 +34,4 @@ class AttentionResult:
     stats: HeadStats | None
     realised_work: float  # score elements computed / score elements of full causal attention
     backend: str  # the backend that actually ran
+    probs: Tensor | None = None  # (B, H, T, T) probabilities before dropout, when asked for (dense_masked)

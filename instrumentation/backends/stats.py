@@ -6,8 +6,6 @@ import math
 
 import torch
 
-from .result import HeadStats
-
 ENTROPY_EPS = 1e-9
 
 
@@ -15,36 +13,17 @@ def entropy_normaliser(seq_len: int) -> float:
     return max(1.0, math.log(seq_len))
 
 
-def row_entropy_sum(probs: torch.Tensor) -> torch.Tensor:
-    """Sum over the last two dims of -P ln(P + eps): one value per leading index (float32)."""
+def bucket_head_stats(probs: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Entropy, output norm and last-key usage of each head of one bucket, in the reference's order.
+
+    ``probs`` is (B, n, T, T) after dropout, ``out`` (B, n, T, D). Each statistic is reduced per
+    query row first (the entropy over keys, the norm over the head dimension), then averaged over
+    batch and queries together, then the entropy is divided by max(1, ln T): the reference's
+    summation order, so that the features the routing reads are bit-identical to its own.
+    """
     p = probs.float()
-    return -(p * torch.log(p + ENTROPY_EPS)).sum(dim=(-2, -1))
-
-
-def row_norm_sum(out: torch.Tensor) -> torch.Tensor:
-    """Sum over rows of the L2 norm of each output row: (N, T, D) -> (N,)."""
-    return torch.linalg.vector_norm(out.float(), dim=-1).sum(dim=-1)
-
-
-class StatsAccumulator:
-    """Accumulates per-(batch*bucket-head) sums, then reduces them to per-head means."""
-
-    def __init__(self, n_heads: int, device):
-        self.n_heads = n_heads
-        self.entropy = torch.zeros(n_heads, dtype=torch.float32, device=device)
-        self.norm = torch.zeros(n_heads, dtype=torch.float32, device=device)
-        self.usage = torch.zeros(n_heads, dtype=torch.float32, device=device)
-
-    def add(self, heads: list[int], batch: int, entropy_sum, norm_sum, usage_sum, seq_len: int) -> None:
-        """Add sums over (t) for folded rows ordered (b, bucket head); divides by B*T."""
-        n = len(heads)
-        idx = torch.as_tensor(heads, device=self.entropy.device)
-        denom = float(batch * seq_len)
-        self.entropy.index_add_(
-            0, idx, entropy_sum.float().view(batch, n).sum(0) / (denom * entropy_normaliser(seq_len))
-        )
-        self.norm.index_add_(0, idx, norm_sum.float().view(batch, n).sum(0) / denom)
-        self.usage.index_add_(0, idx, usage_sum.float().view(batch, n).sum(0) / denom)
-
-    def result(self) -> HeadStats:
-        return HeadStats(entropy=self.entropy, norm=self.norm, usage=self.usage)
+    seq_len = p.shape[-1]
+    entropy = -(p * torch.log(p + ENTROPY_EPS)).sum(dim=-1).mean(dim=(0, 2)) / entropy_normaliser(seq_len)
+    norm = torch.linalg.vector_norm(out.float(), dim=-1).mean(dim=(0, 2))
+    usage = p[..., seq_len - 1].mean(dim=(0, 2))
+    return entropy, norm, usage

@@ -14,10 +14,14 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from aah_viz.errors import ConfigError
+from instrumentation.config import CHOICES, SELF_MERGE_SCORE, merge_can_pick_itself
+
 METRICS = ("cosine", "centered_cosine", "cosine_normdiff", "l2")
 GROUP_FEATURE_MODES = ("mean", "mean_std", "mean_var", "mean_global_offset")
 NORM_EPS = 1e-6  # floor of every norm in a denominator
 TIE_EPS = 1e-8  # |delta| below this counts as a tie in the forced bipartition
+CHURN_CLAMPS = CHOICES["churn_clamp"]
 
 
 @dataclass
@@ -171,13 +175,20 @@ def _assign_sequential(
     return groups
 
 
-def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float) -> torch.Tensor:
+def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float, clamp: str) -> torch.Tensor:
+    """The churn bonus of §5.1 step 4 for pairs previously grouped together, then the clamp at 1.
+
+    ``clamp="all"`` (the reference) clamps every entry of S at 1, also those without the bonus
+    (float32 cosines can exceed 1 by an ulp); ``"bonus"`` (the method text) only the bonused ones.
+    """
     if isinstance(prev_labels, torch.Tensor):
         labels = prev_labels.detach().to(device="cpu", dtype=torch.long).reshape(-1)
     else:
         labels = torch.as_tensor(list(prev_labels), dtype=torch.long)
     same = labels[:, None] == labels[None, :]
-    return torch.where(same, (S + churn).clamp(max=1.0), S)
+    if clamp == "bonus":
+        return torch.where(same, (S + churn).clamp(max=1.0), S)
+    return torch.where(same, S + churn, S).clamp(max=1.0)
 
 
 def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int]], float, tuple[int, int]]:
@@ -232,7 +243,7 @@ def _merge_small_groups(
         if len(groups[gid]) >= min_group_size:
             continue
         scores = (means @ means[gid]).tolist()  # emptied groups keep their stale mean
-        scores[gid] = -1.0
+        scores[gid] = SELF_MERGE_SCORE
         best = _first_argmax(scores)
         if scores[best] < threshold:
             continue
@@ -258,13 +269,25 @@ def cluster(
     normdiff_scale: float = 16.0,
     upper_l2_threshold: float = 0.0,
     threshold_kind: str = "sim_threshold",
+    churn_clamp: str = "all",
 ) -> ClusterResult:
-    """CLUSTER(X, tau, metric, prev, allow_forced) of method §5.1 on an (n, d) float32 matrix."""
+    """CLUSTER(X, tau, metric, prev, allow_forced) of method §5.1 on an (n, d) float32 matrix.
+
+    Refuses (``ConfigError``) a threshold at which the small-group merge could pick a group's own
+    score of -1 and merge the group into itself (a defect of the reference's merge).
+    """
     if metric not in METRICS:
         raise ValueError(f"unknown clustering metric {metric!r}; allowed: {', '.join(METRICS)}")
+    if churn_clamp not in CHURN_CLAMPS:
+        raise ValueError(f"unknown churn_clamp {churn_clamp!r}; allowed: {', '.join(CHURN_CLAMPS)}")
     X = _check_input(X)
     n = X.shape[0]
     tau = float(upper_l2_threshold) if metric == "l2" else float(threshold)
+    if merge_can_pick_itself(tau, min_group_size):
+        raise ConfigError(
+            f"clustering threshold {tau} with min_group_size={min_group_size}: a small group could merge into "
+            f"itself (its own merge score is {SELF_MERGE_SCORE}); use a threshold above {SELF_MERGE_SCORE}"
+        )
     common = dict(
         threshold=tau,
         threshold_kind=threshold_kind,
@@ -297,7 +320,7 @@ def cluster(
     S = _similarity_matrix(X, u, metric, normdiff_scale)
     sim_mean, sim_std, sim_min, sim_max = _offdiag_stats(S)
     if metric == "cosine" and prev_labels is not None and churn_penalty > 0 and len(prev_labels) == n:
-        S = _apply_churn(S, prev_labels, churn_penalty)
+        S = _apply_churn(S, prev_labels, churn_penalty, churn_clamp)
 
     groups = _assign_sequential(X, u, tau, metric, normdiff_scale)
     groups_before_force = len(groups)

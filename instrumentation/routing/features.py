@@ -50,21 +50,25 @@ def pooled_group_features(
 
     The first six columns pool the raw activations of all member heads (so the std is the std of
     the pooled entries, not a mean of per-head stds); the last three average the members' previous
-    entropy / norm / usage. No EMA.
+    entropy / norm / usage. No EMA. The reductions follow the reference's order exactly (members
+    gathered in ascending order as ``x[:, heads]``, one reduction over all four dims; each previous
+    statistic averaged as its own 1-D column), so the features are bit-identical to its own.
     """
     with torch.no_grad():
         n_heads = q.shape[1]
         prev = _prev_columns(prev_stats, n_heads, q.device)
-        flats = [x.detach().float().transpose(0, 1).reshape(n_heads, -1) for x in (q, k, v)]
+        columns = [prev[:, c].contiguous() for c in range(prev.shape[1])]
+        tensors = [x.detach().float() for x in (q, k, v)]
         rows = []
         for members in groups:
-            idx = torch.as_tensor(list(members), dtype=torch.long).to(q.device, non_blocking=True)
+            idx = torch.as_tensor(sorted(members), dtype=torch.long).to(q.device, non_blocking=True)
             cols = []
-            for flat in flats:
-                pooled = flat.index_select(0, idx).reshape(-1)
-                cols.append(pooled.abs().mean())
-                cols.append(pooled.std(unbiased=True))
-            rows.append(torch.cat([torch.stack(cols), prev.index_select(0, idx).mean(dim=0)]))
+            for x in tensors:
+                pooled = x[:, idx]
+                cols.append(pooled.abs().mean(dim=(0, 1, 2, 3)))
+                cols.append(pooled.std(dim=(0, 1, 2, 3), correction=1))
+            cols += [col[idx].mean() for col in columns]
+            rows.append(torch.stack(cols))
         if not rows:
             return torch.zeros((0, FEATURE_DIM), dtype=torch.float32, device=q.device)
         return torch.stack(rows)

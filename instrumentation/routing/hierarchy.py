@@ -16,7 +16,12 @@ import torch
 from instrumentation.routing.clustering import ClusterResult, aggregate_group_features, cluster, labels_from_groups
 
 STOP_REASONS = ("", "level0_collapsed", "upper_level_collapsed")
-LEVEL0_ONLY_KEYS = {"sim_threshold", "churn_penalty", "prev_labels"}  # accepted and ignored by grow_upper_levels
+LEVEL0_ONLY_KEYS = {
+    "sim_threshold",
+    "churn_penalty",
+    "churn_clamp",
+    "prev_labels",
+}  # accepted and ignored by grow_upper_levels
 
 
 def _host(features: torch.Tensor) -> torch.Tensor:
@@ -137,6 +142,7 @@ def build_hierarchy(
     group_feature_mode: str = "mean",
     prev_labels: Sequence[int] | None = None,
     upper_l2_threshold: float = 0.0,
+    churn_clamp: str = "all",
 ) -> Hierarchy:
     """The adaptive build (§5.8): cluster the (EMA) head features, then grow upper levels."""
     device = head_features.device
@@ -149,6 +155,7 @@ def build_hierarchy(
         allow_forced_bipartition=True,
         min_group_size=min_group_size,
         churn_penalty=churn_penalty,
+        churn_clamp=churn_clamp,
         normdiff_scale=normdiff_scale,
         threshold_kind="sim_threshold",
     )
@@ -185,7 +192,7 @@ def grow_upper_levels(
     """Upper re-clustering over a given level-0 partition (§5.9; reuse and warm-up paths).
 
     ``level0_features`` has one row per level-0 group (the pooled Q/K/V features of §4.2).
-    Level-0-only settings (sim_threshold, churn_penalty, prev_labels) are accepted and ignored,
+    Level-0-only settings (sim_threshold, churn_penalty, churn_clamp, prev_labels) are accepted and ignored,
     so callers can pass the same keyword set as to ``build_hierarchy``.
     """
     unknown = set(_level0_only) - LEVEL0_ONLY_KEYS
