@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from aah_viz.errors import MissingDependencyError
 
-INSTALL_HINT = "install the model side with: .venv/bin/pip install -e '.[torch]' (torch==2.13.0, the CPU build)"
+INSTALL_HINT = (
+    "install the model side with: pip install 'aah-viz[torch]' (in a checkout: pip install -e '.[torch]'); "
+    "torch==2.13.0, the CPU build"
+)
 
 
 def require_torch():

@@ -145,7 +145,7 @@ def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAt
     except ImportError as err:  # pragma: no cover - the hf extra is installed here
         from aah_viz.errors import MissingDependencyError
 
-        raise MissingDependencyError("Hugging Face models need transformers: pip install -e '.[hf]'") from err
+        raise MissingDependencyError("Hugging Face models need transformers: pip install 'aah-viz[hf]'") from err
     path = Path(path)
     if not (path / "config.json").is_file():
         raise InputFormatError(f"{path} has no config.json; give a local Hugging Face model folder")

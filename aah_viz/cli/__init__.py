@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from aah_viz import __version__
 from aah_viz.errors import AAHVizError
 
 COMMANDS = [
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Routing diagnostics for Transformers with Asymmetric Attention Heads (AAH-v3): "
         "train and record, explore in a dashboard, export tables and figures.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = _load(name)
