@@ -105,6 +105,8 @@ def check_key(key: str) -> str:
     """Accept a run key only if it resolves under the logs root and names a discovered run."""
     resolve_under(logs_root(), key)  # raises UnsafePathError for absolute paths and escapes
     if key not in all_keys():
+        cache.discover.clear()  # a run newer than the discovery cached for this 5-second slice: look again
+    if key not in all_keys():
         raise UnsafePathError(f"no run {key!r} under {logs_root()}; pick one of the runs listed on the Runs page")
     return key
 
