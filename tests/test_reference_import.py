@@ -257,3 +257,10 @@ def test_names_from_files_never_leave_the_output_folder(tmp_path):
     assert [p.parent for p in written] == [out]
     assert written[0].name == "qwen3-4b-escape"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "paper"]
+
+
+def test_no_doc_module_or_default_sends_users_outside_the_repository_for_the_paper_numbers():
+    repo = Path(__file__).resolve().parents[1]
+    files = [repo / "README.md", repo / "app.py", *(repo / "docs").rglob("*.md")]
+    files += [*(repo / "aah_viz").rglob("*.py"), *(repo / "instrumentation").rglob("*.py")]
+    assert [str(p.relative_to(repo)) for p in files if "shared/reference/paper" in p.read_text()] == []
