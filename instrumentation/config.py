@@ -137,10 +137,15 @@ class AAHConfig:
         """Size preset, then the regime's flags, then ``overrides`` (any config key)."""
         if size not in PRESETS:
             raise ConfigError(f"unknown preset {size!r}; allowed presets are {', '.join(PRESETS)}")
+        return cls.from_shape(PRESETS[size].values, size, regime, **overrides)
+
+    @classmethod
+    def from_shape(cls, shape: dict[str, Any], name: str, regime: str = "full_adaptive", **overrides: Any) -> AAHConfig:
+        """Like ``from_preset`` with the size values given (``shape``) and recorded as ``preset=name``."""
         if regime not in REGIMES:
             raise ConfigError(f"unknown regime {regime!r}; allowed regimes are {', '.join(REGIMES)}")
         overrides = dict(overrides)
-        values = dict(PRESETS[size].values)
+        values = dict(shape)
         window = overrides.pop("window", None)
         spec = REGIMES[regime]
         values.update(spec.overrides)
@@ -155,7 +160,7 @@ class AAHConfig:
                 f"{', '.join(n for n, r in REGIMES.items() if r.parameter)} do"
             )
         values.update(overrides)
-        values["preset"] = size
+        values["preset"] = name
         values["regime"] = regime
         return cls.from_dict(values)
 

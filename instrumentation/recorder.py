@@ -104,7 +104,8 @@ class adapter:
 
     @staticmethod
     def unwrap(model):
-        return getattr(model, "module", model)  # DistributedDataParallel and similar wrappers
+        inner = getattr(model, "module", model)  # DistributedDataParallel and similar wrappers
+        return getattr(inner, "aah_routing", inner)  # a patched Hugging Face model's handle (retrofit)
 
     @staticmethod
     def model_config(model):

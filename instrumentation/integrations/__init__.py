@@ -17,7 +17,8 @@ import torch
 
 
 def find_aah_model(obj: Any) -> torch.nn.Module:
-    """The AAHTransformer inside ``obj`` (itself, a ``.module`` / ``.model`` / ``.aah`` attribute chain)."""
+    """The AAHTransformer inside ``obj`` (itself, a ``.module`` / ``.model`` / ``.aah`` attribute chain),
+    or the routing handle of a Hugging Face model patched by ``instrumentation.retrofit``."""
     seen = set()
     stack = [obj]
     while stack:
@@ -25,6 +26,9 @@ def find_aah_model(obj: Any) -> torch.nn.Module:
         if cur is None or id(cur) in seen:
             continue
         seen.add(id(cur))
+        handle = getattr(cur, "aah_routing", None)  # a Hugging Face model patched by instrumentation.retrofit
+        if handle is not None:
+            return handle
         if hasattr(cur, "set_step") and hasattr(cur, "current_windows") and hasattr(cur, "subscribe"):
             return cur
         for name in ("aah", "model", "module", "_orig_mod"):

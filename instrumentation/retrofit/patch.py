@@ -1,0 +1,275 @@
+"""Patch the self-attention of a pretrained Hugging Face model with the project's AAH-v3 layers.
+
+Every module with ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` (Llama, Mistral, Qwen2, Qwen3)
+keeps its own projections, q/k norms, rotary positions and scaling; its grouped key/value heads
+are repeated to the query heads (as the model's ``repeat_kv`` does), and the per-head tensors go
+to ``attend`` of an ``AAHAttention`` (or, for the plain regimes, a ``CausalSelfAttention``) built
+with ``project=False``. Routing and execution are therefore the project's own: the same state
+machine, hierarchy, controller and backends as ``AAHTransformer``; no second implementation.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from aah_viz.errors import ConfigError
+from instrumentation.attention import AAHAttention, CausalSelfAttention
+from instrumentation.config import AAHConfig
+from instrumentation.model import layer_window
+from instrumentation.routed_layers import RoutedLayers
+
+PAPER_WINDOWS = (512, 1024, 2048, 4096)
+HANDLE_ATTRIBUTE = "aah_routing"  # where a patched model carries its handle (the recorder looks here)
+TRAIN_CHOICES = ("aah", "aah+head", "all")
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The self-attention modules of ``model`` in layer order (those with q/k/v/o projections)."""
+    found = [m for m in model.modules() if all(isinstance(getattr(m, p, None), nn.Module) for p in _PROJECTIONS)]
+    if not found:
+        raise ConfigError(
+            f"{type(model).__name__} has no attention module with {', '.join(_PROJECTIONS)}; "
+            "patch_model supports the Llama, Mistral, Qwen2 and Qwen3 families"
+        )
+    return found
+
+
+def _heads(module: nn.Module, hf_config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head dim), from the projection widths (robust to config aliases)."""
+    head_dim = int(getattr(module, "head_dim", 0) or hf_config.hidden_size // hf_config.num_attention_heads)
+    n_q = module.q_proj.out_features // head_dim
+    n_kv = module.k_proj.out_features // head_dim
+    if n_q % n_kv:
+        raise ConfigError(f"{n_q} query heads are not a multiple of {n_kv} key/value heads")
+    return n_q, n_kv, head_dim
+
+
+def retrofit_config(
+    model: nn.Module, regime: str = "full_adaptive", windows: Sequence[int] = PAPER_WINDOWS, **overrides: Any
+) -> AAHConfig:
+    """The ``AAHConfig`` of a patched model: its shape, the regime, then ``overrides`` (any config key).
+
+    ``block_size`` defaults to the largest window (the paper's setting: T = 4096 = max window);
+    there is no warm-up (the pretrained model's routing starts at its first forward, as in the
+    reference patch); execution defaults to the ``banded`` backend.
+    """
+    mods = attention_modules(model)
+    hf = model.config
+    n_q, _, head_dim = _heads(mods[0], hf)
+    windows = tuple(int(w) for w in windows)
+    shape = dict(
+        vocab_size=int(hf.vocab_size),
+        n_layer=len(mods),
+        n_head=n_q,
+        n_embd=n_q * head_dim,
+        n_ff=int(getattr(hf, "intermediate_size", 0) or 4 * hf.hidden_size),
+        dropout=float(getattr(hf, "attention_dropout", 0.0) or 0.0),
+        windows=windows,
+        block_size=max(windows),
+        warmup_steps=0,
+        attention_backend="banded",
+    )
+    name = str(getattr(hf, "_name_or_path", "") or getattr(hf, "model_type", "hf")) or "hf"
+    return AAHConfig.from_shape(shape, name, regime, **overrides)
+
+
+def _rotary(module: nn.Module):
+    fn = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+    if fn is None:
+        raise ConfigError(f"{type(module).__name__}: its modeling module has no apply_rotary_pos_emb")
+    return fn
+
+
+def _cache_of(kwargs: dict):
+    for key in ("cache", "past_key_values", "past_key_value"):
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    return None
+
+
+def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
+    """The replacement forward: the model's projections, norms and rotary; the project's attention.
+
+    A cache that already holds tokens (cached generation after the prompt) runs the model's own
+    forward, as the reference patch does; the prompt itself is routed and fills the cache.
+    """
+    spec = self._aah_spec
+    cache = _cache_of(kwargs)
+    if cache is not None and cache.get_seq_length(self.layer_idx) > 0:
+        return spec.original(
+            hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs
+        )
+    if position_embeddings is None:
+        raise ConfigError(f"{type(self).__name__}: patched attention needs the model's position_embeddings (cos, sin)")
+    B, T, _ = hidden_states.shape
+    shape = (B, T, -1, spec.head_dim)
+    q = self.q_proj(hidden_states).view(shape)
+    k = self.k_proj(hidden_states).view(shape)
+    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+    if getattr(self, "q_norm", None) is not None:
+        q, k = self.q_norm(q), self.k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    cos, sin = position_embeddings
+    q, k = spec.rotary(q, k, cos, sin)
+    if cache is not None:
+        k, v = cache.update(k, v, self.layer_idx)
+    if spec.groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
+        k = k.repeat_interleave(spec.groups, dim=1)
+        v = v.repeat_interleave(spec.groups, dim=1)
+    want_probs = bool(kwargs.get("output_attentions", False))
+    y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling)
+    y = y.transpose(1, 2).reshape(B, T, -1)
+    return self.o_proj(y), probs
+
+
+class _Spec:
+    """What the patched forward needs besides the module's own submodules."""
+
+    def __init__(self, module: nn.Module, hf_config, original):
+        n_q, n_kv, head_dim = _heads(module, hf_config)
+        self.head_dim = head_dim
+        self.groups = n_q // n_kv
+        self.scaling = float(getattr(module, "scaling", head_dim**-0.5))
+        self.rotary = _rotary(module)
+        self.original = original
+
+
+class RetrofitHandle(RoutedLayers):
+    """The routing side of a patched model: the trainer interface of ``RoutedLayers``, plus
+    ``unpatch``, parameter selection for adaptation and the per-head diagnostics.
+
+    The model carries it as ``model.aah_routing``; the recorder and the integrations find it there.
+    """
+
+    def __init__(self, model: nn.Module, cfg: AAHConfig, modules: list[nn.Module]):
+        self.model = model
+        self.cfg = cfg
+        self._modules = modules
+        self.patched = True
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [m.aah for m in self._modules]
+
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """The AAH parameters (controller, joint scorer, sibling bias) of every layer."""
+        for layer in self.attention_layers():
+            yield from layer.parameters()
+
+    def named_aah_state(self) -> dict[str, Any]:
+        """``{layer index: the layer's state_dict}`` of the AAH layers (parameters and routing state)."""
+        return {i: layer.state_dict() for i, layer in enumerate(self.attention_layers())}
+
+    def train_parameters(self, which: str = "aah") -> list[nn.Parameter]:
+        """Set ``requires_grad`` for adaptation and return the trained parameters.
+
+        ``aah``: the AAH parameters only; ``aah+head``: plus the output head; ``all``: everything.
+        """
+        if which not in TRAIN_CHOICES:
+            raise ConfigError(f"train: unknown value {which!r}; allowed values are {', '.join(TRAIN_CHOICES)}")
+        keep = {id(p) for p in self.parameters()}
+        if which == "aah+head":
+            head = self.model.get_output_embeddings()
+            if head is not None:
+                keep |= {id(p) for p in head.parameters()}
+        chosen = []
+        for p in self.model.parameters():
+            p.requires_grad_(which == "all" or id(p) in keep)
+            if p.requires_grad:
+                chosen.append(p)
+        return chosen
+
+    def unpatch(self) -> None:
+        """Restore every original forward and remove the AAH layers (idempotent)."""
+        if not self.patched:
+            return
+        for m in self._modules:
+            saved = m._aah_saved_forward
+            if saved is None:
+                del m.forward
+            else:
+                m.forward = saved
+            del m._aah_spec, m._aah_saved_forward
+            del m.aah
+        if getattr(self.model, HANDLE_ATTRIBUTE, None) is self:
+            delattr(self.model, HANDLE_ATTRIBUTE)
+        self.patched = False
+
+    def diagnostics_rows(self) -> list[dict[str, Any]]:
+        """One row per (layer, head) of the last forward: executed window index and size, layer ACR."""
+        rows = []
+        cands = list(self.cfg.windows)
+        for li, layer in enumerate(self.attention_layers()):
+            T = layer.last_seq_len or self.cfg.block_size
+            wins = layer.executed_windows(T)
+            acr = sum(min(w, T) for w in wins) / (len(wins) * T)
+            for h, w in enumerate(wins):
+                rows.append(
+                    dict(
+                        regime=self.cfg.regime,
+                        layer_id=li,
+                        head_id=h,
+                        window_idx=cands.index(w) if w in cands else -1,
+                        window_size=int(w),
+                        seq_len=int(T),
+                        ACR=acr,
+                    )
+                )
+        return rows
+
+
+def _make_layer(cfg: AAHConfig, index: int, like: nn.Module) -> nn.Module:
+    if cfg.enabled:
+        layer: nn.Module = AAHAttention(cfg, index, project=False)
+    else:
+        layer = CausalSelfAttention(cfg, index, window=layer_window(cfg, index), project=False)
+    ref = next(like.parameters())
+    return layer.to(device=ref.device)
+
+
+def patch_model(
+    model: nn.Module, regime: str = "full_adaptive", windows: Sequence[int] = PAPER_WINDOWS, **overrides: Any
+) -> RetrofitHandle:
+    """Patch every self-attention of ``model`` in place and return its ``RetrofitHandle``.
+
+    ``regime`` is any regime of ``aah-viz regimes`` (``window=`` or the regime's own key sets the
+    size of ``sliding_window``, ``local_global_layers`` and ``fixed_window``); ``overrides`` are
+    config keys (e.g. ``attention_backend="dense_masked"``, ``block_size=...``).
+    """
+    return patch_with_config(model, retrofit_config(model, regime, windows, **overrides))
+
+
+def patch_with_config(model: nn.Module, cfg: AAHConfig) -> RetrofitHandle:
+    """Patch ``model`` with a given config (an adapter's); its shape must be the model's."""
+    if getattr(model, HANDLE_ATTRIBUTE, None) is not None:
+        raise ConfigError("the model is already patched; call model.aah_routing.unpatch() first")
+    modules = attention_modules(model)
+    n_q, _, head_dim = _heads(modules[0], model.config)
+    if (cfg.n_layer, cfg.n_head, cfg.n_embd) != (len(modules), n_q, n_q * head_dim):
+        raise ConfigError(
+            f"config shape n_layer={cfg.n_layer}, n_head={cfg.n_head}, n_embd={cfg.n_embd} does not match the "
+            f"model's {len(modules)} attention layers of {n_q} heads x {head_dim}"
+        )
+    for i, m in enumerate(modules):
+        saved = m.__dict__.get("forward")  # an instance-level forward (e.g. an accelerate hook) to restore
+        original = saved if saved is not None else types.MethodType(type(m).forward, m)
+        m._aah_spec = _Spec(m, model.config, original)
+        m._aah_saved_forward = saved
+        m.aah = _make_layer(cfg, i, m)
+        m.aah.train(m.training)
+        m.forward = types.MethodType(_patched_forward, m)
+    handle = RetrofitHandle(model, cfg, modules)
+    object.__setattr__(model, HANDLE_ATTRIBUTE, handle)
+    return handle
+
+
+def routing_handle(model: Any) -> RetrofitHandle | None:
+    """The handle of a patched model (also inside a DistributedDataParallel wrapper), else None."""
+    inner = getattr(model, "module", model)
+    return getattr(inner, HANDLE_ATTRIBUTE, None)
