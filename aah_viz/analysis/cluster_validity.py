@@ -251,6 +251,29 @@ def describe(row) -> str:
     return "; ".join(parts)
 
 
+ORIGIN_WORDS = {
+    "natural": "clustered at the threshold",
+    FORCED: "forced split (every item joined one group at the threshold)",
+    "collapsed": "collapsed into one group",
+    "frozen": "frozen: carried over, not re-clustered",
+    "fixed": "a fixed partition, not clustered",
+    "passthrough": "passed up unchanged from the level below",
+    "ungrouped": "no grouping: every head alone",
+    "single_item": "a single group, nothing to cluster",
+}
+
+
+def describe_level(row) -> str:
+    """A tree level in words from its logged facts (origin and the similarity of its items)."""
+    get = row.get if isinstance(row, dict) else (lambda key: getattr(row, key, None))
+    origin = get("origin")
+    text = ORIGIN_WORDS.get(origin, str(origin or "origin not logged"))
+    lo, hi = get("sim_min"), get("sim_max")
+    if _finite(lo) and _finite(hi) and origin not in ("frozen", "fixed", "passthrough"):
+        text += f"; similarity of its items {lo:.3f} to {hi:.3f}"
+    return text
+
+
 def chance_bar(row) -> float:
     """The silhouette a partition must exceed: the larger 95th percentile of the two nulls."""
     get = row.get if isinstance(row, dict) else (lambda key: getattr(row, key, None))

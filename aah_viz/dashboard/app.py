@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, live, state
+from aah_viz.dashboard import config, live, state, validity  # noqa: F401 (validity registers its banner)
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent

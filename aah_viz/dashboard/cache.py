@@ -104,6 +104,11 @@ def bucket_table(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
     return data.bucket_table([open_run(root, k) for k in keys])
 
 
+@st.cache_data(show_spinner="Reading cluster validity ...")
+def validity(root: str, key: str, token: int) -> dict:
+    return data.validity_data(open_run(root, key))
+
+
 @st.cache_data(show_spinner="Comparing routing updates ...")
 def stability(root: str, key: str, token: int) -> dict:
     return data.stability_data(open_run(root, key))

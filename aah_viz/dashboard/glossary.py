@@ -92,6 +92,19 @@ TERMS: dict[str, tuple[str, str]] = {
         "warm-up",
         "The first steps, where routing is computed (a shadow build) but every head runs the full window.",
     ),
+    "forced_split": (
+        "forced split",
+        "Every head joined one group at the level-0 similarity threshold, so the method split the heads in two "
+        "around the least similar pair (method §5.5). The groups then exist whether or not the heads differ.",
+    ),
+    "cluster_validity": (
+        "cluster validity (real groups)",
+        "The silhouette of a level-0 partition on the cosine distance of the heads' routing features, against "
+        "two nulls: random partitions with the same group sizes, and the same number of groups fitted by "
+        "complete linkage to structureless heads (one Gaussian with the heads' mean and covariance). The "
+        "partition is real only when its silhouette beats both 95th percentiles: a partition fitted to the "
+        "features always beats random relabelings, even on noise.",
+    ),
     "shadow": ("shadow build", "Routing computed but not executed (warm-up, or a regime with control off)."),
     "joint_scoring": (
         "jointly scored",

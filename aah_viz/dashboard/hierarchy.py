@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.hierarchy import tree_summary
-from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, head_clicked
+from aah_viz.dashboard import cache, state, validity
+from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
 
@@ -65,6 +65,8 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
         len(d.get("moved", ())),
         help="Heads whose level-0 group-mates or executed window changed since the layer's previous routing update.",
     )
+    for note in validity.level_notes(root, key, token, layer, d["tree"]):
+        st.caption(plain(note), help=help_text("cluster_validity"))
     if dropped:
         which = (
             f"Level {dropped[0]} repeats the level below it"

@@ -29,6 +29,7 @@ CURRENT = "current_run"
 SELECTION = "selection"  # {"run": key, "layer": int, "head": int | None, "step": int | None}
 URL_SEEN = "selection_url_seen"  # the query parameters this session last read or wrote
 LIVE = "live_refresh"
+PAGE_TITLE = "page_title"  # the title of the page being drawn
 SEL_PARAMS = ("run", "layer", "head", "step")
 # regimes whose windows are chosen by a controller, in the order a default run is picked
 ADAPTIVE_FIRST = ("full_adaptive", "deep_practical_reuse", "shallow_freeze", "independent_scoring")
@@ -348,6 +349,7 @@ def open_run(title: str, summary: bool = True) -> Opened | None:
     Returns ``(key, logs_root, cache_token, manifest)``, or None when no run can be shown.
     """
     st.title(title)
+    st.session_state[PAGE_TITLE] = title  # page-aware banners read it
     key = pick_run()
     if key is None:
         return None

@@ -31,6 +31,7 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     "coverage_over_training": {"max_points": "points per line (default 1000); one line per run"},
     "stability": {"max_points": "step bins (default 600)"},
     "switch_rate": {},
+    "cluster_validity": {"max_points": "step bins (default 600)"},
     "controller_health": {"max_points": "points per line (default 1000)"},
     "probe_heatmap": {
         "probe": "syntax, coref or sufficiency (default syntax)",
@@ -147,6 +148,16 @@ def build_controller_health(runs, max_points: int = 1000, **_) -> go.Figure:
     return stability.controller_health_figure(d["series"], d["margins"], _title(run, "controller health"))
 
 
+def build_cluster_validity(runs, max_points: int = 600, **_) -> go.Figure:
+    from aah_viz.figures import data, validity
+
+    run = _first(runs)
+    d = data.validity_data(run)
+    return validity.validity_figure(
+        d["validity"], d["threshold"], _title(run, "are the head groups real?"), int(max_points)
+    )
+
+
 def _probe_metric(run, probe: str, metric: str | None) -> str | None:
     from aah_viz.analysis import queries
 
@@ -219,6 +230,7 @@ FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "stability": build_stability,
     "switch_rate": build_switch_rate,
     "controller_health": build_controller_health,
+    "cluster_validity": build_cluster_validity,
     "probe_heatmap": build_probe_heatmap,
     "window_vs_probe": build_window_vs_probe,
     "regime_summary": build_regime_summary,

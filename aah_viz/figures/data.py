@@ -264,6 +264,15 @@ def stability_data(run) -> dict:
     }
 
 
+def validity_data(run) -> dict:
+    """The run's level-0 partition validity rows and its clustering threshold."""
+    threshold = run.config.get("sim_threshold")
+    return {
+        "validity": queries.cluster_validity(run),
+        "threshold": float(threshold) if isinstance(threshold, (int, float)) else None,
+    }
+
+
 def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
     """Controller gradient norm and weight drift (model-wide, else the mean over layers) and the mean
     decision margin per step (from the per-update summaries, else from the tree rows)."""

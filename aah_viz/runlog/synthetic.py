@@ -22,9 +22,10 @@ import pyarrow as pa
 
 from aah_viz.runlog.manifest import make_manifest
 from aah_viz.runlog.validate import causal_pairs, effective_windows
-from aah_viz.runlog.writer import RunWriter
+from aah_viz.runlog.writer import RunWriter, rows_to_arrow
 
 FEATURE_DIM = 9
+SIM_THRESHOLD = 0.72  # the paper's level-0 similarity threshold
 
 
 def make_synthetic_run(
@@ -78,6 +79,7 @@ def make_synthetic_run(
         "warmup_steps": warmup,
         "max_depth": max_depth,
         "regime": regime,
+        "sim_threshold": SIM_THRESHOLD,
     }
     manifest = make_manifest(
         run_id=Path(run_dir).name,
@@ -102,13 +104,16 @@ def make_synthetic_run(
     small = {"scalars": scalars, "events": events}
     small_steps = {name: table.column("step").to_numpy() for name, table in small.items()}
     chunk = max(1, int(flush_every))
+    validity_rng = np.random.RandomState(seed + 7919)  # its own stream: the other tables stay as they were
     for start in range(0, steps, chunk):
         stop = min(steps, start + chunk)
         writer.append("heads", _heads_table(sim, max_depth, start, stop))
         if routed:
             b_lo, b_hi = -(-start // control_interval), -(-stop // control_interval)  # builds at steps in the chunk
             if b_hi > b_lo:
-                writer.append("tree", _tree_table(rng, sim, detail == "full", b_lo, b_hi))
+                tree = _tree_table(rng, sim, detail == "full", b_lo, b_hi)
+                writer.append("tree", tree)
+                writer.append("cluster_validity", _validity_table(validity_rng, tree, n_head))
         writer.append("branch", _branch_table(sim, windows, start, stop))
         for name, table in small.items():
             lo, hi = np.searchsorted(small_steps[name], [start, stop])
@@ -349,6 +354,36 @@ def _tree_table(rng, sim, with_features: bool, b_lo: int, b_hi: int) -> pa.Table
         "features": _list_array(features, np.arange(n_rows + 1) * feat_dim, pa.float32()),
     }
     return pa.table(cols)
+
+
+def _validity_table(rng, tree: pa.Table, n_head: int) -> pa.Table:
+    """One validity row per level-0 partition of the chunk's tree, with drawn silhouettes and nulls."""
+    cols = ["step", "layer", "level", "origin", "shadow", "sim_min", "sim_mean", "sim_max"]
+    level0 = tree.select(cols).to_pandas()
+    level0 = level0[level0["level"] == 0]
+    part = level0.groupby(["step", "layer"], sort=True).agg(
+        origin=("origin", "first"),
+        shadow=("shadow", "first"),
+        sim_min=("sim_min", "first"),
+        sim_median=("sim_mean", "first"),
+        sim_max=("sim_max", "first"),
+        n_groups=("level", "size"),
+    )
+    n = len(part)
+    null_p95 = rng.uniform(0.05, 0.3, n)
+    refit_p95 = null_p95 + rng.uniform(0.0, 0.2, n)
+    silhouette = rng.uniform(0.0, 0.6, n)
+    defined = (part["n_groups"] >= 2) & (part["n_groups"] < n_head)
+    real = silhouette > np.maximum(null_p95, refit_p95)
+    part["n_heads"] = n_head
+    part["threshold"] = SIM_THRESHOLD
+    part["silhouette"] = np.where(defined, silhouette, np.nan)
+    for name, p95 in (("null", null_p95), ("refit", refit_p95)):
+        part[f"{name}_mean"] = np.where(defined, p95 - 0.05, np.nan)
+        part[f"{name}_p95"] = np.where(defined, p95, np.nan)
+        part[f"{name}_p_value"] = np.where(defined, np.where(silhouette > p95, 0.01, 0.5), np.nan)
+    part["verdict"] = np.where(defined, np.where(real, "real", "chance"), "undefined")
+    return rows_to_arrow("cluster_validity", part.reset_index())
 
 
 def _branch_table(sim, windows, start: int, stop: int) -> pa.Table:

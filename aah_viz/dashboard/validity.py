@@ -1,0 +1,83 @@
+"""Are the head groups real? The banner on pages that show groups, the Stability page's section,
+and the Hierarchy page's words for each level."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.dashboard import cache, state
+from aah_viz.dashboard.common import chart
+from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.summary import register_banner
+from aah_viz.figures import validity as vfig
+
+GROUP_PAGES = ("Hierarchy", "Stability", "Probes")
+LAYER_COLUMNS = {
+    "layer": "layer",
+    "partitions": "partitions",
+    "forced_share": "forced split",
+    "real_share": "beats chance",
+    "median_similarity": "median similarity",
+}
+
+
+@register_banner
+def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> None:
+    if st.session_state.get(state.PAGE_TITLE) not in GROUP_PAGES:
+        return
+    text = cv.groups_in_doubt(cache.validity(root, key, token)["validity"])
+    if text:
+        st.warning(text + " See Stability → are the head groups real?", icon="⚠️")
+
+
+def section(root: str, key: str, token: int) -> None:
+    """The Stability page's view: similarity, silhouette against chance, and shares, over training."""
+    st.subheader("Are the head groups real?")
+    d = cache.validity(root, key, token)
+    v = d["validity"]
+    if v.empty:
+        st.info("No level-0 partitions recorded: the regime has no grouping, or routing has not updated yet.")
+        return
+    chart(vfig.validity_figure(v, d["threshold"], "cluster validity over training"), key="valid_fig",
+          name="cluster-validity")  # fmt: skip
+    st.caption(
+        "A partition is real only when its silhouette beats both nulls: random partitions with the same group "
+        "sizes, and the same number of groups fitted to structureless heads.",
+        help=help_text("cluster_validity"),
+    )
+    shares = cv.shares_by_layer(v)
+    if v["verdict"].eq(cv.UNDEFINED).all():
+        shares["real_share"] = float("nan")  # not recorded, not zero
+    st.dataframe(
+        shares.rename(columns=LAYER_COLUMNS),
+        hide_index=True,
+        width="stretch",
+        key="valid_layers",
+        column_config={
+            "partitions": st.column_config.NumberColumn(help="level-0 partitions assessed (one per routing update)"),
+            "forced split": st.column_config.NumberColumn(help=help_text("forced_split"), format="%.2f"),
+            "beats chance": st.column_config.NumberColumn(help=help_text("cluster_validity"), format="%.2f"),
+            "median similarity": st.column_config.NumberColumn(
+                help="median over updates of the median pairwise cosine similarity of the heads", format="%.3f"
+            ),
+        },
+    )
+
+
+def level_notes(root: str, key: str, token: int, layer: int, tree: pd.DataFrame) -> list[str]:
+    """One sentence per level of the drawn tree: its origin and, at level 0, its validity."""
+    if tree is None or tree.empty:
+        return []
+    step = int(tree["step"].iloc[0])
+    v = cache.validity(root, key, token)["validity"]
+    row = v[(v["step"] == step) & (v["layer"] == layer)]
+    notes = []
+    for level, rows in tree.groupby("level", sort=True):
+        first = rows.iloc[0]
+        if int(level) == 0 and not row.empty:
+            notes.append(f"Level 0: {cv.describe(row.iloc[0].to_dict())}.")
+        else:
+            notes.append(f"Level {int(level)}: {cv.describe_level(first.to_dict())}.")
+    return notes

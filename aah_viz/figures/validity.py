@@ -1,0 +1,127 @@
+"""Cluster validity over training: how similar the heads are, and whether their groups beat chance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.figures import style
+
+
+def binned_validity(validity: pd.DataFrame, max_points: int = 600) -> pd.DataFrame:
+    """Per step bin, over layers: mean similarity (min, median, max), mean silhouette margin over
+    the chance bar, and the shares of forced and of real partitions."""
+    cols = ["step", "sim_min", "sim_median", "sim_max", "margin", "forced_share", "real_share", "assessed"]
+    if validity.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+    v = validity.copy()
+    for col in ("sim_min", "sim_median", "sim_max", "silhouette", "null_p95", "refit_p95"):
+        v[col] = pd.to_numeric(v[col], errors="coerce") if col in v else np.nan
+    v["margin"] = v["silhouette"] - v[["null_p95", "refit_p95"]].max(axis=1, skipna=True)
+    v["forced"] = (v["origin"] == cv.FORCED).astype("float64")
+    v["real"] = (v["verdict"] == cv.REAL).astype("float64")
+    v["assessed"] = (v["verdict"] != cv.UNDEFINED).astype("float64")
+    steps = np.unique(v["step"].to_numpy())
+    if len(steps) > max_points:
+        edges = np.linspace(steps[0], steps[-1], max_points + 1)
+        v["bin"] = np.clip(np.searchsorted(edges, v["step"].to_numpy(), side="right") - 1, 0, max_points - 1)
+    else:
+        v["bin"] = np.searchsorted(steps, v["step"].to_numpy())
+    g = v.groupby("bin")
+    out = g.agg(
+        step=("step", "mean"),
+        sim_min=("sim_min", "mean"),
+        sim_median=("sim_median", "mean"),
+        sim_max=("sim_max", "mean"),
+        margin=("margin", "mean"),
+        forced_share=("forced", "mean"),
+        assessed=("assessed", "sum"),
+    )
+    real = v[v["assessed"] > 0].groupby("bin")["real"].mean()
+    out["real_share"] = real.reindex(out.index)
+    return out.reset_index(drop=True)[cols]
+
+
+def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str = "", max_points: int = 600):
+    """Three panels over training (means over layers per step bin): pairwise head similarity against
+    the clustering threshold; silhouette above (or below) chance; shares of forced and real partitions."""
+    b = binned_validity(validity, max_points)
+    if b.empty:
+        return style.empty_figure("no level-0 partitions recorded (grouping off, or no routing update yet)", title)
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=(
+            "pairwise cosine similarity of the heads' routing features (min / median / max over pairs)",
+            "silhouette minus chance (the larger 95th percentile of both nulls); above 0: real groups",
+            "share of layers whose level-0 partition is a forced split / beats both nulls",
+        ),
+    )
+    x = b["step"].to_numpy(dtype=np.float64)
+    for col, dash, name in (("sim_max", "dot", "max"), ("sim_median", "solid", "median"), ("sim_min", "dash", "min")):
+        y = b[col].to_numpy(dtype=np.float64)
+        if np.isfinite(y).any():
+            fig.add_trace(
+                go.Scatter(x=x, y=y, mode="lines", name=f"similarity {name}", line=dict(color="#1f77b4", dash=dash)),
+                row=1,
+                col=1,
+            )
+    if threshold is not None and np.isfinite(threshold):
+        fig.add_hline(y=float(threshold), line=dict(color="#d62728", dash="dash"), row=1, col=1)
+        fig.add_annotation(
+            text=f"threshold {threshold:.2f}",
+            x=1.0,
+            xref="x domain",
+            y=float(threshold),
+            yref="y",
+            showarrow=False,
+            xanchor="right",
+            yanchor="bottom",
+            font=dict(color="#d62728", size=11),
+        )
+    margin = b["margin"].to_numpy(dtype=np.float64)
+    if np.isfinite(margin).any():
+        fig.add_trace(
+            go.Scatter(x=x, y=margin, mode="lines", name="silhouette − chance", line=dict(color="#2ca02c")),
+            row=2,
+            col=1,
+        )
+        fig.add_hline(y=0.0, line=dict(color="#7f7f7f", width=1), row=2, col=1)
+    else:
+        fig.add_annotation(
+            text="silhouettes not recorded for this run (recorded by runs of this version on)",
+            showarrow=False,
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=b["forced_share"].to_numpy(dtype=np.float64),
+            mode="lines",
+            name="forced split",
+            line=dict(color="#ff7f0e"),
+        ),  # fmt: skip
+        row=3,
+        col=1,
+    )
+    real = b["real_share"].to_numpy(dtype=np.float64)
+    if np.isfinite(real).any():
+        fig.add_trace(
+            go.Scatter(x=x, y=real, mode="lines", name="real (beats both nulls)", line=dict(color="#2ca02c")),
+            row=3,
+            col=1,
+        )
+    fig.update_yaxes(title="cosine", row=1, col=1, title_font=dict(size=12))
+    fig.update_yaxes(title="silhouette", row=2, col=1, title_font=dict(size=12))
+    fig.update_yaxes(title="layers / L", range=[0, 1.02], row=3, col=1, title_font=dict(size=12))
+    fig.update_annotations(font_size=12)
+    fig.update_xaxes(title=style.STEP, row=3, col=1)
+    return style.base_layout(fig, title, height=760)
