@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -184,7 +186,9 @@ def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
     from aah_viz.runlog import load_run
     from aah_viz.runlog.synthetic import make_synthetic_run
 
-    run = load_run(make_synthetic_run(tmp_path / "run", n_layer=2, n_head=8, steps=120, seed=3))
+    path = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=8, steps=120, seed=3)
+    shutil.rmtree(path / "cluster_validity")  # as recorded before the table existed
+    run = load_run(path)
     tree = pd.read_parquet(run.path / "tree")
     level0 = tree[tree["level"] == 0].drop_duplicates(["step", "layer"])
     validity = queries.cluster_validity(run)
@@ -214,6 +218,7 @@ def test_the_stability_export_carries_the_recorded_shares(tmp_path):
                 "verdict": rng.choice([cv.REAL, cv.CHANCE], 16),
             }
         )
+        shutil.rmtree(path / "cluster_validity")
         (path / "cluster_validity").mkdir()
         write_segment(path / "cluster_validity", "part-000001.parquet", rows_to_arrow("cluster_validity", rows))
         shares[seed] = ((rows["origin"] == cv.FORCED).mean(), (rows["verdict"] == cv.REAL).mean())
