@@ -185,6 +185,7 @@ def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
     from aah_viz.export import records
     from aah_viz.runlog import load_run
     from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.schema import TABLES
 
     path = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=8, steps=120, seed=3)
     shutil.rmtree(path / "cluster_validity")  # as recorded before the table existed
@@ -194,6 +195,8 @@ def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
     validity = queries.cluster_validity(run)
     assert len(validity) == len(level0)
     assert set(validity["verdict"]) == {cv.UNDEFINED}
+    assert list(validity.columns) == list(TABLES["cluster_validity"])  # every view reads the same columns
+    assert validity["silhouette"].isna().all() and validity["sim_median"].isna().all()
     expected = (level0["origin"] == cv.FORCED).mean()
     rec = records.stability_record(run)
     assert rec["forced_share"] == pytest.approx(expected)

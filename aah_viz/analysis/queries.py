@@ -193,26 +193,29 @@ def tree_stats(
 
 
 def cluster_validity(run) -> pd.DataFrame:
-    """One row per (step, layer) level-0 partition: the recorded ``cluster_validity`` table.
+    """One row per (step, layer) level-0 partition, with every column of the ``cluster_validity`` table.
 
     Runs recorded before that table existed fall back to what ``tree`` holds (origin and the
-    similarity range of each level-0 build), with the verdict ``undefined``.
+    similarity range of each level-0 build): the other measures are missing and the verdict is
+    ``undefined``.
     """
     from aah_viz.analysis import cluster_validity as cv
+    from aah_viz.schema import TABLES
 
+    columns = list(TABLES["cluster_validity"])
     if "cluster_validity" in run.tables():
-        return run.table("cluster_validity")
+        return run.table("cluster_validity").reindex(columns=columns)
     tree = run.table("tree", columns=["step", "layer", "origin", "shadow", "sim_min", "sim_max", "members"],
                      filters=[("level", "==", 0)])  # fmt: skip
     if tree.empty:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in ("step", "layer", "origin", "verdict")})
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
     per_update = tree.groupby(["step", "layer"], sort=True)
     out = per_update.agg(origin=("origin", "first"), shadow=("shadow", "first"), sim_min=("sim_min", "first"),
                          sim_max=("sim_max", "first"), n_groups=("members", "size"))  # fmt: skip
     out["n_heads"] = int(run.n_head or 0)
     out["threshold"] = float(run.config.get("sim_threshold", np.nan))
     out["verdict"] = cv.UNDEFINED
-    return out.reset_index()
+    return out.reset_index().reindex(columns=columns)
 
 
 def branch_at(run, step: int) -> pd.DataFrame:
