@@ -33,6 +33,7 @@ import torch
 
 from aah_viz.errors import ConfigError
 from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED, group_column
+from instrumentation.validity_rows import validity_columns
 
 DETAILS = ("full", "light", "minimal")
 DEFAULT_FLUSH_EVERY = 50
@@ -526,7 +527,11 @@ class RoutingRecorder:
                 "features": _stage(tl.features) if (self.detail == "full" and tl.features is not None) else None,
             }
             levels.append(entry)
-        self._updates.append({"step": step, "layer": layer, "shadow": not ev.applied, "levels": levels})
+        # the level-0 clustering input, for the partition's validity (fixed and frozen paths have none)
+        level0_features = _stage(ev.head_features) if ev.head_features is not None else None
+        self._updates.append(
+            {"step": step, "layer": layer, "shadow": not ev.applied, "levels": levels, "features": level0_features}
+        )
 
     def step(self, step: int, *, loss: Any = None, lr: Any = None, tokens: int | None = None, **scalars: Any) -> None:
         """Close one training step: its per-head windows, groups and the cheap scalars."""
@@ -766,6 +771,9 @@ class RoutingRecorder:
             )
         if p["updates"] and self.detail != "minimal":
             self._write_tree(writer, p["updates"])
+            validity = validity_columns(p["updates"], self.cfg.sim_threshold)
+            if validity:
+                writer.append("cluster_validity", validity)
         if p["events"]:
             self._write_events(writer, p["events"])
         writer.flush()

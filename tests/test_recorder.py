@@ -25,6 +25,7 @@ class Witness:
         self.updates = []  # (step, layer, applied)
         self.windows = {}  # (step, layer) -> list of executed windows (last training forward)
         self.trees = {}  # (step, layer) -> level-0 groups
+        self.features = {}  # (step, layer) -> the heads' level-0 clustering features, where emitted
 
     def __call__(self, ev):
         if not ev.training:
@@ -33,7 +34,9 @@ class Witness:
         if ev.updated:
             self.updates.append((ev.step, ev.layer, ev.applied))
             if ev.tree:
-                self.trees[(ev.step, ev.layer)] = [list(g) for g in ev.tree[0].groups]
+                self.trees[(ev.step, ev.layer)] = [list(g) for g in ev.tree[0].members]
+            if ev.head_features is not None:
+                self.features[(ev.step, ev.layer)] = ev.head_features.double().numpy().copy()
 
 
 def train_tiny(
@@ -159,6 +162,38 @@ def test_tree_rows_agree_with_heads_groups(adaptive_run):
         assert all(len(f) == 9 for f in t["features"])  # detail="full" keeps feature rows
     shadow = tree[tree["step"] < cfg.warmup_steps]
     assert shadow["shadow"].all() and not tree[tree["step"] >= cfg.warmup_steps]["shadow"].any()
+
+
+def test_cluster_validity_rows_agree_with_the_emitted_features(adaptive_run):
+    from sklearn.metrics import silhouette_score
+
+    run_dir, witness, _, _ = adaptive_run
+    run = load_run(run_dir)
+    validity = run.table("cluster_validity")
+    tree = run.table("tree")
+    level0 = tree[tree["level"] == 0].drop_duplicates(["step", "layer"])
+    assert sorted(zip(validity["step"], validity["layer"])) == sorted(zip(level0["step"], level0["layer"]))
+    assessed = 0
+    for row in validity.itertuples():
+        groups = witness.trees[(row.step, row.layer)]
+        assert row.n_groups == len(groups)
+        feats = witness.features.get((row.step, row.layer))
+        if feats is None:  # a fixed or frozen partition: nothing was clustered on this forward
+            assert row.verdict == "undefined" and np.isnan(row.silhouette)
+            continue
+        labels = np.empty(len(feats), dtype=int)
+        for gid, members in enumerate(groups):
+            labels[members] = gid
+        unit = feats / np.linalg.norm(feats, axis=1, keepdims=True)
+        pairs = (unit @ unit.T)[np.triu_indices(len(feats), 1)]
+        assert row.sim_min == pytest.approx(pairs.min(), abs=1e-5)
+        assert row.sim_max == pytest.approx(pairs.max(), abs=1e-5)
+        if 2 <= len(groups) < len(feats):
+            assert row.silhouette == pytest.approx(silhouette_score(feats, labels, metric="cosine"), abs=1e-4)
+            beats = row.silhouette > max(row.null_p95, row.refit_p95)
+            assert row.verdict == ("real" if beats else "chance")
+            assessed += 1
+    assert assessed > 0
 
 
 def test_acr_scalars_equal_what_heads_imply(adaptive_run):

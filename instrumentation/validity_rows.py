@@ -1,0 +1,39 @@
+"""The recorder's ``cluster_validity`` rows: one per level-0 partition at a routing update."""
+
+from __future__ import annotations
+
+from aah_viz.analysis.cluster_validity import assess_partition
+
+
+def _labels(members: list[list[int]], n_heads: int) -> list[int]:
+    labels = [-1] * n_heads
+    for gid, heads in enumerate(members):
+        for h in heads:
+            labels[h] = gid
+    return labels
+
+
+def validity_columns(updates: list[dict], threshold: float) -> dict[str, list]:
+    """Columns of the ``cluster_validity`` table for the recorder's buffered routing updates.
+
+    Each update holds its tree levels and the heads' level-0 clustering features (``None`` where the
+    partition was not fitted here: fixed and frozen paths); the null draws are seeded by step and
+    layer, so a resumed run writes the rows an uninterrupted one would.
+    """
+    rows = []
+    for upd in updates:
+        level0 = next((lv for lv in upd["levels"] if lv["level"] == 0), None)
+        if level0 is None:
+            continue
+        feats = upd.get("features")
+        n_heads = sum(len(m) for m in level0["members"])
+        labels = _labels(level0["members"], n_heads)
+        validity = assess_partition(
+            None if feats is None else feats.float().numpy(),
+            labels,
+            threshold=threshold,
+            origin=level0["facts"].origin or "natural",
+            seed=int(upd["step"]) * 1024 + int(upd["layer"]),
+        )
+        rows.append({"step": upd["step"], "layer": upd["layer"], "shadow": upd["shadow"], **validity.as_row()})
+    return {key: [row[key] for row in rows] for key in rows[0]} if rows else {}
