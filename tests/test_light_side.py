@@ -93,3 +93,30 @@ def test_aah_viz_imports_only_public_instrumentation_names():
                     offences.append(f"{where} from {node.module} import ...")
                 offences += [f"{where} {a.name} is not exported" for a in node.names if a.name not in public]
     assert not offences, "\n".join(offences)
+
+
+def _parsers(parser, path=("aah-viz",)):
+    """Every parser of the CLI with its command path, subcommands included."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_command_and_option_has_help_in_plain_text():
+    from aah_viz.cli import build_parser
+
+    seen = 0
+    for path, parser in _parsers(build_parser()):
+        text = parser.format_help()
+        assert "%%" not in text and "%(" not in text, (path, text)  # argparse leaves these literal in descriptions
+        if len(path) > 1:
+            assert parser.description, f"{' '.join(path)} has no description"
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{' '.join(path)} {action.option_strings[0]} has no help text"
+        seen += 1
+    assert seen > 10

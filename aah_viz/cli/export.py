@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         help="export paper tables (CSV, Markdown, LaTeX booktabs) with seed statistics",
         description="Write tables built from run directories into --out: training (the paper's Table 1 layout), "
         "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes. "
-        "With --by regime, runs of a regime are summarised (mean, std, n, 95%% bootstrap interval); with "
+        "With --by regime, runs of a regime are summarised (mean, std, n, 95% bootstrap interval); with "
         "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
         "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
         "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md.",
