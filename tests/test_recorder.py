@@ -302,6 +302,7 @@ def test_segments_appear_while_training_and_on_detach(tmp_path):
         model.prepare_step(step)
         model(x[:, :-1], targets=x[:, 1:])
         rec.step(step)
+    rec._wait()  # the cadence's write (steps 0-2) runs on the worker thread; steps 3-4 stay buffered
     live = load_run(run_dir)  # a run that is still being written
     assert sorted(live.table("heads")["step"].unique()) == [0, 1, 2]
     assert live.manifest["status"] == "running"
