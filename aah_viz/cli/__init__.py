@@ -19,6 +19,7 @@ COMMANDS = [
     "regimes",
     "conformance",
     "train",
+    "evaluate",
     "validate",
     "probe",
     "compare",

@@ -1,0 +1,226 @@
+"""``aah-viz evaluate``: load a run's checkpoint or a (patched) Hugging Face model, run the stand-alone
+inference pass on a text, and write the ``inference`` event.
+
+Sources: a run of ``aah-viz train`` (its checkpoints), a run of ``aah-viz retrofit`` (its base model
+and adapters), or a Hugging Face model folder (patched with the given regime, or with ``--adapter``).
+The event goes into ``out``: the source run itself (appended) or a new run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from aah_viz.errors import ConfigError, RunLogError
+from instrumentation.data import cut_blocks
+from instrumentation.inference import eval_batches, inference_pass
+
+ADAPTER_DIR = "adapters"
+
+
+def adapter_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / ADAPTER_DIR / f"step-{int(step):08d}.safetensors"
+
+
+def list_adapters(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every adapter of a retrofit run, in step order."""
+    folder = Path(run_dir) / ADAPTER_DIR
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.glob("step-*.safetensors"):
+        stem = entry.name[len("step-") : -len(".safetensors")]
+        if stem.isdigit():
+            found.append((int(stem), entry))
+    return sorted(found)
+
+
+def _pick(found: list[tuple[int, Path]], step: int | None, what: str, source: Path) -> tuple[int, Path]:
+    if not found:
+        raise RunLogError(f"{source} has no {what}; train or adapt it first")
+    if step is None:
+        return found[-1]
+    for s, p in found:
+        if s == step:
+            return s, p
+    raise RunLogError(f"{source} has no {what} at step {step}; it has steps {', '.join(str(s) for s, _ in found)}")
+
+
+@dataclass
+class Loaded:
+    """A model ready for evaluation and what the output run needs to know about it."""
+
+    model: torch.nn.Module
+    routed: Any  # RoutedLayers: the model itself or a patched model's handle
+    step: int | None
+    tokens: Callable[[Path], np.ndarray]
+    source: Path
+    kind: str  # "run" | "retrofit_run" | "model"
+    seed: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _read_manifest(run_dir: Path) -> dict:
+    from aah_viz.runlog.manifest import read_manifest
+
+    return read_manifest(run_dir)
+
+
+def load_for_evaluation(
+    source: str | Path,
+    *,
+    checkpoint: int | None = None,
+    regime: str = "full_adaptive",
+    windows: Sequence[int] | None = None,
+    overrides: dict | None = None,
+    adapter: str | Path | None = None,
+    device: str = "cpu",
+) -> Loaded:
+    """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model."""
+    from instrumentation.checkpoint import list_checkpoints
+    from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
+    from instrumentation.retrofit.load import is_model_dir, load_hf_model, text_tokens
+
+    source = Path(source)
+    if list_checkpoints(source):
+        from instrumentation.data import load_token_stream
+        from instrumentation.probe_extract import load_aah_checkpoint
+
+        step, path = _pick(list_checkpoints(source), checkpoint, "checkpoint", source)
+        model = load_aah_checkpoint(path, device=device).model
+        seed = _read_manifest(source).get("seed")
+        return Loaded(model, model, step, lambda p: load_token_stream(p), source, "run", seed)
+    if list_adapters(source):
+        manifest = _read_manifest(source)
+        base = manifest.get("base_model")
+        if not base:
+            raise RunLogError(f"{source}: its manifest names no base_model; it was not written by aah-viz retrofit")
+        step, path = _pick(list_adapters(source), checkpoint, "adapter", source)
+        model = load_hf_model(base, device)
+        handle = load_adapter(model, path)
+        vocab = int(model.config.vocab_size)
+        return Loaded(
+            model,
+            handle,
+            step,
+            lambda p: text_tokens(p, base, vocab),
+            source,
+            "retrofit_run",
+            manifest.get("seed"),
+            {"base_model": str(base)},
+        )
+    if is_model_dir(source):
+        model = load_hf_model(source, device)
+        if adapter is not None:
+            handle = load_adapter(model, adapter)
+        else:
+            handle = patch_model(model, regime, tuple(windows or PAPER_WINDOWS), **(overrides or {}))
+        vocab = int(model.config.vocab_size)
+        return Loaded(
+            model,
+            handle,
+            None,
+            lambda p: text_tokens(p, source, vocab),
+            source,
+            "model",
+            None,
+            {"base_model": str(source)},
+        )
+    raise ConfigError(
+        f"{source} is neither a run with checkpoints or adapters nor a Hugging Face model folder (config.json)"
+    )
+
+
+def evaluate(
+    loaded: Loaded,
+    data: str | Path,
+    *,
+    seq_len: int | None = None,
+    batch_size: int = 1,
+    max_batches: int | None = None,
+    reference_eval: bool = False,
+    progress: bool = False,
+) -> dict:
+    """Run the inference pass on ``data`` cut into blocks of ``seq_len`` (default: the config's)."""
+    cfg = loaded.routed.cfg
+    T = int(seq_len or cfg.block_size)
+    if T > cfg.block_size and loaded.kind == "run":
+        raise ConfigError(f"--seq-len {T} exceeds the model's block_size {cfg.block_size}")
+    blocks = cut_blocks(loaded.tokens(Path(data)), T)
+    if max_batches is not None:
+        blocks = blocks[: max_batches * batch_size]
+    if blocks.shape[0] == 0:
+        raise ConfigError(f"{data} holds fewer than {T + 1} tokens: use a longer text or a shorter --seq-len")
+    device = next(loaded.model.parameters()).device
+    loaded.routed.set_step(None)  # stand-alone inference: no training step (every forward is due, if mutating)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=math.ceil(blocks.shape[0] / batch_size), desc="evaluate", unit="batch")
+    try:
+        detail = inference_pass(
+            loaded.model,
+            loaded.routed,
+            eval_batches(blocks, batch_size, device),
+            reference_eval=reference_eval,
+            progress=None if bar is None else bar.update,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    detail["checkpoint_step"] = loaded.step
+    detail["routing"] = "reference_eval" if reference_eval else "frozen"
+    detail["data"] = str(data)
+    return detail
+
+
+def write_inference(out: str | Path, loaded: Loaded, detail: dict, *, overwrite: bool = False) -> Path:
+    """Write ``detail`` as an ``inference`` event: appended to the source run when ``out`` is it,
+    else into a new run directory that names its source (with the evaluated windows as one step)."""
+    out = Path(out)
+    step = int(loaded.step or 0)
+    if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
+        from aah_viz.runlog import RunWriter
+
+        before = _read_manifest(out).get("status")
+        writer = RunWriter.resume(out, keep_through_step=None)
+        try:
+            writer.event(step, "inference", **detail)
+        finally:
+            writer.close(before if before in ("finished", "failed", "imported") else "finished")
+        return out
+    from instrumentation.recorder import RoutingRecorder
+
+    extra = {"evaluation_of": str(loaded.source), **loaded.extra}
+    rec = RoutingRecorder(
+        loaded.routed,
+        out,
+        "minimal",
+        seed=loaded.seed,
+        steps=1,
+        data=str(detail.get("data")),
+        overwrite=overwrite,
+        manifest_extra=extra,
+        background=False,
+    ).attach()
+    try:
+        rec.step(step, tokens=detail.get("tokens"))
+        rec.event(step, "inference", **detail)
+    except BaseException:
+        rec.detach("failed")
+        raise
+    rec.detach()
+    return out
+
+
+def summary_json(detail: dict) -> str:
+    keys = ("val_loss", "val_ppl", "tokens_per_s", "elapsed_s", "peak_mem_mb", "acr", "acr_causal", "realised_work")
+    return json.dumps({k: detail.get(k) for k in keys} | {"window_frac": detail.get("window_frac")})

@@ -1,0 +1,62 @@
+"""Loading what the retrofit and evaluation commands run: a Hugging Face model folder, its tokens.
+
+A model folder is what ``save_pretrained`` writes (``config.json`` and the weights); nothing is
+downloaded. Text is tokenised with the folder's own tokenizer when it has one, else as bytes
+(for models whose vocabulary holds the 256 byte ids, e.g. the tests' random models).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aah_viz.errors import ConfigError, InputFormatError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def is_model_dir(path: str | Path) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def load_hf_model(model_dir: str | Path, device: str = "cpu", dtype: str | None = None) -> torch.nn.Module:
+    """``AutoModelForCausalLM.from_pretrained`` on a local folder (no network), on ``device``."""
+    model_dir = Path(model_dir)
+    if not is_model_dir(model_dir):
+        raise ConfigError(
+            f"{model_dir} is not a Hugging Face model folder (no config.json); give the folder save_pretrained wrote"
+        )
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"local_files_only": True}
+    if dtype is not None:
+        kwargs["dtype"] = getattr(torch, dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot load the model in {model_dir}: {err}") from err
+    return model.to(device)
+
+
+def text_tokens(path: str | Path, model_dir: str | Path | None, vocab_size: int) -> np.ndarray:
+    """Token ids of a UTF-8 text file: the model folder's tokenizer if it has one, else bytes."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFormatError(f"--data {path} is not a file; give a plain-text (UTF-8) file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputFormatError(f"{path}: not UTF-8 text (byte {err.start}); convert it to UTF-8 first") from err
+    if model_dir is not None and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        return np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    if vocab_size < 256:
+        raise ConfigError(
+            f"the model has no tokenizer in its folder and its vocabulary ({vocab_size}) cannot hold byte tokens"
+        )
+    return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)

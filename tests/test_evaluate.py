@@ -1,0 +1,133 @@
+"""``aah-viz evaluate``: the stand-alone inference pass on our runs and on patched Hugging Face models."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz import coverage  # noqa: E402
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.export.records import inference_record  # noqa: E402
+from aah_viz.runlog import load_run, validate_run  # noqa: E402
+from instrumentation.data import cut_blocks  # noqa: E402
+from instrumentation.probe_extract import load_aah_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.torch
+TEXT = "The quick brown fox jumps over the lazy dog. " * 40 + "Pack my box with five dozen liquor jugs. " * 30
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    run = root / "run"
+    rc = main(
+        ["train", "--out", str(run), "--preset", "tiny", "--steps", "8", "--n-docs", "24", "--no-progress"]
+        + ["--threads", "1", "--eval-interval", "4", "--eval-batches", "1", "--checkpoint-interval", "4"]
+    )
+    assert rc == 0
+    data = root / "text.txt"
+    data.write_text(TEXT)
+    return run, data
+
+
+def _events(run_dir, kind):
+    ev = load_run(run_dir).events()
+    return [json.loads(d) for d in ev.loc[ev["kind"] == kind, "detail"]]
+
+
+def _expected_loss(model, blocks):
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for b in blocks:
+            x = torch.from_numpy(b[None, :-1])
+            y = torch.from_numpy(b[None, 1:])
+            total += float(model(x, targets=y).loss) * y.numel()
+            n += y.numel()
+    return total / n
+
+
+def test_evaluate_appends_an_inference_event_to_the_run(trained, capsys):
+    run, data = trained
+    rc = main(["evaluate", str(run), "--data", str(data), "--out", str(run), "--checkpoint", "3", "--no-progress"])
+    assert rc == 0
+    (detail,) = _events(run, "inference")
+    model = load_aah_checkpoint(run / "checkpoints" / "step-00000003.pt").model
+    T = model.cfg.block_size
+    blocks = cut_blocks(np.frombuffer(TEXT.encode(), dtype=np.uint8).astype(np.int64), T)
+    assert detail["n_batches"] == blocks.shape[0]
+    assert detail["checkpoint_step"] == 3
+    assert detail["val_loss"] == pytest.approx(_expected_loss(model, blocks), rel=1e-5)
+    assert detail["val_ppl"] == pytest.approx(math.exp(detail["val_loss"]))
+    # routing frozen as checkpointed: the executed windows are the checkpoint's, and ACR follows from them
+    windows = model.current_windows().numpy()
+    assert detail["windows"] == windows.tolist()
+    assert detail["acr"] == pytest.approx(coverage.acr(windows, T, model.cfg.w_min))
+    assert detail["acr_causal"] == pytest.approx(coverage.causal_coverage(windows, T))
+    assert sum(detail["window_frac"].values()) == pytest.approx(1.0)
+    assert detail["tokens_per_s"] > 0 and detail["elapsed_s"] > 0 and detail["peak_mem_mb"] > 0
+    assert validate_run(run) == []
+    rec = inference_record(load_run(run), model.cfg.windows)
+    assert rec["source"] == "inference"
+    assert rec["tokens_per_s"] == pytest.approx(detail["tokens_per_s"])
+    assert rec["elapsed_s"] == pytest.approx(detail["elapsed_s"])
+
+
+def test_reference_eval_lets_evaluation_change_routing(trained, tmp_path):
+    run, data = trained
+    out = tmp_path / "ref"
+    main(["evaluate", str(run), "--data", str(data), "--out", str(out), "--reference-eval", "--no-progress"])
+    (detail,) = _events(out, "inference")
+    assert detail["routing"] == "reference_eval"
+    frozen = tmp_path / "frozen"
+    main(["evaluate", str(run), "--data", str(data), "--out", str(frozen), "--no-progress"])
+    (kept,) = _events(frozen, "inference")
+    ckpt_windows = load_aah_checkpoint(run / "checkpoints" / "step-00000007.pt").model.current_windows()
+    assert kept["windows"] == ckpt_windows.tolist()
+    # the reference-eval pass re-decided routing on the evaluation text at every forward; the frozen one never
+    assert kept["routing_updates"] == 0
+    assert detail["routing_updates"] == detail["n_batches"] * 2  # two layers
+    manifest = load_run(frozen).manifest
+    assert manifest["evaluation_of"] == str(run)
+
+
+def test_evaluate_a_hugging_face_model_folder(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen3Config(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(tmp_path / "qwen")
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT[:400])
+    out = tmp_path / "out"
+    rc = main(
+        ["evaluate", str(tmp_path / "qwen"), "--data", str(data), "--out", str(out), "--regime", "full_attention"]
+        + ["--windows", "16,32", "--batch-size", "2", "--no-progress"]
+    )
+    assert rc == 0
+    (detail,) = _events(out, "inference")
+    blocks = cut_blocks(np.frombuffer(TEXT[:400].encode(), dtype=np.uint8).astype(np.int64), 32)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(blocks[:, :-1])).logits
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, 300), torch.from_numpy(blocks[:, 1:]).reshape(-1))
+    assert detail["val_loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert detail["acr"] == 1.0 and detail["window_frac"] == {"16": 0.0, "32": 1.0}
+    assert load_run(out).manifest["base_model"] == str(tmp_path / "qwen")
+
+
+def test_evaluate_errors_are_one_line(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--data", "x.txt", "--out", str(tmp_path / "o")]) == 2
+    assert "neither a run" in capsys.readouterr().err
