@@ -86,7 +86,7 @@ def load_for_evaluation(
     """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model."""
     from instrumentation.checkpoint import list_checkpoints
     from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
-    from instrumentation.retrofit.load import is_model_dir, load_hf_model, text_tokens
+    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
 
     source = Path(source)
     if list_checkpoints(source):
@@ -103,7 +103,7 @@ def load_for_evaluation(
         if not base:
             raise RunLogError(f"{source}: its manifest names no base_model; it was not written by aah-viz retrofit")
         step, path = _pick(list_adapters(source), checkpoint, "adapter", source)
-        model = load_hf_model(base, device)
+        model = load_causal_lm(base, device)
         handle = load_adapter(model, path)
         vocab = int(model.config.vocab_size)
         return Loaded(
@@ -117,7 +117,7 @@ def load_for_evaluation(
             {"base_model": str(base)},
         )
     if is_model_dir(source):
-        model = load_hf_model(source, device)
+        model = load_causal_lm(source, device)
         if adapter is not None:
             handle = load_adapter(model, adapter)
         else:

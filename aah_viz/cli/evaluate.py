@@ -96,7 +96,7 @@ def run(args) -> int:
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation.evaluation import evaluate, load_for_evaluation, summary_json, write_inference
+    from instrumentation import evaluate_loaded, inference_summary_json, load_for_evaluation, write_inference
 
     loaded = load_for_evaluation(
         args.source,
@@ -107,7 +107,7 @@ def run(args) -> int:
         adapter=args.adapter,
         device=args.device,
     )
-    detail = evaluate(
+    detail = evaluate_loaded(
         loaded,
         args.data,
         seq_len=args.seq_len,
@@ -118,7 +118,7 @@ def run(args) -> int:
     )
     out = write_inference(args.out, loaded, detail, overwrite=args.overwrite)
     if args.json:
-        print(summary_json(detail))
+        print(inference_summary_json(detail))
     else:
         print(f"inference event written to {out}: val_loss {detail['val_loss']:.4f}, ACR {detail['acr']:.3f}")
     return 0

@@ -21,7 +21,7 @@ def is_model_dir(path: str | Path) -> bool:
     return (Path(path) / "config.json").is_file()
 
 
-def load_hf_model(model_dir: str | Path, device: str = "cpu", dtype: str | None = None) -> torch.nn.Module:
+def load_causal_lm(model_dir: str | Path, device: str = "cpu", dtype: str | None = None) -> torch.nn.Module:
     """``AutoModelForCausalLM.from_pretrained`` on a local folder (no network), on ``device``."""
     model_dir = Path(model_dir)
     if not is_model_dir(model_dir):
