@@ -18,6 +18,10 @@ class RunLogError(AAHVizError):
     """A run directory that cannot be read: missing, corrupt, or of a newer schema."""
 
 
+class RunLockedError(RunLogError):
+    """A run directory that another live process is writing (one writer per run)."""
+
+
 class SchemaVersionError(RunLogError):
     """A run written by a newer major schema version than this reader understands."""
 

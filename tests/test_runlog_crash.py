@@ -57,7 +57,7 @@ def test_reader_follows_a_live_writer_process_and_resume_after_sigkill(tmp_path)
         seen = []
         deadline = time.monotonic() + 60
         while len(set(seen)) < 4 and time.monotonic() < deadline:
-            heads = run.table("heads")
+            heads = run.refresh().table("heads")
             steps = np.sort(heads["step"].unique())
             # only whole flushes are visible: steps 0..k with every (layer, head) present
             assert len(heads) == len(steps) * L * H
@@ -69,9 +69,13 @@ def test_reader_follows_a_live_writer_process_and_resume_after_sigkill(tmp_path)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         child.stdout.close()
-    assert validate_run(run_dir) == []
     run = load_run(run_dir)
     assert run.status == "running"
+    # valid as it stands, and reported as interrupted: no process holds the run any more
+    assert validate_run(run_dir) == [
+        f"interrupted: status is 'running' but no process is writing the run (it stopped after step "
+        f"{run.steps()[-1]}); resume it (aah-viz train --out {run_dir} --resume)"
+    ]
     steps = list(run.steps())
     last = steps[-1]
     assert steps == list(range(last + 1))

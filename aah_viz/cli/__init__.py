@@ -21,6 +21,7 @@ COMMANDS = [
     "train",
     "evaluate",
     "validate",
+    "compact",
     "probe",
     "compare",
     "dashboard",
@@ -28,7 +29,7 @@ COMMANDS = [
     "figure",
     "import_reference",
 ]
-BENCHES = ["routing", "attention", "step", "hooks", "dashboard"]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact"]
 
 
 def _load(module_name: str):

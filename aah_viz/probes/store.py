@@ -1,10 +1,11 @@
 """Write probe and comparison tables into an existing run directory.
 
-``RunWriter`` owns a run while it is being trained; probing happens later, on a finished (or
-running) run, so these tables are added as their own segments without reopening the writer:
-``<run>/<table>/part-probe-<n>.parquet``, each written atomically (temporary file, fsync,
-rename) in the contract's column types. Re-probing the same step replaces that step's earlier
-probe segments, after the new ones are safely on disk; nothing else in the run is touched.
+Probing happens on a finished (or interrupted) run, so these tables are added as their own
+segments without reopening the run writer: ``<run>/<table>/part-probe-<n>.parquet`` in the
+contract's column types, under the run's writer lock (a run still being trained is refused).
+Re-probing the same step replaces that step's earlier probe rows in one generation
+(``runlog.generations``): a reader sees the old rows or the new ones, never both; segments that
+also hold other steps are rewritten without that step. Nothing else in the run is touched.
 """
 
 from __future__ import annotations
@@ -17,24 +18,34 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import paths
-from aah_viz.runlog.writer import rows_to_arrow, write_segment
+from aah_viz.runlog import generations, paths
+from aah_viz.runlog.lock import WriterLock
+from aah_viz.runlog.writer import rows_to_arrow
 from aah_viz.schema import MANIFEST
 
 PROBE_SEGMENT = re.compile(r"^part-probe-(\d+)\.parquet$")
 
 
 def _next_number(directory: Path) -> int:
-    numbers = [int(m.group(1)) for p in directory.glob("part-probe-*.parquet") if (m := PROBE_SEGMENT.match(p.name))]
+    """After every probe segment on disk or in the generation record: names are never reused."""
+    names = [p.name for p in directory.glob("part-probe-*.parquet")] + sorted(generations.recorded_names(directory))
+    numbers = [int(m.group(1)) for name in names if (m := PROBE_SEGMENT.match(name))]
     return max(numbers, default=0) + 1
 
 
-def _steps_of(segment: Path) -> set:
+def _without_step(segment: Path, step: int):
+    """(holds ``step``, the segment's rows of other steps or None); unreadable segments are left alone."""
     try:
-        table = pq.read_table(segment, columns=["step"])
+        table = pq.read_table(segment)
     except Exception:  # noqa: BLE001 - an unreadable segment is left alone, never deleted here
-        return {None}
-    return set(pc.unique(table.column("step")).to_pylist())
+        return False, None
+    if "step" not in table.column_names:
+        return False, None
+    is_step = pc.equal(table.column("step"), int(step))
+    if not pc.any(is_step).as_py():
+        return False, None
+    rest = table.filter(pc.invert(is_step))
+    return True, (rest if rest.num_rows else None)
 
 
 def write_probe_tables(run_dir, tables: dict[str, pd.DataFrame], step: int) -> list[Path]:
@@ -49,14 +60,20 @@ def write_probe_tables(run_dir, tables: dict[str, pd.DataFrame], step: int) -> l
             continue
         arrow[name] = rows_to_arrow(name, frame)
     written = []
-    for name, table in arrow.items():
-        directory = run_dir / name
-        directory.mkdir(parents=True, exist_ok=True)
-        previous = [p for p in directory.glob("part-probe-*.parquet") if PROBE_SEGMENT.match(p.name)]
-        seg = write_segment(directory, f"part-probe-{_next_number(directory):06d}.parquet", table)
-        written.append(seg)
-        for old in previous:
-            if _steps_of(old) == {int(step)}:
-                old.unlink()
-        paths.fsync_dir(directory)
+    with WriterLock.acquire(run_dir, "writing probe tables"):
+        for name, table in arrow.items():
+            directory = run_dir / name
+            directory.mkdir(parents=True, exist_ok=True)
+            generations.finish(directory)
+            number = _next_number(directory)
+            new, replaces = [], []
+            for old in paths.list_segments(directory):
+                holds, rest = _without_step(old, step)
+                if holds:
+                    replaces.append(old.name)
+                    if rest is not None:  # the other steps' rows keep their place before the new ones
+                        new.append((f"part-probe-{number:06d}.parquet", [rest]))
+                        number += 1
+            new.append((f"part-probe-{number:06d}.parquet", [table]))
+            written += generations.replace_segments(directory, new, replaces)[-1:]
     return written

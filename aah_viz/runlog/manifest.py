@@ -202,8 +202,12 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
         raise RunLogError(
             f"{run_dir} is not a run directory: {path.name} is missing (was the run started with aah-viz train?)"
         ) from None
+    except UnicodeDecodeError as err:
+        raise RunLogError(
+            f"{path} is not UTF-8 text (byte {err.start} cannot be decoded); the run directory is damaged"
+        ) from None
     except OSError as err:
-        raise RunLogError(f"cannot read {path}: {err}") from None
+        raise RunLogError(f"cannot read {path}: {err.strerror or err}") from None
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as err:
@@ -235,26 +239,130 @@ def check_version(manifest: dict, where: str | os.PathLike) -> tuple[int, int]:
     return version
 
 
+# Ranges a manifest must keep: beyond them a page would allocate n_layer x n_head cells (or more)
+# for a number no model has. int16 layer/head columns, int8 window indices.
+LIMITS: dict[str, tuple[int, int]] = {
+    "seq_len": (1, 1 << 24),
+    "n_layer": (1, 1024),
+    "n_head": (1, 1024),
+    "max_depth": (0, 64),
+    "world_size": (1, 1 << 16),
+    "steps": (0, 10**12),
+    "last_step": (0, 10**12),
+}
+MAX_WINDOWS = 127  # window_idx is an int8
+MAX_WINDOW = (1 << 31) - 1  # window is an int32
+
+# optional fields: when present (and not null where null is allowed) they must have these types
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "preset": (str, type(None)),
+    "steps": (int, type(None)),
+    "last_step": (int, type(None)),
+    "data": (str, dict, type(None)),
+    "world_size": (int,),
+    "backend": (dict, type(None)),
+    "host": (dict,),
+    "finished_at": (str, type(None)),
+    "resumes": (list,),
+    "imported": (bool,),
+    "sources": (list,),
+    "reference": (dict,),
+    "compactions": (list,),
+    "train": (dict,),
+}
+# config keys the light side reads, by kind (other keys are the model's business)
+CONFIG_NUMBERS = ("w_min", "warmup_steps", "control_interval", "n_embd", "n_ff", "block_size", "vocab_size")
+CONFIG_STRINGS = ("preset", "regime", "window_ablation_mode", "attention_backend")
+CONFIG_BOOLS = ("enabled",)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    names = {int: "an integer", str: "a string", dict: "an object", list: "a list", bool: "true or false"}
+    return " or ".join(names.get(t, "null") for t in types)
+
+
 def manifest_problems(manifest: dict) -> list[str]:
-    """Missing or ill-typed manifest fields, one message each."""
+    """Missing, ill-typed or out-of-range manifest fields, one message each (naming the field)."""
     problems = []
     for field, (types, meaning) in REQUIRED_FIELDS.items():
         if field not in manifest:
             problems.append(f"manifest.json: missing field {field!r} ({meaning})")
             continue
-        value = manifest[field]
-        if isinstance(value, bool) or not isinstance(value, types):
-            problems.append(f"manifest.json: field {field!r} ({meaning}) has the wrong type: {value!r}")
+        if not _type_ok(manifest[field], types):
+            problems.append(
+                f"manifest.json: field {field!r} ({meaning}) must be {_type_names(types)}, "
+                f"got {_shown(manifest[field])}"
+            )
+    for field, types in OPTIONAL_FIELDS.items():
+        if field in manifest and not _type_ok(manifest[field], types):
+            problems.append(
+                f"manifest.json: field {field!r} must be {_type_names(types)}, got {_shown(manifest[field])}"
+            )
     status = manifest.get("status")
     if isinstance(status, str) and status not in STATUSES:
-        problems.append(f"manifest.json: status {status!r} is not one of {', '.join(STATUSES)}")
-    if isinstance(manifest.get("windows"), list):
-        try:
-            check_windows(manifest["windows"])
-        except RunLogError as err:
-            problems.append(f"manifest.json: {err}")
-    for field in ("seq_len", "n_layer", "n_head"):
+        problems.append(f"manifest.json: field 'status' is {_shown(status)}, not one of {', '.join(STATUSES)}")
+    windows = manifest.get("windows")
+    if isinstance(windows, list):
+        if not all(_is_int(w) for w in windows):
+            problems.append(f"manifest.json: field 'windows' must be a list of integers, got {_shown(windows)}")
+        elif len(windows) > MAX_WINDOWS or any(w > MAX_WINDOW for w in windows):
+            problems.append(
+                f"manifest.json: field 'windows' allows at most {MAX_WINDOWS} windows of at most {MAX_WINDOW} tokens"
+            )
+        else:
+            try:
+                check_windows(windows)
+            except RunLogError as err:
+                problems.append(f"manifest.json: {err}")
+    for field, (lo, hi) in LIMITS.items():
         value = manifest.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-            problems.append(f"manifest.json: field {field!r} must be > 0, got {value}")
+        if _is_int(value) and not lo <= value <= hi:
+            problems.append(f"manifest.json: field {field!r} must be in [{lo}, {hi}], got {value}")
+    problems += _config_problems(manifest.get("config"))
+    backend = manifest.get("backend")
+    if isinstance(backend, dict) and not all(v is None or isinstance(v, str) for v in backend.values()):
+        problems.append(f"manifest.json: field 'backend' must map names to strings or null, got {_shown(backend)}")
     return problems
+
+
+def _config_problems(config: Any) -> list[str]:
+    if not isinstance(config, dict):
+        return []
+    problems = []
+    for key in CONFIG_NUMBERS:
+        value = config.get(key)
+        if value is not None and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        ):
+            problems.append(f"manifest.json: field 'config.{key}' must be a number >= 0, got {_shown(value)}")
+    for key in CONFIG_STRINGS:
+        if config.get(key) is not None and not isinstance(config[key], str):
+            problems.append(f"manifest.json: field 'config.{key}' must be a string, got {_shown(config[key])}")
+    for key in CONFIG_BOOLS:
+        if config.get(key) is not None and not isinstance(config[key], bool):
+            problems.append(f"manifest.json: field 'config.{key}' must be true or false, got {_shown(config[key])}")
+    return problems
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_manifest(manifest: dict, where: str | os.PathLike) -> None:
+    """Raise :class:`RunLogError` naming the first bad field of a manifest ``validate`` would reject."""
+    problems = manifest_problems(manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems: aah-viz validate lists them)" if len(problems) > 1 else ""
+        first = problems[0].removeprefix("manifest.json: ")
+        raise RunLogError(f"run {where} cannot be opened: its manifest.json {first}{more}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 
 from aah_viz.errors import RunLogError, UnsafePathError
@@ -41,7 +42,8 @@ def segment_name(session: str, seq: int) -> str:
 
 
 def temp_name(final_name: str) -> str:
-    return f".{final_name}{TEMP_SUFFIX}"
+    """A hidden temporary name for ``final_name`` that no other process or thread will pick."""
+    return f".{final_name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
 
 
 def quarantine_name(final_name: str) -> str:
@@ -77,12 +79,13 @@ def list_stray_files(directory: str | os.PathLike) -> list[Path]:
         return []
 
 
-def list_temp_files(directory: str | os.PathLike) -> list[Path]:
+def list_temp_files(directory: str | os.PathLike, prefix: str = TEMP_PREFIX) -> list[Path]:
+    """Temporary files a writer left behind (``.part-*.tmp``; ``prefix`` picks others, e.g. the manifest's)."""
     try:
         return sorted(
             Path(directory) / e.name
             for e in os.scandir(directory)
-            if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)
+            if e.name.startswith(prefix) and e.name.endswith(TEMP_SUFFIX)
         )
     except (FileNotFoundError, NotADirectoryError):
         return []
@@ -137,16 +140,22 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
     """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}{TEMP_SUFFIX}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    tmp = path.with_name(temp_name(path.name))
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_dir(path.parent)
 
 
 def _is_within(path: Path, root: Path) -> bool:

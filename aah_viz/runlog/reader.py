@@ -1,9 +1,13 @@
 """``load_run`` and ``Run``: read a run directory, also while it is still being written.
 
-Segments are found by listing the table folder at every read (so new segments of a live run
-appear), checked by their Parquet footer (cached by size and mtime), and read together through
-``pyarrow.dataset`` with column projection and filters. A segment that cannot be read is
-skipped with a warning naming the file; it never stops the others from being read.
+A ``Run`` is a snapshot: each table folder is listed once per load (at its first read; ``refresh``
+lists again, so a live run's new segments appear), honouring the folder's generation record so
+that a compaction running meanwhile shows the old segments or the new ones, never both. Segments
+are checked by their Parquet footer (cached by size and mtime) and read together through
+``pyarrow.dataset`` with column projection and filters. A segment that cannot be read is skipped
+with a warning naming the file; it never stops the others from being read. A segment that
+vanishes between the listing and the read (a compaction or a resume finished) makes the read
+list the folder again.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import paths
-from aah_viz.runlog.manifest import check_version, read_manifest
+from aah_viz.runlog import generations, paths
+from aah_viz.runlog.manifest import check_manifest, check_version, read_manifest
 from aah_viz.runlog.writer import column_type, table_schema
 from aah_viz.schema import SCHEMA_VERSION, parse_version
 
@@ -36,6 +40,7 @@ class Run:
         self.schema_version = version
         self.warnings: list[str] = []
         self._footers: dict[str, tuple[int, int, pa.Schema | None]] = {}
+        self._listing: dict[str, list[Path]] = {}
         ours = parse_version(SCHEMA_VERSION)
         if version[1] > ours[1]:
             self._warn(
@@ -89,11 +94,13 @@ class Run:
 
     # ------------------------------------------------------------------ listing
     def refresh(self) -> Run:
-        """Re-read the manifest (status, last_step) and forget cached segment footers."""
+        """Re-read the manifest (status, last_step), list the table folders again (new segments of a
+        live run appear) and forget cached segment footers."""
         manifest = read_manifest(self.path)
         self.schema_version = check_version(manifest, self.path)
         self.manifest = manifest
         self._footers.clear()
+        self._listing.clear()
         return self
 
     def tables(self) -> list[str]:
@@ -108,11 +115,20 @@ class Run:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    def _listed(self, name: str) -> list[Path]:
+        """The table's segments of this snapshot (listed once, until ``refresh``)."""
+        if name not in self._listing:
+            segments, warning = generations.visible_segments(paths.table_dir(self.path, name))
+            if warning:
+                self._warn(warning)
+            self._listing[name] = segments
+        return self._listing[name]
+
     def _footer(self, seg: Path) -> pa.Schema | None:
         try:
             st = seg.stat()
         except FileNotFoundError:
-            return None
+            raise _Vanished from None
         key = str(seg)
         cached = self._footers.get(key)
         if cached is not None and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
@@ -126,9 +142,8 @@ class Run:
         return schema
 
     def _good_segments(self, name: str) -> list[tuple[Path, pa.Schema]]:
-        directory = paths.table_dir(self.path, name)
         out = []
-        for seg in paths.list_segments(directory):
+        for seg in self._listed(name):
             schema = self._footer(seg)
             if schema is not None:
                 out.append((seg, schema))
@@ -167,6 +182,17 @@ class Run:
     # ------------------------------------------------------------------ reading
     def arrow_table(self, name: str, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
         """Like :meth:`table`, as a pyarrow Table."""
+        for _ in range(READ_ATTEMPTS):
+            try:
+                return self._arrow_table(name, columns, filters)
+            except _Vanished:
+                self._listing.pop(name, None)  # a segment went away: take a new listing
+        raise RunLogError(
+            f"table {name!r} of run {self.path} kept changing while it was read (compactions or resumes "
+            f"running); read it again"
+        )
+
+    def _arrow_table(self, name: str, columns: Sequence[str] | None, filters: Any) -> pa.Table:
         base = table_schema(name, self.max_depth)
         good, unified = self._unify(self._good_segments(name))
         for field in base:
@@ -211,9 +237,9 @@ class Run:
         for seg in segs:
             try:
                 parts.append(self._scan([seg], schema, columns, expression))
-            except FileNotFoundError:
-                continue  # removed while we read (a resume rewrote the run): nothing to report
             except (OSError, pa.ArrowException) as err:
+                if not seg.exists():
+                    raise _Vanished from None  # removed after the listing (compaction, resume)
                 self._mark_bad(seg, err)
         if not parts:
             return _empty(schema, columns)
@@ -238,6 +264,13 @@ class Run:
     def events(self, kind: str | None = None) -> pd.DataFrame:
         """The events table, optionally of one kind."""
         return self.table("events", filters=None if kind is None else [("kind", "==", kind)])
+
+
+READ_ATTEMPTS = 5
+
+
+class _Vanished(Exception):
+    """A listed segment is gone: the snapshot is stale."""
 
 
 def _empty(schema: pa.Schema, columns: list[str]) -> pa.Table:
@@ -275,11 +308,50 @@ def _short(err: Exception) -> str:
 
 
 def load_run(path: str | os.PathLike | Run) -> Run:
-    """Open a run directory. Raises :class:`RunLogError` (no or unreadable manifest) or
+    """Open a run directory. Raises :class:`RunLogError` (no, unreadable or invalid manifest, or a
+    manifest whose layer and head counts contradict the ``heads`` table) or
     :class:`SchemaVersionError` (written by a newer major schema)."""
     if isinstance(path, Run):
         return path
     path = Path(path)
     manifest = read_manifest(path)
     version = check_version(manifest, path)
-    return Run(path, manifest, version)
+    check_manifest(manifest, path)
+    run = Run(path, manifest, version)
+    check_shape(run)
+    return run
+
+
+def heads_extent(segment: Path) -> dict[str, int] | None:
+    """Largest ``layer`` and ``head`` in one heads segment, from its footer statistics (no data read)."""
+    try:
+        meta = pq.read_metadata(segment)
+    except Exception:  # noqa: BLE001 - unreadable: the reader skips it with a warning later
+        return None
+    found: dict[str, int] = {}
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(group.num_columns):
+            column = group.column(j)
+            stats = column.statistics
+            if column.path_in_schema in ("layer", "head") and stats is not None and stats.has_min_max:
+                found[column.path_in_schema] = max(found.get(column.path_in_schema, -1), int(stats.max))
+    return found
+
+
+def check_shape(run: Run) -> None:
+    """The manifest's ``n_layer`` and ``n_head`` against the first and last ``heads`` segments'
+    footers (cheap: no rows are read; ``validate`` checks every row)."""
+    segments = run._listed("heads")
+    if not segments:
+        return
+    seen: dict[str, int] = {}
+    for seg in {segments[0], segments[-1]}:
+        for column, largest in (heads_extent(seg) or {}).items():
+            seen[column] = max(seen.get(column, -1), largest)
+    for field, column in (("n_layer", "layer"), ("n_head", "head")):
+        if column in seen and seen[column] + 1 != run.manifest[field]:
+            raise RunLogError(
+                f"run {run.path} cannot be opened: its manifest.json field {field!r} is {run.manifest[field]} "
+                f"but the heads table has {column}s 0..{seen[column]}; the manifest does not describe this run"
+            )

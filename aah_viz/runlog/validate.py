@@ -1,11 +1,14 @@
 """``validate_run``: everything that can be wrong with a run directory, one message per problem.
 
-Checks: the manifest (fields, types, schema version); every segment readable; required columns
-and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
-stray files that would break ``pd.read_parquet(folder)``; value ranges (layer, head, window
-index, window = windows[window_idx], branch fractions); duplicated keys in ``heads``,
-``branch`` and ``scalars``; ``events.detail`` as JSON objects; and ACR scalars against what the
-``heads`` table implies (method section 11.1).
+Checks: the manifest (fields, types, ranges, schema version); every segment readable; required
+columns and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
+stray files that would break ``pd.read_parquet(folder)``; segments set aside as unreadable and
+half-done segment swaps; value ranges (layer, head, window index, window = windows[window_idx],
+branch fractions) and the manifest's layer and head counts against ``heads``; duplicated keys in
+``heads``, ``branch`` and ``scalars``; missing steps, steps beyond the planned ones and empty
+tables of a finished run; a ``running`` run that no live writer holds (interrupted);
+``events.detail`` as JSON objects; and ACR scalars against what the ``heads`` table implies
+(method section 11.1).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import paths
+from aah_viz.runlog import generations, lock, paths
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
 from aah_viz.runlog.writer import GROUP_COLUMN_RE
-from aah_viz.schema import ALL_TABLES
+from aah_viz.schema import ALL_TABLES, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
 MAX_EXAMPLES = 3
@@ -72,8 +75,87 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
         problems += table_problems
         if frame is not None:
             kept[table] = frame
+    problems += _set_aside(run_dir, manifest)
     problems += _check_values(manifest, kept)
+    problems += _check_completeness(run_dir, manifest, kept)
     return problems
+
+
+def _set_aside(run_dir: Path, manifest: dict) -> list[str]:
+    """Segments set aside as unreadable (by a resume): their rows are lost."""
+    names = set()
+    for table in paths.list_table_dirs(run_dir):
+        for entry in os.scandir(run_dir / table):
+            if entry.name.startswith("_") and entry.name.endswith(paths.QUARANTINE_SUFFIX):
+                names.add(f"{table}/{entry.name[1 : -len(paths.QUARANTINE_SUFFIX)]}")
+    resumes = manifest.get("resumes") if isinstance(manifest.get("resumes"), list) else []
+    for resume in resumes:
+        if isinstance(resume, dict) and isinstance(resume.get("set_aside"), list):
+            names.update(str(n) for n in resume["set_aside"])
+    return [
+        f"{name}: segment set aside as unreadable (kept as _{Path(name).name}{paths.QUARANTINE_SUFFIX}); "
+        f"its rows are lost"
+        for name in sorted(names)
+    ]
+
+
+def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Missing steps, steps past the plan, empty tables of a finished run, interrupted runs."""
+    status = manifest.get("status")
+    if status == STATUS_IMPORTED or manifest.get("imported"):
+        return []  # published tables: the steps are the ones the paper reports
+    problems = []
+    if status == STATUS_RUNNING:
+        if lock.holder(run_dir) is None:
+            last = _last(tables)
+            problems.append(
+                "interrupted: status is 'running' but no process is writing the run "
+                f"(it stopped after step {last}); resume it (aah-viz train --out {run_dir} --resume)"
+            )
+    heads, scalars = tables.get("heads"), tables.get("scalars")
+    if status == STATUS_FINISHED:
+        if not any(len(frame) for frame in tables.values()):
+            problems.append("the run is finished but every table is empty: nothing was recorded")
+        elif heads is None or not len(heads):
+            problems.append("heads: the run is finished but the table has no rows")
+    source = heads if heads is not None and len(heads) else scalars
+    if source is None or not len(source):
+        return problems
+    steps = np.unique(source["step"].dropna().to_numpy(dtype=np.int64))
+    planned = manifest.get("steps") if isinstance(manifest.get("steps"), int) else None
+    end = steps[-1]
+    if status == STATUS_FINISHED and planned is not None and planned > 0:
+        end = max(end, planned - 1)
+    missing = np.setdiff1d(np.arange(0, end + 1), steps)
+    if len(missing):
+        name = "heads" if source is heads else "scalars"
+        problems.append(f"{name}: {len(missing)} step{'s' if len(missing) > 1 else ''} missing: {_ranges(missing)}")
+    if planned is not None and steps[-1] >= planned:
+        problems.append(
+            f"heads: rows up to step {steps[-1]} but the manifest plans {planned} steps (0..{planned - 1}); "
+            "the manifest does not describe these rows"
+        )
+    return problems
+
+
+def _last(tables: dict[str, pd.DataFrame]):
+    for name in ("heads", "scalars"):
+        frame = tables.get(name)
+        if frame is not None and len(frame):
+            return int(frame["step"].max())
+    return "none"
+
+
+def _ranges(values: np.ndarray, shown: int = 5) -> str:
+    """``10-14, 20, 31-33`` for sorted integers (the first ``shown`` runs, then a count)."""
+    runs, start = [], values[0]
+    for prev, cur in zip(values, values[1:]):
+        if cur != prev + 1:
+            runs.append((start, prev))
+            start = cur
+    runs.append((start, values[-1]))
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:shown])
+    return text + (f" and {len(runs) - shown} more ranges" if len(runs) > shown else "")
 
 
 _KEEP_COLUMNS = {
@@ -97,9 +179,19 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
     if table == "heads":
         for level in range(max_depth):
             required[f"group_l{level}"] = pa.int16()
+    segments, warning = generations.visible_segments(directory)
+    if warning:
+        problems.append(warning)
+    stale, orphans = generations.unfinished(directory)
+    if stale or orphans:
+        problems.append(
+            f"{table}: a segment swap (compaction or re-probe) was interrupted: {len(stale) + len(orphans)} "
+            f"files pandas would read twice ({', '.join((stale + orphans)[:MAX_EXAMPLES])}); "
+            f"aah-viz compact finishes it"
+        )
     keep = _KEEP_COLUMNS.get(table, [])
     parts, names = [], []
-    for seg in paths.list_segments(directory):
+    for seg in segments:
         where = f"{table}/{seg.name}"
         try:
             data = pq.read_table(seg)
@@ -168,6 +260,12 @@ def _check_heads(heads: pd.DataFrame, n_layer, n_head, windows) -> list[str]:
         problems += _range(heads, "layer", 0, n_layer - 1, "heads")
     if isinstance(n_head, int):
         problems += _range(heads, "head", 0, n_head - 1, "heads")
+    for field, column, declared in (("n_layer", "layer", n_layer), ("n_head", "head", n_head)):
+        present = heads[column].dropna().nunique()
+        if isinstance(declared, int) and present != declared:
+            problems.append(
+                f"manifest.json: field {field!r} is {declared} but the heads table has {present} distinct {column}s"
+            )
     problems += _duplicates(heads, ["step", "layer", "head"], "heads")
     if windows:
         problems += _range(heads, "window_idx", 0, len(windows) - 1, "heads")

@@ -21,14 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import paths
+from aah_viz.runlog import generations, paths
+from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
+from aah_viz.runlog.segment_io import write_segment
 from aah_viz.runlog.summaries import MANIFEST_FLAG, UpdateSummarizer, margin_summary
 from aah_viz.schema import ALL_TABLES, MANIFEST, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 GROUP_COLUMN_RE = re.compile(r"^group_l(\d+)$")
 GROUP_TYPE = pa.int16()
-COMPRESSION = "zstd"
 
 
 def column_type(table: str, column: str) -> pa.DataType | None:
@@ -160,47 +161,29 @@ def rows_to_arrow(table: str, rows: Any, max_depth: int = 0, remembered: dict | 
     return pa.table(ordered)
 
 
-def _dictionary_columns(schema: pa.Schema) -> list[str]:
-    """Dictionary-encode repetitive columns (ids, names, flags); floats and float lists are
-    mostly distinct values, where dictionary encoding costs time and saves nothing."""
-    keep = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_boolean)
-    return [f.name for f in schema if any(test(f.type) for test in keep)]
-
-
-def write_segment(directory: Path, name: str, table: pa.Table, *, durable: bool = True) -> Path:
-    """Write one segment atomically (temp file, fsync, rename, fsync of the folder).
-
-    ``durable=False`` skips the fsyncs (still atomic for readers, not across a power loss)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / name
-    tmp = directory / paths.temp_name(name)
-    try:
-        with open(tmp, "wb") as fh:
-            pq.write_table(
-                table, fh, compression=COMPRESSION, use_dictionary=_dictionary_columns(table.schema) or False
-            )
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        paths.fsync_dir(directory)
-    return final
-
-
-def _new_session(run_dir: Path) -> str:
-    """A session id that sorts after every earlier one of this run (time in ns, bumped past existing)."""
+def new_session(run_dir: Path) -> str:
+    """A session id that sorts after every earlier one of this run (time in ns, bumped past every
+    segment name on disk or in a generation record, so no name is ever reused)."""
     session = time.time_ns()
     existing = 0
     for table in paths.list_table_dirs(run_dir):
-        for seg in paths.list_segments(run_dir / table):
-            match = paths.SEGMENT_RE.match(seg.name)
+        names = [seg.name for seg in paths.list_segments(run_dir / table)]
+        for name in names + sorted(generations.recorded_names(run_dir / table)):
+            match = paths.SEGMENT_RE.match(name)
             if match and match["session"].isdigit():
                 existing = max(existing, int(match["session"]))
     return f"{max(session, existing + 1):020d}"
+
+
+def _clean_leftovers(run_dir: Path) -> None:
+    """What a dead writer may have left (the caller holds the lock): temporary files, half-done swaps."""
+    for tmp in paths.list_temp_files(run_dir, prefix="."):
+        tmp.unlink(missing_ok=True)
+    for table in paths.list_table_dirs(run_dir):
+        directory = run_dir / table
+        for tmp in paths.list_temp_files(directory):
+            tmp.unlink(missing_ok=True)
+        generations.finish(directory)
 
 
 class RunWriter:
@@ -211,12 +194,15 @@ class RunWriter:
     manifest_interval_s: float = 1.0  # rewrite the manifest's last_step at most this often while flushing
     durable: bool = True  # fsync segments and folders; False only for data that can be regenerated
 
-    def __init__(self, run_dir: Path, manifest: dict, *, _token: object = None):
+    compact_on_close: int | None = None  # compact tables of more segments than this when the run finishes
+
+    def __init__(self, run_dir: Path, manifest: dict, *, _token: object = None, _lock: WriterLock | None = None):
         if _token is not _CONSTRUCT:
             raise TypeError("use RunWriter.create(run_dir, manifest) or RunWriter.resume(run_dir, ...)")
         self.path = Path(run_dir)
         self.manifest = manifest
-        self.session = _new_session(self.path)
+        self._lock = _lock
+        self.session = new_session(self.path)
         self._seq = 0
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered_rows: dict[str, int] = {}
@@ -234,29 +220,33 @@ class RunWriter:
     # ------------------------------------------------------------------ opening
     @classmethod
     def create(cls, run_dir: str | os.PathLike, manifest: dict, *, overwrite: bool = False) -> RunWriter:
-        """Start a new run in ``run_dir`` (created). Refuses an existing run unless ``overwrite``."""
+        """Start a new run in ``run_dir`` (created). Refuses an existing run unless ``overwrite``, and
+        a run another live process is writing (:class:`~aah_viz.errors.RunLockedError`)."""
         run_dir = Path(run_dir)
         if not isinstance(manifest, dict) or "schema_version" not in manifest:
             raise RunLogError("RunWriter.create needs a manifest from aah_viz.runlog.make_manifest(...)")
         if run_dir.exists() and not run_dir.is_dir():
             raise RunLogError(f"{run_dir} exists and is not a folder; choose another --out")
-        has_segments = run_dir.is_dir() and any(
-            paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir)
-        )
-        if (run_dir / MANIFEST).exists() or has_segments:
-            if not overwrite:
-                raise RunLogError(
-                    f"{run_dir} already holds a run; choose another output folder, resume it, "
-                    f"or pass overwrite=True (--overwrite) to replace it"
-                )
-            _remove_run_contents(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = dict(manifest)
-        manifest["status"] = STATUS_RUNNING
-        manifest.setdefault("last_step", None)
-        manifest.setdefault(MANIFEST_FLAG, True)  # a new run gets per-update summaries from its first step
-        write_manifest(run_dir, manifest)
-        return cls(run_dir, manifest, _token=_CONSTRUCT)
+        lock = WriterLock.acquire(run_dir, "writing a new run")
+        try:
+            has_segments = any(paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir))
+            if (run_dir / MANIFEST).exists() or has_segments:
+                if not overwrite:
+                    raise RunLogError(
+                        f"{run_dir} already holds a run; choose another output folder, resume it, "
+                        f"or pass overwrite=True (--overwrite) to replace it"
+                    )
+                _remove_run_contents(run_dir)
+            _clean_leftovers(run_dir)
+            manifest = dict(manifest)
+            manifest["status"] = STATUS_RUNNING
+            manifest.setdefault("last_step", None)
+            manifest.setdefault(MANIFEST_FLAG, True)  # a new run gets per-update summaries from its first step
+            write_manifest(run_dir, manifest)
+            return cls(run_dir, manifest, _token=_CONSTRUCT, _lock=lock)
+        except BaseException:
+            lock.release()
+            raise
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, keep_through_step: int | None = None) -> RunWriter:
@@ -269,12 +259,21 @@ class RunWriter:
         run_dir = Path(run_dir)
         manifest = read_manifest(run_dir)
         check_version(manifest, run_dir)
+        lock = WriterLock.acquire(run_dir, "resuming the run")
+        try:
+            return cls._resume_locked(run_dir, keep_through_step, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _resume_locked(cls, run_dir: Path, keep_through_step: int | None, lock: WriterLock) -> RunWriter:
+        manifest = read_manifest(run_dir)  # again: the last writer may have changed it before we got the lock
+        _clean_leftovers(run_dir)
         dropped, set_aside = {}, []
         max_kept = None
         for table in paths.list_table_dirs(run_dir):
             directory = run_dir / table
-            for tmp in paths.list_temp_files(directory):
-                tmp.unlink(missing_ok=True)
             for seg in paths.list_segments(directory):
                 try:
                     data = pq.read_table(seg)
@@ -306,7 +305,7 @@ class RunWriter:
             {"at": utc_now(), "keep_through_step": keep_through_step, "dropped_rows": dropped, "set_aside": set_aside}
         ]
         write_manifest(run_dir, manifest)
-        writer = cls(run_dir, manifest, _token=_CONSTRUCT)
+        writer = cls(run_dir, manifest, _token=_CONSTRUCT, _lock=lock)
         if writer._summarizer is not None:
             writer._summarizer.prime(run_dir)
         step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
@@ -412,19 +411,29 @@ class RunWriter:
         write_manifest(self.path, self.manifest)
 
     def close(self, status: str = STATUS_FINISHED) -> None:
-        """Flush, set ``status`` and ``finished_at``, rewrite the manifest. Closing twice is harmless."""
+        """Flush, set ``status`` and ``finished_at``, rewrite the manifest, release the run's lock.
+
+        A finished run is compacted first when ``compact_on_close`` is set. Closing twice is harmless."""
         if self.closed:
             return
         if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_RUNNING, STATUS_IMPORTED):
             raise RunLogError(f"close status must be finished, failed or imported, got {status!r}")
         try:
             self.flush()
+            if status == STATUS_FINISHED and self.compact_on_close is not None:
+                from aah_viz.runlog.compact import compact_locked
+
+                compact_locked(self.path, min_segments=self.compact_on_close + 1, durable=self.durable)
         finally:
-            self.manifest["status"] = status
-            self.manifest["finished_at"] = utc_now()
-            self.manifest["last_step"] = self._max_step
-            write_manifest(self.path, self.manifest)
-            self.closed = True
+            try:
+                self.manifest["status"] = status
+                self.manifest["finished_at"] = utc_now()
+                self.manifest["last_step"] = self._max_step
+                write_manifest(self.path, self.manifest)
+                self.closed = True
+            finally:
+                if self._lock is not None:
+                    self._lock.release()
 
     def __enter__(self) -> RunWriter:
         return self
@@ -457,7 +466,10 @@ def _remove_run_contents(run_dir: Path) -> None:
         for entry in os.scandir(directory):
             name = entry.name
             if entry.is_file() and (
-                name.endswith(".parquet") or name.endswith(paths.TEMP_SUFFIX) or name.endswith(paths.QUARANTINE_SUFFIX)
+                name.endswith(".parquet")
+                or name.endswith(paths.TEMP_SUFFIX)
+                or name.endswith(paths.QUARANTINE_SUFFIX)
+                or name == generations.RECORD
             ):
                 os.unlink(directory / name)
         try:

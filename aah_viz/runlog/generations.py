@@ -1,0 +1,162 @@
+"""Replacing some segments of a table by others so that a reader sees the old set or the new one.
+
+Compaction (many segments merged into a few) and re-probing (a step's probe rows replaced) swap
+one set of segment files for another. Renames and deletions of several files are not atomic as
+a group, so each swap is a **generation**, recorded in the table folder's hidden
+``_generations.json`` before any new segment becomes visible:
+
+1. the new segments are written under hidden temporary names and fsynced;
+2. the record gains ``{"added": [new names], "replaces": [old names]}`` (atomic rewrite);
+3. the new segments are renamed to their real names;
+4. the replaced segments are deleted.
+
+A reader lists the folder once, *then* reads the record, and for each generation: if every
+``added`` segment is in its listing, the ``replaces`` segments are hidden (the swap happened,
+possibly with old files not yet deleted); otherwise the ``added`` ones are hidden (the swap had
+not happened when the folder was listed). Reading the record after the listing makes this safe:
+a new segment in the listing implies step 2 was done before the record was read. A writer that
+dies mid-swap leaves a state that ``finish`` completes (all renames done: delete the old files)
+or rolls back (delete the new ones); every writer calls it under the run's lock before writing.
+
+pandas, pyarrow and DuckDB reading a folder directly do not know the record: during step 4 of a
+swap (or after a writer died there) they may see both sets. ``aah-viz validate`` reports such a
+folder and ``aah-viz compact`` finishes the swap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from aah_viz.runlog import paths
+from aah_viz.runlog.segment_io import write_temp
+
+RECORD = "_generations.json"
+KEEP = 8  # generations remembered: a reader whose listing is older than 8 swaps could see duplicates
+
+
+def read_record(directory: str | os.PathLike) -> tuple[list[dict], str | None]:
+    """(generations, warning): the folder's swaps, oldest first; a damaged record gives a warning."""
+    path = Path(directory) / RECORD
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return [], None
+    except (OSError, ValueError) as err:
+        return [], f"{Path(directory).name}/{RECORD} cannot be read ({type(err).__name__}); segments may repeat"
+    gens = data.get("generations") if isinstance(data, dict) else None
+    if not isinstance(gens, list) or not all(_well_formed(g) for g in gens):
+        return [], f"{Path(directory).name}/{RECORD} is not a generation record; segments may repeat"
+    return gens, None
+
+
+def _well_formed(gen) -> bool:
+    return isinstance(gen, dict) and all(
+        isinstance(gen.get(k), list) and all(isinstance(n, str) for n in gen[k]) for k in ("added", "replaces")
+    )
+
+
+def hidden_names(listed: set[str], generations: list[dict]) -> set[str]:
+    """Names a reader must skip, given the segment names of one listing (see the module docstring)."""
+    hidden: set[str] = set()
+    for gen in generations:
+        if all(name in listed for name in gen["added"]):
+            hidden.update(gen["replaces"])
+        else:
+            hidden.update(gen["added"])
+    return hidden
+
+
+def visible_segments(directory: str | os.PathLike) -> tuple[list[Path], str | None]:
+    """The table's segments in write order, as one consistent set; (segments, warning or None)."""
+    listed = paths.list_segments(directory)  # the listing first, then the record
+    generations, warning = read_record(directory)
+    if not generations:
+        return listed, warning
+    hidden = hidden_names({p.name for p in listed}, generations)
+    return [p for p in listed if p.name not in hidden], warning
+
+
+def _write_record(directory: Path, generations: list[dict], durable: bool) -> None:
+    data = json.dumps({"generations": generations[-KEEP:]}, indent=1).encode() + b"\n"
+    paths.atomic_write_bytes(directory / RECORD, data, durable=durable)
+
+
+def replace_segments(
+    directory: str | os.PathLike,
+    new: list[tuple[str, list[pa.Table]]],
+    replaces: list[str],
+    *,
+    durable: bool = True,
+    row_group_rows: int | None = None,
+) -> list[Path]:
+    """Swap the segments named ``replaces`` for ``new`` ((name, tables) pairs) as one generation.
+
+    The caller holds the run's writer lock. A reader sees the old set or the new set, never both
+    or neither; a crash at any point leaves a state that :func:`finish` completes or undoes."""
+    directory = Path(directory)
+    temps = []
+    try:
+        for name, tables in new:
+            temps.append((write_temp(directory, name, tables, durable=durable, row_group_rows=row_group_rows), name))
+    except BaseException:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+        raise
+    generations, _ = read_record(directory)
+    generations.append({"added": [name for name, _ in new], "replaces": list(replaces)})
+    _write_record(directory, generations, durable)
+    for tmp, name in temps:
+        os.replace(tmp, directory / name)
+    if durable:
+        paths.fsync_dir(directory)
+    for name in replaces:
+        (directory / name).unlink(missing_ok=True)
+    if durable:
+        paths.fsync_dir(directory)
+    return [directory / name for name, _ in new]
+
+
+def unfinished(directory: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(old segments a finished swap has not deleted yet, new segments of a swap that never finished)."""
+    listed = {p.name for p in paths.list_segments(directory)}
+    generations, _ = read_record(directory)
+    stale, orphans = [], []
+    for gen in generations:
+        if all(name in listed for name in gen["added"]):
+            stale += [n for n in gen["replaces"] if n in listed]
+        else:
+            orphans += [n for n in gen["added"] if n in listed]
+    return sorted(set(stale)), sorted(set(orphans))
+
+
+def finish(directory: str | os.PathLike, durable: bool = True) -> tuple[list[str], list[str]]:
+    """Complete or undo a swap that a dead writer left half done (caller holds the lock).
+
+    Swaps happen one at a time under the lock, so only the newest generation can be unfinished:
+    if not all its new segments were renamed, they are deleted and the generation forgotten;
+    old segments of finished swaps that are still there are deleted.
+    Returns (deleted old segments, deleted new segments of an undone swap)."""
+    directory = Path(directory)
+    generations, _ = read_record(directory)
+    orphans: list[str] = []
+    if generations and not all((directory / n).exists() for n in generations[-1]["added"]):
+        orphans = [n for n in generations.pop()["added"] if (directory / n).exists()]
+        for name in orphans:
+            (directory / name).unlink()
+        _write_record(directory, generations, durable)
+    stale, _ = unfinished(directory)
+    for name in stale:
+        (directory / name).unlink(missing_ok=True)
+    if (stale or orphans) and durable:
+        paths.fsync_dir(directory)
+    return stale, orphans
+
+
+def recorded_names(directory: str | os.PathLike) -> set[str]:
+    """Every segment name the record mentions: a new segment must not reuse one."""
+    generations, _ = read_record(directory)
+    return {name for gen in generations for key in ("added", "replaces") for name in gen[key]}
