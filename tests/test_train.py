@@ -200,7 +200,8 @@ def test_sigkill_mid_run_leaves_a_valid_run_that_resumes_exactly(tmp_path):
         timeout=600,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert validate_run(out) == []  # the killed run is valid as it stands
+    # the killed run's rows are sound; the only report is that no writer holds it any more
+    assert [p.split(":")[0] for p in validate_run(out)] == ["interrupted"]
     assert read_manifest(out)["status"] == "running"
     ck_step = ckpt.latest_checkpoint(out)[0]
     assert ck_step == 7
