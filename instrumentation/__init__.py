@@ -34,6 +34,8 @@ _EXPORTS = {
     "evaluate_loaded": "instrumentation.evaluation:evaluate",
     "write_inference": "instrumentation.evaluation",
     "inference_summary_json": "instrumentation.evaluation:summary_json",
+    "RetrofitConfig": "instrumentation.retrofit.adapt",
+    "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
     "bench_attention": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",
     "bench_routing": "instrumentation.bench",

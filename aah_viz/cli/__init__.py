@@ -20,6 +20,7 @@ COMMANDS = [
     "conformance",
     "train",
     "evaluate",
+    "retrofit",
     "validate",
     "compact",
     "probe",

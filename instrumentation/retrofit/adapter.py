@@ -40,14 +40,24 @@ def _split_state(layer: nn.Module, prefix: str, tensors: dict, plain: dict) -> N
             tensors[f"{prefix}{name}"] = value.detach().cpu().contiguous().clone()
 
 
-def save_adapter(handle: RetrofitHandle, path: str | Path, **metadata: Any) -> Path:
-    """Write ``handle``'s AAH parameters, routing state and config to ``path`` (atomically)."""
+def save_adapter(
+    handle: RetrofitHandle, path: str | Path, *, base_parameters: list[str] | None = None, **metadata: Any
+) -> Path:
+    """Write ``handle``'s AAH parameters, routing state and config to ``path`` (atomically).
+
+    ``base_parameters`` names parameters of the base model that adaptation trained too (the output
+    head with ``--train aah+head``); they are stored as ``model.<name>`` and loaded back with the rest.
+    """
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
     plain: dict[str, Any] = {}
     for i, layer in enumerate(handle.attention_layers()):
         _split_state(layer, f"layers.{i}.", tensors, plain)
+    if base_parameters:
+        named = dict(handle.model.named_parameters())
+        for name in base_parameters:
+            tensors[f"model.{name}"] = named[name].detach().cpu().contiguous().clone()
     meta = {
         "format": FORMAT,
         "config": json.dumps(handle.cfg.to_dict()),
@@ -107,4 +117,13 @@ def load_adapter(model: nn.Module, path: str | Path) -> RetrofitHandle:
         if prefix in plain:
             routing = dict(plain[prefix]["routing_state"], **state)
             layer.set_extra_state({"routing_state": routing, "step": plain[prefix]["step"]})
+    base = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    if base:
+        named = dict(model.named_parameters())
+        unknown = sorted(set(base) - set(named))
+        if unknown:
+            raise ConfigError(f"adapter {path}: the model has no parameter {', '.join(unknown[:3])}")
+        with torch.no_grad():
+            for name, value in base.items():
+                named[name].copy_(value)
     return handle

@@ -1,0 +1,119 @@
+"""``aah-viz retrofit``: adaptation of a patched random Hugging Face model, adapters, resume, evaluation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.runlog import load_run, validate_run  # noqa: E402
+from instrumentation.retrofit import load_adapter, read_adapter  # noqa: E402
+
+pytestmark = pytest.mark.torch
+TEXT = "Colourless green ideas sleep furiously. " * 60 + "A stitch in time saves nine. " * 60
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("retrofit")
+    config = transformers.Qwen3Config(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(root / "qwen")
+    (root / "text.txt").write_text(TEXT)
+    return root
+
+
+def retrofit(base, out, *extra):
+    args = ["retrofit", str(base / "qwen"), "--data", str(base / "text.txt"), "--out", str(out)]
+    args += ["--windows", "8,16,32", "--eval-interval", "3", "--eval-batches", "1", "--no-progress", "--threads", "1"]
+    return main(args + list(extra))
+
+
+def fresh_base(base):
+    return transformers.AutoModelForCausalLM.from_pretrained(base / "qwen").eval()
+
+
+def test_retrofit_adapts_records_and_saves_adapters(base, tmp_path):
+    out = tmp_path / "run"
+    csv_path = tmp_path / "diag.csv"
+    rc = retrofit(base, out, "--steps", "6", "--checkpoint-interval", "3", "--diagnostics-csv", str(csv_path))
+    assert rc == 0
+    assert validate_run(out) == []
+    run = load_run(out)
+    heads = run.table("heads")
+    assert sorted(set(heads["step"])) == list(range(6))
+    assert run.manifest["retrofit"]["train"] == "aah"
+    assert sorted(p.name for p in (out / "adapters").glob("*.safetensors")) == [
+        "step-00000002.safetensors",
+        "step-00000005.safetensors",
+    ]
+    cfg, tensors, _, extra = read_adapter(out / "adapters" / "step-00000005.safetensors")
+    assert cfg.controller_training == "soft_mixture" and extra == {"step": 5}
+    assert all(k.startswith("layers.") for k in tensors)  # --train aah stores nothing of the base model
+    # the adapter on a fresh base model restores the recorded routing of the last step
+    handle = load_adapter(fresh_base(base), out / "adapters" / "step-00000005.safetensors")
+    last = heads[heads["step"] == 5].sort_values(["layer", "head"])
+    assert handle.current_windows().reshape(-1).tolist() == last["window"].tolist()
+    # the controller moved away from its initialisation (it is what adapts)
+    assert any(not torch.equal(p, q) for p, q in zip(handle.parameters(), handle.controller_initial_parameters()))
+    with open(csv_path) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 4
+    assert [int(r["window_size"]) for r in rows] == last["window"].tolist()
+
+
+def test_resume_continues_exactly(base, tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert retrofit(base, straight, "--steps", "6", "--checkpoint-interval", "3") == 0
+    # a run stopped after its step-2 adapter: the straight run without its last adapter
+    shutil.copytree(straight, resumed)
+    for path in (resumed / "adapters").glob("step-00000005*"):
+        path.unlink()
+    assert retrofit(base, resumed, "--steps", "6", "--checkpoint-interval", "3", "--resume") == 0
+    _, a, _, _ = read_adapter(straight / "adapters" / "step-00000005.safetensors")
+    _, b, _, _ = read_adapter(resumed / "adapters" / "step-00000005.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    ha, hb = load_run(straight).table("heads"), load_run(resumed).table("heads")
+    assert (
+        ha.sort_values(["step", "layer", "head"])["window"].tolist()
+        == hb.sort_values(["step", "layer", "head"])["window"].tolist()
+    )
+
+
+def test_aah_plus_head_trains_and_stores_the_head(base, tmp_path):
+    out = tmp_path / "head"
+    assert retrofit(base, out, "--steps", "2", "--train", "aah+head", "--lr", "1e-2") == 0
+    _, tensors, _, _ = read_adapter(out / "adapters" / "step-00000001.safetensors")
+    assert [k for k in tensors if k.startswith("model.")] == ["model.lm_head.weight"]
+    model = fresh_base(base)
+    before = model.lm_head.weight.detach().clone()
+    load_adapter(model, out / "adapters" / "step-00000001.safetensors")
+    assert not torch.equal(model.lm_head.weight, before)
+    assert torch.equal(model.lm_head.weight, tensors["model.lm_head.weight"])
+
+
+def test_evaluate_a_retrofit_run(base, tmp_path):
+    out = tmp_path / "run"
+    assert retrofit(base, out, "--steps", "2") == 0
+    assert main(["evaluate", str(out), "--data", str(base / "text.txt"), "--out", str(out), "--no-progress"]) == 0
+    ev = load_run(out).events()
+    (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "inference", "detail"]]
+    assert detail["checkpoint_step"] == 1 and detail["tokens_per_s"] > 0
+    assert 0 < detail["acr"] <= 1
