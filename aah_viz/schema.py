@@ -125,7 +125,7 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "step": pa.int64(),
         "layer": pa.int16(),
         "head": pa.int16(),
-        "probe": pa.string(),  # syntax, coref, sufficiency, attention_js
+        "probe": pa.string(),  # syntax, positional, coref, sufficiency, distance, attention_js
         "metric": pa.string(),
         "value": pa.float64(),
         "window": pa.int32(),
@@ -140,6 +140,15 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "best_acc": pa.float64(),
         "baseline_offset": pa.int16(),
         "baseline_acc": pa.float64(),
+        "delta": pa.float64(),  # best_acc - baseline_acc
+        "delta_ci_low": pa.float64(),  # 95 % bootstrap interval over sentences
+        "delta_ci_high": pa.float64(),
+        "positional": pa.bool_(),  # the best head's predictions sit mostly at one fixed offset
+        "positional_offset": pa.int16(),  # that offset (the modal one)
+        "positional_share": pa.float64(),  # share of its predictions at that offset
+        "n_sentences": pa.int64(),  # sentences holding the relation
+        "labels": pa.string(),  # universal or full relation labels
+        "context": pa.string(),  # sentence or document inputs
     },
     "probe_coref": {
         "step": pa.int64(),
@@ -154,18 +163,43 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "accuracy": pa.float64(),
         "window": pa.int32(),
     },
+    # written by ``aah-viz compare``: AAH groups against probe clusters, per level and layer
+    # (layer null: pooled over the layer's non-degenerate rows, layer-stratified null)
     "comparisons": {
         "step": pa.int64(),
-        "kind": pa.string(),  # partition_agreement, window_association
         "level": pa.int8(),
-        "target": pa.string(),  # e.g. kmeans:syntax+coref, js_agglomerative, spearman:syntax
-        "metric": pa.string(),  # ari, nmi, v_measure, spearman
-        "value": pa.float64(),
-        "chance_mean": pa.float64(),
-        "p_value": pa.float64(),
-        "ci_low": pa.float64(),
+        "layer": pa.int16(),
+        "target": pa.string(),  # kmeans:profile, agglomerative:profile, js_agglomerative
+        "ari": pa.float64(),
+        "nmi": pa.float64(),
+        "v_measure": pa.float64(),
+        "null_mean": pa.float64(),  # mean ARI under the permutation null
+        "null_p95": pa.float64(),  # its 95th percentile
+        "p_value": pa.float64(),  # (1 + #null ARI >= observed) / (1 + permutations)
+        "nmi_null_mean": pa.float64(),
+        "v_measure_null_mean": pa.float64(),
+        "window_ari": pa.float64(),  # window classes against the same probe clusters
+        "n_heads": pa.int32(),
+        "n_groups": pa.int16(),
+        "n_probe_clusters": pa.int16(),
+        "n_layers": pa.int16(),
+        "degenerate": pa.bool_(),
+        "reason": pa.string(),  # why a degenerate row cannot say anything ("; "-separated)
+    },
+    # written by ``aah-viz compare``: Spearman's rho of window against probe score within layers
+    "window_association": {
+        "step": pa.int64(),
+        "layer": pa.int16(),  # null: head-weighted mean over layers
+        "target": pa.string(),  # spearman:syntax, spearman:coref, spearman:coref_reachable
+        "rho": pa.float64(),
+        "null_mean": pa.float64(),
+        "p_value": pa.float64(),  # two-sided, windows permuted within layers
+        "ci_low": pa.float64(),  # 95 % bootstrap over heads within layers
         "ci_high": pa.float64(),
-        "n": pa.int64(),
+        "n_heads": pa.int32(),
+        "n_layers": pa.int16(),
+        "degenerate": pa.bool_(),
+        "reason": pa.string(),
     },
 }
 

@@ -2,8 +2,9 @@
 
 Each source implements the duck-typed interface of ``aah_viz.probes.predict``:
 ``encode(text) -> (ids, offsets)``, ``max_len``, ``n_layer``, ``n_head``, ``windows`` and
-``attend(batch) -> ndarray (B, n_layer, n_head, T, T)`` (sequences padded at the end; a causal
-model's attention at a position does not depend on what follows it).
+``attend(batch) -> ndarray (B, n_layer, n_head, T, T)`` over the text tokens (sequences padded at
+the end; a causal model's attention at a position does not depend on what follows it; a model's
+special tokens are added inside ``attend`` and their rows and columns removed).
 
     from instrumentation.probe_extract import load_aah_checkpoint, HFAttentionSource
     source = load_aah_checkpoint("RUN/checkpoints/step-00000100.pt")
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from aah_viz.corpus.tokenizer import ByteTokenizer
+from aah_viz.probes.alignment import word_segments
 from aah_viz.errors import ConfigError, InputFormatError, RunLogError
 
 
@@ -91,11 +93,43 @@ def load_aah_checkpoint(path, device: str = "cpu") -> AAHAttentionSource:
     return AAHAttentionSource(model, step=int(payload["step"]), device=device)
 
 
+def special_token_template(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids the tokenizer puts before and after a single text ([CLS] / [SEP] for
+    BERT, <s> / </s> for RoBERTa, a BOS for Llama, nothing for GPT-2), read off one encoding."""
+    if tokenizer is None:
+        return [], []
+    enc = tokenizer("a", add_special_tokens=True, return_special_tokens_mask=True)
+    ids, special = list(enc["input_ids"]), list(enc["special_tokens_mask"])
+    text = [i for i, s in enumerate(special) if not s]
+    if not text:
+        return [], []
+    return ids[: text[0]], ids[text[-1] + 1 :]
+
+
+def position_limit(model, tokenizer=None) -> int:
+    """Positions one input may use: max_position_embeddings less the offset some models add to
+    positions (RoBERTa counts from padding_idx + 1), and the tokenizer's limit when it has one."""
+    cfg = model.config
+    limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 512
+    embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
+    padding_idx = getattr(getattr(embeddings, "position_embeddings", None), "padding_idx", None)
+    if padding_idx is not None:
+        limit -= int(padding_idx) + 1
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
+        limit = min(limit, tok_limit)
+    return int(limit)
+
+
 class HFAttentionSource:
     """Any Hugging Face model that returns attentions (``output_attentions=True``).
 
     Tokens and their character offsets come from a fast tokenizer when one is given (or found
     next to the model); otherwise from the byte tokenizer, whose ids must fit the vocabulary.
+    Every input gets the special tokens the tokenizer adds ([CLS] ... [SEP] for BERT): the model
+    sees what it was trained on. Their rows and columns are removed from the attention returned,
+    so rows sum to the share of attention the text tokens receive. ``max_len`` is the number of
+    text tokens one input takes: the position limit less the special tokens.
     """
 
     def __init__(self, model, tokenizer=None, max_len: int | None = None, device: str = "cpu"):
@@ -109,14 +143,18 @@ class HFAttentionSource:
         cfg = model.config
         self.n_layer = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
         self.n_head = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
-        limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 512
-        self.max_len = int(min(max_len or limit, limit))
         self.candidate_windows: tuple[int, ...] = ()
         self.step = None
         self.tokenizer = tokenizer if tokenizer is not None and getattr(tokenizer, "is_fast", False) else None
         self.byte_tokenizer = ByteTokenizer() if self.tokenizer is None else None
         if self.byte_tokenizer is not None and int(getattr(cfg, "vocab_size", 0)) < 256:
             raise ConfigError(f"model vocab_size {cfg.vocab_size} is below 256 and no fast tokenizer was given")
+        self.prefix, self.suffix = special_token_template(self.tokenizer)
+        self.n_special = len(self.prefix) + len(self.suffix)
+        limit = position_limit(model, self.tokenizer) - self.n_special
+        if limit < 2:
+            raise ConfigError(f"the model takes {limit + self.n_special} positions, too few for its special tokens")
+        self.max_len = int(min(max_len or limit, limit))
         self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0) if tokenizer is not None else 0
 
     @property
@@ -124,18 +162,48 @@ class HFAttentionSource:
         return np.full((self.n_layer, self.n_head), self.max_len, dtype=np.int64)
 
     def encode(self, text: str):
+        """Text tokens and their character offsets, without special tokens (``attend`` adds them)."""
         if self.tokenizer is None:
             return self.byte_tokenizer.encode(text)
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
+    def encode_words(self, text: str, word_spans: list[tuple[int, int]]):
+        """Like ``encode``, but tokenised word by word (``word_segments``): no token crosses a word."""
+        if self.tokenizer is None:
+            return self.byte_tokenizer.encode(text)
+        segments = word_segments(text, word_spans)
+        if not segments:
+            return [], []
+        enc = self.tokenizer(
+            [text[a:b] for a, b in segments], add_special_tokens=False, return_offsets_mapping=True
+        )
+        ids, offsets = [], []
+        for (a, _), seg_ids, seg_offsets in zip(segments, enc["input_ids"], enc["offset_mapping"]):
+            ids += list(seg_ids)
+            offsets += [(a + s, a + e) for s, e in seg_offsets]
+        return ids, offsets
+
+    def forward(self, batch: Sequence[Sequence[int]]):
+        """The model's outputs (attentions included) on the batch with its special tokens added."""
+        wrapped = [self.prefix + list(ids) + self.suffix for ids in batch]
+        idx, mask = _pad(wrapped, self.pad_id)
+        return self.model(input_ids=idx.to(self.device), attention_mask=mask.to(self.device), output_attentions=True)
+
     @torch.no_grad()
     def attend(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
-        idx, mask = _pad(batch, self.pad_id)
-        out = self.model(input_ids=idx.to(self.device), attention_mask=mask.to(self.device), output_attentions=True)
+        """(B, n_layer, n_head, T, T) attention among the text tokens (special tokens' rows and columns removed)."""
+        out = self.forward(batch)
         if not getattr(out, "attentions", None):
             raise ConfigError("the model returned no attentions; load it with attn_implementation='eager'")
-        return torch.stack(list(out.attentions), dim=1).float().cpu().numpy()
+        att = torch.stack(list(out.attentions), dim=1).float()  # (B, L, H, T + specials, T + specials)
+        T = max(len(ids) for ids in batch)
+        p = len(self.prefix)
+        result = torch.zeros(att.shape[:3] + (T, T), dtype=att.dtype)
+        for b, ids in enumerate(batch):
+            n = len(ids)
+            result[b, :, :, :n, :n] = att[b, :, :, p : p + n, p : p + n]
+        return result.cpu().numpy()
 
 
 def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAttentionSource:

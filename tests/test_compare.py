@@ -1,4 +1,4 @@
-"""Comparisons: AAH groups against probe clusters, and windows against probe scores."""
+"""Comparisons: AAH groups against probe clusters within layers, and windows against probe scores."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, v
 
 from aah_viz.cli import main
 from aah_viz.probes.agreement import scores
-from aah_viz.probes.compare import agreement_with_null, compare_run, probe_clusters, spearman_with_uncertainty
+from aah_viz.probes.compare import (
+    COMPARISON_COLUMNS,
+    cluster_heads,
+    compare_run,
+    layer_profile,
+    stratified_spearman,
+    wide_probe_heads,
+)
 from aah_viz.probes.store import write_probe_tables
 from aah_viz.runlog import RunWriter, load_run, make_manifest
 
@@ -44,29 +51,64 @@ def test_rankdata_equals_scipy():
     assert np.allclose(rankdata(x, axis=-1), scipy_rankdata(x, axis=-1))
 
 
-def test_identical_partitions_beat_the_permutation_null():
-    aah = np.array([[0, 0, 0, 1, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1, 0, 1]])
-    result = agreement_with_null(aah, aah.copy(), permutations=300, seed=1)
-    for value, chance, p in result.values():
-        assert value == pytest.approx(1.0)
-        assert chance < 0.6
-        assert p < 0.02
-    orthogonal = np.array([[0, 1, 0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 0, 0, 1, 1]])
-    value, chance, p = agreement_with_null(aah, orthogonal, permutations=300, seed=1)["ari"]
-    assert value < 0.1 and p > 0.2
+def test_stratified_spearman_is_the_mean_of_within_layer_rhos_not_the_pooled_one():
+    rng = np.random.default_rng(1)
+    windows, scores_ = [], []
+    for layer in range(3):  # within a layer: longer window, higher score; across layers the opposite
+        w = np.tile([8.0, 16, 32, 64], 3)
+        windows.append(w * (4**layer))
+        scores_.append(0.9 - 0.4 * layer + 0.001 * w + rng.normal(0, 0.002, w.size))
+    pooled_naive = spearmanr(np.concatenate(windows), np.concatenate(scores_)).statistic
+    assert pooled_naive < 0  # the layer confound
+    got = stratified_spearman(windows, scores_, n_boot=300, permutations=300)
+    expected = np.mean([spearmanr(w, s).statistic for w, s in zip(windows, scores_)])
+    assert got["rho"] == pytest.approx(expected) and got["rho"] > 0.8
+    assert got["p_value"] < 0.01 and abs(got["null_mean"]) < 0.1
+    assert got["ci_low"] <= got["rho"] <= got["ci_high"] and got["ci_low"] > 0.5
+    assert got["n_layers"] == 3 and got["n_heads"] == 36 and not got["degenerate"]
+    one = stratified_spearman([windows[0]], [scores_[0]], n_boot=50, permutations=50)
+    assert one["rho"] == pytest.approx(spearmanr(windows[0], scores_[0]).statistic)
 
 
-def test_spearman_with_bootstrap_and_permutation():
-    x = np.array([8, 8, 16, 16, 32, 32, 64, 64, 8, 16, 32, 64])
-    y = x + np.arange(12) * 0.01  # monotone in x
-    rho, chance, p, lo, hi, n = spearman_with_uncertainty(x, y, n_boot=500, permutations=500)
-    assert rho == pytest.approx(spearmanr(x, y).statistic) and rho > 0.95 and p < 0.01 and n == 12
-    assert lo <= rho <= hi and lo > 0.8 and abs(chance) < 0.1
-    constant = spearman_with_uncertainty(np.full(12, 64), y)
-    assert np.isnan(constant[0]) and constant[5] == 12
+def test_layers_whose_heads_share_one_window_say_nothing():
+    flat = stratified_spearman([np.full(12, 64.0)], [np.arange(12.0)])
+    assert flat["degenerate"] and flat["reason"] == "all heads one window" and np.isnan(flat["rho"])
+    mixed = stratified_spearman([np.full(12, 64.0), np.tile([8.0, 64], 6)], [np.arange(12.0), np.arange(12.0)])
+    assert not mixed["degenerate"] and mixed["n_layers"] == 1 and mixed["n_heads"] == 12
 
 
-def _make_run(path, n_layer=2, n_head=6, step=40):
+def _probe_rows(step, layer, head, window, kind, rng, layer_shift=0.0):
+    """Syntax-like heads (kind 0) and coreference-like heads (kind 1), with a per-layer offset."""
+    rows = []
+
+    def add(probe, metric, value):
+        rows.append(
+            {
+                "step": step,
+                "layer": layer,
+                "head": head,
+                "probe": probe,
+                "metric": metric,
+                "value": value,
+                "window": window,
+            }
+        )
+
+    for rel in ("det", "nsubj"):
+        for d in ("dep2head", "head2dep"):
+            add("syntax", f"{rel}:{d}", (0.8 if kind == 0 else 0.1) + layer_shift + rng.uniform(0, 0.05))
+    add("syntax", "score", (0.8 if kind == 0 else 0.1) + rng.uniform(0, 0.05))
+    add("coref", "accuracy", (0.2 if kind == 0 else 0.7) + rng.uniform(0, 0.05))
+    add("coref", "acc:1-3", 0.5 + rng.uniform(0, 0.05))
+    add("coref", "acc:64+", 0.0 if window < 64 else 0.6)  # beyond a head's window: zero by construction
+    add("distance", "mass:1", (0.7 if kind == 0 else 0.1) + rng.uniform(0, 0.05))
+    add("distance", "mass:16-31", (0.05 if kind == 0 else 0.5) + rng.uniform(0, 0.05))
+    return rows
+
+
+def _make_run(path, n_layer=2, n_head=12, step=40, windows_follow_groups_in_layer=None):
+    """Two AAH groups per layer at level 0 (syntax-like heads, coreference-like heads), one at level 1;
+    windows independent of the groups, except in ``windows_follow_groups_in_layer``."""
     manifest = make_manifest(
         run_id=path.name,
         regime="full_adaptive",
@@ -79,90 +121,89 @@ def _make_run(path, n_layer=2, n_head=6, step=40):
         max_depth=2,
     )
     writer = RunWriter.create(path, manifest)
-    rows = []
+    rows, probe = [], []
     rng = np.random.default_rng(0)
-    for s in (step - 10, step):
-        for layer in range(n_layer):
-            for head in range(n_head):
-                syntactic = head < n_head // 2
+    for layer in range(n_layer):
+        for head in range(n_head):
+            kind = int(head >= n_head // 2)
+            window = (8, 64)[kind] if layer == windows_follow_groups_in_layer else (8, 64)[head % 2]
+            for s in (step - 10, step):
                 rows.append(
                     {
                         "step": s,
                         "layer": layer,
                         "head": head,
-                        "window_idx": 0 if syntactic else 3,
-                        "window": 8 if syntactic else 64,
+                        "window_idx": 0,
+                        "window": window,
                         "raw_idx": 0,
-                        "group_l0": 0 if syntactic else 1,
+                        "group_l0": kind,
                         "group_l1": 0,
                     }
                 )
+            probe += _probe_rows(step, layer, head, window, kind, rng, layer_shift=0.5 * layer)
     writer.append("heads", pd.DataFrame(rows))
     writer.close()
-    probe = []
-    for layer in range(n_layer):
-        for head in range(n_head):
-            syntactic = head < n_head // 2
-            w = 8 if syntactic else 64
-            for rel in ("det", "nsubj"):
-                for d in ("dep2head", "head2dep"):
-                    v = (0.8 if syntactic else 0.1) + rng.uniform(0, 0.05)
-                    probe.append(
-                        {
-                            "step": step,
-                            "layer": layer,
-                            "head": head,
-                            "probe": "syntax",
-                            "metric": f"{rel}:{d}",
-                            "value": v,
-                            "window": w,
-                        }
-                    )
-            probe.append(
-                {
-                    "step": step,
-                    "layer": layer,
-                    "head": head,
-                    "probe": "syntax",
-                    "metric": "score",
-                    "value": (0.8 if syntactic else 0.1) + rng.uniform(0, 0.05),
-                    "window": w,
-                }
-            )
-            for metric, v in (
-                ("accuracy", 0.2 if syntactic else 0.7),
-                ("acc:1-3", 0.5),
-                ("acc:64+", 0.0 if syntactic else 0.6),
-            ):
-                probe.append(
-                    {
-                        "step": step,
-                        "layer": layer,
-                        "head": head,
-                        "probe": "coref",
-                        "metric": metric,
-                        "value": v + rng.uniform(0, 0.05),
-                        "window": w,
-                    }
-                )
     write_probe_tables(path, {"probe_heads": pd.DataFrame(probe)}, step)
     return path
 
 
-def test_compare_run_finds_planted_agreement_and_association(tmp_path):
-    run = load_run(_make_run(tmp_path / "run"))
-    table = compare_run(run, permutations=200, n_boot=300)
-    agree = table[(table["kind"] == "partition_agreement") & (table["level"] == 0)].set_index(["target", "metric"])
-    assert agree.loc[("kmeans:profile", "ari"), "value"] == pytest.approx(1.0)
-    assert agree.loc[("agglomerative:profile", "nmi"), "value"] == pytest.approx(1.0)
-    assert agree.loc[("kmeans:profile", "ari"), "p_value"] < 0.05
-    assert "js_agglomerative" not in agree.index.get_level_values(0)  # no attention_js rows in this run
-    assoc = table[table["kind"] == "window_association"].set_index("target")
-    assert assoc.loc["spearman:syntax", "value"] < -0.8 and assoc.loc["spearman:syntax", "p_value"] < 0.01
-    assert assoc.loc["spearman:coref", "value"] > 0.8
-    assert (assoc["ci_low"] <= assoc["value"]).all() and (assoc["value"] <= assoc["ci_high"]).all()
-    level1 = table[(table["kind"] == "partition_agreement") & (table["level"] == 1)]
-    assert (level1[level1.metric == "ari"]["value"] == 0).all()  # one group against two clusters
+def test_groups_that_match_the_probe_profiles_beat_the_layer_stratified_null(tmp_path):
+    tables = compare_run(load_run(_make_run(tmp_path / "run")), permutations=300, n_boot=200)
+    comp = tables["comparisons"]
+    assert list(comp.columns) == COMPARISON_COLUMNS
+    level0 = comp[comp["level"] == 0]
+    per_layer = level0[level0["layer"].notna()]
+    assert set(per_layer["layer"]) == {0, 1} and set(per_layer["target"]) == {"kmeans:profile", "agglomerative:profile"}
+    assert np.allclose(per_layer["ari"].astype(float), 1.0) and not per_layer["degenerate"].any()
+    assert (per_layer["n_groups"] == 2).all() and (per_layer["n_probe_clusters"] == 2).all()
+    assert (per_layer["p_value"] < 0.02).all() and (per_layer["null_p95"] < 0.5).all()
+    pooled = level0[level0["layer"].isna()].set_index("target")
+    assert pooled.loc["kmeans:profile", "ari"] == pytest.approx(1.0) and pooled.loc["kmeans:profile", "n_layers"] == 2
+    assert pooled.loc["kmeans:profile", "p_value"] < 0.01 and abs(pooled.loc["kmeans:profile", "null_mean"]) < 0.1
+    # the windows alternate within every layer, independent of the groups: they do not explain the clusters
+    assert (per_layer["window_ari"] < 0.2).all()
+
+
+def test_degenerate_rows_say_why(tmp_path):
+    comp = compare_run(load_run(_make_run(tmp_path / "run", windows_follow_groups_in_layer=1)), permutations=50)[
+        "comparisons"
+    ]
+    level1 = comp[comp["level"] == 1]
+    assert level1["degenerate"].all()
+    assert all("one AAH group" in r for r in level1.loc[level1["layer"].notna(), "reason"])
+    assert set(level1.loc[level1["layer"].isna(), "reason"]) == {"every layer degenerate"}
+    layer1 = comp[(comp["level"] == 0) & (comp["layer"] == 1)]
+    assert layer1["degenerate"].all() and all("groups identical to window classes" in r for r in layer1["reason"])
+    pooled = comp[(comp["level"] == 0) & comp["layer"].isna()]
+    assert (pooled["n_layers"] == 1).all() and not pooled["degenerate"].any()  # layer 0 only
+
+
+def test_profiles_are_built_within_a_layer_and_skip_buckets_beyond_a_window():
+    rows = []
+    for layer in range(2):  # identical heads within a layer; layers differ a lot
+        for head in range(4):
+            rows += _probe_rows(0, layer, head, 8 if head < 2 else 64, 0, np.random.default_rng(layer), 0.5 * layer)
+    ph = pd.DataFrame(rows)
+    wide = wide_probe_heads(ph, 2, 4)
+    windows = np.array([8, 8, 64, 64])
+    profile = layer_profile(wide, 0, 4, windows)
+    assert profile.shape == (4, 0)  # nothing varies within the layer: the across-layer split is not a profile
+    assert cluster_heads(profile, None, 2) == {}
+    # heads that differ only in a bucket beyond the short windows: that bucket is not part of the profile
+    ph.loc[(ph["metric"] == "acc:1-3") & (ph["head"] == 0) & (ph["layer"] == 0), "value"] = 0.9
+    profile = layer_profile(wide_probe_heads(ph, 2, 4), 0, 4, windows)
+    assert profile.shape == (4, 1)  # acc:1-3 only; acc:64+ (zero for the window-8 heads) left out
+    assert layer_profile(wide_probe_heads(ph, 2, 4), 0, 4, np.full(4, 128)).shape == (4, 2)
+
+
+def test_window_association_is_stratified_by_layer(tmp_path):
+    assoc = compare_run(load_run(_make_run(tmp_path / "run")), permutations=50, n_boot=100)["window_association"]
+    pooled = assoc[assoc["layer"].isna()].set_index("target")
+    assert set(pooled.index) == {"spearman:syntax", "spearman:coref"}
+    per_layer = assoc[assoc["layer"].notna()]
+    expected = np.mean(per_layer[per_layer["target"] == "spearman:syntax"]["rho"])
+    assert pooled.loc["spearman:syntax", "rho"] == pytest.approx(expected)
+    assert (assoc["ci_low"] <= assoc["rho"] + 1e-12).all() and (assoc["rho"] <= assoc["ci_high"] + 1e-12).all()
 
 
 def test_compare_cli_prints_writes_and_replaces(tmp_path, capsys):
@@ -170,13 +211,16 @@ def test_compare_cli_prints_writes_and_replaces(tmp_path, capsys):
     b = _make_run(tmp_path / "b")
     assert main(["compare", str(a), str(b), "--permutations", "50", "--bootstrap", "50"]) == 0
     out = capsys.readouterr().out
-    assert "kmeans:profile" in out and " a " in out and " b " in out
+    assert "kmeans:profile" in out and " a " in out and " b " in out and "spearman:syntax" in out
     first = load_run(a).table("comparisons")
-    assert len(first) > 0 and set(first["kind"]) == {"partition_agreement", "window_association"}
+    assert len(first) > 0 and set(first["level"]) == {0, 1}
+    assert len(load_run(a).table("window_association")) > 0
     assert main(["compare", str(a), "--permutations", "50", "--bootstrap", "50", "--level", "0", "--json"]) == 0
+    printed = capsys.readouterr().out
+    assert '"comparisons"' in printed and '"window_association"' in printed
     again = load_run(a).table("comparisons")
     assert set(again["level"].dropna()) == {0}  # the step's earlier rows were replaced, not duplicated
-    assert again.duplicated(subset=["kind", "level", "target", "metric"]).sum() == 0
+    assert again.duplicated(subset=["level", "layer", "target"]).sum() == 0
 
 
 def test_compare_without_probes_is_one_error(tmp_path, capsys):
@@ -197,23 +241,7 @@ def test_compare_without_probes_is_one_error(tmp_path, capsys):
     assert len(err) == 1 and "aah-viz probe" in err[0]
 
 
-def test_probe_clusters_use_js_when_present():
-    n_layer, n_head = 1, 4
-    rows = []
+def test_cluster_heads_uses_js_when_present():
     js = np.array([[0, 0.1, 0.9, 0.9], [0.1, 0, 0.9, 0.9], [0.9, 0.9, 0, 0.1], [0.9, 0.9, 0.1, 0]])
-    for i in range(4):
-        for j in range(4):
-            rows.append(
-                {
-                    "step": 0,
-                    "layer": 0,
-                    "head": i,
-                    "probe": "attention_js",
-                    "metric": f"js:0:{j}",
-                    "value": js[i, j],
-                    "window": 8,
-                }
-            )
-    clusters = probe_clusters(pd.DataFrame(rows), n_layer, n_head, k=2)
-    labels = clusters["js_agglomerative"]
+    labels = cluster_heads(np.zeros((4, 0)), js, k=2)["js_agglomerative"]
     assert labels[0] == labels[1] != labels[2] == labels[3]

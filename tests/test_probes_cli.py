@@ -60,8 +60,8 @@ def test_probe_end_to_end_writes_the_three_tables(trained_run, capsys):
     n_layer, n_head = run.n_layer, run.n_head
     heads = run.table("probe_heads")
     step = int(heads["step"].iloc[0])
-    assert set(heads["probe"]) == {"syntax", "coref", "sufficiency", "attention_js"}
-    for probe in ("syntax", "coref", "sufficiency"):
+    assert set(heads["probe"]) == {"syntax", "coref", "sufficiency", "attention_js", "distance", "positional"}
+    for probe in ("syntax", "coref", "sufficiency", "distance"):
         sub = heads[heads["probe"] == probe]
         assert len(sub[["layer", "head"]].drop_duplicates()) == n_layer * n_head
     # the window of each head is the run's heads table at the probed step

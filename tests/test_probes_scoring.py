@@ -15,7 +15,7 @@ from aah_viz.corpus.tokenizer import ByteTokenizer
 from aah_viz.probes.alignment import align_words, plan_chunks, word_attention
 from aah_viz.probes.conllu_reader import read_conllu
 from aah_viz.probes.coref import baseline_choices, bucket_edges, bucket_ranges, coref_queries, flat_mentions
-from aah_viz.probes.runner import run_probes
+from aah_viz.probes.runner import run_probes, sentence_documents
 from aah_viz.probes.sufficiency import sufficiency_rows
 from aah_viz.probes.syntax import OFFSETS, offset_baseline_counts
 
@@ -37,7 +37,7 @@ class PlantedSource:
         self.tok = ByteTokenizer()
         self.max_len = max_len
         self.planted = {}
-        for doc in docs:
+        for doc in list(docs) + [s for d in docs for s in sentence_documents(d)]:  # either context
             ids, offsets = self.tok.encode(doc.text)
             al = align_words(offsets, [(w.start, w.end) for w in doc.words])
             n = len(ids)
@@ -134,9 +134,12 @@ def test_chunks_score_every_token_once_with_half_a_window_of_context():
             assert c.start == 0 or c.score_lo - c.start >= T // 2
 
 
-def test_planted_gold_attention_scores_100_percent_on_syntax_and_coref():
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_planted_gold_attention_scores_100_percent_on_syntax_and_coref(context):
     docs = generate_corpus(10, seed=4, min_chars=400, max_chars=700).documents
-    result = run_probes(PlantedSource(docs), docs, docs, min_count=5, candidate_windows=(32, 64, 128, 256))
+    result = run_probes(
+        PlantedSource(docs), docs, docs, min_count=5, candidate_windows=(32, 64, 128, 256), context=context
+    )
     rel = result.probe_relations
     assert len(rel) >= 8
     assert (rel["best_acc"] == 1.0).all()
@@ -175,12 +178,14 @@ def test_offset_baselines_on_the_fixture_equal_hand_computed_values():
     assert counts == dict(expected)
 
 
-def test_relations_table_baseline_matches_and_min_count_filters():
+@pytest.mark.parametrize("labels", ["universal", "full"])
+def test_relations_table_baseline_matches_and_min_count_filters(labels):
     docs = read_conllu(FIXTURE)
-    result = run_probes(PlantedSource(docs), docs, (), min_count=5)
+    result = run_probes(PlantedSource(docs), docs, (), min_count=5, relations=labels)
     rel = result.probe_relations.set_index("relation")
     assert "punct" not in rel.index and "root" not in rel.index
-    counts = offset_baseline_counts(docs)
+    assert (rel["labels"] == labels).all()
+    counts = offset_baseline_counts(docs, labels)
     frequent = {r for r, c in counts.items() if c[1][1] >= 5 and r not in ("punct", "root")}
     assert set(rel.index) == frequent and {"det", "nsubj", "amod", "obj"} <= frequent
     assert (rel["count"] == [counts[r][1][1] for r in rel.index]).all()
@@ -193,10 +198,21 @@ def test_relations_table_baseline_matches_and_min_count_filters():
     assert rel.loc["det", "best_acc"] == 1.0
 
 
+def test_universal_labels_fold_subtypes_into_their_relation():
+    docs = read_conllu(FIXTURE)
+    full, universal = offset_baseline_counts(docs, "full"), offset_baseline_counts(docs, "universal")
+    assert not any(":" in r for r in universal)
+    for rel in ("nmod", "obl", "nsubj"):
+        subtypes = [r for r in full if r.split(":")[0] == rel]
+        assert len(subtypes) >= 2
+        assert universal[rel][1][1] == sum(full[r][1][1] for r in subtypes)
+        assert universal[rel][1][0] == sum(full[r][1][0] for r in subtypes)
+
+
 def test_chunking_does_not_change_predictions_of_local_heads():
     docs = generate_corpus(3, seed=8, min_chars=400, max_chars=700).documents
-    long_ctx = run_probes(RelativeSource(4096), docs, docs, min_count=1)
-    short_ctx = run_probes(RelativeSource(64), docs, docs, min_count=1)
+    long_ctx = run_probes(RelativeSource(4096), docs, docs, min_count=1, context="document")
+    short_ctx = run_probes(RelativeSource(64), docs, docs, min_count=1, context="document")
     a = long_ctx.probe_heads[long_ctx.probe_heads.probe == "syntax"].set_index(["head", "metric"])["value"]
     b = short_ctx.probe_heads[short_ctx.probe_heads.probe == "syntax"].set_index(["head", "metric"])["value"]
     assert len(a) == len(b) and a.index.equals(b.index)
@@ -298,3 +314,109 @@ def test_js_accumulator_equals_scipy_jensen_shannon():
         ]
     )
     assert np.allclose(acc.mean(), expected, atol=1e-9)
+
+
+class FarSource:
+    """One head: every token attends to the token ``back`` positions earlier (or itself at the start),
+    with ``spread`` of its attention spread evenly over every token (the attention of a real head)."""
+
+    n_layer, n_head = 1, 1
+
+    def __init__(self, back, max_len=100_000, spread=0.0):
+        self.tok = ByteTokenizer()
+        self.back, self.max_len, self.spread = back, max_len, spread
+
+    def encode(self, text):
+        return self.tok.encode(text)
+
+    def attend(self, batch):
+        T = max(len(b) for b in batch)
+        out = np.zeros((len(batch), 1, 1, T, T), dtype=np.float32)
+        i = np.arange(T)
+        out[:, 0, 0] = self.spread / T
+        out[:, 0, 0, i, np.maximum(i - self.back, 0)] += 1.0 - self.spread
+        return out
+
+
+def test_syntactic_predictions_stay_inside_the_sentence_in_document_context():
+    from aah_viz.probes.predict import predict_document
+
+    doc = read_conllu(FIXTURE)[0]
+    sentence = np.repeat(np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences])
+    preds = predict_document(doc, FarSource(back=60, spread=0.1))  # mostly a word of an earlier sentence
+    for pred in (preds.dep2head[0], preds.head2dep[0]):
+        made = pred >= 0
+        assert made.sum() >= len(pred) - len(doc.sentences)
+        assert (sentence[pred[made]] == sentence[made]).all()
+
+
+def test_documents_are_keyed_by_id_never_by_text():
+    from dataclasses import replace
+
+    from aah_viz.probes.runner import plan_jobs
+
+    docs = read_conllu(FIXTURE)
+    twin = replace(docs[0], id="twin")  # same text, another id
+    once = run_probes(PlantedSource(docs), docs, (), min_count=1, context="document")
+    twice = run_probes(PlantedSource(docs), docs + [twin], (), min_count=1, context="document")
+    assert twice.n_syntax_docs == 3 and twice.n_sentences == once.n_sentences + len(docs[0].sentences)
+    det = {r: c for r, c in zip(once.probe_relations["relation"], once.probe_relations["count"])}
+    det2 = {r: c for r, c in zip(twice.probe_relations["relation"], twice.probe_relations["count"])}
+    first = offset_baseline_counts([docs[0]], "universal")
+    assert all(det2[r] == det[r] + first.get(r, {1: [0, 0]})[1][1] for r in det)
+    # a syntax and a coreference document share a model pass only with the same id and the same words
+    corpus = generate_corpus(2, seed=3, min_chars=300, max_chars=400).documents
+    renamed = [replace(d, id=d.id + "-coref") for d in corpus]
+    assert len(plan_jobs(corpus, corpus, "document")) == 2
+    assert len(plan_jobs(corpus, renamed, "document")) == 4
+    assert len(plan_jobs(corpus, corpus, "sentence")) == sum(len(d.sentences) for d in corpus) + 2
+
+
+def test_positional_heads_are_labelled_and_gold_heads_are_not():
+    docs = read_conllu(FIXTURE)
+    result = run_probes(RelativeSource(4096), docs, (), min_count=1, context="sentence")
+    heads = result.probe_heads[result.probe_heads["probe"] == "positional"].set_index(["head", "metric"])["value"]
+    # head 0 of RelativeSource looks 2 bytes back: the previous word, or the word itself for long words
+    assert heads[(0, "offset:dep2head")] == -1 and heads[(0, "share:dep2head")] > 0.5
+    rel = result.probe_relations
+    assert set(rel["positional"]) <= {True, False}
+    planted = run_probes(PlantedSource(docs), docs, (), min_count=5)
+    best = planted.probe_relations.set_index("relation")
+    assert not best.loc["det", "positional"] and best.loc["det", "positional_share"] < 0.5
+
+
+def test_delta_interval_resamples_sentences():
+    from aah_viz.probes.syntax import bootstrap_delta
+
+    rng = np.random.default_rng(0)
+    sentence = np.repeat(np.arange(40), 5)
+    assert bootstrap_delta(sentence, np.ones(200), 200, rng) == (1.0, 1.0)  # every link the same
+    diff = rng.choice([-1, 0, 1], size=200, p=[0.2, 0.4, 0.4])
+    lo, hi = bootstrap_delta(sentence, diff, 4000, np.random.default_rng(1))
+    naive = []  # the same bootstrap written as a loop over resampled sentences
+    loop_rng = np.random.default_rng(2)
+    for _ in range(4000):
+        pick = loop_rng.integers(0, 40, 40)
+        naive.append(np.concatenate([diff[sentence == s] for s in pick]).mean())
+    assert lo == pytest.approx(np.quantile(naive, 0.025), abs=0.02)
+    assert hi == pytest.approx(np.quantile(naive, 0.975), abs=0.02)
+    docs = read_conllu(FIXTURE)
+    rel = run_probes(PlantedSource(docs), docs, (), min_count=5).probe_relations
+    assert (rel["delta"] == rel["best_acc"] - rel["baseline_acc"]).all()
+    assert ((rel["delta_ci_low"] <= rel["delta"] + 1e-12) & (rel["delta"] <= rel["delta_ci_high"] + 1e-12)).all()
+
+
+def test_distance_profile_puts_a_fixed_offset_head_in_its_bucket():
+    docs = generate_corpus(2, seed=5, min_chars=300, max_chars=500).documents
+    result = run_probes(FarSource(back=5), docs, (), min_count=1, context="document")
+    dist = result.probe_heads[result.probe_heads["probe"] == "distance"].set_index("metric")["value"]
+    assert dist["mass:4-7"] > 0.95 and dist["forward"] == 0.0
+    assert dist[[m for m in dist.index if m.startswith("mass:")]].sum() == pytest.approx(1.0)
+
+
+def test_word_segments_cut_tokens_at_word_boundaries():
+    from aah_viz.probes.alignment import word_segments
+
+    text = "He didn't go , ok?"
+    spans = [(0, 2), (3, 6), (6, 9), (10, 12), (15, 17)]  # He, did, n't, go, ok ("," and "?" are no words)
+    assert [text[a:b] for a, b in word_segments(text, spans)] == ["He", " did", "n't", " go", " ,", " ok", "?"]

@@ -12,11 +12,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
         help="agreement of AAH groups with probe clusters, and window-vs-probe association (needs aah-viz probe)",
-        description="For each run (after `aah-viz probe`): agreement between the AAH groups at each hierarchy level "
-        "and head clusters derived from the probes (k-means and agglomerative on probe profiles, Clark's "
-        "Jensen-Shannon clustering), as ARI, NMI and V-measure with a permutation null; and Spearman's rho between "
-        "each head's window and its syntax and coreference scores, with a bootstrap interval and a permutation "
-        "p-value. Prints the table (runs side by side) and writes each run's rows to its comparisons table.",
+        description="For each run (after `aah-viz probe`), within every layer: agreement between the AAH groups at "
+        "each hierarchy level and clusters of the layer's heads built from their probe profiles (k-means and "
+        "agglomerative on relation scores, coreference by distance and attention distance; Clark's Jensen-Shannon "
+        "clustering), as ARI, NMI and V-measure against a permutation null, pooled over layers with a "
+        "layer-stratified null, degenerate rows flagged with their reason; and Spearman's rho between each head's "
+        "window and its syntax and coreference scores within layers, with a bootstrap interval and a permutation "
+        "p-value. Prints both tables (runs side by side) and writes each run's comparisons and window_association "
+        "tables (docs/probes.md).",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="probed run directories")
     p.add_argument("--level", type=int, default=None, help="only this hierarchy level (default: every level)")
@@ -24,9 +27,14 @@ def register(subparsers) -> None:
     p.add_argument("--permutations", type=int, default=200, help="permutations of the null (default: 200)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (default: 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of clustering, permutations and bootstrap (default: 0)")
-    p.add_argument("--no-write", action="store_true", help="print only; do not write the comparisons table")
-    p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+    p.add_argument("--all-layers", action="store_true", help="print every layer's rows, not only the pooled ones")
+    p.add_argument("--no-write", action="store_true", help="print only; do not write the tables")
+    p.add_argument("--json", action="store_true", help="print JSON records instead of tables")
     p.set_defaults(func=run)
+
+
+def _fmt(v) -> str:
+    return "nan" if isinstance(v, float) and np.isnan(v) else f"{v:.3f}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,42 +47,65 @@ def run(args: argparse.Namespace) -> int:
 
     if args.permutations < 1 or args.bootstrap < 1:
         raise InputFormatError("--permutations and --bootstrap must be at least 1")
-    frames = []
     results = []
     for path in args.runs:  # compute every run before writing any
         opened = load_run(path)
-        table = compare_run(opened, args.step, args.level, args.permutations, args.bootstrap, args.seed)
-        results.append((opened, table))
-    for opened, table in results:
-        if not args.no_write and len(table):
-            write_probe_tables(opened.path, {"comparisons": table}, int(table["step"].iloc[0]))
-        frames.append(table.assign(run=opened.run_id, regime=opened.regime, seed=opened.seed))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        results.append(
+            (opened, compare_run(opened, args.step, args.level, args.permutations, args.bootstrap, args.seed))
+        )
+    frames: dict[str, list] = {"comparisons": [], "window_association": []}
+    for opened, tables in results:
+        step = next((int(t["step"].iloc[0]) for t in tables.values() if len(t)), None)
+        if not args.no_write and step is not None:
+            write_probe_tables(opened.path, tables, step)
+        for name, table in tables.items():
+            frames[name].append(table.assign(run=opened.run_id, regime=opened.regime, seed=opened.seed))
+    out = {name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame() for name, parts in frames.items()}
     if args.json:
-        records = json.loads(out.to_json(orient="records"))
-        print(json.dumps(records, indent=2))
+        print(json.dumps({name: json.loads(t.to_json(orient="records")) for name, t in out.items()}, indent=2))
         return 0
-    if out.empty:
+    if all(t.empty for t in out.values()):
         print("nothing to compare")
         return 0
-    shown = out[
-        [
+    show = {
+        "comparisons": [
             "run",
             "regime",
             "seed",
-            "step",
-            "kind",
             "level",
+            "layer",
             "target",
-            "metric",
-            "value",
-            "chance_mean",
+            "ari",
+            "null_mean",
+            "null_p95",
             "p_value",
+            "nmi",
+            "v_measure",
+            "n_groups",
+            "n_probe_clusters",
+            "reason",
+        ],
+        "window_association": [
+            "run",
+            "regime",
+            "seed",
+            "layer",
+            "target",
+            "rho",
             "ci_low",
             "ci_high",
-            "n",
-        ]
-    ]
-    with pd.option_context("display.width", 200, "display.max_rows", 500):
-        print(shown.to_string(index=False, float_format=lambda v: "nan" if np.isnan(v) else f"{v:.3f}"))
+            "p_value",
+            "n_heads",
+            "n_layers",
+            "reason",
+        ],
+    }
+    for name, table in out.items():
+        if table.empty:
+            continue
+        if not args.all_layers:
+            table = table[table["layer"].isna()]
+        print(f"{name} ({'every layer' if args.all_layers else 'pooled over layers; --all-layers for each layer'}):")
+        with pd.option_context("display.width", 220, "display.max_rows", 500, "display.max_colwidth", 60):
+            print(table[show[name]].to_string(index=False, float_format=_fmt, na_rep="-"))
     return 0

@@ -55,7 +55,27 @@ def register(subparsers) -> None:
         help="run directory for the tables when the target has none (a Hugging Face model or a loose "
         "checkpoint); created when missing",
     )
-    p.add_argument("--batch-size", type=int, default=16, help="chunks per forward pass (default: 16)")
+    p.add_argument(
+        "--context",
+        choices=("sentence", "document"),
+        default="sentence",
+        help="syntax inputs: each sentence on its own, as Clark et al. (default), or whole documents in chunks; "
+        "either way a word's predicted head is sought in its own sentence. Coreference always reads documents",
+    )
+    p.add_argument(
+        "--relations",
+        choices=("universal", "full"),
+        default="universal",
+        help="relation labels: universal (subtypes stripped: nmod:poss counts as nmod; default) or full",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        help="resamples of sentences for each relation's interval of best head minus baseline (default: 1000)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    p.add_argument("--batch-size", type=int, default=16, help="model inputs per forward pass (default: 16)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -115,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from aah_viz.probes.target import resolve_target, windows_from_heads
     from aah_viz.torch_import import require_torch
 
+    if args.bootstrap < 1:
+        raise InputFormatError(f"--bootstrap must be at least 1, got {args.bootstrap}")
     target = resolve_target(args.target, args.step)
     if target.run_dir is None and args.out is None:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
@@ -147,8 +169,12 @@ def run(args: argparse.Namespace) -> int:
         windows=windows,
         candidate_windows=source.candidate_windows,
         min_count=args.min_count,
+        context=args.context,
+        relations=args.relations,
         progress=not args.no_progress,
         batch_size=args.batch_size,
+        n_boot=args.bootstrap,
+        seed=args.seed,
     )
     run_dir = _output_run(target, args, source)
     written = write_probe_tables(run_dir, result.tables(), step)
@@ -174,7 +200,10 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
         "syntax": str(syntax_path) if syntax_path else None,
         "coref": str(coref_path) if coref_path else None,
         "syntax_docs": result.n_syntax_docs,
+        "sentences": result.n_sentences,
+        "dependencies": result.n_links,
         "coref_docs": result.n_coref_docs,
+        "coref_queries": result.n_coref_queries,
         "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
         "best_coref_head": best_coref,
         "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}
@@ -186,11 +215,13 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
 
 def _print_tables(result, summary) -> None:
     print(
-        f"probed step {summary['step']}: {summary['syntax_docs']} syntax and "
-        f"{summary['coref_docs']} coreference documents"
+        f"probed step {summary['step']}: {summary['syntax_docs']} syntax documents ({summary['sentences']} "
+        f"sentences, {summary['dependencies']} dependencies) and {summary['coref_docs']} coreference documents "
+        f"({summary['coref_queries']} mentions with an antecedent)"
     )
     if len(result.probe_relations):
-        print(result.probe_relations.drop(columns=["step"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        shown = result.probe_relations.drop(columns=["step", "labels", "context"])
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     else:
         print("no relation reaches --min-count (or no syntax input)")
     if summary["best_coref_head"]:

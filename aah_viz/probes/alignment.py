@@ -63,6 +63,28 @@ def align_words(offsets: list[tuple[int, int]], word_spans: list[tuple[int, int]
     return Alignment(unit, n_words, n_units, first, last)
 
 
+def word_segments(text: str, word_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Character spans to tokenise one by one so that no token crosses a word boundary.
+
+    Each word is one segment together with the whitespace right before it (so a BPE tokenizer
+    still sees " word" as it would in running text); text between words that is not whitespace
+    is a segment of its own, as is text after the last word. A contraction the treebank splits
+    ("do" + "n't") is then tokenised as its two words, as Clark et al. tokenised word by word.
+    """
+    segments = []
+    pos = 0
+    for start, end in word_spans:
+        between = text[pos:start]
+        lead = len(between) - len(between.rstrip())  # whitespace right before the word
+        if between[: len(between) - lead].strip():
+            segments.append((pos, start - lead))
+        segments.append((start - lead, end))
+        pos = max(pos, end)
+    if text[pos:].strip():
+        segments.append((pos, len(text)))
+    return segments
+
+
 @dataclass(frozen=True)
 class Chunk:
     start: int  # first token fed to the model

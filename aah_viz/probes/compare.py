@@ -1,21 +1,36 @@
 """Do the AAH head groups line up with what the heads do? And do windows follow the probes?
 
-Two kinds of comparison, both read from a run directory after ``aah-viz probe``:
+Both comparisons are made *within a layer*: AAH groups heads layer by layer, and heads of
+different layers differ in everything, so a comparison across layers mostly rediscovers the
+layer. Read from a run directory after ``aah-viz probe``.
 
-``partition_agreement``: at each hierarchy level, the AAH groups (``heads.group_l{i}``) against
-head clusters derived from the probes: k-means and agglomerative (Ward) clustering of the heads'
-standardised probe profiles (syntax accuracy per relation and direction, coreference accuracy per
-distance bucket), and Clark et al.'s clustering by the Jensen-Shannon divergence between heads'
-attention (average linkage). Clusters are computed over all heads, with ``k`` the most groups any
-layer has at that level (at least 2). AAH groups are per layer, so agreement (ARI, NMI, V-measure,
-from scikit-learn) is computed within each layer and averaged over the layers that have the level
-(``n`` counts their heads); the permutation null
-shuffles the AAH labels within each layer, giving the chance mean and the p-value
-``(1 + #{null >= observed}) / (1 + permutations)``.
+``comparisons`` (partition agreement): for every hierarchy level and layer, the AAH groups
+(``heads.group_l{i}``) against clusters of that layer's heads built from their probe profiles:
 
-``window_association``: Spearman's rho between each head's window and its syntax score, its
-coreference accuracy, and its coreference accuracy on antecedents within reach; a percentile
-bootstrap interval over heads and a two-sided permutation p-value.
+- a profile has three families, each standardised over the layer's heads and weighted so that
+  every family counts the same: syntax accuracy per relation and direction; coreference accuracy
+  per antecedent-distance bucket, only for buckets every head of the layer can reach (beyond a
+  head's window its accuracy is zero by construction, which would sort heads by window); and the
+  share of attention per token distance (with the share on later tokens);
+- targets: ``kmeans:profile``, ``agglomerative:profile`` (Ward) and ``js_agglomerative`` (average
+  linkage on Clark et al.'s Jensen-Shannon divergence between the heads' attention), each with
+  ``k`` = the number of AAH groups in the layer (at least 2);
+- ARI, NMI and V-measure (scikit-learn's) against a permutation null that shuffles the AAH labels
+  within the layer: ``null_mean``, ``null_p95`` (of ARI) and ``p_value = (1 + #{null ARI >=
+  observed}) / (1 + permutations)``; ``window_ari`` is the agreement of the window classes with
+  the same probe clusters, for reference;
+- one pooled row per level and target (``layer`` null): the mean over the non-degenerate layers,
+  with a null that permutes within every layer at once (stratified by layer);
+- ``degenerate`` and ``reason`` flag rows that cannot say anything: one AAH group, one probe
+  cluster, fewer than 3 heads, no probe feature that varies within the layer, or groups identical
+  to the window classes (then agreement with probes measures the windows' direct effect on
+  attention, not the grouping).
+
+``window_association``: Spearman's rho between the heads' windows and their syntax score,
+coreference accuracy and coreference accuracy within reach, per layer and pooled as the
+head-weighted mean of the within-layer rhos (layers whose heads share one window carry no
+information and are left out); the permutation null permutes windows within layers and the 95 %
+bootstrap interval resamples heads within layers.
 """
 
 from __future__ import annotations
@@ -26,6 +41,47 @@ import pandas as pd
 from aah_viz.probes.agreement import scores as batched_scores
 
 METRIC_NAMES = ("ari", "nmi", "v_measure")
+COMPARISON_COLUMNS = [
+    "step",
+    "level",
+    "layer",
+    "target",
+    "ari",
+    "nmi",
+    "v_measure",
+    "null_mean",
+    "null_p95",
+    "p_value",
+    "nmi_null_mean",
+    "v_measure_null_mean",
+    "window_ari",
+    "n_heads",
+    "n_groups",
+    "n_probe_clusters",
+    "n_layers",
+    "degenerate",
+    "reason",
+]
+ASSOCIATION_COLUMNS = [
+    "step",
+    "layer",
+    "target",
+    "rho",
+    "null_mean",
+    "p_value",
+    "ci_low",
+    "ci_high",
+    "n_heads",
+    "n_layers",
+    "degenerate",
+    "reason",
+]
+ASSOCIATION_SCORES = {  # target name -> (probe, metric)
+    "spearman:syntax": ("syntax", "score"),
+    "spearman:coref": ("coref", "accuracy"),
+    "spearman:coref_reachable": ("coref", "reachable_accuracy"),
+}
+TARGETS = ("kmeans:profile", "agglomerative:profile", "js_agglomerative")
 
 
 def sklearn_metrics() -> dict:
@@ -54,44 +110,61 @@ def rankdata(a: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.moveaxis(ranks, -1, axis)
 
 
-COLUMNS = ["step", "kind", "level", "target", "metric", "value", "chance_mean", "p_value", "ci_low", "ci_high", "n"]
-ASSOCIATION_SCORES = {  # target name -> (probe, metric)
-    "spearman:syntax": ("syntax", "score"),
-    "spearman:coref": ("coref", "accuracy"),
-    "spearman:coref_reachable": ("coref", "reachable_accuracy"),
-}
-
-
 # ---------------------------------------------------------------------------------------------
-# head profiles and probe-derived clusters
+# per-layer head profiles and probe-derived clusters
 
 
-def head_profiles(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarray:
-    """(n_layer*n_head, features): syntax ``REL:DIR`` and coreference ``acc:BUCKET`` metrics,
-    missing values filled with the feature's mean, constant features dropped, standardised."""
-    rows = probe_heads[
-        (
-            (probe_heads["probe"] == "syntax")
-            & probe_heads["metric"].str.contains(":")
-            & ~probe_heads["metric"].str.startswith("all:")
-        )
-        | ((probe_heads["probe"] == "coref") & probe_heads["metric"].str.startswith("acc:"))
-    ]
-    if rows.empty:
-        return np.zeros((n_layer * n_head, 0))
-    wide = rows.assign(flat=rows["layer"].astype(int) * n_head + rows["head"].astype(int)).pivot_table(
-        index="flat", columns=["probe", "metric"], values="value", aggfunc="mean"
+def _family(wide: pd.DataFrame, probe: str) -> pd.DataFrame:
+    cols = [c for c in wide.columns if c[0] == probe]
+    return wide[cols] if cols else wide.iloc[:, :0]
+
+
+def _bucket_lo(metric: str) -> int:
+    label = metric.split(":", 1)[1]
+    return int(label.rstrip("+").split("-")[0])
+
+
+def wide_probe_heads(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> pd.DataFrame:
+    """(n_layer*n_head) x (probe, metric) values of the profile metrics, rows in head order."""
+    ph = probe_heads
+    metric = ph["metric"].astype(str)
+    syntax = (
+        (ph["probe"] == "syntax") & metric.str.contains(r":(?:dep2head|head2dep)$") & ~metric.str.startswith("all:")
     )
-    wide = wide.reindex(range(n_layer * n_head))
-    x = wide.to_numpy(dtype=np.float64)
-    keep = ~np.all(np.isnan(x), axis=0)
-    x = x[:, keep]
-    means = np.nanmean(x, axis=0) if x.shape[1] else np.zeros(0)
-    x = np.where(np.isnan(x), means, x)
-    std = x.std(axis=0)
-    x = x[:, std > 1e-12]
-    std = std[std > 1e-12]
-    return (x - x.mean(axis=0)) / std if x.shape[1] else x
+    coref = (ph["probe"] == "coref") & metric.str.startswith("acc:")
+    distance = ph["probe"] == "distance"
+    rows = ph[syntax | coref | distance]
+    if rows.empty:
+        return pd.DataFrame(index=range(n_layer * n_head))
+    flat = rows["layer"].astype(int) * n_head + rows["head"].astype(int)
+    wide = rows.assign(flat=flat).pivot_table(index="flat", columns=["probe", "metric"], values="value", aggfunc="mean")
+    return wide.reindex(range(n_layer * n_head))
+
+
+def layer_profile(wide: pd.DataFrame, layer: int, n_head: int, windows: np.ndarray) -> np.ndarray:
+    """(n_head, features) profile of one layer's heads: each family standardised over the layer's
+    heads (missing values filled with the mean, constant features dropped) and scaled by
+    1/sqrt(its feature count), so syntax, coreference and distance weigh the same."""
+    block = wide.iloc[layer * n_head : (layer + 1) * n_head]
+    reach = int(np.min(windows)) if len(windows) else 0
+    parts = []
+    for probe in ("syntax", "coref", "distance"):
+        fam = _family(block, probe)
+        if probe == "coref":  # only buckets every head of the layer can reach
+            fam = fam[[c for c in fam.columns if _bucket_lo(c[1]) < reach]]
+        x = fam.to_numpy(dtype=np.float64)
+        if x.size == 0:
+            continue
+        x = x[:, ~np.all(np.isnan(x), axis=0)]
+        if x.shape[1] == 0:
+            continue
+        x = np.where(np.isnan(x), np.nanmean(x, axis=0), x)
+        std = x.std(axis=0)
+        x = x[:, std > 1e-12]
+        if x.shape[1] == 0:
+            continue
+        parts.append((x - x.mean(axis=0)) / std[std > 1e-12] / np.sqrt(x.shape[1]))
+    return np.concatenate(parts, axis=1) if parts else np.zeros((n_head, 0))
 
 
 def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarray | None:
@@ -111,21 +184,19 @@ def js_matrix(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarra
     return np.maximum(m, 0.0)
 
 
-def probe_clusters(
-    probe_heads: pd.DataFrame, n_layer: int, n_head: int, k: int, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Cluster labels over all heads per method (methods without data are left out)."""
+def cluster_heads(profile: np.ndarray, js: np.ndarray | None, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Cluster labels of one layer's heads per target (targets without data are left out)."""
     from sklearn.cluster import AgglomerativeClustering, KMeans
 
-    n = n_layer * n_head
+    n = profile.shape[0]
+    if n < 3:
+        return {}
     k = int(min(max(k, 2), n - 1))
     out = {}
-    x = head_profiles(probe_heads, n_layer, n_head)
-    if x.shape[1] > 0 and n > 2:
-        out["kmeans:profile"] = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(x)
-        out["agglomerative:profile"] = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(x)
-    js = js_matrix(probe_heads, n_layer, n_head)
-    if js is not None and n > 2:
+    if profile.shape[1] > 0:
+        out["kmeans:profile"] = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(profile)
+        out["agglomerative:profile"] = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(profile)
+    if js is not None:
         out["js_agglomerative"] = AgglomerativeClustering(
             n_clusters=k, metric="precomputed", linkage="average"
         ).fit_predict(js)
@@ -133,73 +204,253 @@ def probe_clusters(
 
 
 # ---------------------------------------------------------------------------------------------
-# agreement with a permutation null
+# agreement with a layer-stratified permutation null
 
 
-def layerwise_agreement(aah: np.ndarray, target: np.ndarray, metric) -> float:
-    """Mean over layers of ``metric(aah[layer], target[layer])``; ``aah``/``target``: (n_layer, n_head)."""
-    return float(np.mean([metric(a, t) for a, t in zip(aah, target)]))
+def permutation_null(aah: np.ndarray, target: np.ndarray, permutations: int, rng) -> dict[str, np.ndarray]:
+    """metric -> (permutations,) scores with the AAH labels of one layer shuffled."""
+    shuffled = np.stack([rng.permutation(aah) for _ in range(permutations)])
+    return batched_scores(shuffled, target)
 
 
-def agreement_with_null(
-    aah: np.ndarray, target: np.ndarray, permutations: int = 200, seed: int = 0
-) -> dict[str, tuple]:
-    """metric -> (observed, chance mean, p-value), AAH labels shuffled within each layer.
+def degenerate_reasons(aah: np.ndarray, probe: np.ndarray | None, windows: np.ndarray, n_features: int) -> list[str]:
+    """Why a comparison of one layer's AAH groups with its probe clusters cannot say anything."""
+    reasons = []
+    if len(aah) < 3:
+        reasons.append("fewer than 3 heads")
+    if len(np.unique(aah)) < 2:
+        reasons.append("one AAH group")
+    if probe is None or n_features == 0:
+        reasons.append("no probe feature varies within the layer")
+    elif len(np.unique(probe)) < 2:
+        reasons.append("one probe cluster")
+    if len(np.unique(windows)) > 1 and len(np.unique(aah)) > 1:
+        if batched_scores(aah[None], windows)["ari"][0] >= 1 - 1e-12:
+            reasons.append("groups identical to window classes")
+    return reasons
 
-    Observed values come from scikit-learn; the null's scores from the batched equivalents in
-    :mod:`aah_viz.probes.agreement` (equal to scikit-learn's, and fast enough for many permutations).
-    """
-    rng = np.random.default_rng(seed)
-    null = {name: np.zeros(permutations) for name in METRIC_NAMES}
-    for row, t in zip(aah, target):
-        shuffled = np.stack([rng.permutation(row) for _ in range(permutations)])
-        for name, values in batched_scores(shuffled, t).items():
-            null[name] += values / len(aah)
-    out = {}
-    for name, metric in sklearn_metrics().items():
-        observed = layerwise_agreement(aah, target, metric)
-        p = (1 + int(np.sum(null[name] >= observed - 1e-12))) / (1 + permutations)
-        out[name] = (observed, float(null[name].mean()), p)
-    return out
+
+def comparison_row(
+    *,
+    step: int,
+    level: int,
+    layer: int | None,
+    target: str,
+    observed: dict[str, float],
+    null: dict[str, np.ndarray] | None,
+    window_ari: float,
+    n_heads: int,
+    n_groups: int,
+    n_probe_clusters: int,
+    n_layers: int,
+    reasons: list[str],
+) -> dict:
+    """One row of the ``comparisons`` table (every row, per layer or pooled, is built here)."""
+    ari = observed.get("ari", np.nan)
+    has_null = null is not None and len(null["ari"]) > 0 and np.isfinite(ari)
+    return {
+        "step": step,
+        "level": level,
+        "layer": layer,
+        "target": target,
+        "ari": ari,
+        "nmi": observed.get("nmi", np.nan),
+        "v_measure": observed.get("v_measure", np.nan),
+        "null_mean": float(null["ari"].mean()) if has_null else np.nan,
+        "null_p95": float(np.quantile(null["ari"], 0.95)) if has_null else np.nan,
+        "p_value": (1 + int(np.sum(null["ari"] >= ari - 1e-12))) / (1 + len(null["ari"])) if has_null else np.nan,
+        "nmi_null_mean": float(null["nmi"].mean()) if has_null else np.nan,
+        "v_measure_null_mean": float(null["v_measure"].mean()) if has_null else np.nan,
+        "window_ari": window_ari,
+        "n_heads": n_heads,
+        "n_groups": n_groups,
+        "n_probe_clusters": n_probe_clusters,
+        "n_layers": n_layers,
+        "degenerate": bool(reasons),
+        "reason": "; ".join(reasons),
+    }
+
+
+def partition_rows(
+    step: int,
+    level: int,
+    labels: np.ndarray,
+    windows: np.ndarray,
+    wide: pd.DataFrame,
+    js: np.ndarray | None,
+    permutations: int,
+    seed: int,
+) -> list[dict]:
+    """Rows of one level: per layer and target, then pooled per target. ``labels``/``windows``:
+    (n_layer, n_head), labels -1 in layers without this level."""
+    n_layer, n_head = labels.shape
+    metrics = sklearn_metrics()
+    rows = []
+    pooled: dict[str, list] = {t: [] for t in TARGETS}  # target -> [(observed, null, n_groups, n_probe)]
+    for layer in range(n_layer):
+        aah = labels[layer]
+        if (aah < 0).any():
+            continue  # the hierarchy of this layer does not reach this level
+        profile = layer_profile(wide, layer, n_head, windows[layer])
+        sub_js = (
+            js[layer * n_head : (layer + 1) * n_head, layer * n_head : (layer + 1) * n_head] if js is not None else None
+        )
+        n_groups = len(np.unique(aah))
+        clusters = cluster_heads(profile, sub_js, n_groups, seed)
+        rng = np.random.default_rng([seed, level, layer])
+        for target in TARGETS:
+            probe = clusters.get(target)
+            if probe is None and target == "js_agglomerative" and sub_js is None:
+                continue  # no attention_js rows in this run
+            n_features = (
+                (sub_js.shape[0] if target == "js_agglomerative" else profile.shape[1]) if probe is not None else 0
+            )
+            reasons = degenerate_reasons(aah, probe, windows[layer], n_features)
+            observed, null, window_ari = {}, None, np.nan
+            if probe is not None:
+                observed = {name: float(f(aah, probe)) for name, f in metrics.items()}
+                null = permutation_null(aah, probe, permutations, rng)
+                window_ari = float(metrics["ari"](windows[layer], probe))
+                if not reasons:
+                    pooled[target].append((observed, null, n_groups, len(np.unique(probe))))
+            rows.append(
+                comparison_row(
+                    step=step,
+                    level=level,
+                    layer=layer,
+                    target=target,
+                    observed=observed,
+                    null=null,
+                    window_ari=window_ari,
+                    n_heads=n_head,
+                    n_groups=n_groups,
+                    n_probe_clusters=len(np.unique(probe)) if probe is not None else 0,
+                    n_layers=1,
+                    reasons=reasons,
+                )
+            )
+    for target in TARGETS:
+        layer_rows = [r for r in rows if r["target"] == target]
+        if not layer_rows:
+            continue
+        parts = pooled[target]
+        if parts:
+            observed = {m: float(np.mean([p[0][m] for p in parts])) for m in METRIC_NAMES}
+            null = {m: np.mean([p[1][m] for p in parts], axis=0) for m in METRIC_NAMES}
+            window_ari = float(np.nanmean([r["window_ari"] for r in layer_rows if not r["degenerate"]]))
+        else:
+            observed, null, window_ari = {}, None, np.nan
+        rows.append(
+            comparison_row(
+                step=step,
+                level=level,
+                layer=None,
+                target=target,
+                observed=observed,
+                null=null,
+                window_ari=window_ari,
+                n_heads=n_head * len(parts),
+                n_groups=max((p[2] for p in parts), default=0),
+                n_probe_clusters=max((p[3] for p in parts), default=0),
+                n_layers=len(parts),
+                reasons=[] if parts else ["every layer degenerate"],
+            )
+        )
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
-# window association
+# window association, stratified by layer
 
 
 def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman rho of x against each row of y (ties averaged); NaN where a side is constant."""
+    """Spearman rho of each row of x against each row of y (ties averaged); NaN where a side is constant."""
     rx = rankdata(x, axis=-1)
     ry = rankdata(y, axis=-1)
     rx = rx - rx.mean(axis=-1, keepdims=True)
     ry = ry - ry.mean(axis=-1, keepdims=True)
     denom = np.sqrt((rx**2).sum(-1) * (ry**2).sum(-1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denom > 0, (rx * ry).sum(-1) / np.where(denom > 0, denom, 1), np.nan)
+        return np.where(denom > 1e-12, (rx * ry).sum(-1) / np.where(denom > 1e-12, denom, 1), np.nan)
 
 
-def spearman_with_uncertainty(x, y, n_boot: int = 1000, permutations: int = 1000, seed: int = 0, level: float = 0.95):
-    """(rho, chance mean, permutation p, ci_low, ci_high, n)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    n = len(x)
-    if n < 3:
-        return (np.nan, np.nan, np.nan, np.nan, np.nan, n)
-    rho = float(_spearman_rows(x, y[None])[0])
-    if not np.isfinite(rho):
-        return (np.nan, np.nan, np.nan, np.nan, np.nan, n)
+def stratified_spearman(
+    windows: list[np.ndarray],
+    scores: list[np.ndarray],
+    n_boot: int = 1000,
+    permutations: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict:
+    """Head-weighted mean of within-stratum Spearman rhos, with a within-stratum permutation null
+    (two-sided p) and a bootstrap over heads within strata. Strata where windows or scores are
+    constant, or with fewer than 3 heads, are left out (``reason`` says why when none is left)."""
+    use_w, use_s, reasons = [], [], set()
+    for w, s in zip(windows, scores):
+        ok = np.isfinite(w) & np.isfinite(s)
+        w, s = np.asarray(w, dtype=np.float64)[ok], np.asarray(s, dtype=np.float64)[ok]
+        if len(w) < 3:
+            reasons.add("fewer than 3 heads")
+        elif len(np.unique(w)) < 2:
+            reasons.add("all heads one window")
+        elif len(np.unique(s)) < 2:
+            reasons.add("score constant")
+        else:
+            use_w.append(w)
+            use_s.append(s)
+    n_heads = int(sum(len(w) for w in use_w))
+    out = {"rho": np.nan, "null_mean": np.nan, "p_value": np.nan, "ci_low": np.nan, "ci_high": np.nan}
+    out.update(
+        n_heads=n_heads, n_layers=len(use_w), degenerate=not use_w, reason="" if use_w else "; ".join(sorted(reasons))
+    )
+    if not use_w:
+        return out
+    weights = np.array([len(w) for w in use_w], dtype=np.float64)
+    weights /= weights.sum()
     rng = np.random.default_rng(seed)
-    perm = np.stack([rng.permutation(y) for _ in range(permutations)])
-    null = _spearman_rows(x[None].repeat(permutations, 0), perm)
-    null = null[np.isfinite(null)]
-    p = (1 + int(np.sum(np.abs(null) >= abs(rho) - 1e-12))) / (1 + len(null))
-    idx = rng.integers(0, n, size=(n_boot, n))
-    boot = _spearman_rows(x[idx], y[idx])
-    boot = boot[np.isfinite(boot)]
+    rho = float(sum(wt * _spearman_rows(w[None], s[None])[0] for wt, w, s in zip(weights, use_w, use_s)))
+    null = np.zeros(permutations)
+    boot = np.zeros(n_boot)
+    boot_ok = np.ones(n_boot, dtype=bool)
+    for wt, w, s in zip(weights, use_w, use_s):
+        perm = np.stack([rng.permutation(w) for _ in range(permutations)])
+        null += wt * _spearman_rows(perm, np.broadcast_to(s, perm.shape))
+        idx = rng.integers(0, len(w), size=(n_boot, len(w)))
+        b = _spearman_rows(w[idx], s[idx])
+        boot_ok &= np.isfinite(b)
+        boot += wt * np.nan_to_num(b)
     alpha = (1 - level) / 2
+    boot = boot[boot_ok]
     lo, hi = np.quantile(boot, [alpha, 1 - alpha]) if len(boot) else (np.nan, np.nan)
-    return (rho, float(null.mean()) if len(null) else np.nan, p, float(lo), float(hi), n)
+    out.update(
+        rho=rho,
+        null_mean=float(null.mean()),
+        p_value=(1 + int(np.sum(np.abs(null) >= abs(rho) - 1e-12))) / (1 + permutations),
+        ci_low=float(lo),
+        ci_high=float(hi),
+    )
+    return out
+
+
+def association_rows(step: int, probe_heads: pd.DataFrame, n_boot: int, permutations: int, seed: int) -> list[dict]:
+    rows = []
+    for target, (probe, metric) in ASSOCIATION_SCORES.items():
+        sel = probe_heads[(probe_heads["probe"] == probe) & (probe_heads["metric"] == metric)]
+        if sel.empty:
+            continue
+        by_layer = {int(layer): part for layer, part in sel.groupby("layer")}
+        strata = {
+            layer: (part["window"].to_numpy(np.float64), part["value"].to_numpy(np.float64))
+            for layer, part in sorted(by_layer.items())
+        }
+        for layer, (w, s) in strata.items():
+            result = stratified_spearman([w], [s], n_boot, permutations, seed)
+            rows.append({"step": step, "layer": layer, "target": target, **result})
+        result = stratified_spearman(
+            [w for w, _ in strata.values()], [s for _, s in strata.values()], n_boot, permutations, seed
+        )
+        rows.append({"step": step, "layer": None, "target": target, **result})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +467,14 @@ def group_labels(heads_at_step: pd.DataFrame, level: int, n_layer: int, n_head: 
     return labels
 
 
+def head_windows(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarray:
+    """(n_layer, n_head) windows the heads were probed with (from any probe_heads row)."""
+    w = np.zeros((n_layer, n_head), dtype=np.int64)
+    first = probe_heads.dropna(subset=["window"]).drop_duplicates(["layer", "head"])
+    w[first["layer"].astype(int), first["head"].astype(int)] = first["window"].astype(int)
+    return w
+
+
 def compare_run(
     run,
     step: int | None = None,
@@ -223,8 +482,9 @@ def compare_run(
     permutations: int = 200,
     n_boot: int = 1000,
     seed: int = 0,
-) -> pd.DataFrame:
-    """The comparisons table of one run (an opened ``aah_viz.runlog.Run``) at a probed step."""
+) -> dict[str, pd.DataFrame]:
+    """The ``comparisons`` and ``window_association`` tables of one run (an opened
+    ``aah_viz.runlog.Run``) at a probed step."""
     from aah_viz.errors import RunLogError
 
     probe_heads = run.table("probe_heads")
@@ -238,62 +498,25 @@ def compare_run(
     probe_heads = probe_heads[probe_heads["step"] == step]
     n_layer = int(run.n_layer or probe_heads["layer"].max() + 1)
     n_head = int(run.n_head or probe_heads["head"].max() + 1)
+    windows = head_windows(probe_heads, n_layer, n_head)
     rows = []
     heads = run.table("heads")
     if not heads.empty and (heads["step"] <= step).any():
         at = heads[heads["step"] == heads.loc[heads["step"] <= step, "step"].max()]
         max_depth = int(run.max_depth or 0) or sum(c.startswith("group_l") for c in at.columns)
         levels = [level] if level is not None else list(range(max_depth))
+        wide = wide_probe_heads(probe_heads, n_layer, n_head)
+        js = js_matrix(probe_heads, n_layer, n_head)
         for lv in levels:
             labels = group_labels(at, lv, n_layer, n_head)
-            if labels is None:
-                continue
-            present = (labels >= 0).all(axis=1)  # layers whose hierarchy has this level
-            if not present.any():
-                continue
-            k = max(len(np.unique(row)) for row in labels[present])
-            for target, clusters in probe_clusters(probe_heads, n_layer, n_head, k, seed).items():
-                clusters = clusters.reshape(n_layer, n_head)[present]
-                result = agreement_with_null(labels[present], clusters, permutations, seed)
-                for metric, (value, chance, p) in result.items():
-                    rows.append(
-                        {
-                            "step": step,
-                            "kind": "partition_agreement",
-                            "level": lv,
-                            "target": target,
-                            "metric": metric,
-                            "value": value,
-                            "chance_mean": chance,
-                            "p_value": p,
-                            "ci_low": np.nan,
-                            "ci_high": np.nan,
-                            "n": int(present.sum()) * n_head,
-                        }
-                    )
-    for target, (probe, metric) in ASSOCIATION_SCORES.items():
-        sel = probe_heads[(probe_heads["probe"] == probe) & (probe_heads["metric"] == metric)]
-        if sel.empty:
-            continue
-        rho, chance, p, lo, hi, n = spearman_with_uncertainty(
-            sel["window"], sel["value"], n_boot, permutations * 5, seed
-        )
-        rows.append(
-            {
-                "step": step,
-                "kind": "window_association",
-                "level": None,
-                "target": target,
-                "metric": "spearman",
-                "value": rho,
-                "chance_mean": chance,
-                "p_value": p,
-                "ci_low": lo,
-                "ci_high": hi,
-                "n": n,
-            }
-        )
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    table["level"] = table["level"].astype("Int64")
-    table["n"] = table["n"].astype("Int64")
-    return table
+            if labels is not None and (labels >= 0).all(axis=1).any():
+                rows += partition_rows(step, lv, labels, windows, wide, js, permutations, seed)
+    comparisons = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+    for col in ("level", "layer", "n_heads", "n_groups", "n_probe_clusters", "n_layers"):
+        comparisons[col] = comparisons[col].astype("Int64")
+    association = pd.DataFrame(
+        association_rows(step, probe_heads, n_boot, permutations * 5, seed), columns=ASSOCIATION_COLUMNS
+    )
+    for col in ("layer", "n_heads", "n_layers"):
+        association[col] = association[col].astype("Int64")
+    return {"comparisons": comparisons, "window_association": association}

@@ -1,23 +1,34 @@
-"""Run an attention source over a document and keep, per head, what each word attends to most.
+"""Run an attention source over documents and keep, per head, what each word attends to most.
 
 The attention source is any object with (duck-typed, so this module needs no torch):
 
-- ``encode(text) -> (ids, offsets)``: token ids and each token's character span;
-- ``max_len``: the longest sequence it takes; ``n_layer``, ``n_head``;
-- ``attend(batch) -> ndarray (B, n_layer, n_head, T, T)``: attention probabilities of a batch
-  of id lists, padded at the end to the longest (``T``).
+- ``encode(text) -> (ids, offsets)``: token ids and each token's character span, without the
+  model's special tokens; optionally ``encode_words(text, word_spans)``, the same with no token
+  crossing a word boundary (used when present);
+- ``max_len``: the most text tokens one input takes (room for special tokens already left);
+  ``n_layer``, ``n_head``;
+- ``attend(batch) -> ndarray (B, n_layer, n_head, T, T)``: attention probabilities among the
+  text tokens of a batch of id lists, padded at the end to the longest (``T``). A source that
+  adds special tokens ([CLS] ... [SEP]) removes their rows and columns before returning, so
+  word aggregation sees the text only (Clark et al. 2019).
 
 ``instrumentation.probe_extract`` provides sources for AAH checkpoints and Hugging Face models.
+
+The syntactic argmax runs over the other words of the word's own sentence, in both directions,
+whatever the input held (one sentence, or a whole document); the coreference argmax over the
+words of earlier mentions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from aah_viz.corpus.document import Document
 from aah_viz.probes.alignment import Alignment, align_words, plan_chunks, word_attention
+from aah_viz.probes.distance import DistanceProfile
 
 
 @dataclass
@@ -35,8 +46,8 @@ class CorefQuery:
 class DocPredictions:
     doc: Document
     alignment: Alignment
-    dep2head: np.ndarray  # (n_layer*n_head, n_words): most-attended word from each word, -1 none
-    head2dep: np.ndarray  # (n_layer*n_head, n_words): the word that attends most to each word, -1 none
+    dep2head: np.ndarray  # (n_layer*n_head, n_words): most-attended word of the sentence from each word, -1 none
+    head2dep: np.ndarray  # (n_layer*n_head, n_words): the word of the sentence that attends most to it, -1 none
     # (every row read with its own left context, so a head to the right of a chunk's end still counts)
     coref: np.ndarray  # (n_layer*n_head, n_queries): chosen candidate word, -1 none
     queries: list[CorefQuery] = field(default_factory=list)
@@ -81,6 +92,142 @@ def _argmax_or_none(values: np.ndarray, axis: int) -> np.ndarray:
     return np.where(top > 0, best, -1)
 
 
+def _normalised(rows: np.ndarray) -> np.ndarray:
+    """Rows rescaled to sum to one (the text's share of attention, special tokens left out)."""
+    total = rows.sum(axis=-1, keepdims=True)
+    return rows / np.where(total > 0, total, 1.0)
+
+
+class DocumentPredictor:
+    """One document's chunks (``requests``), consumed one attention array at a time."""
+
+    def __init__(
+        self,
+        doc: Document,
+        source,
+        queries: list[CorefQuery] | None = None,
+        js: JSAccumulator | None = None,
+        distance: DistanceProfile | None = None,
+        need_syntax: bool = True,
+    ):
+        self.doc, self.js, self.distance, self.need_syntax = doc, js, distance, need_syntax
+        words = doc.words
+        spans = [(w.start, w.end) for w in words]
+        encode_words = getattr(source, "encode_words", None)  # tokens cut at word boundaries when the source can
+        ids, offsets = encode_words(doc.text, spans) if encode_words is not None else source.encode(doc.text)
+        self.alignment = align_words(offsets, spans)
+        n_heads = int(source.n_layer) * int(source.n_head)
+        self.n_heads, self.n_words = n_heads, len(words)
+        self.queries = queries or []
+        self.dep2head = np.full((n_heads, self.n_words), -1, dtype=np.int64)
+        self.head2dep = np.full((n_heads, self.n_words), -1, dtype=np.int64)
+        self.coref = np.full((n_heads, len(self.queries)), -1, dtype=np.int64)
+        units = self.alignment.unit_of_token
+        self.unit_last = np.full(self.alignment.n_units, -1, dtype=np.int64)  # last token of every unit
+        self.unit_last[units] = np.arange(len(units))
+        # the sentence of every unit; gaps (-1) are never candidates of the syntactic argmax
+        self.sentence_of_unit = np.full(self.alignment.n_units, -1, dtype=np.int64)
+        self.sentence_of_unit[: self.n_words] = np.repeat(
+            np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences]
+        )
+        # head2dep: per unit, the largest attention any other word of its sentence gives it, and whose row
+        self.best_val = np.zeros((n_heads, self.alignment.n_units), dtype=np.float64)
+        self.best_row = np.full((n_heads, self.alignment.n_units), -1, dtype=np.int64)
+        self.query_heads = np.array([q.head for q in self.queries], dtype=np.int64)
+        self.chunks = plan_chunks(len(ids), int(source.max_len)) if ids else []
+        self.requests = [ids[c.start : c.end] for c in self.chunks]
+
+    def consume(self, index: int, att: np.ndarray) -> None:
+        """``att``: (n_layer, n_head, >=n, >=n) attention of chunk ``index`` (padding beyond n ignored)."""
+        chunk = self.chunks[index]
+        al, n_words = self.alignment, self.n_words
+        n = chunk.end - chunk.start
+        tok_att = np.asarray(att)[:, :, :n, :n].reshape(self.n_heads, n, n)
+        if self.distance is not None:
+            self.distance.add(tok_att, chunk.score_lo - chunk.start, chunk.score_hi - chunk.start)
+        present, local = np.unique(al.unit_of_token[chunk.start : chunk.end], return_inverse=True)
+        unit_att = word_attention(tok_att, local, len(present))  # (n_heads, Uc, Uc)
+        to_local = np.full(al.n_units, -1, dtype=np.int64)
+        to_local[present] = np.arange(len(present))
+        # each unit's row is read in exactly one chunk: the one its last token is scored in
+        last = self.unit_last[present]
+        rows_here = present[(last >= chunk.score_lo) & (last < chunk.score_hi)]
+        if len(rows_here) == 0:
+            return
+        rows_local = to_local[rows_here]
+        scored = rows_here[rows_here < n_words]  # the words among them
+        scored_local = to_local[scored]
+        if self.js is not None and len(scored):
+            step = max(1, len(scored) // self.js.rows_per_chunk)
+            self.js.add(_normalised(unit_att[:, scored_local[::step][: self.js.rows_per_chunk], :]))
+        diag = np.arange(len(present))
+        unit_att[:, diag, diag] = 0.0  # a word attending to itself predicts nothing
+        back = np.where(present < n_words, present, -1)  # local unit -> word (gaps: -1)
+        if self.need_syntax:
+            sent = self.sentence_of_unit[present]
+            same = (sent[:, None] == sent[None, :]) & (sent[:, None] >= 0)  # (Uc, Uc) same sentence, words only
+            if len(scored):
+                masked = unit_att[:, scored_local, :] * same[scored_local][None]
+                rows = _argmax_or_none(masked, axis=2)  # (n_heads, n_scored)
+                self.dep2head[:, scored] = np.where(rows >= 0, back[np.maximum(rows, 0)], -1)
+            block = unit_att[:, rows_local, :] * same[rows_local][None]  # (n_heads, n_rows, Uc)
+            col_val = block.max(axis=1)
+            col_row = rows_here[block.argmax(axis=1)]  # (n_heads, Uc) global unit of the best row
+            better = col_val > self.best_val[:, present]
+            self.best_val[:, present] = np.where(better, col_val, self.best_val[:, present])
+            self.best_row[:, present] = np.where(better, col_row, self.best_row[:, present])
+        if self.queries:
+            last_tok = al.word_last_token
+            in_chunk = np.nonzero(
+                (last_tok[self.query_heads] >= chunk.score_lo) & (last_tok[self.query_heads] < chunk.score_hi)
+            )[0]
+            for qi in in_chunk:
+                q = self.queries[qi]
+                cand_local = to_local[q.candidates]
+                keep = cand_local >= 0
+                if not keep.any():
+                    continue
+                scores = unit_att[:, to_local[q.head], cand_local[keep]]  # (n_heads, n_cand)
+                best = _argmax_or_none(scores, axis=1)
+                self.coref[:, qi] = np.where(best >= 0, q.candidates[keep][np.maximum(best, 0)], -1)
+
+    def result(self) -> DocPredictions:
+        if self.need_syntax and self.n_words:
+            rows = self.best_row[:, : self.n_words]
+            ok = (self.best_val[:, : self.n_words] > 0) & (rows >= 0) & (rows < self.n_words)
+            self.head2dep[:] = np.where(ok, rows, -1)
+        return DocPredictions(self.doc, self.alignment, self.dep2head, self.head2dep, self.coref, self.queries)
+
+
+def predict_documents(
+    predictors: Iterable[DocumentPredictor], source, batch_size: int = 16
+) -> Iterator[DocPredictions]:
+    """Every predictor's chunks through ``source.attend`` in batches of up to ``batch_size`` inputs
+    (across documents, so short inputs such as single sentences share a forward pass); yields each
+    document's predictions, in order, once all its chunks are consumed."""
+    pending: list[tuple[DocumentPredictor, int]] = []
+    open_docs: list[DocumentPredictor] = []
+
+    def run_batch():
+        att = np.asarray(source.attend([p.requests[k] for p, k in pending]))
+        for b, (p, k) in enumerate(pending):
+            p.consume(k, att[b])
+        pending.clear()
+
+    for predictor in predictors:
+        open_docs.append(predictor)
+        for k in range(len(predictor.requests)):
+            pending.append((predictor, k))
+            if len(pending) >= batch_size:
+                run_batch()
+        while open_docs and not any(p is open_docs[0] for p, _ in pending):
+            yield open_docs.pop(0).result()
+    if pending:
+        run_batch()
+    for predictor in open_docs:
+        yield predictor.result()
+
+
 def predict_document(
     doc: Document,
     source,
@@ -88,72 +235,8 @@ def predict_document(
     js: JSAccumulator | None = None,
     batch_size: int = 16,
     need_syntax: bool = True,
+    distance: DistanceProfile | None = None,
 ) -> DocPredictions:
-    ids, offsets = source.encode(doc.text)
-    words = doc.words
-    alignment = align_words(offsets, [(w.start, w.end) for w in words])
-    n_heads = int(source.n_layer) * int(source.n_head)
-    n_words = len(words)
-    queries = queries or []
-    dep2head = np.full((n_heads, n_words), -1, dtype=np.int64)
-    head2dep = np.full((n_heads, n_words), -1, dtype=np.int64)
-    coref = np.full((n_heads, len(queries)), -1, dtype=np.int64)
-    units = alignment.unit_of_token
-    last_tok = alignment.word_last_token
-    unit_last = np.full(alignment.n_units, -1, dtype=np.int64)  # last token of every unit, gaps included
-    unit_last[units] = np.arange(len(units))
-    # head2dep: per unit, the largest attention any other unit's row gives it, and whose row it is
-    best_val = np.zeros((n_heads, alignment.n_units), dtype=np.float64)
-    best_row = np.full((n_heads, alignment.n_units), -1, dtype=np.int64)
-    query_heads = np.array([q.head for q in queries], dtype=np.int64)
-    chunks = plan_chunks(len(ids), int(source.max_len)) if ids else []
-    for b0 in range(0, len(chunks), batch_size):
-        batch = chunks[b0 : b0 + batch_size]
-        att = np.asarray(source.attend([ids[c.start : c.end] for c in batch]))
-        for k, chunk in enumerate(batch):
-            n = chunk.end - chunk.start
-            tok_att = att[k, :, :, :n, :n].reshape(n_heads, n, n)
-            present, local = np.unique(units[chunk.start : chunk.end], return_inverse=True)
-            unit_att = word_attention(tok_att, local, len(present))  # (n_heads, Uc, Uc)
-            to_local = np.full(alignment.n_units, -1, dtype=np.int64)
-            to_local[present] = np.arange(len(present))
-            # each unit's row is read in exactly one chunk: the one its last token is scored in
-            rows_here = present[(unit_last[present] >= chunk.score_lo) & (unit_last[present] < chunk.score_hi)]
-            if len(rows_here) == 0:
-                continue
-            rows_local = to_local[rows_here]
-            scored = rows_here[rows_here < n_words]  # the words among them
-            scored_local = to_local[scored]
-            if js is not None and len(scored):
-                step = max(1, len(scored) // js.rows_per_chunk)
-                js.add(unit_att[:, scored_local[::step][: js.rows_per_chunk], :])
-            diag = np.arange(len(present))
-            unit_att[:, diag, diag] = 0.0  # a word attending to itself predicts nothing
-            back = np.where(present < n_words, present, -1)  # local unit -> word (gaps: -1)
-            if need_syntax:
-                if len(scored):
-                    rows = _argmax_or_none(unit_att[:, scored_local, :], axis=2)  # (n_heads, n_scored)
-                    dep2head[:, scored] = np.where(rows >= 0, back[np.maximum(rows, 0)], -1)
-                block = unit_att[:, rows_local, :]  # (n_heads, n_rows, Uc)
-                col_val = block.max(axis=1)
-                col_row = rows_here[block.argmax(axis=1)]  # (n_heads, Uc) global unit of the best row
-                better = col_val > best_val[:, present]
-                best_val[:, present] = np.where(better, col_val, best_val[:, present])
-                best_row[:, present] = np.where(better, col_row, best_row[:, present])
-            if queries:
-                in_chunk = np.nonzero(
-                    (last_tok[query_heads] >= chunk.score_lo) & (last_tok[query_heads] < chunk.score_hi)
-                )[0]
-                for qi in in_chunk:
-                    q = queries[qi]
-                    cand_local = to_local[q.candidates]
-                    keep = cand_local >= 0
-                    if not keep.any():
-                        continue
-                    scores = unit_att[:, to_local[q.head], cand_local[keep]]  # (n_heads, n_cand)
-                    best = _argmax_or_none(scores, axis=1)
-                    coref[:, qi] = np.where(best >= 0, q.candidates[keep][np.maximum(best, 0)], -1)
-    if need_syntax and n_words:
-        rows = best_row[:, :n_words]
-        head2dep[:] = np.where((best_val[:, :n_words] > 0) & (rows >= 0) & (rows < n_words), rows, -1)
-    return DocPredictions(doc, alignment, dep2head, head2dep, coref, queries)
+    """One document's predictions (see :func:`predict_documents` for many)."""
+    predictor = DocumentPredictor(doc, source, queries, js, distance, need_syntax)
+    return next(predict_documents([predictor], source, batch_size))

@@ -1,18 +1,31 @@
-"""Run every probe over documents with one attention source; returns the three probe tables."""
+"""Run every probe over documents with one attention source; returns the probe tables.
+
+Documents are keyed by their position and id, never by their text: two documents with the same
+text are both scored. A syntax document and a coreference document are read in one pass only
+when they have the same id, text and words (and the context is ``document``).
+
+``context``: ``sentence`` (each sentence of a syntax document is its own model input, as in
+Clark et al. 2019) or ``document`` (the whole document, read in chunks). Either way the
+syntactic argmax stays inside the dependent's sentence. Coreference documents are always read
+whole.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from aah_viz.corpus.document import Document
+from aah_viz.corpus.document import Document, Sentence, Word
 from aah_viz.probes.coref import CorefScorer, bucket_edges, coref_queries
-from aah_viz.probes.predict import JSAccumulator, predict_document
+from aah_viz.probes.distance import DistanceProfile
+from aah_viz.probes.predict import DocumentPredictor, JSAccumulator, predict_documents
 from aah_viz.probes.sufficiency import dependency_lengths, sufficiency_rows
-from aah_viz.probes.syntax import DEFAULT_MIN_COUNT, SyntaxScorer
+from aah_viz.probes.syntax import DEFAULT_BOOT, DEFAULT_MIN_COUNT, RELATION_LABELS, SyntaxScorer
+
+CONTEXTS = ("sentence", "document")
 
 
 @dataclass
@@ -21,8 +34,11 @@ class ProbeResult:
     probe_relations: pd.DataFrame
     probe_coref: pd.DataFrame
     js_distance: np.ndarray  # (n_heads, n_heads) mean JS divergence between heads' attention rows
-    n_syntax_docs: int
-    n_coref_docs: int
+    n_syntax_docs: int  # syntax documents scored
+    n_coref_docs: int  # coreference documents scored
+    n_sentences: int = 0  # sentences scored by the syntactic probe
+    n_links: int = 0  # gold dependencies scored
+    n_coref_queries: int = 0  # mentions with an antecedent scored
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
@@ -55,6 +71,45 @@ def js_rows(step: int, js: np.ndarray, n_head: int, windows: np.ndarray) -> list
     return rows
 
 
+def sentence_documents(doc: Document) -> list[Document]:
+    """One document per sentence: its text, and its words with offsets into that text."""
+    out = []
+    for sentence in doc.sentences:
+        base = sentence.start
+        words = tuple(Word(w.form, w.start - base, w.end - base, w.head, w.deprel, w.upos) for w in sentence.words)
+        text = doc.text[sentence.start : sentence.end]
+        out.append(Document(f"{doc.id}/{sentence.id}", text, [Sentence(sentence.id, 0, len(text), words)]))
+    return out
+
+
+def _same_words(a: Document, b: Document) -> bool:
+    """The coreference document's word indices mean the same words as the syntax document's."""
+    return a.text == b.text and [(w.start, w.end) for w in a.words] == [(w.start, w.end) for w in b.words]
+
+
+def plan_jobs(
+    syntax_docs: Sequence[Document], coref_docs: Sequence[Document], context: str
+) -> list[tuple[Document | None, Document | None]]:
+    """(syntax document, coreference document) per model pass; nothing is dropped or merged by text."""
+    if context not in CONTEXTS:
+        raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    if context == "sentence":
+        jobs = [(s, None) for doc in syntax_docs for s in sentence_documents(doc)]
+        return jobs + [(None, c) for c in coref_docs]
+    by_id: dict[str, list[int]] = {}
+    for i, doc in enumerate(syntax_docs):
+        by_id.setdefault(doc.id, []).append(i)
+    partner: dict[int, Document] = {}
+    alone = []
+    for doc in coref_docs:
+        match = next((i for i in by_id.get(doc.id, []) if i not in partner and _same_words(syntax_docs[i], doc)), None)
+        if match is None:
+            alone.append(doc)
+        else:
+            partner[match] = doc
+    return [(doc, partner.get(i)) for i, doc in enumerate(syntax_docs)] + [(None, c) for c in alone]
+
+
 def run_probes(
     source,
     syntax_docs: Sequence[Document] = (),
@@ -64,15 +119,22 @@ def run_probes(
     windows: np.ndarray | None = None,
     candidate_windows: Sequence[int] = (),
     min_count: int = DEFAULT_MIN_COUNT,
+    context: str = "sentence",
+    relations: str = "universal",
     progress: bool = False,
     batch_size: int = 16,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = 0,
 ) -> ProbeResult:
     """Score ``source`` (see :mod:`aah_viz.probes.predict`) on the syntax and coreference documents.
 
     ``windows`` (n_layer, n_head) is the window each head had (default: ``source.max_len`` for
     all). Distance buckets have edges at 1, 4, 8, 16, every candidate window and every head window.
-    A document in both lists (same text) is run through the model once.
+    ``relations``: ``universal`` (subtypes stripped) or ``full`` labels. ``n_boot`` resamples of
+    sentences give each relation's interval of best head minus baseline.
     """
+    if relations not in RELATION_LABELS:
+        raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
     n_layer, n_head = int(source.n_layer), int(source.n_head)
     if windows is None:
         windows = np.full((n_layer, n_head), int(source.max_len), dtype=np.int64)
@@ -80,41 +142,40 @@ def run_probes(
     if windows.shape != (n_layer, n_head):
         raise ValueError(f"windows has shape {windows.shape}, the model has ({n_layer}, {n_head}) heads")
     edges = bucket_edges(list(candidate_windows) + [int(w) for w in np.unique(windows)])
-    syntax = SyntaxScorer(n_layer, n_head)
+    syntax = SyntaxScorer(n_layer, n_head, relations, context)
     coref = CorefScorer(n_layer, n_head, edges)
     js = JSAccumulator(n_layer * n_head)
+    distance = DistanceProfile(n_layer * n_head)
     syntax_lengths: list[np.ndarray] = []
+    jobs = plan_jobs(syntax_docs, coref_docs, context)
+    profile_syntax = bool(syntax_docs)  # head profiles (JS, distance) from the syntax inputs when there are any
 
-    jobs: dict[str, list] = {}  # text -> [syntax doc or None, coref doc or None]
-    for doc in syntax_docs:
-        jobs.setdefault(doc.text, [None, None])[0] = doc
-    for doc in coref_docs:
-        jobs.setdefault(doc.text, [None, None])[1] = doc
-    items = list(jobs.values())
+    def predictors() -> Iterator[DocumentPredictor]:
+        for syn_doc, cor_doc in jobs:
+            doc = syn_doc if syn_doc is not None else cor_doc
+            profile = (syn_doc is not None) == profile_syntax
+            yield DocumentPredictor(
+                doc,
+                source,
+                queries=coref_queries(cor_doc) if cor_doc is not None else None,
+                js=js if profile else None,
+                distance=distance if profile else None,
+                need_syntax=syn_doc is not None,
+            )
+
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), desc="probing", unit="doc")
-    for syn_doc, cor_doc in items:
-        shared = syn_doc is not None and cor_doc is not None and _same_words(syn_doc, cor_doc)
+        bar = tqdm(total=len(jobs), desc=f"probing ({context} inputs)", unit="input")
+    n_coref = 0
+    for (syn_doc, cor_doc), preds in zip(jobs, predict_documents(predictors(), source, batch_size)):
         if syn_doc is not None:
-            queries = coref_queries(cor_doc) if shared else None
-            preds = predict_document(syn_doc, source, queries=queries, js=js, batch_size=batch_size)
             syntax.add(syn_doc, preds.dep2head, preds.head2dep)
             syntax_lengths.append(dependency_lengths(syn_doc, preds.alignment))
-            if shared:
-                coref.add(cor_doc, preds)
-        if cor_doc is not None and not shared:
-            preds = predict_document(
-                cor_doc,
-                source,
-                queries=coref_queries(cor_doc),
-                batch_size=batch_size,
-                js=js if syn_doc is None else None,
-                need_syntax=False,
-            )
+        if cor_doc is not None:
             coref.add(cor_doc, preds)
+            n_coref += 1
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -127,19 +188,18 @@ def run_probes(
         heads_rows += coref.head_rows(step, windows)
     lengths = np.concatenate(syntax_lengths) if syntax_lengths else np.zeros(0, dtype=np.int64)
     heads_rows += sufficiency_rows(step, windows, lengths, np.array(coref.distances, dtype=np.int64))
+    heads_rows += distance.head_rows(step, n_head, windows)
     js_matrix = js.mean()
     if js.count:
         heads_rows += js_rows(step, js_matrix, n_head, windows)
     return ProbeResult(
         probe_heads=pd.DataFrame(heads_rows),
-        probe_relations=syntax.relations_table(step, min_count),
+        probe_relations=syntax.relations_table(step, min_count, n_boot, seed),
         probe_coref=coref.coref_table(step, windows) if coref_docs else pd.DataFrame(),
         js_distance=js_matrix,
         n_syntax_docs=len(syntax_docs),
-        n_coref_docs=len(coref_docs),
+        n_coref_docs=n_coref,
+        n_sentences=syntax.n_sentences,
+        n_links=int(sum(syntax.count.values())),
+        n_coref_queries=int(coref.count.sum()),
     )
-
-
-def _same_words(a: Document, b: Document) -> bool:
-    """The coreference document's word indices mean the same words as the syntax document's."""
-    return [(w.start, w.end) for w in a.words] == [(w.start, w.end) for w in b.words]

@@ -1,19 +1,22 @@
 """The syntactic probe (Clark et al. 2019): does a head attend from a word to its syntactic head?
 
-Per head and direction a word's predicted head is the most-attended word (diagonal zeroed):
+Per head and direction a word's predicted head is the most-attended other word of its own
+sentence (:mod:`aah_viz.probes.predict` restricts the argmax):
 
 - ``dep2head``: the word the dependent attends to most;
 - ``head2dep``: the word that attends most to the dependent.
 
 Accuracy per relation is the share of words with that relation whose prediction is the gold
 head. Per relation the table gives the best (layer, head, direction) beside the best
-fixed-offset baseline (always the word at relative offset -3, -2, -1, +1 or +2 in the sentence).
-Relations rarer than ``min_count``, ``root`` and ``punct`` are left out of the table.
+fixed-offset baseline (always the word at relative offset -3, -2, -1, +1 or +2 in the sentence),
+the difference with a bootstrap interval over sentences, and whether the best head is
+*positional* (most of its predictions, over every word, sit at one fixed offset). Relations are
+universal (``nmod:poss`` counts as ``nmod``) or full labels; those rarer than ``min_count``,
+``root`` and ``punct`` are left out of the table.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +28,39 @@ DIRECTIONS = ("dep2head", "head2dep")
 EXCLUDED_RELATIONS = ("root", "punct")
 OFFSETS = (-3, -2, -1, 1, 2)
 DEFAULT_MIN_COUNT = 100
+RELATION_LABELS = ("universal", "full")
+MAX_OFFSET = 8  # predicted offsets counted for the positional label: -8..8
+POSITIONAL_SHARE = 0.5  # a head is positional when at least this share of its predictions sit at one offset
+DEFAULT_BOOT = 1000
+
+RELATION_COLUMNS = [
+    "step",
+    "relation",
+    "count",
+    "best_layer",
+    "best_head",
+    "direction",
+    "best_acc",
+    "baseline_offset",
+    "baseline_acc",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "positional",
+    "positional_offset",
+    "positional_share",
+    "n_sentences",
+    "labels",
+    "context",
+]
+
+
+def relation_label(deprel: str | None, labels: str = "universal") -> str:
+    """The relation a word is counted under: ``nmod:poss`` -> ``nmod`` for universal labels."""
+    if labels not in RELATION_LABELS:
+        raise ValueError(f"relation labels must be one of {RELATION_LABELS}, got {labels!r}")
+    rel = deprel or "_"
+    return rel.split(":", 1)[0] if labels == "universal" else rel
 
 
 def is_excluded(relation: str) -> bool:
@@ -38,144 +74,237 @@ class Gold:
     relation: np.ndarray  # str
     sentence_start: np.ndarray  # document-level index of the dependent's sentence's first word
     sentence_len: np.ndarray
+    sentence: np.ndarray  # index of the dependent's sentence in the document
 
 
-def gold_links(doc: Document) -> Gold:
+def gold_links(doc: Document, labels: str = "full") -> Gold:
     """Every word with a gold head (the root and words without a tree left out)."""
-    dep, head, rel, s_start, s_len = [], [], [], [], []
-    for sentence, base in zip(doc.sentences, doc.sentence_offsets):
+    dep, head, rel, s_start, s_len, s_index = [], [], [], [], [], []
+    for k, (sentence, base) in enumerate(zip(doc.sentences, doc.sentence_offsets)):
         for i, word in enumerate(sentence.words):
             if word.head is None or word.head == 0:
                 continue
             dep.append(base + i)
             head.append(base + word.head - 1)
-            rel.append(word.deprel or "_")
+            rel.append(relation_label(word.deprel, labels))
             s_start.append(base)
             s_len.append(len(sentence.words))
+            s_index.append(k)
     return Gold(
         np.array(dep, dtype=np.int64),
         np.array(head, dtype=np.int64),
         np.array(rel, dtype=object),
         np.array(s_start, dtype=np.int64),
         np.array(s_len, dtype=np.int64),
+        np.array(s_index, dtype=np.int64),
     )
 
 
-def offset_baseline_counts(docs: list[Document]) -> dict[str, dict[int, list[int]]]:
+def offset_hits(gold: Gold) -> np.ndarray:
+    """(n_links, len(OFFSETS)) bool: the word at each fixed offset in the sentence is the gold head."""
+    position = gold.dependent - gold.sentence_start
+    target = position[:, None] + np.array(OFFSETS)[None, :]
+    inside = (target >= 0) & (target < gold.sentence_len[:, None])
+    return inside & (gold.sentence_start[:, None] + target == gold.head[:, None])
+
+
+def offset_baseline_counts(docs: list[Document], labels: str = "full") -> dict[str, dict[int, list[int]]]:
     """relation -> offset -> [correct, count] for the fixed-offset baselines (no model involved)."""
-    table: dict[str, dict[int, list[int]]] = defaultdict(lambda: {k: [0, 0] for k in OFFSETS})
+    table: dict[str, dict[int, list[int]]] = {}
     for doc in docs:
-        gold = gold_links(doc)
-        position = gold.dependent - gold.sentence_start
-        for k in OFFSETS:
-            target = position + k
-            inside = (target >= 0) & (target < gold.sentence_len)
-            hit = inside & (gold.sentence_start + target == gold.head)
-            for rel, h in zip(gold.relation, hit):
-                cell = table[rel][k]
-                cell[0] += int(h)
-                cell[1] += 1
-    return dict(table)
+        gold = gold_links(doc, labels)
+        hits = offset_hits(gold)
+        for rel, row in zip(gold.relation, hits):
+            cells = table.setdefault(rel, {k: [0, 0] for k in OFFSETS})
+            for k, h in zip(OFFSETS, row):
+                cells[k][0] += int(h)
+                cells[k][1] += 1
+    return table
+
+
+def _sentence_of_words(doc: Document) -> np.ndarray:
+    return np.repeat(np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences]).astype(np.int64)
+
+
+def bootstrap_delta(
+    sentence: np.ndarray, diff: np.ndarray, n_boot: int, rng: np.random.Generator, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile interval of mean(diff), resampling whole sentences (links in a sentence move together)."""
+    ids, inverse = np.unique(sentence, return_inverse=True)
+    sums = np.bincount(inverse, weights=diff.astype(np.float64), minlength=len(ids))
+    counts = np.bincount(inverse, minlength=len(ids)).astype(np.float64)
+    n = len(ids)
+    if n < 2 or n_boot < 1:
+        return (np.nan, np.nan)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)  # (B, n)
+    boot = (weights @ sums) / np.maximum(weights @ counts, 1.0)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return float(lo), float(hi)
 
 
 class SyntaxScorer:
-    """Accumulates per-head, per-direction, per-relation correct counts over documents."""
+    """Keeps, per gold link, whether every head (both directions) and every offset baseline got it
+    right, and per head the offsets of its predictions over every word (the positional label)."""
 
-    def __init__(self, n_layer: int, n_head: int):
+    def __init__(self, n_layer: int, n_head: int, labels: str = "universal", context: str = "sentence"):
+        relation_label("", labels)  # validates
         self.n_layer, self.n_head = n_layer, n_head
-        self.correct: dict[str, np.ndarray] = {}  # relation -> (2, n_layer*n_head)
-        self.count: dict[str, int] = defaultdict(int)
-        self.docs: list[Document] = []
+        self.labels, self.context = labels, context
+        n_heads = n_layer * n_head
+        self._relation: list[np.ndarray] = []
+        self._sentence: list[np.ndarray] = []
+        self._hits: list[np.ndarray] = []  # (n_links, 2, n_heads)
+        self._base: list[np.ndarray] = []  # (n_links, len(OFFSETS))
+        self.offset_counts = np.zeros((2, n_heads, 2 * MAX_OFFSET + 1), dtype=np.int64)
+        self.predicted = np.zeros((2, n_heads), dtype=np.int64)  # words with any prediction
+        self.n_sentences = 0
+        self.n_docs = 0
 
     def add(self, doc: Document, dep2head: np.ndarray, head2dep: np.ndarray) -> None:
-        gold = gold_links(doc)
-        self.docs.append(doc)
-        if len(gold.dependent) == 0:
-            return
-        hits = np.stack(
-            [dep2head[:, gold.dependent] == gold.head[None], head2dep[:, gold.dependent] == gold.head[None]]
-        )  # (2, n_heads, n_links)
-        for rel in set(gold.relation):
-            mask = gold.relation == rel
-            counts = hits[:, :, mask].sum(axis=2)
-            if rel in self.correct:
-                self.correct[rel] += counts
-            else:
-                self.correct[rel] = counts.astype(np.int64)
-            self.count[rel] += int(mask.sum())
+        gold = gold_links(doc, self.labels)
+        self.n_docs += 1
+        words = np.arange(len(doc.words))
+        for d, pred in enumerate((dep2head, head2dep)):  # positional profile over every word
+            ok = pred >= 0
+            offset = np.where(ok, pred - words[None, :], 0)
+            counted = ok & (np.abs(offset) <= MAX_OFFSET)
+            self.predicted[d] += ok.sum(axis=1)
+            flat = np.nonzero(counted)
+            np.add.at(self.offset_counts[d], (flat[0], offset[flat] + MAX_OFFSET), 1)
+        if len(gold.dependent):
+            hits = np.stack([dep2head[:, gold.dependent], head2dep[:, gold.dependent]]) == gold.head[None, None]
+            self._hits.append(np.transpose(hits, (2, 0, 1)))
+            self._relation.append(gold.relation)
+            self._sentence.append(gold.sentence + self.n_sentences)
+            self._base.append(offset_hits(gold))
+        self.n_sentences += len(doc.sentences)
+
+    # ----------------------------------------------------------------------------- accumulated views
+    def _links(self):
+        n_heads = self.n_layer * self.n_head
+        if not self._hits:
+            return (
+                np.zeros(0, dtype=object),
+                np.zeros(0, dtype=np.int64),
+                np.zeros((0, 2, n_heads), dtype=bool),
+                np.zeros((0, len(OFFSETS)), dtype=bool),
+            )
+        return (
+            np.concatenate(self._relation),
+            np.concatenate(self._sentence),
+            np.concatenate(self._hits),
+            np.concatenate(self._base),
+        )
+
+    @property
+    def count(self) -> dict[str, int]:
+        relation = self._links()[0]
+        names, counts = np.unique(relation.astype(str), return_counts=True) if len(relation) else ([], [])
+        return {str(r): int(c) for r, c in zip(names, counts)}
+
+    def accuracy(self, relation: str) -> np.ndarray:
+        """(2, n_heads) accuracy of every head and direction on one relation."""
+        rel, _, hits, _ = self._links()
+        return hits[rel == relation].mean(axis=0)
 
     def included_relations(self, min_count: int) -> list[str]:
         return sorted(r for r, n in self.count.items() if n >= min_count and not is_excluded(r))
 
-    def relations_table(self, step: int, min_count: int = DEFAULT_MIN_COUNT) -> pd.DataFrame:
-        baselines = offset_baseline_counts(self.docs)
+    def positional(self) -> tuple[np.ndarray, np.ndarray]:
+        """(2, n_heads) modal non-zero offset of each head's predictions and its share of them."""
+        counts = self.offset_counts.copy()
+        counts[..., MAX_OFFSET] = 0  # offset 0 cannot be predicted (the diagonal is zeroed)
+        modal = counts.argmax(axis=-1)
+        share = np.take_along_axis(counts, modal[..., None], axis=-1)[..., 0] / np.maximum(self.predicted, 1)
+        return modal - MAX_OFFSET, share
+
+    def relations_table(
+        self, step: int, min_count: int = DEFAULT_MIN_COUNT, n_boot: int = DEFAULT_BOOT, seed: int = 0
+    ) -> pd.DataFrame:
+        rel, sentence, hits, base = self._links()
+        offset, share = self.positional()
+        rng = np.random.default_rng(seed)
         rows = []
-        for rel in self.included_relations(min_count):
-            acc = self.correct[rel] / self.count[rel]  # (2, n_heads)
+        for name in self.included_relations(min_count):
+            mask = rel == name
+            acc = hits[mask].mean(axis=0)  # (2, n_heads)
             d, flat = np.unravel_index(int(np.argmax(acc)), acc.shape)  # ties: dep2head, low layer/head first
-            base = baselines[rel]
-            base_acc = {k: base[k][0] / base[k][1] for k in OFFSETS}
-            best_k = max(OFFSETS, key=lambda k: (base_acc[k], -OFFSETS.index(k)))
+            base_acc = base[mask].mean(axis=0)
+            k = int(np.argmax(base_acc))  # ties: the first offset in OFFSETS order
+            diff = hits[mask, d, flat].astype(np.int64) - base[mask, k].astype(np.int64)
+            lo, hi = bootstrap_delta(sentence[mask], diff, n_boot, rng)
             rows.append(
                 {
                     "step": step,
-                    "relation": rel,
-                    "count": self.count[rel],
+                    "relation": name,
+                    "count": int(mask.sum()),
                     "best_layer": int(flat // self.n_head),
                     "best_head": int(flat % self.n_head),
                     "direction": DIRECTIONS[d],
                     "best_acc": float(acc[d, flat]),
-                    "baseline_offset": best_k,
-                    "baseline_acc": float(base_acc[best_k]),
+                    "baseline_offset": OFFSETS[k],
+                    "baseline_acc": float(base_acc[k]),
+                    "delta": float(acc[d, flat] - base_acc[k]),
+                    "delta_ci_low": lo,
+                    "delta_ci_high": hi,
+                    "positional": bool(share[d, flat] >= POSITIONAL_SHARE),
+                    "positional_offset": int(offset[d, flat]),
+                    "positional_share": float(share[d, flat]),
+                    "n_sentences": int(len(np.unique(sentence[mask]))),
+                    "labels": self.labels,
+                    "context": self.context,
                 }
             )
-        return pd.DataFrame(
-            rows,
-            columns=[
-                "step",
-                "relation",
-                "count",
-                "best_layer",
-                "best_head",
-                "direction",
-                "best_acc",
-                "baseline_offset",
-                "baseline_acc",
-            ],
-        )
+        return pd.DataFrame(rows, columns=RELATION_COLUMNS)
 
     def head_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
-        """probe_heads rows: ``REL:DIRECTION`` per included relation, ``all:DIRECTION`` over every
-        non-excluded word, and ``score``: the mean over included relations of the better direction."""
-        n_heads = self.n_layer * self.n_head
+        """probe_heads rows.
+
+        Probe ``syntax``: ``REL:DIRECTION`` per included relation, ``all:DIRECTION`` over every
+        non-excluded word, ``score`` (the mean over included relations of the better direction)
+        and ``score_minus_baseline`` (the mean over included relations of the better direction's
+        accuracy minus the relation's best offset baseline). Probe ``positional``:
+        ``share:DIRECTION`` and ``offset:DIRECTION``, the modal offset of the head's predictions
+        over every word and the share of predictions at it.
+        """
+        rel, _, hits, base = self._links()
         included = self.included_relations(min_count)
-        all_rel = [r for r in self.count if not is_excluded(r)]
-        total = sum(self.count[r] for r in all_rel)
-        all_correct = sum((self.correct[r] for r in all_rel), np.zeros((2, n_heads), dtype=np.int64))
+        keep = np.array([not is_excluded(r) for r in rel], dtype=bool)
+        all_acc = hits[keep].mean(axis=0) if keep.any() else None  # (2, n_heads)
+        per_rel = {r: hits[rel == r].mean(axis=0) for r in included}
+        baseline = {r: base[rel == r].mean(axis=0).max() for r in included}
+        offset, share = self.positional()
         rows = []
-        for flat in range(n_heads):
+        for flat in range(self.n_layer * self.n_head):
             layer, head = divmod(flat, self.n_head)
 
-            def row(metric, value):
+            def row(probe, metric, value):
                 rows.append(
                     {
                         "step": step,
                         "layer": layer,
                         "head": head,
-                        "probe": "syntax",
+                        "probe": probe,
                         "metric": metric,
                         "value": float(value),
                     }
                 )
 
-            best = []
-            for rel in included:
-                acc = self.correct[rel][:, flat] / self.count[rel]
-                row(f"{rel}:dep2head", acc[0])
-                row(f"{rel}:head2dep", acc[1])
+            best, gain = [], []
+            for r in included:
+                acc = per_rel[r][:, flat]
+                row("syntax", f"{r}:dep2head", acc[0])
+                row("syntax", f"{r}:head2dep", acc[1])
                 best.append(acc.max())
-            if total:
-                row("all:dep2head", all_correct[0, flat] / total)
-                row("all:head2dep", all_correct[1, flat] / total)
-            row("score", np.mean(best) if best else np.nan)
+                gain.append(acc.max() - baseline[r])
+            if all_acc is not None:
+                row("syntax", "all:dep2head", all_acc[0, flat])
+                row("syntax", "all:head2dep", all_acc[1, flat])
+            row("syntax", "score", np.mean(best) if best else np.nan)
+            row("syntax", "score_minus_baseline", np.mean(gain) if gain else np.nan)
+            for d, direction in enumerate(DIRECTIONS):
+                if self.predicted[d, flat]:
+                    row("positional", f"share:{direction}", share[d, flat])
+                    row("positional", f"offset:{direction}", offset[d, flat])
         return rows
