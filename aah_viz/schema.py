@@ -185,6 +185,7 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "n_layers": pa.int16(),
         "degenerate": pa.bool_(),
         "reason": pa.string(),  # why a degenerate row cannot say anything ("; "-separated)
+        "partition_verdict": pa.string(),  # cluster validity of the compared level-0 partition: real, chance, undefined
     },
     # written by ``aah-viz compare``: Spearman's rho of window against probe score within layers
     "window_association": {

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from aah_viz.corpus.tokenizer import ByteTokenizer
-from aah_viz.probes.alignment import word_segments
 from aah_viz.errors import ConfigError, InputFormatError, RunLogError
+from aah_viz.probes.alignment import word_segments
 
 
 def _pad(batch: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,9 +175,7 @@ class HFAttentionSource:
         segments = word_segments(text, word_spans)
         if not segments:
             return [], []
-        enc = self.tokenizer(
-            [text[a:b] for a, b in segments], add_special_tokens=False, return_offsets_mapping=True
-        )
+        enc = self.tokenizer([text[a:b] for a, b in segments], add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = [], []
         for (a, _), seg_ids, seg_offsets in zip(segments, enc["input_ids"], enc["offset_mapping"]):
             ids += list(seg_ids)

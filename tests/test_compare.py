@@ -245,3 +245,30 @@ def test_cluster_heads_uses_js_when_present():
     js = np.array([[0, 0.1, 0.9, 0.9], [0.1, 0, 0.9, 0.9], [0.9, 0.9, 0, 0.1], [0.9, 0.9, 0.1, 0]])
     labels = cluster_heads(np.zeros((4, 0)), js, k=2)["js_agglomerative"]
     assert labels[0] == labels[1] != labels[2] == labels[3]
+
+
+def test_rows_carry_the_verdict_of_the_partition_they_compare(tmp_path):
+    path = _make_run(tmp_path / "run")
+    writer = RunWriter.resume(path)
+    writer.append(  # layer 0: real at the newest update before the probe; layer 1: chance then real later
+        "cluster_validity",
+        pd.DataFrame(
+            {
+                "step": [30, 30, 40, 40, 50],
+                "layer": [0, 1, 0, 1, 1],
+                "origin": ["natural"] * 5,
+                "shadow": [False] * 5,
+                "verdict": ["chance", "real", "real", "chance", "real"],
+            }
+        ),
+    )
+    writer.close()
+    comp = compare_run(load_run(path), permutations=20, n_boot=20)["comparisons"]
+    level0 = comp[comp["level"] == 0]
+    by_layer = level0[level0["layer"].notna()].groupby("layer")["partition_verdict"].agg(set).to_dict()
+    assert by_layer == {0: {"real"}, 1: {"chance"}}  # step 40's verdicts; step 50 comes after the probe
+    assert set(level0.loc[level0["layer"].isna(), "partition_verdict"]) == {"undefined"}  # layers disagree
+    assert set(comp.loc[comp["level"] == 1, "partition_verdict"]) == {"undefined"}  # validity is level 0 only
+    # without validity rows every verdict is undefined
+    plain = compare_run(load_run(_make_run(tmp_path / "plain")), permutations=20, n_boot=20)["comparisons"]
+    assert set(plain["partition_verdict"]) == {"undefined"}

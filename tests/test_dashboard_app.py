@@ -211,7 +211,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     assert figs["window vs syntax uas"]["layout"]["xaxis"]["title"]["text"] == "window (tokens)"
     assert "links beyond the window: syntax_links_beyond_window" in figs
     comp = at.dataframe[0].value
-    assert comp[["metric", "value", "chance_mean", "p_value"]].values.tolist() == [["ari", 0.2, 0.0, 0.04]]
+    assert comp[["target", "ari", "null_mean", "p_value", "partition_verdict"]].values.tolist() == [
+        ["kmeans:profile", 0.2, 0.0, 0.04, "real"]
+    ]
 
 
 def test_compare_page_groups_by_regime(app):

@@ -274,25 +274,38 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
         "comparisons",
         {
             "step": [19, 19],
-            "kind": ["partition_agreement", "window_association"],
             "level": [0, 0],
-            "target": ["kmeans:syntax", "spearman:syntax"],
-            "metric": ["ari", "spearman"],
-            "value": [0.31, -0.12],
-            "chance_mean": [0.002, 0.0],
-            "p_value": [0.004, 0.41],
-            "ci_low": [0.12, -0.4],
-            "ci_high": [0.5, 0.2],
-            "n": [12, 12],
+            "layer": [0, None],
+            "target": ["kmeans:profile", "kmeans:profile"],
+            "ari": [0.31, 0.25],
+            "null_mean": [0.002, -0.01],
+            "null_p95": [0.2, 0.15],
+            "p_value": [0.004, 0.01],
+            "nmi": [0.4, 0.35],
+            "v_measure": [0.4, 0.35],
+            "n_groups": [2, 2],
+            "n_probe_clusters": [2, 2],
+            "degenerate": [False, False],
+            "reason": ["", ""],
+            "partition_verdict": ["real", "undefined"],
         },
     )
+    w.append(
+        "window_association",
+        {"step": [19], "layer": [None], "target": ["spearman:syntax"], "rho": [-0.12], "p_value": [0.41]},
+    )
     w.close("finished")
-    table = build_table("probes", collect_runs([run_dir]))
+    runs = collect_runs([run_dir])
+    table = build_table("probes", runs)
     ref = pd.read_parquet(run_dir / "comparisons")
     assert list(table.df["target"]) == list(ref["target"])
-    assert list(table.df["value"]) == list(ref["value"])
-    assert list(table.df["chance_mean"]) == list(ref["chance_mean"])
-    assert "chance\\_mean" in render(table, "latex")
+    assert list(table.df["ari"]) == list(ref["ari"])
+    assert list(table.df["null_mean"]) == list(ref["null_mean"])
+    assert list(table.df["partition_verdict"]) == ["real", "undefined"]
+    assert list(table.df["layer"]) == ["0", ""]  # the pooled row has no layer
+    assert "null\\_mean" in render(table, "latex")
+    assoc = build_table("probes", runs, part="association")
+    assert list(assoc.df["rho"]) == [-0.12] and list(assoc.df["p_value"]) == [0.41]
 
 
 def test_probe_relations_and_coref_parts(tmp_path):

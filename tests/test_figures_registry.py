@@ -72,16 +72,20 @@ def add_probe_tables(run_dir, n_layer: int, n_head: int, step: int) -> None:
             [
                 dict(
                     step=step,
-                    kind="partition_agreement",
                     level=0,
-                    target="kmeans:syntax+coref",
-                    metric="ari",
-                    value=0.2,
-                    chance_mean=0.0,
+                    layer=None,
+                    target="kmeans:profile",
+                    ari=0.2,
+                    null_mean=0.0,
+                    null_p95=0.1,
                     p_value=0.04,
-                    ci_low=0.1,
-                    ci_high=0.3,
-                    n=n_layer * n_head,
+                    n_heads=n_layer * n_head,
+                    n_groups=2,
+                    n_probe_clusters=2,
+                    n_layers=n_layer,
+                    degenerate=False,
+                    reason="",
+                    partition_verdict="real",
                 )
             ]
         ),

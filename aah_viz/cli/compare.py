@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             "v_measure",
             "n_groups",
             "n_probe_clusters",
+            "partition_verdict",
             "reason",
         ],
         "window_association": [

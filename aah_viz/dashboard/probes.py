@@ -67,21 +67,29 @@ def render() -> None:
             )
     comp = tables.get("comparisons")
     if comp is not None and not comp.empty:
-        st.subheader("Head groups and windows against the probes")
-        st.caption("Each score with its chance level (mean under a permutation null) and p-value.")
+        st.subheader("Head groups against the probes")
+        st.caption(
+            "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
+            "profiles, against a permutation null (mean, 95th percentile); pooled rows (no layer) use a "
+            "layer-stratified null. partition_verdict: cluster validity of the compared level-0 partition."
+        )
         cols = [
             c
             for c in [
-                "kind",
                 "level",
+                "layer",
                 "target",
-                "metric",
-                "value",
-                "chance_mean",
+                "ari",
+                "null_mean",
+                "null_p95",
                 "p_value",
-                "ci_low",
-                "ci_high",
-                "n",
+                "nmi",
+                "v_measure",
+                "n_groups",
+                "n_probe_clusters",
+                "partition_verdict",
+                "degenerate",
+                "reason",
                 "step",
             ]
             if c in comp

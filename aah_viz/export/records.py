@@ -343,13 +343,18 @@ def _validity_shares(run) -> dict:
 PROBE_PARTS = {
     "comparisons": (
         "comparisons",
-        ["kind", "level", "target", "metric"],
-        ["value", "chance_mean", "p_value", "ci_low", "ci_high", "n"],
+        ["level", "layer", "target", "partition_verdict", "reason"],
+        ["ari", "null_mean", "null_p95", "p_value", "nmi", "v_measure", "n_groups", "n_probe_clusters"],
+    ),
+    "association": (
+        "window_association",
+        ["layer", "target", "reason"],
+        ["rho", "null_mean", "p_value", "ci_low", "ci_high", "n_heads"],
     ),
     "relations": (
         "probe_relations",
         ["relation", "best_layer", "best_head", "direction", "baseline_offset"],
-        ["count", "best_acc", "baseline_acc"],
+        ["count", "best_acc", "baseline_acc", "delta", "delta_ci_low", "delta_ci_high"],
     ),
     "coref": ("probe_coref", ["method", "layer", "head", "bucket"], ["correct", "count", "accuracy"]),
     "heads": ("probe_heads", ["probe", "metric", "layer", "head", "window"], ["value"]),
@@ -364,7 +369,7 @@ def probe_records(run, part: str) -> list[dict]:
     df = run.table(table)
     if df.empty:
         return []
-    df = df[df["step"] == df["step"].max()]
+    df = df[df["step"] == df["step"].max()].reindex(columns=["step", *keys, *values])  # older runs: fewer columns
     ident = identity(run)
     out = []
     for _, row in df.iterrows():
@@ -373,7 +378,7 @@ def probe_records(run, part: str) -> list[dict]:
             v = row[k]
             rec[k] = (
                 ""
-                if v is None or (isinstance(v, float) and math.isnan(v))
+                if v is None or pd.isna(v)
                 else (
                     str(int(v))
                     if isinstance(v, (float, np.floating, np.integer, int)) and not isinstance(v, bool)

@@ -171,7 +171,18 @@ COLUMN_SPEC: dict[str, tuple[int, int]] = {
     "controller_grad_norm_final": (4, 0),
     "controller_weight_drift_final": (4, 0),
     "value": (3, 0),
-    "chance_mean": (3, 0),
+    "ari": (3, 0),
+    "nmi": (3, 0),
+    "v_measure": (3, 0),
+    "null_mean": (3, 0),
+    "null_p95": (3, 0),
+    "n_groups": (0, 0),
+    "n_probe_clusters": (0, 0),
+    "n_heads": (0, 0),
+    "rho": (3, 0),
+    "delta": (3, +1),
+    "delta_ci_low": (3, 0),
+    "delta_ci_high": (3, 0),
     "p_value": (4, 0),
     "ci_low": (3, 0),
     "ci_high": (3, 0),
@@ -376,10 +387,14 @@ def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
         _, keys, values = records.PROBE_PARTS[part]
         values = list(values)
         caption = {
-            "comparisons": "Learned head groups against probe-derived partitions and "
-            "window associations, with chance levels "
-            "(permutation null mean), p-values and 95% intervals.",
-            "relations": "Syntactic relations: best head and its accuracy against the best fixed-offset baseline.",
+            "comparisons": "Learned head groups against clusters of the same layer's heads built from their "
+            "probe profiles: ARI against a within-layer permutation null (mean, 95th percentile), p-value, "
+            "NMI, V-measure; pooled rows (no layer) use a layer-stratified null; the compared partition's "
+            "cluster-validity verdict; degenerate rows give their reason.",
+            "association": "Spearman's rho of window against probe score within layers, with a permutation "
+            "null, p-value and 95% bootstrap interval; pooled rows (no layer) weight layers by heads.",
+            "relations": "Syntactic relations: best head and its accuracy against the best fixed-offset baseline, "
+            "their difference with a 95% bootstrap interval over sentences.",
             "coref": "Coreference: accuracy by antecedent distance, heads against baselines.",
             "heads": "Per-head probe scores.",
         }[part]

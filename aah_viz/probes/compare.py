@@ -61,6 +61,7 @@ COMPARISON_COLUMNS = [
     "n_layers",
     "degenerate",
     "reason",
+    "partition_verdict",
 ]
 ASSOCIATION_COLUMNS = [
     "step",
@@ -268,6 +269,7 @@ def comparison_row(
         "n_layers": n_layers,
         "degenerate": bool(reasons),
         "reason": "; ".join(reasons),
+        "partition_verdict": "undefined",  # joined from the run's cluster validity (partition_verdicts)
     }
 
 
@@ -475,6 +477,38 @@ def head_windows(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.nda
     return w
 
 
+def partition_verdicts(validity: pd.DataFrame, comparisons: pd.DataFrame) -> pd.Series:
+    """The cluster-validity verdict (real, chance, undefined) of the partition each row compares.
+
+    Validity is judged for level-0 partitions at routing updates: a row takes the verdict of its
+    layer's partition at the newest update at or before the probed step; a pooled row takes the
+    layers' common verdict when they all agree. Other levels, and runs without validity rows,
+    are ``undefined``.
+    """
+    out = pd.Series("undefined", index=comparisons.index, dtype=object)
+    if validity.empty or comparisons.empty:
+        return out
+    v = validity.dropna(subset=["step", "layer", "verdict"])
+    if "shadow" in v:
+        v = v[~v["shadow"].fillna(False).astype(bool)]
+    for step in comparisons["step"].unique():
+        before = v[v["step"] <= step]
+        latest = before.sort_values("step").groupby("layer")["verdict"].last()
+        if latest.empty:
+            continue
+        latest.index = latest.index.astype(int)
+        rows = (comparisons["step"] == step) & (comparisons["level"] == 0)
+        for i in comparisons.index[rows]:
+            layer = comparisons.at[i, "layer"]
+            if pd.isna(layer):
+                used = comparisons.loc[rows & comparisons["layer"].notna(), "layer"].astype(int).unique()
+                verdicts = {latest.get(int(lay), "undefined") for lay in used}
+                out[i] = verdicts.pop() if len(verdicts) == 1 else "undefined"
+            else:
+                out[i] = latest.get(int(layer), "undefined")
+    return out
+
+
 def compare_run(
     run,
     step: int | None = None,
@@ -485,6 +519,7 @@ def compare_run(
 ) -> dict[str, pd.DataFrame]:
     """The ``comparisons`` and ``window_association`` tables of one run (an opened
     ``aah_viz.runlog.Run``) at a probed step."""
+    from aah_viz.analysis import queries
     from aah_viz.errors import RunLogError
 
     probe_heads = run.table("probe_heads")
@@ -512,6 +547,7 @@ def compare_run(
             if labels is not None and (labels >= 0).all(axis=1).any():
                 rows += partition_rows(step, lv, labels, windows, wide, js, permutations, seed)
     comparisons = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+    comparisons["partition_verdict"] = partition_verdicts(queries.cluster_validity(run), comparisons)
     for col in ("level", "layer", "n_heads", "n_groups", "n_probe_clusters", "n_layers"):
         comparisons[col] = comparisons[col].astype("Int64")
     association = pd.DataFrame(
