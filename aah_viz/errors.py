@@ -36,3 +36,7 @@ class MissingDependencyError(AAHVizError, ImportError):
 
 class UnsafePathError(AAHVizError):
     """A user-supplied path that would escape the folder it is meant for."""
+
+
+class TrainingError(AAHVizError):
+    """Training cannot go on (a non-finite loss); the run is closed as failed, its rows kept."""

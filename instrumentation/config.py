@@ -10,6 +10,7 @@ dict (``aah_v3_*`` keys and the legacy aliases of §15.20) onto this config.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,10 @@ class AAHConfig:
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
+        if not isinstance(self.windows, (list, tuple)) or not all(
+            isinstance(w, int) and not isinstance(w, bool) for w in self.windows
+        ):
+            _fail("windows", f"must be a list of integers (tokens), got {self.windows!r}")
         self.windows = tuple(int(w) for w in self.windows)
         validate(self)
 
@@ -217,12 +222,50 @@ class AAHConfig:
         return dataclasses.replace(self, **changes)
 
 
+def _refuse_unknown_keys(generated_init):
+    """``AAHConfig(nonsense=1)`` is a ConfigError naming the allowed keys, like ``from_dict``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        known = {f.name for f in dataclasses.fields(AAHConfig)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed keys are: {', '.join(sorted(known))}"
+            )
+        generated_init(self, *args, **kwargs)
+
+    return __init__
+
+
+AAHConfig.__init__ = _refuse_unknown_keys(AAHConfig.__init__)
+
+
 def _fail(key: str, message: str) -> None:
     raise ConfigError(f"config key {key!r}: {message}")
 
 
+def _check_types(cfg: AAHConfig) -> None:
+    """Every key holds its default's type (ints may stand for floats) and every number is finite."""
+    for f in dataclasses.fields(cfg):
+        value, default = getattr(cfg, f.name), f.default
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            continue
+        if not ok:
+            kind = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+            _fail(f.name, f"must be {kind[type(default)]}, got {value!r}")
+
+
 def validate(cfg: AAHConfig) -> None:
     """Raise ConfigError naming the key and the allowed values for every invalid setting."""
+    _check_types(cfg)
     for key, allowed in CHOICES.items():
         value = getattr(cfg, key)
         if value not in allowed:
@@ -285,6 +328,8 @@ def validate(cfg: AAHConfig) -> None:
                 f"(its own merge score is {SELF_MERGE_SCORE}); allowed values are above {SELF_MERGE_SCORE}, "
                 "or min_group_size=1",
             )
+    if not 0.0 <= cfg.ema_alpha <= 1.0:
+        _fail("ema_alpha", f"must be in [0, 1] (the weight of the previous EMA value), got {cfg.ema_alpha}")
     if not 0.0 <= cfg.resolution_ema_alpha < 1.0:
         _fail("resolution_ema_alpha", f"must be in [0, 1), got {cfg.resolution_ema_alpha}")
     if cfg.window_ablation_mode == "fixed_window" and cfg.fixed_window not in w:

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 
-from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.errors import ConfigError, RunLogError, TrainingError
 from instrumentation import checkpoint as ckpt
 from instrumentation import data as data_mod
+from instrumentation import train_settings
 from instrumentation.recorder import RoutingRecorder
 
 DEFAULT_BATCH = {"tiny": 2, "small": 4, "paper-1b": 1}
@@ -67,6 +68,9 @@ class TrainConfig:
     routing_sync: str | None = None  # "mean" or "off"; default "mean" when world_size > 1
     progress: bool = True
     overrides: dict = field(default_factory=dict)
+    # Names of the run-defining fields the user set explicitly (the CLI fills it); None: those off
+    # the defaults. A resume takes every other field from the run (see train_settings).
+    explicit: frozenset | None = None
 
 
 @dataclass
@@ -77,6 +81,7 @@ class TrainResult:
     final_loss: float | None
     final_val_loss: float | None
     seconds: float
+    note: str | None = None  # said to the user when nothing was trained (a finished run resumed)
 
 
 def lr_multiplier(step: int, warmup: int, total: int) -> float:
@@ -238,15 +243,35 @@ def _progress(total: int, initial: int, enabled: bool, desc: str):
     return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit="step", dynamic_ncols=True)
 
 
-def _resolve_resume(tc: TrainConfig, out: Path):
-    """(checkpoint payload or None, the step to keep rows through) for ``--resume``."""
+def _plan_resume(tc: TrainConfig, out: Path):
+    """(the run's own settings, its newest checkpoint or None) for ``--resume``; see train_settings."""
+    from aah_viz.runlog import read_manifest
+
     if not (out / "manifest.json").is_file():
         raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
+    manifest = read_manifest(out)
     latest = ckpt.latest_checkpoint(out)
-    if latest is None:
-        return None, -1  # no checkpoint yet: start over, dropping every recorded row
-    step, path = latest
-    return ckpt.load_checkpoint(path, map_location=tc.device), step
+    plan = train_settings.resume_settings(tc, manifest, latest[0] if latest else None)
+    return plan, manifest, latest
+
+
+def _finished_note(out: Path, manifest: dict, steps: int) -> str:
+    return (
+        f"{out} is a finished run ({steps} steps, last step {manifest.get('last_step')}); nothing to resume, "
+        f"nothing changed; to train it further pass --steps above {steps}"
+    )
+
+
+def _check_loss(loss: torch.Tensor, step: int, lr: float, rec) -> None:
+    """A non-finite loss ends the run as failed, with an event naming the step (nothing is trained on it)."""
+    if bool(torch.isfinite(loss.detach())):
+        return
+    value = float(loss.detach())
+    rec.event(step, "non_finite_loss", value=str(value), lr=lr)
+    raise TrainingError(
+        f"the loss is {value} at step {step} (learning rate {lr:.3g}); the run is closed as failed "
+        "(lower --lr, or resume from an earlier checkpoint)"
+    )
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -255,8 +280,18 @@ def train(tc: TrainConfig) -> TrainResult:
     from instrumentation.config import AAHConfig
     from instrumentation.model import AAHTransformer
 
-    if tc.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {tc.steps}")
+    train_settings.check_values(tc)
+    train_settings.check_device(tc.device)
+    out = Path(tc.out)
+    plan = manifest = latest = None
+    if tc.resume:
+        plan, manifest, latest = _plan_resume(tc, out)
+        tc = plan.settings
+        if manifest.get("status") == "finished" and not plan.extends:
+            last = manifest.get("last_step")
+            return TrainResult(
+                out, -1 if last is None else last + 1, last, None, None, 0.0, _finished_note(out, manifest, tc.steps)
+            )
     if tc.threads:
         torch.set_num_threads(int(tc.threads))
     dist = init_distributed(tc.device)
@@ -264,21 +299,25 @@ def train(tc: TrainConfig) -> TrainResult:
     if device.startswith("cuda") and dist.active:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', dist.rank))}"
         torch.cuda.set_device(device)
-    out = Path(tc.out)
     t0 = time.perf_counter()
     exit_stack: list = []
     try:
         payload, keep_through = (None, None)
         if tc.resume:
-            payload, keep_through = _resolve_resume(tc, out)
+            # no checkpoint yet: start over, dropping every recorded row
+            keep_through = latest[0] if latest else -1
+            payload = ckpt.load_checkpoint(latest[1], map_location=device) if latest else None
         if payload is not None:
             cfg = AAHConfig.from_dict(payload["config"])
         elif tc.resume:
-            from aah_viz.runlog import read_manifest
-
-            cfg = AAHConfig.from_dict(read_manifest(out)["config"])
+            cfg = AAHConfig.from_dict(manifest["config"])
         else:
             cfg = build_config(tc)
+        if cfg.vocab_size < data_mod.VOCAB_SIZE:
+            raise ConfigError(
+                f"config key 'vocab_size': {cfg.vocab_size} is below the byte tokenizer's {data_mod.VOCAB_SIZE} "
+                f"symbols; allowed values are >= {data_mod.VOCAB_SIZE}"
+            )
         torch.manual_seed(tc.seed)
         model = AAHTransformer(cfg).to(device)
         sync_mode = tc.routing_sync or "mean"
@@ -315,7 +354,7 @@ def train(tc: TrainConfig) -> TrainResult:
             "val_blocks": splits.n_val,
             "tokenizer": "bytes",
         }
-        run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out")}
+        run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out", "explicit")}
         run_args.update(
             batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
         )
@@ -338,6 +377,9 @@ def train(tc: TrainConfig) -> TrainResult:
         divergent_steps: list[int] = []
         tokens_per_step = batch_size * cfg.block_size * dist.world_size
         with recorder as rec:
+            if plan is not None and plan.extends:
+                rec.event(first_step, "extend", from_steps=plan.recorded_steps, to_steps=tc.steps)
+                rec.update_manifest(steps=tc.steps, train=run_args)
             bar = _progress(tc.steps, first_step, tc.progress and dist.rank == 0, f"{cfg.regime} seed {tc.seed}")
             try:
                 for step in range(first_step, tc.steps):
@@ -356,6 +398,7 @@ def train(tc: TrainConfig) -> TrainResult:
                     )
                     optimizer.zero_grad(set_to_none=True)
                     loss = model(x, targets=y).loss
+                    _check_loss(loss, step, lr, rec)
                     loss.backward()
                     if dist.active:
                         average_gradients(params, dist.world_size)

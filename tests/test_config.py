@@ -175,3 +175,22 @@ def test_self_merging_configurations_are_refused():
     assert AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-2.0, max_depth=1)
     assert AAHConfig.from_preset("tiny", upper_cluster_metric="l2", upper_l2_threshold=-0.5)
     assert AAHConfig.from_preset("tiny").churn_clamp == "all"  # the reference's clamp by default
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"nonsense": 1}, "nonsense"),
+        ({"sim_threshold": float("nan")}, "sim_threshold"),
+        ({"churn_penalty": float("inf")}, "churn_penalty"),
+        ({"ema_alpha": 2.0}, "ema_alpha"),
+        ({"n_layer": "two"}, "n_layer"),
+        ({"n_layer": 2.5}, "n_layer"),
+        ({"bias": "yes"}, "bias"),
+        ({"windows": 8}, "windows"),
+        ({"windows": ["8"]}, "windows"),
+    ],
+)
+def test_every_key_is_checked_for_name_type_and_range(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        AAHConfig(**kwargs)

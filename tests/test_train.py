@@ -228,3 +228,137 @@ def test_sigkill_mid_run_leaves_a_valid_run_that_resumes_exactly(tmp_path):
 def test_resume_without_a_run_is_a_clear_error(tmp_path, capsys):
     assert train_cli(tmp_path / "none", "--steps", "2", "--resume") == 2
     assert "no run" in capsys.readouterr().err
+
+
+def _kill_after(step: int, out, *args) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-c", KILL_AFTER_STEP, str(step), "train", "--out", str(out), *COMMON, *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+
+
+# Settings off every default, so that a resume built from command-line defaults could not match.
+OWN = ["--steps", "16", "--seed", "3", "--batch-size", "3", "--lr", "1e-3", "--checkpoint-interval", "4"]
+OWN += ["--set", "warmup_steps=2"]
+
+
+def test_bare_resume_of_a_killed_run_continues_it_with_its_own_settings(tmp_path):
+    ref = tmp_path / "ref"
+    assert train_cli(ref, *OWN) == 0
+    out = tmp_path / "killed"
+    _kill_after(9, out, *OWN)
+    # the form the README shows: no training argument at all
+    assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+    assert validate_run(out) == []
+    run, heads, loss = _rows(out)
+    _, ref_heads, ref_loss = _rows(ref)
+    assert run.manifest["seed"] == 3 and run.manifest["steps"] == 16
+    assert run.manifest["train"]["batch_size"] == 3 and run.manifest["config"]["warmup_steps"] == 2
+    assert list(loss["step"]) == list(range(16))
+    cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
+    assert heads[cols].equals(ref_heads[cols])
+    assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)
+
+
+def _snapshot(run_dir: Path) -> dict:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert train_cli(out, "--steps", "6", "--seed", "3", "--checkpoint-interval", "2", "--set", "warmup_steps=2") == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--seed", "4"], ["--seed 4", "recorded 3"]),
+        (["--batch-size", "5"], ["--batch-size 5", "recorded 2"]),
+        (["--set", "warmup_steps=5"], ["warmup_steps=5", "warmup_steps=2"]),
+        (["--steps", "5"], ["--steps 5", "never shortened"]),
+        (["--steps", "3"], ["--steps 3", "checkpoint", "never shortened"]),
+    ],
+)
+def test_resume_refuses_an_argument_that_contradicts_the_run(finished_run, args, said, capsys):
+    before = _snapshot(finished_run)
+    assert main(["train", "--out", str(finished_run), "--resume", "--no-progress", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    for words in said:
+        assert words in err
+    assert _snapshot(finished_run) == before
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run, capsys):
+    before = _snapshot(finished_run)
+    assert main(["train", "--out", str(finished_run), "--resume", "--no-progress"]) == 0
+    assert "finished run" in capsys.readouterr().err
+    assert _snapshot(finished_run) == before
+
+
+def test_extending_a_finished_run_is_explicit_and_recorded(tmp_path):
+    out = tmp_path / "run"
+    assert train_cli(out, "--steps", "6", "--seed", "3") == 0
+    assert main(["train", "--out", str(out), "--resume", "--steps", "9", "--no-progress"]) == 0
+    assert validate_run(out) == []
+    run, heads, loss = _rows(out)
+    assert list(loss["step"]) == list(range(9))
+    assert run.manifest["steps"] == 9 and run.manifest["train"]["steps"] == 9 and run.manifest["seed"] == 3
+    ext = run.table("events").query("kind == 'extend'")
+    assert len(ext) == 1 and int(ext["step"].iloc[0]) == 6
+
+
+def test_a_non_finite_loss_ends_the_run_as_failed_naming_the_step(tmp_path, capsys):
+    out = tmp_path / "nan"
+    # an absurd learning rate is finite at the door but drives the weights, then the loss, to inf/nan
+    assert train_cli(out, "--steps", "30", "--lr", "1e30", "--set", "warmup_steps=1") == 2
+    err = capsys.readouterr().err
+    assert "the loss is" in err and "failed" in err
+    run = load_run(out)
+    assert run.manifest["status"] == "failed"
+    ev = run.table("events").query("kind == 'non_finite_loss'")
+    assert len(ev) == 1
+    bad_step = int(ev["step"].iloc[0])
+    assert f"at step {bad_step}" in err
+    scalars = run.table("scalars").query("name == 'loss'")
+    assert scalars["step"].max() == bad_step - 1 and np.isfinite(scalars["value"]).all()
+
+
+BAD_VALUES = [
+    (["--lr", "-1"], "--lr"),
+    (["--lr", "nan"], "--lr"),
+    (["--lr", "inf"], "--lr"),
+    (["--weight-decay", "-0.5"], "--weight-decay"),
+    (["--batch-size", "-2"], "--batch-size"),
+    (["--threads", "-1"], "--threads"),
+    (["--steps", "0"], "--steps"),
+    (["--flush-every", "0"], "--flush-every"),
+    (["--eval-interval", "0"], "--eval-interval"),
+    (["--checkpoint-interval", "-3"], "--checkpoint-interval"),
+    (["--seed", "-1"], "--seed"),
+    (["--set", "vocab_size=10"], "vocab_size"),
+    (["--set", 'n_layer="two"'], "n_layer"),
+    (["--set", "sim_threshold=NaN"], "sim_threshold"),
+    (["--set", "ema_alpha=2"], "ema_alpha"),
+    (["--set", "nonsense=1"], "nonsense"),
+    (["--overwrite", "--resume"], "--resume"),
+]
+
+
+@pytest.mark.parametrize(("args", "key"), BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+def test_bad_values_are_one_line_naming_the_key_and_create_nothing(tmp_path, capsys, args, key):
+    out = tmp_path / "bad"
+    assert main(["train", "--out", str(out), "--steps", "2", "--no-progress", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert key in err
+    assert not out.exists() or args == ["--overwrite", "--resume"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_one_line(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "r"), "--steps", "2", "--device", "cuda", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CUDA is not available" in err

@@ -28,30 +28,30 @@ def register(subparsers) -> None:
         "routing update, per-step head windows and groups, and training scalars into --out. "
         "See docs/training.md.",
     )
-    p.add_argument("--preset", choices=PRESETS, default="tiny", help="model size preset (default: tiny)")
+    p.add_argument("--preset", choices=PRESETS, default=None, help="model size preset (default: tiny)")
     p.add_argument(
         "--regime",
-        default="full_adaptive",
+        default=None,
         help="routing regime, e.g. full_adaptive, shallow_freeze, full_attention (aah-viz regimes lists all)",
     )
-    p.add_argument("--steps", type=int, default=100, help="number of optimiser steps (default: 100)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights and batch order (default: 0)")
+    p.add_argument("--steps", type=int, default=None, help="number of optimiser steps (default: 100)")
+    p.add_argument("--seed", type=int, default=None, help="seed of weights and batch order (default: 0)")
     p.add_argument("--out", required=True, help="run directory to create (or to continue with --resume)")
     p.add_argument(
         "--data",
-        default="synthetic",
+        default=None,
         help="'synthetic' (the project's corpus with planted structure, default) or a plain-text file",
     )
-    p.add_argument("--n-docs", type=int, default=400, help="synthetic documents to generate (default: 400)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic corpus (default: 0)")
+    p.add_argument("--n-docs", type=int, default=None, help="synthetic documents to generate (default: 400)")
+    p.add_argument("--data-seed", type=int, default=None, help="seed of the synthetic corpus (default: 0)")
     p.add_argument(
         "--batch-size",
         type=int,
         default=None,
         help="sequences per step and rank (default: tiny 2, small 4, paper-1b 1)",
     )
-    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of AdamW (default: 3e-4)")
-    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (default: 0.1)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate of AdamW (default: 3e-4)")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default: 0.1)")
     p.add_argument(
         "--lr-warmup",
         type=int,
@@ -64,29 +64,34 @@ def register(subparsers) -> None:
         default=None,
         help="evaluate every N steps and at the end (default: tiny 10, small 50, paper-1b 200)",
     )
-    p.add_argument("--eval-batches", type=int, default=4, help="validation batches per evaluation (default: 4)")
+    p.add_argument("--eval-batches", type=int, default=None, help="validation batches per evaluation (default: 4)")
     p.add_argument(
         "--checkpoint-interval",
         type=int,
-        default=0,
+        default=None,
         help="save a checkpoint every N steps (default 0: only at the end)",
     )
     p.add_argument(
-        "--keep-checkpoints", type=int, default=2, help="newest checkpoints to keep; 0 saves none at all (default: 2)"
+        "--keep-checkpoints",
+        type=int,
+        default=None,
+        help="newest checkpoints to keep; 0 saves none at all (default: 2)",
     )
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --out from its newest checkpoint (rows after it are dropped)",
+        help="continue the run in --out from its newest checkpoint (rows after it are dropped) with the run's own "
+        "recorded settings; an argument that contradicts them is refused; --steps above the recorded steps "
+        "extends the run",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument(
         "--detail",
         choices=DETAILS,
-        default="full",
+        default=None,
         help="recording detail: full, light (no feature rows or logit vectors), minimal (heads+scalars)",
     )
-    p.add_argument("--flush-every", type=int, default=50, help="write a Parquet segment every N steps (default: 50)")
+    p.add_argument("--flush-every", type=int, default=None, help="write a Parquet segment every N steps (default: 50)")
     p.add_argument("--backend", default=None, help="attention execution backend (default: the config's dense_masked)")
     p.add_argument(
         "--window",
@@ -116,42 +121,55 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+# TrainConfig field <- argparse destination, for every argument that defines the run. Their parser
+# defaults are None, so the ones given are known: a --resume takes the others from the run.
+RUN_ARGS = {
+    "preset": "preset",
+    "regime": "regime",
+    "steps": "steps",
+    "seed": "seed",
+    "data": "data",
+    "n_docs": "n_docs",
+    "data_seed": "data_seed",
+    "batch_size": "batch_size",
+    "lr": "lr",
+    "weight_decay": "weight_decay",
+    "lr_warmup_steps": "lr_warmup",
+    "eval_interval": "eval_interval",
+    "eval_batches": "eval_batches",
+    "checkpoint_interval": "checkpoint_interval",
+    "keep_checkpoints": "keep_checkpoints",
+    "detail": "detail",
+    "flush_every": "flush_every",
+    "backend": "backend",
+    "window": "window",
+    "routing_sync": "routing_sync",
+}
+
+
 def run(args) -> int:
+    import sys
+
     from aah_viz.torch_import import require_torch
 
     require_torch()
     from instrumentation import TrainConfig, train_model
 
+    given = {field: getattr(args, dest) for field, dest in RUN_ARGS.items() if getattr(args, dest) is not None}
     tc = TrainConfig(
-        preset=args.preset,
-        regime=args.regime,
-        steps=args.steps,
-        seed=args.seed,
+        **given,
         out=args.out,
-        data=args.data,
-        n_docs=args.n_docs,
-        data_seed=args.data_seed,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        lr_warmup_steps=args.lr_warmup,
-        eval_interval=args.eval_interval,
-        eval_batches=args.eval_batches,
-        checkpoint_interval=args.checkpoint_interval,
-        keep_checkpoints=args.keep_checkpoints,
         resume=args.resume,
         overwrite=args.overwrite,
-        detail=args.detail,
-        flush_every=args.flush_every,
-        backend=args.backend,
-        window=args.window,
         device=args.device,
         threads=args.threads,
-        routing_sync=args.routing_sync,
         progress=not args.no_progress,
         overrides=dict(args.overrides),
+        explicit=frozenset(given),
     )
     result = train_model(tc)
+    if result.note:
+        print(result.note, file=sys.stderr)
     if args.json:
         print(
             json.dumps(

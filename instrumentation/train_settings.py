@@ -1,0 +1,178 @@
+"""The settings of a training run: checked at the door, and on ``--resume`` taken from the run itself.
+
+A resumed run must continue the run that is there, not a new one built from command-line
+defaults. The run's manifest records every training argument (``manifest["train"]``); a resume
+takes them all from there. An argument the user gave explicitly must agree with the recorded
+one, with one exception that is an explicit, recorded choice: ``steps`` larger than recorded
+extends the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from aah_viz.errors import ConfigError
+
+# Training arguments that define the run (and so are taken from it on resume). Device, threads,
+# progress display and the resume/overwrite switches are how this process runs, not what it trains.
+RUN_DEFINING = (
+    "preset",
+    "regime",
+    "steps",
+    "seed",
+    "data",
+    "n_docs",
+    "data_seed",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "lr_warmup_steps",
+    "eval_interval",
+    "eval_batches",
+    "val_fraction",
+    "checkpoint_interval",
+    "keep_checkpoints",
+    "detail",
+    "flush_every",
+    "backend",
+    "window",
+    "routing_sync",
+)
+
+# (flag, lowest allowed value) of every integer setting; None values mean "the default".
+_INT_MIN = {
+    "steps": ("--steps", 1),
+    "n_docs": ("--n-docs", 1),
+    "batch_size": ("--batch-size", 1),
+    "lr_warmup_steps": ("--lr-warmup", 0),
+    "eval_interval": ("--eval-interval", 1),
+    "eval_batches": ("--eval-batches", 1),
+    "checkpoint_interval": ("--checkpoint-interval", 0),
+    "keep_checkpoints": ("--keep-checkpoints", 0),
+    "flush_every": ("--flush-every", 1),
+    "window": ("--window", 1),
+    "threads": ("--threads", 1),
+    "seed": ("--seed", 0),
+    "data_seed": ("--data-seed", 0),
+}
+
+
+def check_values(tc) -> None:
+    """Raise ConfigError (naming the flag and the allowed values) for any out-of-range training setting."""
+    for key, (flag, lowest) in _INT_MIN.items():
+        value = getattr(tc, key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value!r}")
+        if value < lowest:
+            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value}")
+    if not _finite(tc.lr) or tc.lr <= 0:
+        raise ConfigError(f"--lr must be a finite number above 0, got {tc.lr!r}")
+    if not _finite(tc.weight_decay) or tc.weight_decay < 0:
+        raise ConfigError(f"--weight-decay must be a finite number >= 0, got {tc.weight_decay!r}")
+    if not _finite(tc.val_fraction) or not 0 < tc.val_fraction < 1:
+        raise ConfigError(f"val_fraction must be in (0, 1), got {tc.val_fraction!r}")
+    if tc.routing_sync not in (None, "mean", "off"):
+        raise ConfigError(f"--routing-sync must be mean or off, got {tc.routing_sync!r}")
+    if tc.resume and tc.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other; pass one of them")
+
+
+def check_device(device: str) -> None:
+    """One line for a device this machine does not have (instead of torch's traceback later)."""
+    import torch
+
+    kind = str(device).split(":")[0]
+    if kind == "cpu":
+        return
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {device}: CUDA is not available on this machine; allowed here: cpu")
+        index = str(device).partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise ConfigError(
+                f"--device {device}: no such GPU; allowed: cuda, cpu, cuda:0..cuda:{torch.cuda.device_count() - 1}"
+            )
+        return
+    if kind == "mps" and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return
+    raise ConfigError(
+        f"--device {device!r} is not available; allowed here: cpu" + (", cuda" * torch.cuda.is_available())
+    )
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def explicit_fields(tc) -> set[str]:
+    """The run-defining fields the caller set: ``tc.explicit`` from the CLI, else those off the defaults."""
+    if tc.explicit is not None:
+        return set(tc.explicit)
+    defaults = type(tc)()
+    return {k for k in RUN_DEFINING if getattr(tc, k) != getattr(defaults, k)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePlan:
+    settings: object  # the TrainConfig to continue with
+    recorded_steps: int
+    extends: bool  # steps larger than recorded: an explicit extension of the run
+
+
+def resume_settings(tc, manifest: dict, checkpoint_step: int | None) -> ResumePlan:
+    """The settings a ``--resume`` continues with: the run's own, checked against explicit arguments.
+
+    Raises ConfigError naming both values when an explicit argument contradicts the recorded one,
+    and when ``steps`` would shorten the run (below the recorded steps or the newest checkpoint).
+    """
+    recorded = manifest.get("train")
+    if not isinstance(recorded, dict):
+        # A run written by something other than ``aah-viz train`` (a callback): nothing to take from it.
+        return ResumePlan(tc, int(manifest.get("steps") or tc.steps), extends=False)
+    explicit = explicit_fields(tc)
+    settings = {k: recorded[k] for k in RUN_DEFINING if k in recorded}
+    for key in sorted(explicit & settings.keys() - {"steps"}):
+        mine, theirs = getattr(tc, key), settings[key]
+        if mine != theirs:
+            raise ConfigError(
+                f"--resume: {_flag(key)} {mine} contradicts the run's recorded {theirs}; "
+                f"leave it out to continue the run as it was recorded"
+            )
+    config = manifest.get("config") or {}
+    for key, value in sorted((tc.overrides or {}).items()):
+        if key in config and config[key] != _comparable(value, config[key]):
+            raise ConfigError(
+                f"--resume: --set {key}={value} contradicts the run's recorded {key}={config[key]}; "
+                "leave it out to continue the run as it was recorded"
+            )
+    recorded_steps = int(settings.get("steps", tc.steps))
+    steps = recorded_steps
+    if "steps" in explicit and tc.steps != recorded_steps:
+        if checkpoint_step is not None and tc.steps <= checkpoint_step:
+            raise ConfigError(
+                f"--resume: --steps {tc.steps} is not above the newest checkpoint (step {checkpoint_step}, "
+                f"{checkpoint_step + 1} steps done) of a {recorded_steps}-step run; a run can be extended "
+                f"(--steps above {recorded_steps}), never shortened"
+            )
+        if tc.steps < recorded_steps:
+            raise ConfigError(
+                f"--resume: --steps {tc.steps} contradicts the run's recorded {recorded_steps}; a run can be "
+                f"extended (--steps above {recorded_steps}), never shortened"
+            )
+        steps = tc.steps
+    settings["steps"] = steps
+    merged = dataclasses.replace(tc, **settings, overrides={})
+    return ResumePlan(merged, recorded_steps, extends=steps > recorded_steps)
+
+
+def _comparable(value, recorded):
+    """A --set value in the recorded value's JSON form (tuples are lists in the manifest)."""
+    return list(value) if isinstance(value, tuple) and isinstance(recorded, list) else value
+
+
+def _flag(key: str) -> str:
+    flags = {"lr_warmup_steps": "--lr-warmup", "val_fraction": "val_fraction"}
+    return flags.get(key, "--" + key.replace("_", "-"))
