@@ -14,7 +14,7 @@ from aah_viz.runlog import RunWriter, generations, load_run, paths, validate_run
 from aah_viz.runlog.compact import compact_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
-TABLES = ["branch", "events", "heads", "scalars", "tree"]
+TABLES = ["branch", "events", "heads", "scalars", "tree", "cluster_validity"]  # every table a synthetic run has
 
 
 def all_rows(run_dir) -> dict[str, pd.DataFrame]:
