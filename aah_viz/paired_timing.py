@@ -173,6 +173,41 @@ def interleave(
     return raw
 
 
+def round_robin(
+    sides: Mapping[str, Side],
+    *,
+    pairs: int = DEFAULT_PAIRS,
+    warmup: int = 1,
+    progress=None,
+) -> dict[str, list[Measurement]]:
+    """Run every side once per round, in the given order in even rounds and reversed in odd ones, for
+    ``pairs`` timed rounds after ``warmup`` untimed ones: any two sides measured in the same round form a
+    pair, so one round serves every comparison among them (see :func:`pairs_of`).
+
+    Returns side -> one measurement per timed round. ``progress`` is advanced once per round.
+    """
+    if pairs < MIN_PAIRS:
+        raise ValueError(f"pairs must be at least {MIN_PAIRS}, got {pairs}")
+    names = list(sides)
+    times: dict[str, list] = {name: [] for name in names}
+    for rnd in range(warmup + pairs):
+        for name in names if rnd % 2 == 0 else reversed(names):
+            m = sides[name]()
+            if rnd >= warmup:
+                times[name].append(m)
+        if progress is not None:
+            progress.update(1)
+    return times
+
+
+def pairs_of(
+    times: Mapping[str, Sequence[Measurement]], comparisons: Mapping[str, tuple[str, str]]
+) -> dict[str, tuple[Sequence[Measurement], Sequence[Measurement]]]:
+    """comparison -> (numerator side's times, denominator side's times), for :func:`paired_report`; a
+    comparison naming a side that was not measured is left out."""
+    return {key: (times[a], times[b]) for key, (a, b) in comparisons.items() if a in times and b in times}
+
+
 def by_clock(measurements: Sequence[Measurement]) -> dict[str, list[float]]:
     """Per-clock lists of seconds (a bare float is a wall time); only clocks every measurement has."""
     rows = [{"wall": m} if isinstance(m, int | float) else m for m in measurements]

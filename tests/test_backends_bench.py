@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_parse_mix_forms_and_errors():
             parse_mix(bad, 100, 3)
 
 
-def test_bench_attention_prints_medians_ratios_and_coverage(capsys):
+def test_bench_attention_prints_paired_ratios_with_intervals_and_coverage(capsys):
     code = main(
         [
             "bench",
@@ -44,8 +45,8 @@ def test_bench_attention_prints_medians_ratios_and_coverage(capsys):
             "8",
             "--mix",
             "8,16,96,200",
-            "--repeats",
-            "2",
+            "--pairs",
+            "3",
             "--backends",
             "full,dense_masked,banded,flash",
             "--stats",
@@ -54,25 +55,37 @@ def test_bench_attention_prints_medians_ratios_and_coverage(capsys):
     )
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
+    assert doc["clock"] == "cpu" and doc["config"]["pairs"] == 3
     assert doc["windows"] == [8, 16, 96, 200]
     assert doc["causal_coverage"] == pytest.approx(causal_coverage([8, 16, 96, 200], 96))
     for name in ("full", "dense_masked", "banded", "banded_stats"):
-        assert len(doc["raw_s"][name]["fwd"]) == 2 and len(doc["raw_s"][name]["fwdbwd"]) == 2
         assert doc["medians_s"][name]["fwdbwd"] > 0
     ratios = doc["ratios"]
     for key in ("banded_vs_full_fwd", "banded_vs_full_fwdbwd", "banded_vs_dense_fwdbwd", "dense_vs_full_fwdbwd"):
-        assert ratios[key] > 0
-    assert ratios["banded_vs_full_fwdbwd"] == pytest.approx(
-        doc["medians_s"]["banded"]["fwdbwd"] / doc["medians_s"]["full"]["fwdbwd"]
-    )
+        fig = ratios[key]
+        assert fig["n_pairs"] == 3 and fig["ci95"][0] <= fig["median"] <= fig["ci95"][1]
+        assert fig["warning"]  # fewer than the recommended pairs
+    for clock in ("cpu", "wall"):  # each figure is the median of its own per-round ratios, kept raw
+        times = doc["raw_s"]["banded_vs_full_fwdbwd"][clock]
+        per_pair = [a / b for a, b in zip(times["banded:fwdbwd"], times["full:fwdbwd"])]
+        assert len(per_pair) == 3
+        assert doc["ratios_by_clock"][clock]["banded_vs_full_fwdbwd"]["median"] == pytest.approx(
+            statistics.median(per_pair), abs=1e-4
+        )
     assert doc["realised_work"]["dense_masked"] == pytest.approx(2 * 96 / 97)
     assert doc["realised_work"]["banded"] < doc["realised_work"]["dense_masked"]
     if "flash" not in doc["medians_s"]:
         assert "flash" in doc["notes"]
 
 
+def test_bench_attention_refuses_too_few_pairs_with_exit_2(capsys):
+    code = main(["bench", "attention", "--seq-len", "32", "--heads", "2", "--pairs", "1"])
+    assert code == 2
+    assert "--pairs" in capsys.readouterr().err
+
+
 def test_bench_attention_rejects_a_bad_mix_with_exit_2(capsys):
-    code = main(["bench", "attention", "--seq-len", "32", "--heads", "2", "--mix", "1,2,3", "--repeats", "1"])
+    code = main(["bench", "attention", "--seq-len", "32", "--heads", "2", "--mix", "1,2,3", "--pairs", "2"])
     assert code == 2
     assert "--mix" in capsys.readouterr().err
 

@@ -14,6 +14,8 @@ from aah_viz.paired_timing import (
     pair_ratios,
     paired_ratio,
     paired_report,
+    pairs_of,
+    round_robin,
     timed,
 )
 
@@ -105,6 +107,28 @@ def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmu
     assert bar.n == 4
     with pytest.raises(ValueError):
         interleave({"x": (side("a"), side("b"))}, pairs=1)
+
+
+def test_round_robin_runs_every_side_once_per_round_reversing_the_order_and_pairs_any_two():
+    log = []
+    clock = iter(range(1, 1000))
+
+    def side(name):
+        def run():
+            log.append(name)
+            return float(next(clock))
+
+        return run
+
+    times = round_robin({n: side(n) for n in "abc"}, pairs=2, warmup=1)
+    assert log == list("abc" + "cba" + "abc")
+    assert times == {"a": [6.0, 7.0], "b": [5.0, 8.0], "c": [4.0, 9.0]}
+    raw = pairs_of(times, {"a_vs_c": ("a", "c"), "a_vs_z": ("a", "z")})
+    assert raw == {"a_vs_c": ([6.0, 7.0], [4.0, 9.0])}
+    doc = paired_report(raw, sides={"a_vs_c": ("a", "c")})
+    assert doc["ratios"]["a_vs_c"]["median"] == pytest.approx(statistics.median([6 / 4, 7 / 9]), abs=1e-4)
+    with pytest.raises(ValueError):
+        round_robin({"a": side("a")}, pairs=1)
 
 
 def test_report_keeps_raw_times_under_side_names_and_lists_warnings():

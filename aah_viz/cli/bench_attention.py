@@ -1,9 +1,10 @@
 """``aah-viz bench attention``: attention backends side by side at one shape and window mix.
 
-Compares, in one process with interleaved repeats: full causal attention
+Compares, in one process with paired rounds (``aah_viz.paired_timing``): full causal attention
 (``scaled_dot_product_attention`` with ``is_causal``), ``dense_masked`` and ``banded`` (and
-``flex`` / ``flash`` where they run), forward and forward+backward, and prints medians, ratios,
-the causal-pair coverage of the mix and each backend's realised work as JSON.
+``flex`` / ``flash`` where they run), forward and forward+backward, and prints the median per-round
+ratios with bootstrap 95% intervals, the raw times, the causal-pair coverage of the mix and each
+backend's realised work as JSON.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ from __future__ import annotations
 import json
 import sys
 
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "attention",
         help="attention backends vs full causal attention, forward and forward+backward (JSON)",
         description="Time full causal attention (SDPA is_causal), dense_masked, banded and, where available, flex and "
-        "flash on one (batch, heads, seq-len, head-dim) shape with a per-head window mix. Variants are interleaved "
-        "in every repeat; medians are reported with ratios such as banded_vs_full_fwdbwd.",
+        "flash on one (batch, heads, seq-len, head-dim) shape with a per-head window mix. Every round runs each "
+        "variant once; ratios such as banded_vs_full_fwdbwd are medians of the per-round ratios with a bootstrap "
+        "95% interval.",
     )
     parser.add_argument("--seq-len", type=int, default=4096, help="sequence length T (default 4096)")
     parser.add_argument("--heads", type=int, default=16, help="number of heads H (default 16)")
@@ -30,9 +34,8 @@ def register(subparsers) -> None:
         help="per-head windows: 'paper' (Table 1 Full-adaptive fractions: 10/16 at T/8, 2/16 each at T/4, T/2, T), "
         "'uniform:W', or a comma-separated list of H windows",
     )
-    parser.add_argument(
-        "--repeats", type=int, default=5, help="timed repeats per variant, after one warm-up (default 5)"
-    )
+    add_pairs_argument(parser)
+    add_clock_argument(parser)
     parser.add_argument(
         "--backends",
         default=None,
@@ -62,14 +65,16 @@ def run(args) -> int:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     else:
         backends = ["full", "dense_masked", "banded"] + (["flex", "flash"] if args.device.startswith("cuda") else [])
-    with tqdm(total=args.repeats + 1, desc="bench attention", unit="round", file=sys.stderr, disable=None) as bar:
+    pairs = check_pairs(args.pairs)
+    with tqdm(total=pairs + 1, desc="bench attention", unit="round", file=sys.stderr, disable=None) as bar:
         result = bench_attention(
             seq_len=args.seq_len,
             heads=args.heads,
             head_dim=args.head_dim,
             batch=args.batch,
             mix=args.mix,
-            repeats=args.repeats,
+            pairs=pairs,
+            clock=args.clock,
             backends=backends,
             device=args.device,
             dtype=args.dtype,
@@ -79,11 +84,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(json.dumps({"ratios": result["ratios"], "causal_coverage": result["causal_coverage"]}, indent=2))
-    for name, med in result["medians_s"].items():
-        fb = f"{med['fwdbwd']:.4f}s" if med["fwdbwd"] else "n/a"
-        print(
-            f"{name:>14}: fwd {med['fwd']:.4f}s  fwd+bwd {fb}  work "
-            f"{result['realised_work'].get(name, float('nan')):.3f}"
-        )
+    summary = {key: {k: fig[k] for k in ("median", "ci95")} for key, fig in result["ratios"].items()}
+    print(json.dumps({"clock": result["clock"], "ratios": summary, "causal_coverage": result["causal_coverage"]}))
+    for line in result["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     return 0

@@ -1,19 +1,20 @@
 """Side-by-side timing of the attention backends (``aah-viz bench attention``).
 
-One process, variants interleaved inside every repeat, medians reported. The full-attention
+One process; every round runs each variant once (order reversed every other round), and each ratio
+is the median of its per-round ratios with a bootstrap 95% interval (``aah_viz.paired_timing``). The full-attention
 reference is ``scaled_dot_product_attention(..., is_causal=True)`` on all heads.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 from aah_viz.errors import ConfigError
+from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, resolve_clock, round_robin, timed
 from instrumentation.backends import get_backend
 from instrumentation.backends.windows import acr, causal_coverage
 
@@ -51,11 +52,6 @@ def parse_mix(mix: str, seq_len: int, n_heads: int) -> list[int]:
     return wins
 
 
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def make_variants(names, windows, device, need_stats_variant: bool):
     """name -> (callable(q, k, v) -> out tensor, supports_backward, note)."""
     variants = {}
@@ -80,34 +76,26 @@ def make_variants(names, windows, device, need_stats_variant: bool):
     return variants, notes
 
 
-def time_variants(variants, q, k, v, grad_out, repeats: int, progress=None):
-    """Interleaved repeats; returns name -> {"fwd": [s...], "fwdbwd": [s...]}; one untimed warm-up round."""
+def variant_sides(variants, q, k, v, grad_out) -> dict:
+    """One timed side per variant and kind: ``name:fwd`` (no grad) and ``name:fwdbwd`` where it has a backward."""
     device = q.device
-    raw = {name: {"fwd": [], "fwdbwd": []} for name in variants}
-    for rep in range(repeats + 1):
-        for name, (fn, backward) in variants.items():
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+    sides = {}
+    for name, (fn, backward) in variants.items():
+
+        def forward(fn=fn):
             with torch.no_grad():
-                _sync(device)
-                start = time.perf_counter()
                 fn(q, k, v)
-                _sync(device)
-                fwd = time.perf_counter() - start
-            if backward:
-                _sync(device)
-                start = time.perf_counter()
-                out = fn(q, k, v)
-                out.backward(grad_out)
-                _sync(device)
-                fwdbwd = time.perf_counter() - start
+
+        sides[f"{name}:fwd"] = timed(forward, sync=sync)
+        if backward:
+
+            def forward_backward(fn=fn):
+                fn(q, k, v).backward(grad_out)
                 q.grad = k.grad = v.grad = None
-                del out
-            if rep > 0:
-                raw[name]["fwd"].append(fwd)
-                if backward:
-                    raw[name]["fwdbwd"].append(fwdbwd)
-        if progress is not None:
-            progress.update(1)
-    return raw
+
+            sides[f"{name}:fwdbwd"] = timed(forward_backward, sync=sync)
+    return sides
 
 
 def realised_work(names, windows, q) -> dict:
@@ -124,34 +112,40 @@ def realised_work(names, windows, q) -> dict:
     return out
 
 
-def summarise(raw, windows, seq_len, work, notes, config) -> dict:
+def comparisons(names) -> dict:
+    """ratio key -> (numerator side, denominator side): every variant against full and against dense_masked."""
+    short = {"dense_masked": "dense"}
+    out = {}
+    for name in names:
+        for base in ("full", "dense_masked"):
+            if name in (base, "full") or base not in names:
+                continue
+            for kind in ("fwd", "fwdbwd"):
+                out[f"{short.get(name, name)}_vs_{short.get(base, base)}_{kind}"] = (f"{name}:{kind}", f"{base}:{kind}")
+    return out
+
+
+def summarise(times, clock, windows, seq_len, work, notes, config) -> dict:
+    names = list(dict.fromkeys(side.split(":")[0] for side in times))
+    wanted = comparisons(names)
+    raw = pairs_of(times, wanted)
+    doc = paired_report(raw, sides={key: wanted[key] for key in raw}, clock=clock)
+    per_clock = {side: by_clock(ms)[clock] for side, ms in times.items()}
     medians = {
-        name: {kind: (statistics.median(xs) if xs else None) for kind, xs in kinds.items()}
-        for name, kinds in raw.items()
+        name: {
+            kind: (statistics.median(per_clock[f"{name}:{kind}"]) if f"{name}:{kind}" in per_clock else None)
+            for kind in ("fwd", "fwdbwd")
+        }
+        for name in names
     }
-    ratios = {}
-
-    def ratio(a, b, kind):
-        if a in medians and b in medians and medians[a][kind] and medians[b][kind]:
-            ratios[f"{a}_vs_{'dense' if b == 'dense_masked' else b}_{kind}"] = medians[a][kind] / medians[b][kind]
-
-    for name in medians:
-        if name in ("full",):
-            continue
-        for kind in ("fwd", "fwdbwd"):
-            ratio(name, "full", kind)
-            if name != "dense_masked":
-                ratio(name, "dense_masked", kind)
-    ratios = {key.replace("dense_masked_vs", "dense_vs"): value for key, value in ratios.items()}
     return {
+        **doc,
         "config": config,
         "windows": windows,
         "causal_coverage": causal_coverage(windows, seq_len),
         "acr": acr(windows, seq_len),
         "realised_work": work,
         "medians_s": medians,
-        "raw_s": raw,
-        "ratios": ratios,
         "notes": notes,
     }
 
@@ -163,7 +157,8 @@ def bench_attention(
     head_dim=64,
     batch=1,
     mix="paper",
-    repeats=5,
+    pairs=DEFAULT_PAIRS,
+    clock="auto",
     backends=None,
     device="cpu",
     dtype="float32",
@@ -171,7 +166,8 @@ def bench_attention(
     seed=0,
     progress=None,
 ) -> dict:
-    """Medians of every variant forward and forward+backward, ratios to full attention, coverage."""
+    """Every variant forward and forward+backward in paired rounds: median per-pair ratios to full attention
+    and to dense_masked with bootstrap intervals (``aah_viz.paired_timing``), coverage and realised work."""
     device = torch.device(device)
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
     if dt is None:
@@ -189,7 +185,7 @@ def bench_attention(
     )
     grad_out = torch.randn(batch, heads, seq_len, head_dim, generator=gen).to(device=device, dtype=dt)
     variants, notes = make_variants(backends, windows, device, stats_variant)
-    raw = time_variants(variants, q, k, v, grad_out, repeats, progress)
+    times = round_robin(variant_sides(variants, q, k, v, grad_out), pairs=pairs, progress=progress)
     work = realised_work([n for n in backends if n in variants], windows, q)
     config = dict(
         seq_len=seq_len,
@@ -197,11 +193,11 @@ def bench_attention(
         head_dim=head_dim,
         batch=batch,
         mix=mix,
-        repeats=repeats,
+        pairs=pairs,
         device=str(device),
         dtype=dtype,
         torch=torch.__version__,
         threads=torch.get_num_threads(),
         variants=list(variants),
     )
-    return summarise(raw, windows, seq_len, work, notes, config)
+    return summarise(times, resolve_clock(clock, str(device)), windows, seq_len, work, notes, config)
