@@ -92,11 +92,13 @@ def test_bench_attention_rejects_a_bad_mix_with_exit_2(capsys):
 
 def test_bench_step_reports_the_step_ratio_and_executed_windows(capsys):
     pytest.importorskip("instrumentation.model")
-    code = main(["bench", "step", "--preset", "tiny", "--seq-len", "64", "--batch", "1", "--repeats", "1", "--json"])
+    code = main(["bench", "step", "--preset", "tiny", "--seq-len", "64", "--batch", "1", "--pairs", "2", "--json"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
-    medians = doc["medians_s"]
-    assert doc["aah_vs_full_step_ratio"] == pytest.approx(medians["full_adaptive"] / medians["full_attention"])
+    times = doc["raw_s"]["aah_vs_full_step"]["cpu"]
+    per_pair = [a / b for a, b in zip(times["full_adaptive"], times["full_attention"])]
+    assert len(per_pair) == 2
+    assert doc["ratios"]["aah_vs_full_step"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
     assert doc["config"]["attention_backend"] == "banded"
     assert doc["config"]["candidate_windows"] == [8, 16, 32, 64]
     windows = doc["executed_windows"]
@@ -113,6 +115,10 @@ def test_bench_hooks_reports_ratios_of_its_own_medians_and_the_bytes_of_a_valid_
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["steps"] == 4 and data["skipped"] == 1
+    times = data["raw_s"]["recorded_vs_plain_step"]["cpu"]
+    per_pair = [a / b for a, b in zip(times["recorded"], times["plain"])]
+    assert len(per_pair) == 3 and data["clock"] == "cpu"
+    assert data["ratios"]["recorded_vs_plain_step"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
     assert data["step_time_ratio"] == pytest.approx(
         data["median_step_s_recorded"] / data["median_step_s_plain"], rel=1e-2
     )

@@ -339,12 +339,19 @@ def test_group_ratios_reference_quirk_and_fix():
 
 def test_bench_routing_rows(capsys):
     import json
+    import statistics
 
     from aah_viz.cli import main
 
-    assert main(["bench", "routing", "--json", "--heads", "8,16", "--repeats", "1"]) == 0
+    args = ["bench", "routing", "--json", "--heads", "8,16", "--seq-len", "128", "--pairs", "3"]
+    assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["heads"] for r in data["rows"]] == [8, 16]
+    assert [r["heads"] for r in data["rows"]] == [8, 16] and data["clock"] == "cpu"
     for r in data["rows"]:
+        assert r["seq_len"] == 128
         assert r["routing_update_ms"] > 0 and r["attention_forward_ms"] > 0
-        assert r["ratio"] == pytest.approx(r["routing_update_ms"] / r["attention_forward_ms"], rel=1e-2)
+        times = data["raw_s"][f"routing_vs_attention_h{r['heads']}"]["cpu"]
+        per_pair = [a / b for a, b in zip(times["routing_update"], times["attention_forward"])]
+        assert len(per_pair) == 3 and r["ratio"]["n_pairs"] == 3
+        assert r["ratio"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
+        assert r["ratio"]["ci95"][0] <= r["ratio"]["median"] <= r["ratio"]["ci95"][1]

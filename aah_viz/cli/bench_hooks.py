@@ -10,12 +10,16 @@ measure of the whole cost that other processes' load on a shared machine does no
 ``recorder_cost_fraction`` is the recorder's own time (its event callbacks and ``step`` calls
 on the training thread, timed by the recorder itself, plus the writer thread's CPU time) per
 step over the median plain step: the same cost without the noise of a shared machine.
-``bytes_per_step`` is the size of the run directory written, per step.
+``bytes_per_step`` is the size of the run directory written, per step. ``ratios.recorded_vs_plain_step``
+is the median of the per-step-pair ratios with a bootstrap 95% interval (``aah_viz.paired_timing``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+
+from aah_viz.paired_timing import add_clock_argument, resolve_clock
 
 
 def register(subparsers) -> None:
@@ -23,7 +27,8 @@ def register(subparsers) -> None:
         "hooks",
         help="recorder overhead: step time with and without the recorder, and bytes written per step",
         description="Train the same model twice, interleaved step by step, with and without the routing "
-        "recorder, and print the step-time ratio (medians) and the bytes written per step as JSON.",
+        "recorder, and print the median per-step-pair ratio with a bootstrap 95% interval, the ratio of median "
+        "step times and the bytes written per step as JSON.",
     )
     p.add_argument(
         "--preset", default="small", choices=("tiny", "small", "paper-1b"), help="model size (default: small)"
@@ -44,6 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1, steadier timings)")
     p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
     p.add_argument("--out", default=None, help="keep the recorded run in this new folder (default: a temporary folder)")
+    add_clock_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON (the only output format; accepted for symmetry)")
     p.set_defaults(func=run)
 
@@ -66,6 +72,9 @@ def run(args) -> int:
         flush_every=args.flush_every,
         seed=args.seed,
         out=args.out,
+        clock=resolve_clock(args.clock, "cpu"),
     )
     print(json.dumps(result, indent=None))
+    for line in result["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     return 0

@@ -2,13 +2,17 @@
 
 A routing update is everything the control path does at a control step (head features, feature
 EMA, clustering, hierarchy, controller, selection); the attention forward is the layer's Q/K/V
-projection, banded execution and output projection with the routing cached. Both are timed on the
-``small`` preset shape for 8, 16, 32 and 64 heads, interleaved, and reported as medians.
+projection, execution (``--backend``, banded by default) and output projection, routing cached. Both are timed at a
+preset's shape (``--seq-len`` sets T) for several head counts in paired rounds; each ratio is the median
+per-round ratio with a bootstrap 95% interval (``aah_viz.paired_timing``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
 
 
 def register(subparsers) -> None:
@@ -16,14 +20,30 @@ def register(subparsers) -> None:
         "routing",
         help="routing-update time per layer vs that layer's attention forward (JSON)",
         description="Time one AAH-v3 routing update of one layer (features, EMA, clustering, hierarchy, controller, "
-        "selection) next to the same layer's attention forward at the small preset, for several head counts. "
-        'Prints {"rows": [{"heads", "routing_update_ms", "attention_forward_ms", "ratio"}, ...]} '
-        "with medians of interleaved repeats.",
+        "selection) next to the same layer's attention forward at a preset's shape, for several head counts, in "
+        'paired rounds. Prints {"rows": [{"heads", "seq_len", "routing_update_ms", "attention_forward_ms", '
+        '"ratio": {"median", "ci95", ...}}, ...]}: the median per-round ratio with a bootstrap 95% interval.',
     )
-    parser.add_argument("--heads", default="8,16,32,64", help="comma-separated head counts (must divide n_embd=192)")
-    parser.add_argument("--repeats", type=int, default=15, help="interleaved timing repeats per head count")
+    parser.add_argument(
+        "--heads", default="8,16,32,64", help="comma-separated head counts (each must divide the preset's n_embd)"
+    )
+    parser.add_argument("--preset", default="small", help="size preset whose layer is timed (default small)")
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="sequence length T, with candidate windows T/8, T/4, T/2, T (default: the preset's block_size)",
+    )
+    add_pairs_argument(parser)
+    add_clock_argument(parser)
     parser.add_argument("--batch", type=int, default=4, help="batch size of the attention input")
     parser.add_argument("--regime", default="full_adaptive", help="regime whose update path is timed")
+    parser.add_argument(
+        "--backend",
+        default="banded",
+        help="attention_backend of the timed layer's forward (default banded, the fast exact backend; "
+        "dense_masked is the presets' reference backend)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps timings comparable)")
     parser.add_argument("--json", action="store_true", help="print JSON (the default output; kept for symmetry)")
     parser.set_defaults(func=run)
@@ -41,6 +61,19 @@ def run(args) -> int:
         heads = [int(h) for h in str(args.heads).split(",") if h.strip()]
     except ValueError as err:
         raise ConfigError(f"--heads: expected comma-separated integers, got {args.heads!r}") from err
-    result = bench_routing(heads, repeats=max(1, args.repeats), batch=max(1, args.batch), regime=args.regime)
+    if args.seq_len is not None and args.seq_len < 2:
+        raise ConfigError(f"--seq-len {args.seq_len}: must be at least 2")
+    result = bench_routing(
+        heads,
+        preset=args.preset,
+        seq_len=args.seq_len,
+        pairs=check_pairs(args.pairs),
+        clock=resolve_clock(args.clock, "cpu"),
+        batch=max(1, args.batch),
+        regime=args.regime,
+        backend=args.backend,
+    )
     print(json.dumps(result, indent=2))
+    for line in result["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
     return 0

@@ -4,7 +4,8 @@ A training step is forward, backward and an AdamW step of the whole model on one
 AAH model is regime ``full_adaptive`` with ``attention_backend="banded"``; the baseline is
 regime ``full_attention``. Both run at a sequence length where windows matter (candidate
 windows T/8, T/4, T/2, T by default), past warm-up so that the controller's windows are
-executed, interleaved, and reported as medians with ``aah_vs_full_step_ratio``.
+executed, in paired rounds (``aah_viz.paired_timing``): ``ratios.aah_vs_full_step`` is the median
+of the per-round ratios with a bootstrap 95% interval.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import json
 import sys
 
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "step",
         help="a whole training step of full_adaptive (banded) vs full_attention (JSON)",
         description="Time forward + backward + AdamW step of the full_adaptive regime with the banded backend "
-        "against the full_attention regime on the same preset shape, interleaved, and print medians and "
-        "aah_vs_full_step_ratio as JSON, with the windows the AAH model executed.",
+        "against the full_attention regime on the same preset shape in paired rounds, and print the median "
+        "per-round ratio aah_vs_full_step with a bootstrap 95% interval as JSON, with the windows the AAH model "
+        "executed.",
     )
     parser.add_argument("--preset", default="small", help="size preset (default small)")
     parser.add_argument("--seq-len", type=int, default=1024, help="sequence length T, sets block_size (default 1024)")
@@ -29,9 +33,8 @@ def register(subparsers) -> None:
         help="comma-separated candidate windows (default T/8,T/4,T/2,T, the paper's ratios)",
     )
     parser.add_argument("--batch", type=int, default=2, help="batch size (default 2)")
-    parser.add_argument(
-        "--repeats", type=int, default=7, help="timed steps per model, after two warm-up steps (default 7)"
-    )
+    add_pairs_argument(parser)
+    add_clock_argument(parser)
     parser.add_argument("--backend", default="banded", help="attention_backend of the AAH model (default banded)")
     parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
     parser.add_argument(
@@ -62,13 +65,15 @@ def run(args) -> int:
             windows = [int(w) for w in args.windows.split(",") if w.strip()]
         except ValueError:
             raise ConfigError(f"--windows {args.windows!r}: expected comma-separated integers") from None
-    with tqdm(total=args.repeats + 2, desc="bench step", unit="step", file=sys.stderr, disable=None) as bar:
+    pairs = check_pairs(args.pairs)
+    with tqdm(total=pairs + 2, desc="bench step", unit="step", file=sys.stderr, disable=None) as bar:
         result = bench_step(
             preset=args.preset,
             seq_len=args.seq_len,
             windows=windows,
             batch=args.batch,
-            repeats=args.repeats,
+            pairs=pairs,
+            clock=args.clock,
             backend=args.backend,
             dropout=args.dropout,
             progress=bar,
@@ -78,7 +83,8 @@ def run(args) -> int:
     else:
         print(
             json.dumps(
-                {k: result[k] for k in ("aah_vs_full_step_ratio", "medians_s", "executed_causal_coverage")}, indent=2
+                {k: result[k] for k in ("clock", "ratios", "medians_s", "executed_causal_coverage", "warnings")},
+                indent=2,
             )
         )
     return 0

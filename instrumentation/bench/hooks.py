@@ -10,7 +10,9 @@ measure of the whole cost that other processes' load on a shared machine does no
 ``recorder_cost_fraction`` is the recorder's own time (its event callbacks and ``step`` calls
 on the training thread, timed by the recorder itself, plus the writer thread's CPU time) per
 step over the median plain step: the same cost without the noise of a shared machine.
-``bytes_per_step`` is the size of the run directory written, per step.
+``bytes_per_step`` is the size of the run directory written, per step. ``ratios.recorded_vs_plain_step``
+is the median of the per-step-pair ratios with a bootstrap 95% interval (``aah_viz.paired_timing``;
+its ``cpu`` clock is the training thread's CPU time, the writer thread's share is in ``cpu_time_ratio``).
 """
 
 from __future__ import annotations
@@ -20,21 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from aah_viz.paired_timing import paired_report
 from instrumentation import data as data_mod
 from instrumentation.config import AAHConfig
 from instrumentation.model import AAHTransformer
 from instrumentation.recorder import RoutingRecorder
-
-
-def _bootstrap_ci(values: list[float], seed: int, n: int = 2000) -> list[float]:
-    """95% bootstrap interval of the median of ``values``."""
-    arr = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    meds = np.median(arr[rng.integers(0, len(arr), size=(n, len(arr)))], axis=1)
-    return [round(float(np.percentile(meds, 2.5)), 4), round(float(np.percentile(meds, 97.5)), 4)]
 
 
 def _folder_bytes(path: Path) -> int:
@@ -52,6 +46,7 @@ def bench_hooks(
     flush_every: int = 50,
     seed: int = 0,
     out: str | Path | None = None,
+    clock: str = "cpu",
 ) -> dict:
     """Step-time and CPU-time ratios of a recorded vs a plain model, and bytes written per step."""
     cfg = AAHConfig.from_preset(preset, regime=regime)
@@ -106,27 +101,37 @@ def bench_hooks(
     rec_t = times["recorded"][skip:]
     plain_t = times["plain"][skip:]
     med_rec, med_plain = statistics.median(rec_t), statistics.median(plain_t)
-    pair_ratios = [a / b for a, b in zip(rec_t, plain_t)]
+    measured = {
+        which: [{"wall": w, "cpu": c} for w, c in zip(times[which][skip:], cpu[which][skip:])]
+        for which in ("recorded", "plain")
+    }
+    key = "recorded_vs_plain_step"
+    paired = paired_report(
+        {key: (measured["recorded"], measured["plain"])}, sides={key: ("recorded", "plain")}, clock=clock
+    )
     cpu_rec = statistics.median(cpu["recorded"][skip:]) + writer_cpu / steps
     cpu_plain = statistics.median(cpu["plain"][skip:])
     upd = [
         i for i in range(skip, steps) if i >= cfg.warmup_steps and (i - cfg.warmup_steps) % cfg.control_interval == 0
     ]
     return {
+        "clock": clock,
+        "ratios": paired["ratios"],
+        "ratios_by_clock": paired["ratios_by_clock"],
+        "warnings": paired["warnings"],
         "step_time_ratio": round(med_rec / med_plain, 4),
         "cpu_time_ratio": round(cpu_rec / cpu_plain, 4),
         "recorder_cost_fraction": round((hot_path + writer_cpu) / steps / med_plain, 5),
         "bytes_per_step": round(written / steps, 1),
         "median_step_s_recorded": round(med_rec, 5),
         "median_step_s_plain": round(med_plain, 5),
-        "median_paired_ratio": round(statistics.median(pair_ratios), 4),
         "mean_step_s_recorded": round(statistics.fmean(rec_t), 5),
         "mean_step_s_plain": round(statistics.fmean(plain_t), 5),
         "median_cpu_s_recorded": round(cpu_rec, 5),
         "median_cpu_s_plain": round(cpu_plain, 5),
         "writer_cpu_s_per_step": round(writer_cpu / steps, 6),
         "hot_path_s_per_step": round(hot_path / steps, 6),
-        "paired_ratio_ci95": _bootstrap_ci(pair_ratios, seed),
+        "raw_s": paired["raw_s"],
         "update_steps_timed": len(upd),
         "steps": steps,
         "skipped": skip,

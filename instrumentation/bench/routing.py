@@ -2,67 +2,110 @@
 
 A routing update is everything the control path does at a control step (head features, feature
 EMA, clustering, hierarchy, controller, selection); the attention forward is the layer's Q/K/V
-projection, banded execution and output projection with the routing cached. Both are timed on the
-``small`` preset shape for each head count, interleaved, and reported as medians.
+projection, execution (``banded`` unless ``backend`` says otherwise) and output projection with the
+routing cached. Both are timed at a
+preset's shape (``--seq-len`` sets T, with candidate windows T/8, T/4, T/2, T) for each head
+count, in paired rounds (``aah_viz.paired_timing``): each row's ``ratio`` is the median of the
+per-round ratios update / forward with a bootstrap 95% interval.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from aah_viz.errors import ConfigError
+from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, round_robin, timed
 from instrumentation.attention import AAHAttention
 from instrumentation.config import AAHConfig
 
 
-def _routing_row(n_head: int, *, repeats: int, batch: int, regime: str) -> dict:
-    cfg = AAHConfig.from_preset("small", regime=regime, n_head=n_head, dropout=0.0)
+def _config(preset: str, regime: str, n_head: int, seq_len: int | None, backend: str) -> AAHConfig:
+    overrides = dict(regime=regime, n_head=n_head, dropout=0.0, attention_backend=backend)
+    if seq_len is not None:
+        overrides.update(block_size=seq_len, windows=tuple(sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})))
+    cfg = AAHConfig.from_preset(preset, **overrides)
     if not cfg.enabled:
         raise ConfigError(f"--regime {regime!r} has no routing to time; pick an AAH regime")
+    if cfg.n_embd % n_head:
+        raise ConfigError(f"--heads {n_head}: must divide n_embd={cfg.n_embd} of preset {preset!r}")
+    return cfg
+
+
+def _sides(cfg: AAHConfig, batch: int) -> dict:
+    """``routing_update`` and ``attention_forward`` of one layer on one fixed input."""
     torch.manual_seed(0)
     layer = AAHAttention(cfg, 0)
-    x = torch.randn(batch, cfg.block_size, cfg.n_embd)
-    T = cfg.block_size
+    T, C, H = cfg.block_size, cfg.n_embd, cfg.n_head
+    x = torch.randn(batch, T, C)
     layer.train()
     with torch.no_grad():
         layer.set_step(None)
         layer(x)  # fills the previous-forward statistics and a first decision
-        C = cfg.n_embd
         q, k, v = layer.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(batch, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
-    route_ms, attn_ms = [], []
-    for _ in range(repeats):
+        q, k, v = (t.view(batch, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+
+    def update():
         with torch.no_grad():
+            layer.train()
             layer.set_step(None)  # every forward without a step is a routing update (method §8.6)
-            t0 = time.perf_counter()
             route = layer._route(q, k, v, T)
             layer._post_process(route.idx, route.in_warmup)
-            route_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def forward():
+        with torch.no_grad():
             layer.eval()  # frozen evaluation forward: cached windows, no routing work
-            t0 = time.perf_counter()
             layer(x)
-            attn_ms.append((time.perf_counter() - t0) * 1e3)
-            layer.train()
-    r, a = statistics.median(route_ms), statistics.median(attn_ms)
-    return {
-        "heads": n_head,
-        "routing_update_ms": round(r, 3),
-        "attention_forward_ms": round(a, 3),
-        "ratio": round(r / a, 4) if a > 0 else None,
-    }
+
+    return {"routing_update": timed(update), "attention_forward": timed(forward)}
 
 
-def bench_routing(heads: list[int], *, repeats: int = 15, batch: int = 4, regime: str = "full_adaptive") -> dict:
-    """Median routing-update and attention-forward times per head count, with their ratio."""
-    rows = [_routing_row(n, repeats=max(1, repeats), batch=max(1, batch), regime=regime) for n in heads]
+def bench_routing(
+    heads: list[int],
+    *,
+    preset: str = "small",
+    seq_len: int | None = None,
+    pairs: int = DEFAULT_PAIRS,
+    clock: str = "cpu",
+    batch: int = 4,
+    regime: str = "full_adaptive",
+    backend: str = "banded",
+    progress=None,
+) -> dict:
+    """Per head count: median routing-update and attention-forward times and their paired ratio."""
+    rows, raw_s, warnings = [], {}, []
+    for n_head in heads:
+        cfg = _config(preset, regime, n_head, seq_len, backend)
+        times = round_robin(_sides(cfg, batch), pairs=pairs, progress=progress)
+        key = f"routing_vs_attention_h{n_head}"
+        doc = paired_report(
+            {key: (times["routing_update"], times["attention_forward"])},
+            sides={key: ("routing_update", "attention_forward")},
+            clock=clock,
+        )
+        med = {side: statistics.median(by_clock(ms)[clock]) * 1e3 for side, ms in times.items()}
+        rows.append(
+            {
+                "heads": n_head,
+                "seq_len": cfg.block_size,
+                "routing_update_ms": round(med["routing_update"], 3),
+                "attention_forward_ms": round(med["attention_forward"], 3),
+                "ratio": doc["ratios"][key],
+                "ratio_by_clock": {c: figs[key] for c, figs in doc["ratios_by_clock"].items()},
+            }
+        )
+        raw_s[key] = doc["raw_s"][key]
+        warnings += doc["warnings"]
     return {
-        "preset": "small",
+        "clock": clock,
+        "preset": preset,
         "regime": regime,
+        "attention_backend": backend,
         "batch": batch,
+        "pairs": pairs,
         "threads": torch.get_num_threads(),
-        "repeats": repeats,
         "rows": rows,
+        "raw_s": raw_s,
+        "warnings": warnings,
     }

@@ -4,17 +4,18 @@ A training step is forward, backward and an AdamW step of the whole model on one
 AAH model is regime ``full_adaptive`` with ``attention_backend="banded"``; the baseline is
 regime ``full_attention``. Both run at a sequence length where windows matter (candidate
 windows T/8, T/4, T/2, T by default), past warm-up so that the controller's windows are
-executed, interleaved, and reported as medians with ``aah_vs_full_step_ratio``.
+executed, in paired rounds (``aah_viz.paired_timing``): ``ratios.aah_vs_full_step`` is the median
+of the per-round ratios with a bootstrap 95% interval.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from aah_viz.errors import ConfigError
+from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, resolve_clock, round_robin, timed
 from instrumentation.backends import causal_coverage
 from instrumentation.config import AAHConfig
 from instrumentation.model import AAHTransformer
@@ -34,14 +35,18 @@ def _build(preset: str, regime: str, seq_len: int, windows, backend: str | None,
     return cfg, model, opt
 
 
-def _step(model, opt, idx, targets, step: int) -> float:
-    start = time.perf_counter()
+def _step(model, opt, idx, targets, step: int) -> None:
     model.prepare_step(step)
     out = model(idx, targets=targets)
     out.loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
+
+
+def _side(model, opt, idx, targets, first_step: int):
+    """A timed side that trains one step per call, the step counter advancing."""
+    steps = iter(range(first_step, 1 << 62))
+    return timed(lambda: _step(model, opt, idx, targets, next(steps)))
 
 
 def bench_step(
@@ -50,13 +55,15 @@ def bench_step(
     seq_len=1024,
     windows=None,
     batch=2,
-    repeats=7,
+    pairs=DEFAULT_PAIRS,
+    clock="auto",
     backend="banded",
     dropout=None,
     seed=0,
     progress=None,
 ) -> dict:
-    """Median step times of both models, their ratio, and the windows the AAH model executed."""
+    """Paired step times of both models, their median per-round ratio with its interval, and the windows
+    the AAH model executed."""
     if windows is None:
         windows = sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
     if seq_len < 2 or any(w < 1 for w in windows):
@@ -68,19 +75,16 @@ def bench_step(
     x, y = idx[:, :-1], idx[:, 1:]
     # start past warm-up so the controller's windows execute (method section 8.2)
     step = aah_cfg.warmup_steps + 1
-    times = {"full_adaptive": [], "full_attention": []}
-    for rep in range(repeats + 2):
-        a = _step(aah, aah_opt, x, y, step + rep)
-        f = _step(full, full_opt, x, y, step + rep)
-        if rep >= 2:
-            times["full_adaptive"].append(a)
-            times["full_attention"].append(f)
-        if progress is not None:
-            progress.update(1)
+    sides = {
+        "full_adaptive": _side(aah, aah_opt, x, y, step),
+        "full_attention": _side(full, full_opt, x, y, step),
+    }
+    times = round_robin(sides, pairs=pairs, warmup=2, progress=progress)
+    step += pairs + 2
     seen = []  # one untimed step with a subscriber: which backend ran and its realised work
     handle = aah.subscribe(lambda event: seen.append((event.backend, event.realised_work)))
     try:
-        _step(aah, aah_opt, x, y, step + repeats + 2)
+        _step(aah, aah_opt, x, y, step)
     finally:
         handle.remove()
     executed = aah.current_windows()
@@ -88,14 +92,17 @@ def bench_step(
     flat = [w for row in executed_list for w in row]
     backends = sorted({name for name, _ in seen if name})
     works = [w for _, w in seen if w is not None]
-    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    clock = resolve_clock(clock, "cpu")
+    wanted = {"aah_vs_full_step": ("full_adaptive", "full_attention")}
+    doc = paired_report(pairs_of(times, wanted), sides=wanted, clock=clock)
     return {
+        **doc,
         "config": dict(
             preset=preset,
             seq_len=seq_len,
             candidate_windows=list(windows),
             batch=batch,
-            repeats=repeats,
+            pairs=pairs,
             attention_backend=backend,
             dropout=aah_cfg.dropout,
             n_layer=aah_cfg.n_layer,
@@ -108,7 +115,5 @@ def bench_step(
         "executed_causal_coverage": causal_coverage(flat, seq_len) if flat else None,
         "backends_seen": backends,
         "realised_work_mean": (sum(works) / len(works)) if works else None,
-        "medians_s": medians,
-        "raw_s": times,
-        "aah_vs_full_step_ratio": medians["full_adaptive"] / medians["full_attention"],
+        "medians_s": {name: statistics.median(by_clock(ms)[clock]) for name, ms in times.items()},
     }
