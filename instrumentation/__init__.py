@@ -36,6 +36,7 @@ _EXPORTS = {
     "inference_summary_json": "instrumentation.evaluation:summary_json",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
+    "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",
     "bench_routing": "instrumentation.bench",

@@ -6,6 +6,8 @@
    above T and T not a multiple of the block size.
 2. The attention benchmark (``aah-viz bench attention`` at T=4096, 16 heads, head dim 64,
    paper mix) in float32 and bfloat16.
+3. Retrofit: patched against unpatched random Llama, Mistral, Qwen2 and Qwen3 models (full
+   attention, and every window T on each backend), then ``aah-viz bench retrofit`` at T=1024.
 
 Prints one JSON document; exits 1 when a parity check fails, 2 without CUDA. A time budget
 keeps the whole run under five minutes: later sections are skipped (and say so) when it runs out.
@@ -118,6 +120,23 @@ def main() -> int:
             backends=["full", "dense_masked", "banded", "flex", "flash"],
         )
         report["bench"][dtype].pop("raw_s", None)
+    # 3. Retrofit: patched vs unpatched random models (each family), then bench retrofit at T=1024.
+    if left() > 60:
+        from instrumentation.retrofit.parity import parity
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report["retrofit_parity"] = parity("cuda")
+        failed = failed or not all(r["ok"] for r in report["retrofit_parity"])
+    else:
+        report["retrofit_parity"] = {"skipped": "time budget"}
+    if left() > 40:
+        from instrumentation.bench.retrofit import bench_retrofit
+
+        report["bench_retrofit"] = bench_retrofit(seq_len=1024, pairs=9, clock="wall", device="cuda")
+        report["bench_retrofit"].pop("raw_s", None)
+    else:
+        report["bench_retrofit"] = {"skipped": "time budget"}
     report["ok"] = not failed
     report["elapsed_s"] = time.monotonic() - START
     print(json.dumps(report, indent=2))

@@ -15,35 +15,14 @@ from aah_viz.errors import ConfigError  # noqa: E402
 from aah_viz.runlog import load_run  # noqa: E402
 from instrumentation import RoutingRecorder  # noqa: E402
 from instrumentation.retrofit import load_adapter, patch_model, read_adapter, save_adapter  # noqa: E402
+from instrumentation.retrofit.parity import FAMILIES, random_model  # noqa: E402
 
-VOCAB = 61
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+VOCAB = 97  # random_model's vocabulary
 
 
 def tiny_model(family: str, *, n_layer: int = 2, n_head: int = 8, n_kv: int = 2, seed: int = 0):
     """A random model of ``family`` with grouped-query attention (n_kv < n_head), float32, eval mode."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=n_layer,
-        num_attention_heads=n_head,
-        num_key_value_heads=n_kv,
-        max_position_embeddings=256,
-        rope_theta=10000.0,
-    )
-    if family == "llama":
-        config = transformers.LlamaConfig(**common)
-    elif family == "mistral":
-        config = transformers.MistralConfig(sliding_window=None, **common)
-    elif family == "qwen2":
-        config = transformers.Qwen2Config(use_sliding_window=False, **common)
-    else:
-        config = transformers.Qwen3Config(head_dim=16, **common)
-    config._attn_implementation = "eager"  # the plainest reference to compare against
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
-    return model
+    return random_model(family, n_layer=n_layer, n_head=n_head, n_kv=n_kv, head_dim=8, seed=seed)
 
 
 def logits(model, ids):

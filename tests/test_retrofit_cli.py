@@ -117,3 +117,23 @@ def test_evaluate_a_retrofit_run(base, tmp_path):
     (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "inference", "detail"]]
     assert detail["checkpoint_step"] == 1 and detail["tokens_per_s"] > 0
     assert 0 < detail["acr"] <= 1
+
+
+def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
+    rc = main(["bench", "retrofit", "--seq-len", "64", "--head-dim", "8", "--layers", "2", "--pairs", "2", "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["ratios"]) == {
+        "paper_mix_vs_unpatched",
+        "live_routing_vs_unpatched",
+        "full_attention_patch_vs_unpatched",
+    }
+    for name, fig in doc["ratios"].items():
+        raw = doc["raw_s"][name][doc["clock"]]
+        side = name.removesuffix("_vs_unpatched")
+        ratios = sorted(a / b for a, b in zip(raw[side], raw["unpatched"]))
+        assert fig["n_pairs"] == 2
+        assert fig["median"] == pytest.approx((ratios[0] + ratios[1]) / 2, rel=1e-3)
+    assert doc["paper_mix"] == [8] * 5 + [16, 32, 64]  # 8 heads: 5 x T/8, then T/4, T/2, T
+    assert all(w in (8, 16, 32, 64) for row in doc["live_routing_windows"] for w in row)
+    assert sum(doc["live_routing_window_share"].values()) == pytest.approx(1.0)

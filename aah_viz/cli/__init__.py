@@ -30,7 +30,7 @@ COMMANDS = [
     "figure",
     "import_reference",
 ]
-BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact"]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit"]
 
 
 def _load(module_name: str):

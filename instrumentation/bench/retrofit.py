@@ -1,0 +1,143 @@
+"""A patched Hugging Face model against the same model unpatched (``aah-viz bench retrofit``).
+
+A random Qwen3 (4 layers, 8 query heads over 4 key/value heads, head dim 64 by default) is
+built from one seed for every variant. Each pair times forward + backward of the loss on one
+batch for a patched variant and for the unpatched model, interleaved
+(``aah_viz.paired_timing``), and reports the median of the per-pair ratios with a bootstrap
+interval. Candidate windows are the paper's ratios scaled to T (T/8, T/4, T/2, T); the patched
+model runs regime ``full_adaptive`` with the banded backend.
+
+- ``paper_mix_vs_unpatched``: every layer executes the paper's Full-adaptive window mix (10 x T/8,
+  2 x T/4, 2 x T/2, 2 x T per 16 heads, ``bench attention``'s ``paper_mix``), routing frozen as set;
+- ``live_routing_vs_unpatched``: routing live in training mode (a control update every
+  ``control_interval`` steps, as in adaptation), the windows it chose are reported;
+- ``full_attention_patch_vs_unpatched``: the patch in regime ``full_attention`` (what the patch
+  itself costs when every head attends fully).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from aah_viz.errors import ConfigError
+from aah_viz.paired_timing import interleave, paired_report, timed
+from instrumentation.backends import causal_coverage
+from instrumentation.bench.attention import paper_mix
+
+
+def _execute_windows(handle, per_head: list[int]) -> None:
+    """Make every AAH layer of ``handle`` execute ``per_head`` windows (frozen evaluation keeps them)."""
+    cands = list(handle.cfg.windows)
+    idx = torch.tensor([cands.index(w) for w in per_head], dtype=torch.long)
+    for layer in handle.aah_layers():
+        layer.state.executed_idx = idx.clone()
+
+
+def _qwen3(seed: int, n_layer: int, n_head: int, n_kv: int, head_dim: int, vocab: int, seq_len: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=n_head * head_dim,
+        intermediate_size=3 * n_head * head_dim,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=n_kv,
+        head_dim=head_dim,
+        max_position_embeddings=max(seq_len, 128),
+    )
+    config._attn_implementation = "sdpa"  # the unpatched model's fastest exact path on CPU and GPU
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config)
+
+
+def bench_retrofit(
+    *,
+    seq_len: int = 1024,
+    n_layer: int = 4,
+    n_head: int = 8,
+    n_kv: int = 4,
+    head_dim: int = 64,
+    vocab: int = 1024,
+    batch: int = 1,
+    windows=None,
+    backend: str = "banded",
+    pairs: int = 9,
+    clock: str = "cpu",
+    device: str = "cpu",
+    seed: int = 0,
+    progress=None,
+) -> dict:
+    """Paired ratios of forward+backward times, patched / unpatched, and what the patched model executed."""
+    from instrumentation.retrofit import patch_model
+
+    if windows is None:
+        windows = sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
+    windows = tuple(int(w) for w in windows)
+    if seq_len < 2 or max(windows) > seq_len:
+        raise ConfigError(f"bench retrofit: windows must lie in 1..{seq_len} and --seq-len be >= 2")
+    variants = ("unpatched", "paper_mix", "live_routing", "full_attention_patch")
+    models = {name: _qwen3(seed, n_layer, n_head, n_kv, head_dim, vocab, seq_len).to(device) for name in variants}
+    handles = {
+        "paper_mix": patch_model(models["paper_mix"], "full_adaptive", windows, attention_backend=backend),
+        "live_routing": patch_model(models["live_routing"], "full_adaptive", windows, attention_backend=backend),
+        "full_attention_patch": patch_model(models["full_attention_patch"], "full_attention", windows),
+    }
+    mix = paper_mix(seq_len, n_head)
+    _execute_windows(handles["paper_mix"], mix)
+    for name, model in models.items():
+        model.train(name == "live_routing")  # eval forwards keep the frozen mix; dropout is 0 in all of them
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(vocab, (batch, seq_len + 1), generator=gen).to(device)
+    x, y = ids[:, :-1], ids[:, 1:]
+    steps = {name: 0 for name in models}
+
+    def step(name):
+        def run():
+            model = models[name]
+            if name == "live_routing":
+                handles[name].prepare_step(steps[name])
+            steps[name] += 1
+            logits = model(input_ids=x, use_cache=False).logits
+            F.cross_entropy(logits.reshape(-1, vocab).float(), y.reshape(-1)).backward()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else None
+    side = {name: timed(step(name), sync=sync) for name in models}
+    comparisons = {f"{name}_vs_unpatched": (side[name], side["unpatched"]) for name in variants[1:]}
+    raw = interleave(comparisons, pairs=pairs, progress=progress)
+    doc = paired_report(raw, sides={f"{n}_vs_unpatched": (n, "unpatched") for n in variants[1:]}, clock=clock)
+    step("paper_mix")()
+    assert handles["paper_mix"].current_windows().tolist() == [mix] * n_layer  # the mix stayed as set
+    seen = []
+    with handles["live_routing"].subscribe(lambda ev: seen.append((ev.backend, ev.realised_work))):
+        step("live_routing")()
+    executed = handles["live_routing"].current_windows().tolist()
+    flat = [w for row in executed for w in row]
+    works = [float(w) for _, w in seen if w is not None]
+    doc["config"] = dict(
+        model="random Qwen3",
+        seq_len=seq_len,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_kv_head=n_kv,
+        head_dim=head_dim,
+        batch=batch,
+        candidate_windows=list(windows),
+        attention_backend=backend,
+        pairs=pairs,
+        device=str(device),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+    )
+    doc["paper_mix"] = mix
+    doc["paper_mix_causal_coverage"] = causal_coverage(mix, seq_len)
+    doc["live_routing_windows"] = executed
+    doc["live_routing_window_share"] = {str(w): flat.count(w) / len(flat) for w in windows}
+    doc["live_routing_causal_coverage"] = causal_coverage(flat, seq_len)
+    doc["backends_seen"] = sorted({b for b, _ in seen if b})
+    doc["realised_work_mean"] = sum(works) / len(works) if works else None
+    return doc
