@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         description="Build a random Qwen3 (no download) from one seed, patch copies with regime full_adaptive "
         "(banded backend, candidate windows T/8, T/4, T/2, T): one executing the paper's window mix, one routing "
         "live; and one with full_attention; time forward + backward of each against the unpatched model in "
-        "interleaved pairs. Prints the median per-pair ratios with bootstrap 95%% intervals, the windows and "
+        "interleaved pairs. Prints the median per-pair ratios with bootstrap 95% intervals, the windows and "
         "their causal coverage as JSON.",
     )
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")

@@ -38,7 +38,7 @@ def random_model(family: str, *, n_layer: int = 2, n_head: int = 8, n_kv: int = 
 def parity(
     device: str = "cuda", seq_len: int = 256, backends=("banded", "dense_masked", "flex", "flash")
 ) -> list[dict]:
-    """Max |patched - unpatched| logits per family: full_attention, and full_adaptive with every window T per backend."""
+    """Max abs logit error, patched vs unpatched, per family: full_attention, and every window T per backend."""
     from instrumentation.retrofit import patch_model
 
     out = []
