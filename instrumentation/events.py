@@ -10,8 +10,7 @@ converts them at flush time, so the hot path never forces a GPU sync. The hierar
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -70,7 +69,12 @@ class RoutingEvent:
     resolution_delta: float | None = None
     backend: str = "dense_masked"
     realised_work: float | None = None  # computed score elements / T(T+1)/2 per head
-    extra: dict[str, Any] = field(default_factory=dict)
+    pre_execution_idx: torch.Tensor | None = None  # (H,) chosen index before resolution EMA, ramp, override
+    group_counts: list[int] | None = None  # groups per level of the current (or cached) hierarchy
+    froze_topology: bool | None = None  # freeze_learned_topology: this update stored the topology
+    shadow_idx: torch.Tensor | None = None  # (H,) the decision a warm-up / control-off build would take
+    group_ratios: list[float] | None = None  # mean window / T per level-0 group (method §11.4, §15.6)
+    fallback_reason: str | None = None  # why the requested attention backend did not run
 
 
 Subscriber = Callable[[RoutingEvent], None]

@@ -191,8 +191,8 @@ class adapter:
     @staticmethod
     def freezes_topology(cfg, ev) -> bool:
         """Does this applied update store the layer's frozen topology (the first one in a freeze mode)?"""
-        if ev.extra and "froze_topology" in ev.extra:
-            return bool(ev.extra["froze_topology"])
+        if ev.froze_topology is not None:
+            return bool(ev.froze_topology)
         return getattr(cfg, "hierarchy_ablation_mode", "adaptive") in adapter.FREEZE_MODES
 
     @staticmethod
@@ -464,7 +464,7 @@ class RoutingRecorder:
         elif self._warmup_seen and not self._warmup_end_done and ev.step is not None:
             self._warmup_end_done = True
             self._event(int(ev.step), "warmup_end")
-        fallback = ev.extra.get("fallback_reason") if ev.extra else None
+        fallback = ev.fallback_reason
         if fallback and not self._fallback_done:
             self._fallback_done = True
             self._event(int(ev.step or 0), "fallback", layer=layer, backend=ev.backend, reason=str(fallback))

@@ -2,7 +2,9 @@
 
 Every expected value is recomputed here from the spec (features by hand in float64, clustering with
 ``clustering.cluster`` directly, EMA / resolution EMA / ramp by formula), never by calling the code
-under test. One AAH layer is driven step by step on tiny shapes (H = 8, T = 16, windows 2/4/8/16).
+under test. The public state machine ``route_step`` is driven step by step on tiny shapes (H = 8,
+T = 16, windows 2/4/8/16), executing its windows with the reference backend as a layer does, and
+the checks read its returned state and decision.
 """
 
 import math
@@ -14,9 +16,11 @@ import torch.nn.functional as F
 from aah_viz.coverage import acr, causal_coverage
 from instrumentation import AAHConfig, AAHTransformer
 from instrumentation.attention import AAHAttention
+from instrumentation.backends.dense_masked import dense_masked_attention
 from instrumentation.config import PRESETS, REGIMES
 from instrumentation.routing.clustering import cluster
 from instrumentation.routing.controller import level_inputs, score_level
+from instrumentation.routing.step import RoutingInputs, initial_state, networks_for, route_step
 
 torch.set_num_threads(1)
 
@@ -46,26 +50,16 @@ def cfg(regime="full_adaptive", **kw):
     return AAHConfig.from_preset("tiny", regime=regime, **base)
 
 
-def make_layer(regime="full_adaptive", seed=0, **kw):
-    torch.manual_seed(seed)
-    layer = AAHAttention(cfg(regime, **kw), 0)
-    layer.train()
-    return layer
-
-
 def inputs(n, seed=1, T_=T):
+    """Per-head q, k, v (B, H, T, D) for n forwards, in the model's memory layout.
+
+    A per-forward scale and per-channel tilt make the head statistics move between forwards."""
     g = torch.Generator().manual_seed(seed)
-    # per-step scale and per-channel tilt so the head statistics move between steps
-    return [
-        torch.randn(2, T_, C, generator=g) * (0.5 + torch.rand(1, 1, C, generator=g) * (1 + i % 3)) for i in range(n)
-    ]
-
-
-def qkv(layer, x):
-    B, T_, _ = x.shape
-    with torch.no_grad():
-        q, k, v = layer.c_attn(x).split(C, dim=2)
-    return [t.reshape(B, T_, H, C // H).transpose(1, 2).double() for t in (q, k, v)]
+    out = []
+    for i in range(n):
+        x = torch.randn(3, 2, T_, C, generator=g) * (0.5 + torch.rand(3, 1, 1, C, generator=g) * (1 + i % 3))
+        out.append([t.view(2, T_, H, C // H).transpose(1, 2) for t in x])
+    return out
 
 
 def _moments(x):
@@ -122,7 +116,7 @@ def labels_of(groups, n=H):
     for gid, g in enumerate(groups):
         for i in g:
             lab[i] = gid
-    return lab
+    return tuple(lab)  # the state keeps labels as a tuple
 
 
 def cluster0(X, c, prev_labels=None):
@@ -171,29 +165,32 @@ def passthrough(groups0, F0, depth):
 
 
 class Driver:
-    """Drives one layer step by step, recording what the spec needs to recompute each forward."""
+    """Drives ``route_step`` forward by forward like one layer: route, execute, keep the statistics."""
 
-    def __init__(self, layer):
-        self.layer = layer
-        self.events = []
-        layer.subscribe(self.events.append)
+    def __init__(self, regime="full_adaptive", seed=0, **kw):
+        self.cfg = cfg(regime, **kw)
+        torch.manual_seed(seed)
+        self.nets = networks_for(self.cfg)
+        self.state = initial_state(self.cfg)
 
-    def step(self, s, x):
-        L = self.layer
-        prev = None if L.state.prev_stats is None else L.state.prev_stats.detach().cpu().double().clone()
-        q, k, v = qkv(L, x)
-        L.set_step(s)
-        with torch.no_grad():
-            L(x)
-        return dict(
-            ev=self.events[-1],
-            prev=prev,
-            q=q,
-            k=k,
-            v=v,
-            f=manual_features(q, k, v, prev),
-            executed=L.state.executed_idx.clone(),
-        )
+    def step(self, s, qkv, want_tree=True, training=True):
+        q, k, v = qkv
+        prev = None if self.state.prev_stats is None else self.state.prev_stats.detach().cpu().double().clone()
+        inp = RoutingInputs(q, k, v, step=s, want_tree=want_tree)
+        self.state, d = route_step(self.state, inp, self.cfg, self.nets)
+        wins = [WINDOWS[i] for i in d.executed.tolist()]
+        res = dense_masked_attention(q, k, v, wins, need_stats=True, dropout_p=self.cfg.dropout, training=training)
+        self.state = self.state.with_stats(res.stats.matrix())
+        qd, kd, vd = (t.double() for t in qkv)
+        return dict(d=d, prev=prev, q=qd, k=kd, v=vd, f=manual_features(qd, kd, vd, prev), executed=d.executed)
+
+
+def layer_qkv(layer, x):
+    """A model layer's per-head q, k, v (float64) of its input ``x`` (B, T, C)."""
+    B, T_, _ = x.shape
+    with torch.no_grad():
+        q, k, v = layer.c_attn(x).split(C, dim=2)
+    return [t.reshape(B, T_, H, C // H).transpose(1, 2).double() for t in (q, k, v)]
 
 
 def close(a, b, tol=1e-4):
@@ -221,9 +218,14 @@ def assert_tree(ev, levels):
         assert close(lv.features, feats), (lv.level, lv.features, feats)
 
 
-def set_logits(layer, favoured):
+def topology(state):
+    """The stored topology as lists of lists, to compare with groups read from a tree."""
+    return [[list(g) for g in level] for level in state.topology]
+
+
+def set_logits(driver, favoured):
     """Make the controller output a constant logit vector that favours ``favoured`` (pairwise none)."""
-    lin = layer.controller.net[-1]
+    lin = driver.nets.controller.net[-1]
     with torch.no_grad():
         lin.weight.zero_()
         lin.bias.copy_(torch.tensor([1.0 if i == favoured else 0.0 for i in range(len(WINDOWS))]))
@@ -231,65 +233,60 @@ def set_logits(layer, favoured):
 
 # ----------------------------------------------------------------------------- 1. warm-up path
 def test_warmup_step0_clusters_then_rebuilds_from_cached_labels_with_pooled_features():
-    L = make_layer(warmup_steps=5, control_interval=2)
+    L = Driver(warmup_steps=5, control_interval=2)
     c = L.cfg
-    d = Driver(L)
     xs = inputs(5)
-    r0 = d.step(0, xs[0])
+    r0 = L.step(0, xs[0])
     assert r0["prev"] is None and close(L.state.ema, r0["f"])  # EMA initialised from f(step 0)
     res0 = cluster0(L.state.ema, c)
     labels0 = labels_of(res0.groups)
     assert L.state.cached_labels == labels0
-    check_tree(r0["ev"], res0.groups, mean_rows(res0.groups, r0["f"]), c)
+    check_tree(r0["d"], res0.groups, mean_rows(res0.groups, r0["f"]), c)
     ema0 = L.state.ema.clone()
     groups = [[h for h in range(H) if labels0[h] == g] for g in range(max(labels0) + 1)]
     rebuilt = []
     for s in range(1, 5):
-        r = d.step(s, xs[s])
+        r = L.step(s, xs[s])
         assert torch.equal(L.state.ema, ema0)  # not touched during steps 1..warmup-1
         assert L.state.cached_labels == labels0
-        assert r["ev"].in_warmup and not r["ev"].applied and r["ev"].path_mode == "warmup_or_disabled_control"
+        assert r["d"].in_warmup and not r["d"].applied and r["d"].path_mode == "warmup_or_disabled_control"
         assert r["executed"].tolist() == [FULL] * H
-        if r["ev"].tree is not None:
+        if r["d"].tree is not None:
             rebuilt.append(s)
-            check_tree(r["ev"], groups, manual_pooled(r["q"], r["k"], r["v"], groups, r["prev"]), c)
-            assert r["ev"].extra["shadow_idx"].shape == (H,)
-            assert r["ev"].head_features is None
-        assert r["ev"].group_change_rate == 0.0  # rebuilt from (or skipping with) the cached labels
+            check_tree(r["d"], groups, manual_pooled(r["q"], r["k"], r["v"], groups, r["prev"]), c)
+            assert r["d"].shadow_idx.shape == (H,)
+            assert r["d"].head_features is None
+        assert r["d"].group_change_rate == 0.0  # rebuilt from (or skipping with) the cached labels
     assert rebuilt == [1, 3]  # pooled features recomputed at most once per control interval
     assert L.state.res_ema is None and L.state.cached_idx is None and L.state.last_control_step is None
 
 
 def test_warmup_executes_index_zero_when_T_is_not_a_candidate():
-    L = make_layer(warmup_steps=3)
-    d = Driver(L)
-    r = d.step(0, inputs(1, T_=12)[0])
+    L = Driver(warmup_steps=3)
+    r = L.step(0, inputs(1, T_=12)[0])
     assert r["executed"].tolist() == [0] * H  # §15.13: smallest window, not the largest
 
 
 def test_shadow_decision_only_with_apply_window_control():
-    L = make_layer(warmup_steps=3, apply_window_control=False)
+    L = Driver(warmup_steps=3, apply_window_control=False)
     for s, x in enumerate(inputs(3)):
-        L.set_step(s)
-        with torch.no_grad():
-            L(x)  # no subscriber: the shadow decision is not taken
-        assert L.last_route.extra.get("shadow_idx") is None
+        r = L.step(s, x, want_tree=False)  # no subscriber: the shadow decision is not taken
+        assert r["d"].shadow_idx is None
         assert L.state.executed_idx.tolist() == [FULL] * H
 
 
 # ----------------------------------------------------------------------------- 2. first update, EMA, due rule
 def test_first_post_warmup_update_and_later_updates_follow_the_ema_and_due_rule():
-    L = make_layer(warmup_steps=3, control_interval=3)
+    L = Driver(warmup_steps=3, control_interval=3)
     c = L.cfg
-    d = Driver(L)
     xs = inputs(12)
-    rs = [d.step(s, xs[s]) for s in range(3)]
+    rs = [L.step(s, xs[s]) for s in range(3)]
     ema = rs[0]["f"].clone()
     labels = labels_of(cluster0(L.state.ema, c).groups)
     updates = []
     for s in range(3, 12):
-        r = d.step(s, xs[s])
-        ev = r["ev"]
+        r = L.step(s, xs[s])
+        ev = r["d"]
         if ev.updated:
             updates.append(s)
             ema = 0.9 * ema + 0.1 * r["f"]  # alpha weights the OLD value
@@ -302,95 +299,89 @@ def test_first_post_warmup_update_and_later_updates_follow_the_ema_and_due_rule(
             cached = L.state.cached_idx.clone()
         else:
             assert ev.path_mode == "grouped_control_cached"
-            assert torch.equal(ev.extra["pre_execution_idx"], cached)  # C1 reuses the indices
+            assert torch.equal(ev.idx, cached)  # C1 reuses the indices
             assert close(L.state.ema, ema)  # untouched on cached steps
     assert updates == [3, 6, 9]
 
 
 def test_due_rule_uses_the_distance_to_the_last_control_step():
-    L = make_layer(warmup_steps=0, control_interval=3)
-    d = Driver(L)
+    L = Driver(warmup_steps=0, control_interval=3)
     xs = inputs(6)
-    seen = [(s, d.step(s, x)["ev"].updated) for s, x in zip([0, 2, 4, 5, 6, 7], xs)]
+    seen = [(s, L.step(s, x)["d"].updated) for s, x in zip([0, 2, 4, 5, 6, 7], xs)]
     # 0: first update; 2: 2 < 3 cached; 4: 4 >= 3 update; 5, 6: cached; 7: 3 >= 3 update
     assert seen == [(0, True), (2, False), (4, True), (5, False), (6, False), (7, True)]
-    L1 = make_layer(warmup_steps=0, control_interval=1)
-    d1 = Driver(L1)
-    assert all(d1.step(3, x)["ev"].updated for x in inputs(3))  # interval <= 1: every forward
+    L1 = Driver(warmup_steps=0, control_interval=1)
+    assert all(L1.step(3, x)["d"].updated for x in inputs(3))  # interval <= 1: every forward
 
 
 # ----------------------------------------------------------------------------- 3. structure modes
 def test_freeze_learned_topology_stores_at_the_first_update_then_uses_pooled_features():
-    L = make_layer("shallow_freeze", warmup_steps=2, control_interval=2, max_depth=2)
+    L = Driver("shallow_freeze", warmup_steps=2, control_interval=2, max_depth=2)
     c = L.cfg
-    d = Driver(L)
     xs = inputs(9)
-    rs = [d.step(s, xs[s]) for s in range(2)]
+    rs = [L.step(s, xs[s]) for s in range(2)]
     assert L.state.topology is None  # warm-up never stores it
     labels0 = L.state.cached_labels
     ema = 0.9 * rs[0]["f"]
-    r = d.step(2, xs[2])
+    r = L.step(2, xs[2])
     ema = ema + 0.1 * r["f"]
     assert close(L.state.ema, ema)
     res = cluster0(L.state.ema, c, prev_labels=labels0)
-    check_tree(r["ev"], res.groups, mean_rows(res.groups, ema), c)
-    topo = [[list(g) for g in lv.groups] for lv in r["ev"].tree]
-    assert L.state.topology == topo and r["ev"].extra["froze_topology"] is True
+    check_tree(r["d"], res.groups, mean_rows(res.groups, ema), c)
+    topo = [[list(g) for g in lv.groups] for lv in r["d"].tree]
+    assert topology(L.state) == topo and r["d"].froze_topology is True
     frozen_ema = L.state.ema.clone()
     for s in range(3, 9):
-        r = d.step(s, xs[s])
-        if r["ev"].updated:
-            assert r["ev"].path_mode == "grouped_control_frozen_learned_topology_update"
+        r = L.step(s, xs[s])
+        if r["d"].updated:
+            assert r["d"].path_mode == "grouped_control_frozen_learned_topology_update"
             F0 = manual_pooled(r["q"], r["k"], r["v"], topo[0], r["prev"])
             exp = [(topo[0], F0)]
             for groups in topo[1:]:
                 exp.append((groups, mean_rows(groups, exp[-1][1])))
-            assert_tree(r["ev"], exp)  # the stored groups at every level, no re-clustering
-            assert r["ev"].group_change_rate == 0.0
+            assert_tree(r["d"], exp)  # the stored groups at every level, no re-clustering
+            assert r["d"].group_change_rate == 0.0
         assert torch.equal(L.state.ema, frozen_ema)
 
 
 def test_shallow_freeze_with_max_depth_1_is_the_forced_pair():
-    L = make_layer("shallow_freeze", warmup_steps=1, control_interval=1)
-    d = Driver(L)
+    L = Driver("shallow_freeze", warmup_steps=1, control_interval=1)
     xs = inputs(4)
-    d.step(0, xs[0])
+    L.step(0, xs[0])
     labels0 = L.state.cached_labels
-    r1 = d.step(1, xs[1])
+    r1 = L.step(1, xs[1])
     res = cluster0(L.state.ema, L.cfg, prev_labels=labels0)
     assert res.origin == "forced_bipartition"  # positive features collapse at initialisation (§5.2)
-    assert r1["ev"].extra["group_counts"] == [2] and L.state.topology == [[list(g) for g in res.groups]]
-    r2 = d.step(2, xs[2])
-    assert r2["ev"].extra["group_counts"] == [2] and r2["ev"].tree[0].joint_paired == [True, True]
+    assert r1["d"].group_counts == [2] and topology(L.state) == [[list(g) for g in res.groups]]
+    r2 = L.step(2, xs[2])
+    assert r2["d"].group_counts == [2] and r2["d"].tree[0].joint_paired == [True, True]
 
 
 def test_deep_practical_reuse_keeps_the_step0_partition_with_pooled_features():
-    L = make_layer("deep_practical_reuse", warmup_steps=2, control_interval=1)
+    L = Driver("deep_practical_reuse", warmup_steps=2, control_interval=1)
     c = L.cfg
-    d = Driver(L)
     xs = inputs(6)
-    d.step(0, xs[0])
+    L.step(0, xs[0])
     groups = cluster0(L.state.ema, c).groups
     ema0 = L.state.ema.clone()
     g_sorted = [sorted(g) for g in groups]
     for s in range(1, 6):
-        r = d.step(s, xs[s])
-        check_tree(r["ev"], g_sorted, manual_pooled(r["q"], r["k"], r["v"], g_sorted, r["prev"]), c)
+        r = L.step(s, xs[s])
+        check_tree(r["d"], g_sorted, manual_pooled(r["q"], r["k"], r["v"], g_sorted, r["prev"]), c)
         if s >= 2:
-            assert r["ev"].path_mode == "grouped_control_reuse_update" and r["ev"].group_change_rate == 0.0
+            assert r["d"].path_mode == "grouped_control_reuse_update" and r["d"].group_change_rate == 0.0
         assert torch.equal(L.state.ema, ema0)  # no feature EMA on this path
 
 
 @pytest.mark.parametrize("mode", ["freeze_after_warmup", "fixed_random", "fixed_deterministic"])
 def test_passthrough_modes(mode):
-    L = make_layer(hierarchy_ablation_mode=mode, warmup_steps=2, control_interval=1, fixed_hierarchy_seed=5)
+    L = Driver(hierarchy_ablation_mode=mode, warmup_steps=2, control_interval=1, fixed_hierarchy_seed=5)
     c = L.cfg
-    d = Driver(L)
     xs = inputs(5)
-    r0 = d.step(0, xs[0])
+    r0 = L.step(0, xs[0])
     res0 = cluster0(L.state.ema, c)
     # step 0 still clusters adaptively (shadow decision), even for the fixed modes
-    check_tree(r0["ev"], res0.groups, mean_rows(res0.groups, r0["f"]), c)
+    check_tree(r0["d"], res0.groups, mean_rows(res0.groups, r0["f"]), c)
     if mode == "freeze_after_warmup":
         groups = [sorted(g) for g in res0.groups]
     elif mode == "fixed_random":
@@ -398,34 +389,33 @@ def test_passthrough_modes(mode):
         groups = [sorted(perm[: H // 2]), sorted(perm[H // 2 :])]
     else:
         groups = [[h for h in range(H) if h % 2 == 0], [h for h in range(H) if h % 2 == 1]]
-    d.step(1, xs[1])
+    L.step(1, xs[1])
     for s in range(2, 5):
-        r = d.step(s, xs[s])
-        check_tree(r["ev"], groups, manual_pooled(r["q"], r["k"], r["v"], groups, r["prev"]), c, upper="passthrough")
-        assert r["ev"].group_change_rate == 0.0
+        r = L.step(s, xs[s])
+        check_tree(r["d"], groups, manual_pooled(r["q"], r["k"], r["v"], groups, r["prev"]), c, upper="passthrough")
+        assert r["d"].group_change_rate == 0.0
 
 
 # ----------------------------------------------------------------------------- 4. grouping off
 def test_grouping_off_scores_raw_features_single_level_without_pairwise_term():
-    L = make_layer("grouping_off", warmup_steps=1, control_interval=1, controller_pairwise_mode="joint_sibling")
-    d = Driver(L)
+    L = Driver("grouping_off", warmup_steps=1, control_interval=1, controller_pairwise_mode="joint_sibling")
     xs = inputs(3)
-    r0 = d.step(0, xs[0])
-    assert r0["ev"].tree is None and r0["executed"].tolist() == [FULL] * H
+    r0 = L.step(0, xs[0])
+    assert r0["d"].tree is None and r0["executed"].tolist() == [FULL] * H
     for s in (1, 2):
-        r = d.step(s, xs[s])
-        ev = r["ev"]
+        r = L.step(s, xs[s])
+        ev = r["d"]
         f = r["f"]  # raw, un-smoothed
         assert close(ev.tree[0].features, f) and L.state.ema is None
         x = torch.cat(
             [f, torch.zeros(H, 1), torch.zeros(H, 9), f - f.mean(0, keepdim=True), torch.full((H, 1), 1.0 / H)], dim=1
         )
         with torch.no_grad():
-            base = L.controller(x)
+            base = L.nets.controller(x)
         assert close(ev.tree[0].base_logits, base) and close(ev.tree[0].logits, base)  # no joint scorer
         exp = torch.tensor([int(torch.argmax(row)) for row in base])
-        assert torch.equal(ev.extra["pre_execution_idx"], exp)
-        assert ev.group_change_rate is None and ev.extra["group_counts"] == [H]
+        assert torch.equal(ev.idx, exp)
+        assert ev.group_change_rate is None and ev.group_counts == [H]
 
 
 # ----------------------------------------------------------------------------- 5. control off
@@ -450,7 +440,7 @@ def test_control_off_set_control_clears_and_reclusters_every_step():
         with torch.no_grad():
             model(tok)
         h.remove()
-        q, k, v = qkv(L, captured["x"])
+        q, k, v = layer_qkv(L, captured["x"])
         f = manual_features(q, k, v, prev)
         ema = f if ema is None else 0.9 * ema + 0.1 * f  # feature EMA survives set_control(False)
         assert close(L.state.ema, ema)
@@ -462,38 +452,36 @@ def test_control_off_set_control_clears_and_reclusters_every_step():
 
 # ----------------------------------------------------------------------------- 6. post-processing
 def test_resolution_ema_runs_on_cached_steps_worked_example_6():
-    L = make_layer(warmup_steps=2, control_interval=3, resolution_ema_alpha=0.3, controller_pairwise_mode="none")
-    d = Driver(L)
+    L = Driver(warmup_steps=2, control_interval=3, resolution_ema_alpha=0.3, controller_pairwise_mode="none")
     xs = inputs(8)
     set_logits(L, 3)
-    out = [d.step(s, xs[s])["executed"][0].item() for s in range(5)]
+    out = [L.step(s, xs[s])["executed"][0].item() for s in range(5)]
     assert L.state.res_ema is not None and out == [3, 3, 3, 3, 3]
     set_logits(L, 0)
-    r5 = d.step(5, xs[5])  # update: r = 0.3 * 3 + 0.7 * 0 = 0.9 -> executed 1 (§12 example 6)
-    assert r5["ev"].updated and r5["ev"].extra["pre_execution_idx"].tolist() == [0] * H
+    r5 = L.step(5, xs[5])  # update: r = 0.3 * 3 + 0.7 * 0 = 0.9 -> executed 1 (§12 example 6)
+    assert r5["d"].updated and r5["d"].idx.tolist() == [0] * H
     assert r5["executed"].tolist() == [1] * H and close(L.state.res_ema, torch.full((H,), 0.9))
-    r6 = d.step(6, xs[6])  # cached, but the EMA still advances: r = 0.27 -> 0
-    assert not r6["ev"].updated and r6["executed"].tolist() == [0] * H
+    r6 = L.step(6, xs[6])  # cached, but the EMA still advances: r = 0.27 -> 0
+    assert not r6["d"].updated and r6["executed"].tolist() == [0] * H
     assert close(L.state.res_ema, torch.full((H,), 0.27))
     assert L.state.cached_idx.tolist() == [0] * H  # the cached raw index is left untouched
 
 
 def test_post_processing_order_ema_then_ramp():
-    L = make_layer(
+    L = Driver(
         warmup_steps=2,
         control_interval=1,
         resolution_ema_alpha=0.3,
         post_warmup_ramp_steps=4,
         controller_pairwise_mode="none",
     )
-    d = Driver(L)
     xs = inputs(7)
     set_logits(L, 3)
     got, exp, r = [], [], None
     for s in range(7):
         if s == 3:
             set_logits(L, 0)
-        got.append(d.step(s, xs[s])["executed"][0].item())
+        got.append(L.step(s, xs[s])["executed"][0].item())
         if s < 2:
             exp.append(FULL)
             continue
@@ -506,7 +494,7 @@ def test_post_processing_order_ema_then_ramp():
 
 
 def test_window_override_applies_in_warmup_and_cached_steps_after_the_ema():
-    L = make_layer(
+    L = Driver(
         "fixed_window",
         fixed_window=4,
         warmup_steps=2,
@@ -514,30 +502,28 @@ def test_window_override_applies_in_warmup_and_cached_steps_after_the_ema():
         resolution_ema_alpha=0.3,
         controller_pairwise_mode="none",
     )
-    d = Driver(L)
     set_logits(L, 3)
     xs = inputs(6)
     for s in range(6):
         if s == 3:
             set_logits(L, 0)
-        assert d.step(s, xs[s])["executed"].tolist() == [1] * H
+        assert L.step(s, xs[s])["executed"].tolist() == [1] * H
     # the EMA state follows the selected indices, not the override: 3, 3, 3 -> r(5) = 0.3*3 + 0.7*0
     assert close(L.state.res_ema, torch.full((H,), 0.9))
 
 
 # ----------------------------------------------------------------------------- 7. features and statistics
 def test_features_and_previous_forward_statistics():
-    L = make_layer(warmup_steps=0, control_interval=1)
-    d = Driver(L)
+    L = Driver(warmup_steps=0, control_interval=1)
     xs = inputs(3)
-    r0 = d.step(0, xs[0])
-    assert close(r0["ev"].head_features, r0["f"]) and r0["f"][:, 6:].abs().sum() == 0  # zero on the first
+    r0 = L.step(0, xs[0])
+    assert close(r0["d"].head_features, r0["f"]) and r0["f"][:, 6:].abs().sum() == 0  # zero on the first
     for s in (1, 2):
         before = L.state.executed_idx.tolist()
-        prev_q = qkv(L, xs[s - 1])
+        prev_q = [t.double() for t in xs[s - 1]]
         exp_stats = manual_stats(*prev_q, [WINDOWS[i] for i in before])
         assert close(L.state.prev_stats, exp_stats)
-        r = d.step(s, xs[s])
+        r = L.step(s, xs[s])
         assert close(r["f"][:, 6:], exp_stats)
     assert L.state.ema.dtype == torch.float32
 
@@ -545,12 +531,11 @@ def test_features_and_previous_forward_statistics():
 def test_statistics_use_post_dropout_probabilities():
     def stats(training):
         torch.manual_seed(0)
-        L = AAHAttention(cfg(warmup_steps=5, dropout=0.5), 0)
+        L = AAHAttention(cfg(warmup_steps=5, dropout=0.5, eval_mutates_routing=True), 0, project=False)
         L.train(training)
-        L.eval_mutates_routing = True
         L.set_step(0)
         with torch.no_grad():
-            L(inputs(1)[0])
+            L.attend(*inputs(1)[0])
         return L.state.prev_stats
 
     clean = stats(False)
@@ -594,8 +579,8 @@ def _manual_mlp(seq, x):
 
 
 def test_joint_scorer_replaces_rows_pairs_siblings_and_bias_adds():
-    L = make_layer(joint_output_scale=0.7)
-    nets = L._nets
+    L = Driver(joint_output_scale=0.7)
+    nets = L.nets
     torch.manual_seed(1)
     x = torch.rand(5, 29)
     parent = [1, 0, 1, 0, 1]  # children of 0: 1, 3; of 1: 0, 2, 4 (4 unpaired)
@@ -610,22 +595,21 @@ def test_joint_scorer_replaces_rows_pairs_siblings_and_bias_adds():
         top = score_level(nets, x, None, "joint_sibling")
         assert top.pairs == [(0, 1), (2, 3)]
         assert score_level(nets, x, parent, "none").logits.equal(score_level(nets, x, parent, "none").base_logits)
-    Lb = make_layer(controller_pairwise_mode="sibling_bias", pairwise_bias_scale=0.5)
+    Lb = Driver(controller_pairwise_mode="sibling_bias", pairwise_bias_scale=0.5)
     with torch.no_grad():
-        sb = score_level(Lb._nets, x, parent, "sibling_bias")
+        sb = score_level(Lb.nets, x, parent, "sibling_bias")
         sib = torch.stack(
             [x[i] - x[[j for j in range(5) if parent[j] == parent[i] and j != i]].mean(0) for i in range(5)]
         )
-        exp_b = _manual_mlp(Lb._nets.controller.net, x) + 0.5 * _manual_mlp(Lb._nets.sibling_bias.net, sib)
+        exp_b = _manual_mlp(Lb.nets.controller.net, x) + 0.5 * _manual_mlp(Lb.nets.sibling_bias.net, sib)
         assert close(sb.logits, exp_b)
 
 
 def test_top_down_selection_on_a_real_tree_obeys_argmax_and_parent_min():
-    L = make_layer(warmup_steps=0, control_interval=1, max_depth=4, sim_threshold=0.999, min_group_size=1)
-    d = Driver(L)
+    L = Driver(warmup_steps=0, control_interval=1, max_depth=4, sim_threshold=0.999, min_group_size=1)
     counts = []
     for s, x in enumerate(inputs(4)):
-        ev = d.step(s, x)["ev"]
+        ev = L.step(s, x)["d"]
         counts.append([len(lv.groups) for lv in ev.tree])
         top = len(ev.tree) - 1
         for lvl in range(top, -1, -1):
@@ -652,17 +636,16 @@ def test_top_down_selection_on_a_real_tree_obeys_argmax_and_parent_min():
                 par = ev.tree[lvl + 1].final_idx[torch.tensor(lv.parent)]
                 assert torch.equal(lv.final_idx, torch.minimum(raw, par))
         labels = labels_of(ev.tree[0].groups)
-        assert ev.extra["pre_execution_idx"].tolist() == [int(ev.tree[0].final_idx[labels[h]]) for h in range(H)]
+        assert ev.idx.tolist() == [int(ev.tree[0].final_idx[labels[h]]) for h in range(H)]
     assert max(len(c) for c in counts) == 4 and any(c[0] > c[1] for c in counts if len(c) > 1)  # real trees
 
 
 def test_argmax_takes_the_lowest_index_on_ties():
-    L = make_layer(warmup_steps=0, controller_pairwise_mode="none")
+    L = Driver(warmup_steps=0, controller_pairwise_mode="none")
     with torch.no_grad():
-        L.controller.net[-1].weight.zero_()
-        L.controller.net[-1].bias.copy_(torch.tensor([0.0, 2.0, 2.0, 2.0]))
-    d = Driver(L)
-    assert d.step(0, inputs(1)[0])["executed"].tolist() == [1] * H
+        L.nets.controller.net[-1].weight.zero_()
+        L.nets.controller.net[-1].bias.copy_(torch.tensor([0.0, 2.0, 2.0, 2.0]))
+    assert L.step(0, inputs(1)[0])["executed"].tolist() == [1] * H
 
 
 def test_backbone_identical_across_controller_variants_and_rng_stream():
@@ -685,35 +668,31 @@ def test_backbone_identical_across_controller_variants_and_rng_stream():
 # ----------------------------------------------------------------------------- 9. stand-alone inference
 @pytest.mark.parametrize("regime", ["full_adaptive", "shallow_freeze", "deep_practical_reuse"])
 def test_standalone_inference_every_forward_is_a_post_warmup_update(regime):
-    L = make_layer(regime, warmup_steps=50, control_interval=5, eval_mutates_routing=True)
-    L.eval()
-    d = Driver(L)
+    L = Driver(regime, warmup_steps=50, control_interval=5, eval_mutates_routing=True)
     xs = inputs(3)
-    r1 = d.step(None, xs[0])
-    assert r1["ev"].updated and r1["ev"].applied and not r1["ev"].in_warmup
-    assert r1["ev"].path_mode == "grouped_control_update" and close(L.state.ema, r1["f"])
+    r1 = L.step(None, xs[0])
+    assert r1["d"].updated and r1["d"].applied and not r1["d"].in_warmup
+    assert r1["d"].path_mode == "grouped_control_update" and close(L.state.ema, r1["f"])
     groups1 = cluster0(L.state.ema, L.cfg).groups
     for x in xs[1:]:
-        r = d.step(None, x)
-        assert r["ev"].updated and r["ev"].applied
+        r = L.step(None, x)
+        assert r["d"].updated and r["d"].applied
         if regime == "full_adaptive":
-            assert r["ev"].path_mode == "grouped_control_update"
+            assert r["d"].path_mode == "grouped_control_update"
         elif regime == "shallow_freeze":  # topology learned from the first evaluation batch
-            assert r["ev"].path_mode == "grouped_control_frozen_learned_topology_update"
-            assert L.state.topology == [[list(g) for g in groups1]]
+            assert r["d"].path_mode == "grouped_control_frozen_learned_topology_update"
+            assert topology(L.state) == [[list(g) for g in groups1]]
         else:  # level-0 partition from the first evaluation batch
-            assert r["ev"].path_mode == "grouped_control_reuse_update"
-            assert [sorted(g) for g in r["ev"].tree[0].groups] == [sorted(g) for g in groups1]
+            assert r["d"].path_mode == "grouped_control_reuse_update"
+            assert [sorted(g) for g in r["d"].tree[0].groups] == [sorted(g) for g in groups1]
 
 
 def test_standalone_inference_ema_advances_per_batch():
-    L = make_layer(warmup_steps=50, eval_mutates_routing=True)
-    L.eval()
-    d = Driver(L)
+    L = Driver(warmup_steps=50, eval_mutates_routing=True)
     xs = inputs(3)
     ema = None
     for x in xs:
-        f = d.step(None, x)["f"]
+        f = L.step(None, x)["f"]
         ema = f if ema is None else 0.9 * ema + 0.1 * f
         assert close(L.state.ema, ema)
 
@@ -731,26 +710,24 @@ def test_acr_w_min_only_in_accounting_and_causal_coverage():
 
 
 def test_group_change_rate_and_resolution_delta():
-    L = make_layer(warmup_steps=1, control_interval=2)
-    d = Driver(L)
+    L = Driver(warmup_steps=1, control_interval=2)
     xs = inputs(7)
-    r0 = d.step(0, xs[0])  # first clustering ever: 0.0 (the reference's value), not None
-    assert r0["ev"].resolution_delta is None and r0["ev"].group_change_rate == 0.0
-    r1 = d.step(1, xs[1])  # first update: no previous indices
-    assert r1["ev"].resolution_delta is None
+    r0 = L.step(0, xs[0])  # first clustering ever: 0.0 (the reference's value), not None
+    assert r0["d"].resolution_delta is None and r0["d"].group_change_rate == 0.0
+    r1 = L.step(1, xs[1])  # first update: no previous indices
+    assert r1["d"].resolution_delta is None
     prev_idx = L.state.cached_idx.clone()
     old = L.state.cached_labels
     swapped = [max(old) - g for g in old]  # same co-membership, other ids: the rate is label-sensitive
-    L.state.cached_labels = swapped
-    r2 = d.step(2, xs[2])
-    assert not r2["ev"].updated and r2["ev"].group_change_rate == 0.0 and r2["ev"].resolution_delta == 0.0
-    r3 = d.step(3, xs[3])
-    new = labels_of(r3["ev"].tree[0].groups)
-    assert r3["ev"].group_change_rate == pytest.approx(sum(a != b for a, b in zip(new, swapped)) / H)
-    assert r3["ev"].resolution_delta == pytest.approx(float((L.state.cached_idx - prev_idx).abs().float().mean()))
-    Lg = make_layer("grouping_off", warmup_steps=1, control_interval=2)
-    dg = Driver(Lg)
-    rates = [dg.step(s, x)["ev"] for s, x in enumerate(inputs(3))]
+    L.state = L.state.replace(cached_labels=tuple(swapped))
+    r2 = L.step(2, xs[2])
+    assert not r2["d"].updated and r2["d"].group_change_rate == 0.0 and r2["d"].resolution_delta == 0.0
+    r3 = L.step(3, xs[3])
+    new = labels_of(r3["d"].tree[0].groups)
+    assert r3["d"].group_change_rate == pytest.approx(sum(a != b for a, b in zip(new, swapped)) / H)
+    assert r3["d"].resolution_delta == pytest.approx(float((L.state.cached_idx - prev_idx).abs().float().mean()))
+    Lg = Driver("grouping_off", warmup_steps=1, control_interval=2)
+    rates = [Lg.step(s, x)["d"] for s, x in enumerate(inputs(3))]
     assert [e.updated for e in rates] == [False, True, False]
     # None without grouping (warm-up and updates); a cached forward reports 0.0 like the reference
     assert [e.group_change_rate for e in rates] == [None, None, 0.0]

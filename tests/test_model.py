@@ -146,7 +146,7 @@ def test_no_subscriber_no_event_and_handles_detach():
     assert not any(a.has_subscribers for a in m.attention_layers())
     m.prepare_step(0)
     m(batches(1)[0][:, :-1])  # step 0 clusters level 0, but nobody listens: no tree is built
-    assert all(a.last_route.updated and a.last_route.tree is None for a in m.aah_layers())
+    assert all(a.last_decision.updated and a.last_decision.tree is None for a in m.aah_layers())
     m.reset_routing_state()
     events = []
     h = m.subscribe(events.append)
@@ -332,7 +332,7 @@ def test_group_ratios_reference_quirk_and_fix():
         e = [e for e in events if e.step == 5][0]
         w = [min(64, max(4, int(x))) for x in e.windows.tolist()]
         idx = e.window_idx.tolist()
-        for members, ratio in zip(e.tree[0].members, e.extra["group_ratios"]):
+        for members, ratio in zip(e.tree[0].members, e.group_ratios):
             picked = [w[h] for h in members] if fix else [w[idx[h]] for h in members]
             assert ratio == pytest.approx(sum(picked) / (len(picked) * 64))
 

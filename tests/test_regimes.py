@@ -95,8 +95,8 @@ def test_shallow_freeze_topology_never_changes_after_the_freeze():
     for s in UPDATES[1:]:
         assert ev[s].path_mode == "grouped_control_frozen_learned_topology_update"
         assert [[list(g) for g in lvl.groups] for lvl in ev[s].tree] == frozen
-    assert model.aah_layers()[0].state.topology == frozen
-    assert ev[3].extra["froze_topology"] is True and ev[8].extra["froze_topology"] is False
+    assert model.aah_layers()[0].state.topology == tuple(tuple(map(tuple, lvl)) for lvl in frozen)
+    assert ev[3].froze_topology is True and ev[8].froze_topology is False
     assert all(ev[s].tree[0].joint_paired == [True] * len(frozen[0]) for s in UPDATES if len(frozen[0]) == 2)
 
 
@@ -149,7 +149,7 @@ def test_shuffle_post_select_permutes_the_selected_multiset():
     _, ev, _ = run("shuffle_post_select")
     moved = False
     for e in ev.values():
-        pre = e.extra["pre_execution_idx"]
+        pre = e.pre_execution_idx
         post = e.window_idx.cpu()
         assert sorted(pre.tolist()) == sorted(post.tolist())
         moved |= not torch.equal(pre, post)

@@ -20,6 +20,10 @@ class HeadStats:
     norm: Tensor  # mean over (b, t) of the L2 norm of the head output (P V)_t
     usage: Tensor  # mean over (b, t) of P[b, t, T-1] (mass on the last key position)
 
+    def matrix(self) -> Tensor:
+        """(H, 3) [entropy, norm, usage], the block the next forward's head features read (§4.1)."""
+        return torch.stack([self.entropy.detach().float(), self.norm.detach().float(), self.usage.detach().float()], 1)
+
     @staticmethod
     def zeros(n_heads: int, device) -> HeadStats:
         z = torch.zeros(n_heads, dtype=torch.float32, device=device)

@@ -19,6 +19,7 @@ from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, round_robin, timed
 from instrumentation.attention import AAHAttention
 from instrumentation.config import AAHConfig
+from instrumentation.routing.step import RoutingInputs, route_step
 
 
 def _config(preset: str, regime: str, n_head: int, seq_len: int | None, backend: str) -> AAHConfig:
@@ -50,8 +51,7 @@ def _sides(cfg: AAHConfig, batch: int) -> dict:
         with torch.no_grad():
             layer.train()
             layer.set_step(None)  # every forward without a step is a routing update (method §8.6)
-            route = layer._route(q, k, v, T)
-            layer._post_process(route.idx, route.in_warmup)
+            route_step(layer.state, RoutingInputs(q, k, v, step=None), cfg, layer.networks)
 
     def forward():
         with torch.no_grad():

@@ -81,8 +81,3 @@ def ema_update(ema: torch.Tensor | None, current: torch.Tensor, alpha: float) ->
         return current.clone()
     a = min(1.0, max(0.0, float(alpha)))
     return a * ema.to(current.device) + (1.0 - a) * current
-
-
-def stats_matrix(entropy: torch.Tensor, norm: torch.Tensor, usage: torch.Tensor) -> torch.Tensor:
-    """Stack a forward's head statistics into the (H, 3) [e, n, u] block of the next features."""
-    return torch.stack([entropy.detach().float(), norm.detach().float(), usage.detach().float()], dim=1)
