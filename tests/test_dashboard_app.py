@@ -566,3 +566,42 @@ def test_the_play_control_steps_through_the_routing_updates(app):
     app.run()
     assert not app.exception and app.toggle(key="hier_play").value is False
     assert app.select_slider(key="step_picker").value == options[-1]
+
+
+CRAFTED = "[Session expired](https://evil.example/login) ![b](https://evil.example/t.png)"
+
+
+def _rendered(markdown_source: str) -> str:
+    """HTML of a Markdown string by an independent CommonMark renderer (markdown-it-py)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").render(markdown_source)
+
+
+def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path, monkeypatch):
+    from test_runlog_truth import set_aside_one_heads_segment  # tests/ is on sys.path under pytest
+
+    root = tmp_path / "logs"
+    run = make_synthetic_run(root / "dmg_*run*", n_layer=2, n_head=4, steps=20, flush_every=5)
+    set_aside_one_heads_segment(run)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["run"] = CRAFTED
+    at.run()
+    echoed = [e.value for e in at.error if "ignored" in e.value]
+    assert len(echoed) == 1
+    html = _rendered(echoed[0])
+    assert "<a" not in html and "<img" not in html and "<em" not in html
+    assert "https://" not in echoed[0]  # no bare URL for a GFM autolink to find
+    assert CRAFTED in html.replace("&quot;", '"')  # the crafted value itself, shown literally
+    for page in ("training", "windows", "hierarchy", "stability"):
+        at.switch_page(PAGE.format(page)).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        shown = [_rendered(w.value) for w in at.warning]
+        assert any("set aside" in w for w in shown), (page, shown)
+        assert any("5 steps missing (5-9)" in w for w in shown), (page, shown)
+    # the Runs page names the run in its warnings: the file name's asterisks stay asterisks
+    at.switch_page(PAGE.format("runs")).run()
+    named = [_rendered(w.value) for w in at.warning if "dmg" in w.value]
+    assert named and all("Run dmg_*run*" in w and "<em>" not in w for w in named)

@@ -587,3 +587,26 @@ def test_number_formatting_rules():
     assert format_number(0.5, 4, 0.0) == "0.5000"  # no spread: the column's decimals
     assert format_number(float("nan"), 4) == "–"
     assert format_number(12, 0) == "12"
+
+
+def test_a_table_with_unfinished_runs_says_so_under_it(tmp_path):
+    from aah_viz.runlog import RunWriter, read_manifest
+
+    kw = dict(n_layer=2, n_head=4, steps=20, windows=(8, 16, 32, 64), seq_len=64)
+    make_synthetic_run(tmp_path / "done", seed=0, **kw)
+    make_synthetic_run(tmp_path / "killed", seed=1, status="running", **kw)  # no writer holds it
+    live = make_synthetic_run(tmp_path / "live", seed=2, status="running", **kw)
+    writer = RunWriter.resume(live)  # a live writer holds this one
+    try:
+        out = tmp_path / "out"
+        assert main(["export", str(tmp_path / "done"), str(tmp_path / "killed"), str(live), "--table", "training",
+                     "--format", "md", "--out", str(out)]) == 0  # fmt: skip
+        text = (out / "training.md").read_text()
+        last = read_manifest(tmp_path / "killed")["last_step"]
+        assert f"killed (interrupted at step {last} of 20)" in text
+        assert "live (still training" in text and "done (" not in text
+        assert main(["export", str(tmp_path / "done"), "--table", "training", "--format", "md", "--out",
+                     str(tmp_path / "out2")]) == 0  # fmt: skip
+        assert "Not finished" not in (tmp_path / "out2" / "training.md").read_text()
+    finally:
+        writer.close("finished")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from aah_viz.cli import main
@@ -118,3 +119,35 @@ def test_an_interrupted_run_is_reported_and_a_live_one_is_not(run):
         f"interrupted: status is 'running' but no process is writing the run (it stopped after step 19); "
         f"resume it (aah-viz train --out {run} --resume)"
     ]
+
+
+def test_missing_step_ranges_covers_gaps_overlaps_and_the_unfinished_end():
+    from aah_viz.runlog.damage import missing_step_ranges
+
+    bounds = np.array([[0, 4], [10, 14], [5, 6], [12, 20]])
+    assert missing_step_ranges(bounds) == [(7, 9)]
+    assert missing_step_ranges(bounds, planned_end=24) == [(7, 9), (21, 24)]
+    assert missing_step_ranges(np.array([[3, 5]])) == [(0, 2)]
+    assert missing_step_ranges(np.zeros((0, 2))) == []
+
+
+def set_aside_one_heads_segment(run) -> list[int]:
+    """Garble the heads segment holding steps 5-9 and resume (it is set aside): those steps are lost."""
+    import pyarrow.parquet as pq
+
+    victim = next(s for s in run_paths.list_segments(run / "heads") if pq.read_table(s)["step"][0].as_py() == 5)
+    victim.write_bytes(b"garbage, not parquet")
+    RunWriter.resume(run).close("finished")
+    return list(range(5, 10))
+
+
+def test_damage_warnings_name_set_aside_segments_and_the_missing_steps(run):
+    from aah_viz.runlog.damage import damage_warnings
+
+    assert damage_warnings(load_run(run)) == []
+    lost = set_aside_one_heads_segment(run)
+    notes = damage_warnings(load_run(run))
+    assert any("set aside" in n and n.startswith("heads/") for n in notes)
+    assert f"heads: {len(lost)} steps missing ({lost[0]}-{lost[-1]})" in " ".join(notes)
+    # the independent full check agrees on the steps
+    assert any(f"{len(lost)} steps missing: {lost[0]}-{lost[-1]}" in p for p in validate_run(run))

@@ -12,6 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from aah_viz.dashboard import config, live, state, validity  # noqa: F401 (validity registers its banner)
+from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         state.init(config.logs_root(argv), config.reference_dir(argv))
     except AAHVizError as err:
-        st.error(str(err))
+        st.error(plain(err))
         st.stop()
     page = st.navigation(
         [
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     with st.sidebar:
-        st.caption(f"Logs root: `{state.logs_root()}`")
+        st.caption(f"Logs root: {plain(state.logs_root())}")
         live.controls()
         if st.button(
             "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"

@@ -42,7 +42,9 @@ def overview(root: str, key: str, token: int) -> dict:
     try:
         run = open_run(root, key)
         row = queries.run_overview(run)
-        row["warnings"] = list(run.warnings)
+        from aah_viz.runlog.damage import damage_warnings
+
+        row["warnings"] = list(run.warnings) + damage_warnings(run)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}

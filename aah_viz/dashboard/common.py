@@ -22,15 +22,26 @@ def guarded(fn):
         try:
             return fn(*args, **kwargs)
         except AAHVizError as err:
-            st.error(str(err))
+            st.error(plain(err))
         return None
 
     return wrapper
 
 
 def plain(text) -> str:
-    """A user-controlled string (run key, manifest field, file name) as literal text in Markdown."""
-    return re.sub(r"([\\`*_\[\]<>|~$#!])", r"\\\1", str(text))
+    """A user-controlled string (run key, manifest field, file name, URL value) as literal text in Markdown.
+
+    Backslash-escapes (CommonMark shows them literally) every character that can start Markdown
+    structure: links and images, HTML and autolinks, emphasis, code, math, tables, Streamlit's
+    ``:red[...]`` directives, entities, and the ``://``, ``@`` and ``www.`` of GFM bare-URL and
+    e-mail autolinks. Line breaks become spaces and a leading list or quote marker is escaped,
+    so no block can start.
+    """
+    flat = " ".join(str(text).splitlines())
+    flat = re.sub(r"([\\`*_\[\]<>|~$#!@&]|:(?=//))", r"\\\1", flat)
+    flat = re.sub(r"(?i)\b(www)\.", r"\1\\.", flat)
+    flat = re.sub(r"^(\s*)(\d+)([.)])", r"\1\2\\\3", flat)  # "1. " would start a list
+    return re.sub(r"^(\s*)([-+=])", r"\1\\\2", flat)
 
 
 def _file_stem(name: str) -> str:

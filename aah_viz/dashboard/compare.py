@@ -8,7 +8,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.dashboard import cache, providers, state
-from aah_viz.dashboard.common import chart, guarded
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import compare as cfig
 from aah_viz.figures import windows as wfig
@@ -80,7 +80,7 @@ def render() -> None:
         try:
             ref_root, ref_keys = cache.reference_runs(ref_dir, cache.reference_stamp(ref_dir))
         except AAHVizError as err:
-            st.error(f"The reference results in {ref_dir} could not be imported: {err}")
+            st.error(plain(f"The reference results in {ref_dir} could not be imported: {err}"))
     paper_keys = [k for k in ref_keys if k.startswith("paper-")]
     qwen_keys = [k for k in ref_keys if k.startswith("qwen")]
     if paper_keys:

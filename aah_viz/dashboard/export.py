@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, providers, state
-from aah_viz.dashboard.common import chart, figure_bytes, guarded
+from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 
@@ -55,7 +55,7 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     try:
         text, df = table_text(root, keys, token, name, by, fmt)
     except AAHVizError as err:
-        st.error(f"Table {name!r} cannot be built from the selected runs: {err}")
+        st.error(plain(f"Table {name!r} cannot be built from the selected runs: {err}"))
         return
     st.dataframe(df, hide_index=True, width="stretch", key="exp_table_preview")
     st.download_button(
@@ -146,7 +146,7 @@ def render() -> None:
     try:
         _tables(root, keys, token)
     except ImportError as err:
-        st.error(f"Table export is not available in this install: {err}")
+        st.error(plain(f"Table export is not available in this install: {err}"))
     _figures(root, keys, token)
 
 

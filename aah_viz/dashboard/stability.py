@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, state, validity
-from aah_viz.dashboard.common import chart, guarded, head_clicked
+from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
@@ -69,7 +69,7 @@ def render() -> None:
     validity.section(root, key, token)
     st.subheader("Controller health: does routing learn at all?")
     if not has_controller(m):
-        st.info(f"The {m.get('regime')} regime has no window controller: nothing here to learn.")
+        st.info(f"The {plain(m.get('regime'))} regime has no window controller: nothing here to learn.")
         return
     c = cache.controller(root, key, token)
     chart(

@@ -18,6 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from aah_viz.dashboard import cache
+from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError, UnsafePathError
 from aah_viz.runlog import resolve_under
 
@@ -187,7 +188,7 @@ def read_url() -> None:
             sel["run"] = check_key(str(fresh["run"]))
             st.session_state[CURRENT] = sel["run"]
         except AAHVizError as err:
-            st.error(f"query parameter run={fresh['run']!r} ignored: {err}")
+            st.error(plain(f"query parameter run={fresh['run']!r} ignored: {err}"))
     for p in ("layer", "step"):
         if p in fresh and _int_or_none(fresh[p]) is not None:
             sel[p] = _int_or_none(fresh[p])
@@ -217,8 +218,9 @@ def pick_run(where=None) -> str | None:
     """A run picker over the selected runs; the choice is shared by every page and kept in the address."""
     keys = selected_keys()
     if not keys:
+        root = plain(logs_root())
         st.info(
-            f"No readable run under {logs_root()}. Record one with `aah-viz train --out {logs_root()}/NAME` "
+            f"No readable run under {root}. Record one with aah-viz train --out {root}/NAME "
             "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
         )
         return None
@@ -328,7 +330,7 @@ def pick_step(steps, label: str, where=None, help: str | None = None) -> int | N
 def show_run_warnings(key: str) -> None:
     o = cache.overview(logs_root(), key, token(key))
     for w in o.get("warnings", []):
-        st.warning(w)
+        st.warning(plain(w))
 
 
 class Opened(tuple):

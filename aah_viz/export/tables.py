@@ -306,6 +306,25 @@ def _check_opts(name: str, by: str, layout: str, part: str) -> None:
         raise AAHVizError(f"unknown probe table {part!r}; choose one of {', '.join(PROBE_PARTS)}")
 
 
+def unfinished_notes(runs) -> list[str]:
+    """One note naming the runs whose values are not final: still training, interrupted or failed."""
+    from aah_viz.runlog import lock
+
+    described = []
+    for run in runs:
+        status = run.status
+        if status in ("finished", "imported") or run.manifest.get("imported"):
+            continue
+        if status == "running":
+            status = "still training" if lock.holder(run.path) else "interrupted"
+        last, steps = run.manifest.get("last_step"), run.manifest.get("steps")
+        where = f" at step {last}" + (f" of {steps}" if steps else "") if last is not None else ""
+        described.append(f"{run.run_id} ({status}{where})")
+    if not described:
+        return []
+    return [f"Not finished: {', '.join(described)}; their values are the last recorded ones, not final."]
+
+
 def _sorted_runs(runs) -> list:
     return sorted(runs, key=lambda r: (records.regime_rank(r.regime), r.seed if r.seed is not None else -1, r.run_id))
 
@@ -427,7 +446,7 @@ def _build(
     config = {"seq_len": seq_len, "windows": list(windows)}
     recs, values, caption, extra_keys = _records_for(name, runs, windows, wcols, part=part, source=source)
     df = pd.DataFrame(recs)
-    notes: list[str] = []
+    notes: list[str] = unfinished_notes(runs)
     empty_message = ""
     id_cols = _id_columns(name, by, part)
     if df.empty:

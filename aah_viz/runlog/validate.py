@@ -75,13 +75,13 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
         problems += table_problems
         if frame is not None:
             kept[table] = frame
-    problems += _set_aside(run_dir, manifest)
+    problems += set_aside_problems(run_dir, manifest)
     problems += _check_values(manifest, kept)
     problems += _check_completeness(run_dir, manifest, kept)
     return problems
 
 
-def _set_aside(run_dir: Path, manifest: dict) -> list[str]:
+def set_aside_problems(run_dir: Path, manifest: dict) -> list[str]:
     """Segments set aside as unreadable (by a resume): their rows are lost."""
     names = set()
     for table in paths.list_table_dirs(run_dir):
