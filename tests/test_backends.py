@@ -143,6 +143,26 @@ def test_banded_matches_dense_outputs_gradients_and_stats(kernel, shape, block):
         _assert_close(a, b, field)
 
 
+@pytest.mark.parametrize("call_bytes", [1, 10000, 200000])
+def test_flash_cpu_split_into_small_calls_matches_dense(monkeypatch, call_bytes):
+    """The fused CPU kernel splits a bucket into calls of about CALL_BYTES (one tile per call, several
+    tiles per call, several heads per call); every split gives the dense outputs, gradients and stats."""
+    from instrumentation.backends import banded_flash_cpu
+
+    monkeypatch.setattr(banded_flash_cpu, "CALL_BYTES", call_bytes)
+    shape = (2, 3, 150, 8)
+    q, k, v = _qkv(shape, 11)
+    wins = [5, 40, 150]
+    grad_out = torch.randn(shape, generator=torch.Generator().manual_seed(12))
+    ref, ref_grads = _run(dense_masked_attention, q, k, v, wins, grad_out)
+    got, got_grads = _run(banded_attention, q, k, v, wins, grad_out, kernel="flash_cpu", block=16)
+    _assert_close(got.out, ref.out, "output")
+    for name, a, b in zip("qkv", got_grads, ref_grads):
+        _assert_close(a, b, f"d{name}")
+    for field in ("entropy", "norm", "usage"):
+        _assert_close(getattr(got.stats, field), getattr(ref.stats, field), field)
+
+
 def test_banded_accepts_a_window_tensor_and_a_custom_scale():
     q, k, v = _qkv((1, 3, 20, 8), seed=5, grad=False)
     wins = torch.tensor([4, 20, 2])

@@ -26,6 +26,7 @@ _fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+CALL_BYTES = 8 << 20  # about what one operator call touches, so that it stays in cache
 
 
 def supported(q: torch.Tensor, dropout_p: float) -> bool:
@@ -97,19 +98,50 @@ def _tile_mask(reg: Region, dtype, device) -> torch.Tensor:
 
 def _tiles(x: torch.Tensor, reg: Region, keys: bool) -> torch.Tensor:
     """A view (B * n, tiles, rows or cols, D) of a contiguous (B, n, T, D) tensor; key tiles overlap."""
-    b, n, seq_len, d = x.shape
     start, length = (reg.k0, reg.cols) if keys else (reg.q0, reg.rows)
+    return _strided(x, start, reg.rows, reg.tiles, length)
+
+
+def _strided(x: torch.Tensor, start: int, step: int, count: int, length: int) -> torch.Tensor:
+    """A view (B * n, count, length, ...) of a contiguous (B, n, T, ...) tensor: rows start + i * step + [0, length)."""
+    b, n, seq_len = x.shape[:3]
+    row = x.stride(2)
     return x.as_strided(
-        (b * n, reg.tiles, length, d), (seq_len * d, reg.rows * d, d, 1), x.storage_offset() + start * d
+        (b * n, count, length, *x.shape[3:]),
+        (seq_len * row, step * row, row, *x.stride()[3:]),
+        x.storage_offset() + start * row,
     )
+
+
+def _pieces(rows: int, count: int, item_bytes: int):
+    """Split (rows, count) items into calls of about ``CALL_BYTES``: (row slice, count slice) pairs.
+
+    Tiles overlap, so the operator copies and writes gradients of several times the input size; in
+    pieces that stay in cache this traffic costs far less than in one call over a whole bucket.
+    """
+    per_call = max(1, CALL_BYTES // max(1, item_bytes))
+    if per_call < count:
+        for r in range(rows):
+            for c in range(0, count, per_call):
+                yield slice(r, r + 1), slice(c, min(count, c + per_call))
+        return
+    step = max(1, per_call // count)
+    for r in range(0, rows, step):
+        yield slice(r, min(rows, r + step)), slice(0, count)
 
 
 @dataclass
 class FlashState:
-    regions: list
-    saved: list  # per region: (q, k, v, out, lse, mask)
+    """What the backward needs: the bucket's inputs, its output and every row's log-sum-exp."""
+
+    q: torch.Tensor  # (B, n, T, D), contiguous
+    k: torch.Tensor
+    v: torch.Tensor
+    out: torch.Tensor  # (B, n, T, D), contiguous
+    lse: torch.Tensor  # (B, n, T), float32
+    window: int
+    block: int
     scale: float
-    shape: tuple
 
 
 def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bool, out):
@@ -119,71 +151,114 @@ def flash_forward(q, k, v, window: int, block: int, scale: float, want_stats: bo
     and norm the per-(b, head) sum of output row norms (when stats are wanted).
     """
     b, n, seq_len, d = q.shape
-    regs = regions(seq_len, window, block)
-    saved = []
+    rows_out = torch.empty_like(q)
+    rows_lse = torch.empty(b, n, seq_len, dtype=torch.float32, device=q.device)
     entropy = torch.zeros(b * n, dtype=torch.float32, device=q.device) if want_stats else None
     norm = torch.zeros(b * n, dtype=torch.float32, device=q.device) if want_stats else None
-    for reg in regs:
+    for reg in regions(seq_len, window, block):
         if reg.kind == "causal":
-            qr, kr, vr = (x[:, :, : reg.q1] for x in (q, k, v))
+            qr, kr, vr = (_strided(x, 0, reg.rows, 1, reg.rows) for x in (q, k, v))
             mask, causal = None, True
         else:
             qr, kr, vr = _tiles(q, reg, False), _tiles(k, reg, True), _tiles(v, reg, True)
             mask, causal = _tile_mask(reg, q.dtype, q.device), False
-        o, lse = _fwd(qr, kr, vr, 0.0, causal, attn_mask=mask, scale=scale)
-        saved.append((qr, kr, vr, o, lse, mask))
-        rows = o.reshape(b, n, reg.q1 - reg.q0, d)
-        out[:, :, reg.q0 : reg.q1] = rows
-        if want_stats:
-            pk, _ = _fwd(qr, kr, kr, 0.0, causal, attn_mask=mask, scale=scale)
-            ent = lse.float() - scale * (qr.float() * pk.float()).sum(-1)
-            entropy += ent.reshape(b * n, -1).sum(-1)
-            norm += torch.linalg.vector_norm(rows.float(), dim=-1).reshape(b * n, -1).sum(-1)
+        o_all = _strided(rows_out, reg.q0, reg.rows, reg.tiles, reg.rows)
+        lse_all = _strided(rows_lse, reg.q0, reg.rows, reg.tiles, reg.rows)
+        item = (2 * reg.rows + 2 * reg.cols) * d * q.element_size()
+        for hs, ts in _pieces(b * n, reg.tiles, item):
+            qp, kp, vp = qr[hs, ts], kr[hs, ts], vr[hs, ts]
+            o, lse = _fwd(qp, kp, vp, 0.0, causal, attn_mask=mask, scale=scale)
+            o_all[hs, ts] = o
+            lse_all[hs, ts] = lse
+            if want_stats:
+                pk, _ = _fwd(qp, kp, kp, 0.0, causal, attn_mask=mask, scale=scale)
+                ent = lse.float() - scale * (qp.float() * pk.float()).sum(-1)
+                entropy[hs] += ent.sum((-2, -1))
+                norm[hs] += torch.linalg.vector_norm(o.float(), dim=-1).sum((-2, -1))
+    out.copy_(rows_out)
     stats = None
     if want_stats:
-        last_lse = saved[-1][4].reshape(b * n, -1)[:, -1].float()
         diag = scale * (q[:, :, -1].float() * k[:, :, -1].float()).sum(-1).reshape(-1)
-        stats = (entropy, torch.exp(diag - last_lse))
-    return FlashState(regs, saved, scale, tuple(q.shape)), stats, norm
+        stats = (entropy, torch.exp(diag - rows_lse[:, :, -1].reshape(-1)))
+    return FlashState(q, k, v, rows_out, rows_lse, min(window, seq_len), block, scale), stats, norm
 
 
-def _overlap_add_(dst: torch.Tensor, tiles_grad: torch.Tensor, reg: Region) -> None:
-    """dst[:, :, key] += sum over tiles of the tile gradient at that key (the adjoint of the key tiles).
+def _key_block_mask(span: int, block: int, window: int, dtype, device) -> torch.Tensor:
+    """Additive (span, block) mask of a key block against the queries that can see it: query row i, key
+    column j (both from the block's first key) attend iff 0 <= i - j < W. The transpose of a band tile's mask."""
+    key = ("keys", span, block, window, dtype, str(device))
+    mask = _float_masks.get(key)
+    if mask is None:
+        rel = torch.arange(span, device=device).view(-1, 1) - torch.arange(block, device=device).view(1, -1)
+        blocked = (rel < 0) | (rel >= window)
+        mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, float("-inf"))
+        if len(_float_masks) > 256:
+            _float_masks.clear()
+        _float_masks[key] = mask
+    return mask
 
-    ``dst``: a (B, n, T, D) view with unit stride in D; ``tiles_grad``: (B * n, tiles, cols, D).
-    Tile i column j is key k0 + i * rows + j; column chunks of ``rows`` map to strided views of dst.
-    """
-    b, n, _, d = dst.shape
-    s_b, s_h, s_t, _ = dst.stride()
-    grad = tiles_grad.reshape(b, n, reg.tiles, reg.cols, d)
-    for start in range(0, reg.cols, reg.rows):
-        length = min(reg.rows, reg.cols - start)
-        view = dst.as_strided(
-            (b, n, reg.tiles, length, d),
-            (s_b, s_h, reg.rows * s_t, s_t, 1),
-            dst.storage_offset() + (reg.k0 + start) * s_t,
+
+def _key_blocks_backward(state: FlashState, grad_out, blocks: int, gq, gk, gv) -> None:
+    """Gradients of keys [0, blocks * block) into the contiguous (B, n, T, D) buffers gq (added), gk, gv."""
+    q, k, v, w, blk = state.q, state.k, state.v, state.window, state.block
+    span = blk + w - 1
+    mask = _key_block_mask(span, blk, w, q.dtype, q.device)
+    qs, gs, os_, ls = (_strided(x, 0, blk, blocks, span) for x in (q, grad_out, state.out, state.lse))
+    ks, vs, dks, dvs = (_strided(x, 0, blk, blocks, blk) for x in (k, v, gk, gv))
+    dq_flat = gq.view(-1, *gq.shape[2:])
+    item = (5 * span + 4 * blk) * q.shape[-1] * q.element_size()
+    for hs, bs in _pieces(qs.shape[0], blocks, item):
+        dq, dk, dv = _bwd(
+            gs[hs, bs],
+            qs[hs, bs],
+            ks[hs, bs],
+            vs[hs, bs],
+            os_[hs, bs],
+            ls[hs, bs],
+            0.0,
+            False,
+            attn_mask=mask,
+            scale=state.scale,
         )
-        view += grad[:, :, :, start : start + length]
+        dks[hs, bs] = dk
+        dvs[hs, bs] = dv
+        rows = dq_flat[hs]
+        for first in range(0, span, blk):  # query row first + i of block i is row bs.start * blk + first + i * blk
+            length = min(blk, span - first)
+            start = bs.start * blk + first
+            view = rows.as_strided(
+                (rows.shape[0], dq.shape[1], length, rows.shape[-1]),
+                (rows.stride(0), blk * rows.stride(1), rows.stride(1), 1),
+                rows.storage_offset() + start * rows.stride(1),
+            )
+            view += dq[:, :, first : first + length]
 
 
 def flash_backward(state: FlashState, grad_out: torch.Tensor, dq, dk, dv) -> None:
     """grad_out: contiguous (B, n, T, D) of the bucket; dq, dk, dv: the bucket's (B, n, T, D)
-    views of the gradient buffers. Writes dq and adds into dk and dv (zeroed by the caller)."""
-    b, n, seq_len, d = state.shape
-    for reg, (qr, kr, vr, out, lse, mask) in zip(state.regions, state.saved):
-        rows = slice(reg.q0, reg.q1)
-        if reg.kind == "causal":
-            g = grad_out[:, :, rows]
-            gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, True, attn_mask=None, scale=state.scale)
-            dq[:, :, rows] = gq
-            dk[:, :, rows] += gk
-            dv[:, :, rows] += gv
-            continue
-        g = _tiles(grad_out, reg, False)
-        gq, gk, gv = _bwd(g, qr, kr, vr, out, lse, 0.0, False, attn_mask=mask, scale=state.scale)
-        if dq.is_contiguous():
-            _tiles(dq, reg, False).copy_(gq)
-        else:
-            dq[:, :, rows] = gq.reshape(b, n, reg.q1 - reg.q0, d)
-        _overlap_add_(dk, gk, reg)
-        _overlap_add_(dv, gv, reg)
+    views of the gradient buffers. Writes dq and adds into dk and dv (zeroed by the caller).
+
+    The gradient is taken per **key block** of ``block`` keys, each against the block + W - 1 queries
+    that can see it (an overlapping strided view), with the forward's output and log-sum-exp of every
+    row: the operator's backward of one block then gives that block's whole dK and dV (no overlap) and
+    a share of dQ for its queries, added up across blocks. Keys from the last whole block on form one
+    square tail against their own queries (causal when it is at most W long).
+    """
+    q, k, v, out, lse, w, scale = state.q, state.k, state.v, state.out, state.lse, state.window, state.scale
+    seq_len = q.shape[2]
+    gq, gk, gv = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)
+    blocks = max(0, (seq_len - w + 1) // state.block) if w < seq_len else 0
+    if blocks:
+        _key_blocks_backward(state, grad_out, blocks, gq, gk, gv)
+    tail = slice(blocks * state.block, seq_len)
+    length = seq_len - tail.start
+    causal = length <= w
+    mask = None if causal else _key_block_mask(length, length, w, q.dtype, q.device)
+    pieces = (x[:, :, tail] for x in (grad_out, q, k, v, out, lse))
+    tq, tk, tv = _bwd(*pieces, 0.0, causal, attn_mask=mask, scale=scale)
+    gq[:, :, tail] += tq
+    gk[:, :, tail] = tk
+    gv[:, :, tail] = tv
+    dq.copy_(gq)
+    dk += gk
+    dv += gv
