@@ -105,15 +105,38 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+def refusal(path: str | Path, err: Exception) -> str | None:
+    """One line in our words when ``torch.load(weights_only=True)`` refused a file because it holds
+    Python objects (code could run on loading): what it holds and that we never load it. None for
+    any other error. torch's own text advises retrying with ``weights_only=False``: never shown."""
+    import pickle
+
+    if not isinstance(err, pickle.UnpicklingError):
+        return None
+    named = re.search(r"GLOBAL ([\w.]+)", str(err))
+    what = f" (it asks for {named.group(1)})" if named else ""
+    return (
+        f"refused to load {path}: it holds Python objects, not only tensors and plain values{what}; loading it "
+        "could run code, so aah-viz never does. Use a file written by aah-viz or save_pretrained, from a "
+        "source you trust"
+    )
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``; a damaged file raises RunLogError naming it."""
+    """Load a checkpoint with ``weights_only=True``; a damaged or refused file raises RunLogError naming it."""
     path = Path(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means an unusable file
+        refused = refusal(path, err)
+        if refused:
+            raise RunLogError(refused) from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise RunLogError(
-            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); delete it to resume from the one before"
+            f"checkpoint {path} cannot be read ({type(err).__name__}: {first}); delete it to resume from the one before"
         ) from err
+    if not isinstance(payload, dict):
+        raise RunLogError(f"checkpoint {path} holds a {type(payload).__name__}, not a checkpoint of aah-viz train")
     for key in ("model", "step", "config"):
         if key not in payload:
             raise RunLogError(f"checkpoint {path} has no {key!r} entry; it was not written by aah-viz train")

@@ -204,6 +204,22 @@ class HFAttentionSource:
         return result.cpu().numpy()
 
 
+def _from_pretrained(auto_class, path, **kwargs):
+    """``from_pretrained`` on a local folder; a refused pickle or unreadable folder is one line."""
+    from instrumentation.checkpoint import refusal
+
+    try:
+        return auto_class.from_pretrained(path, local_files_only=True, **kwargs)
+    except Exception as err:  # noqa: BLE001 - transformers raises many kinds; each becomes one line
+        refused = refusal(path, err)
+        if refused:
+            raise RunLogError(refused) from None
+        if isinstance(err, (OSError, ValueError)):
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise InputFormatError(f"cannot load the model in {path}: {first}") from err
+        raise
+
+
 def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAttentionSource:
     """A local Hugging Face model folder (config.json and weights); nothing is downloaded."""
     try:
@@ -215,7 +231,7 @@ def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAt
     path = Path(path)
     if not (path / "config.json").is_file():
         raise InputFormatError(f"{path} has no config.json; give a local Hugging Face model folder")
-    model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    model = _from_pretrained(AutoModel, path, attn_implementation="eager")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError):

@@ -255,6 +255,39 @@ def _plan_resume(tc: TrainConfig, out: Path):
     return plan, manifest, latest
 
 
+class StopRequest:
+    """SIGTERM during training asks the loop to stop after the current step: its rows and a checkpoint
+    are written and the run is closed (as failed, with a ``terminated`` event), so a plain ``kill`` never
+    leaves a half-closed run. A second SIGTERM acts as usual. Single-process runs only: under torchrun
+    every rank would have to agree on the step, and the launcher's SIGKILL follows anyway."""
+
+    def __init__(self, enabled: bool = True):
+        import threading
+
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested: str | None = None
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        import signal
+
+        self.requested = signal.Signals(signum).name
+        signal.signal(signum, self._previous)  # a second signal is not delayed
+
+    def __enter__(self) -> StopRequest:
+        if self.enabled:
+            import signal
+
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            import signal
+
+            signal.signal(signal.SIGTERM, self._previous)
+
+
 def _finished_note(out: Path, manifest: dict, steps: int) -> str:
     return (
         f"{out} is a finished run ({steps} steps, last step {manifest.get('last_step')}); nothing to resume, "
@@ -376,7 +409,8 @@ def train(tc: TrainConfig) -> TrainResult:
         last_loss, last_val = None, None
         divergent_steps: list[int] = []
         tokens_per_step = batch_size * cfg.block_size * dist.world_size
-        with recorder as rec:
+        stop = StopRequest(enabled=not dist.active)
+        with recorder as rec, stop:
             if plan is not None and plan.extends:
                 rec.event(first_step, "extend", from_steps=plan.recorded_steps, to_steps=tc.steps)
                 rec.update_manifest(steps=tc.steps, train=run_args)
@@ -413,8 +447,9 @@ def train(tc: TrainConfig) -> TrainResult:
                             last_val = evaluate(model, splits, tc.eval_batches, batch_size, step, device)
                             if last_val is not None:
                                 rec.eval(step, val_loss=last_val, n_batches=tc.eval_batches)
+                    stopping = stop.requested is not None
                     want_ckpt = tc.keep_checkpoints != 0 and (
-                        (tc.checkpoint_interval > 0 and (step + 1) % tc.checkpoint_interval == 0) or last
+                        (tc.checkpoint_interval > 0 and (step + 1) % tc.checkpoint_interval == 0) or last or stopping
                     )
                     if want_ckpt and dist.rank == 0:
                         path = ckpt.checkpoint_path(out, step)
@@ -433,6 +468,12 @@ def train(tc: TrainConfig) -> TrainResult:
                         if step % 10 == 0 or last:
                             last_loss = float(loss.detach())
                             bar.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
+                    if stopping and not last:
+                        rec.event(step, "terminated", signal=stop.requested)
+                        raise TrainingError(
+                            f"stopped by {stop.requested} after step {step}; its rows and a checkpoint are saved "
+                            f"and the run is closed as failed; continue it with aah-viz train --out {out} --resume"
+                        )
             finally:
                 bar.close()
             if dist.active:

@@ -138,3 +138,37 @@ def test_dashboard_modules_import_and_build_without_torch(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert int(res.stdout.strip()) >= 20
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_plain_kill_of_the_dashboard_stops_its_server(tmp_path, signame):
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "aah_viz", "dashboard", "--logs", str(tmp_path), "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120  # generous: only a server that never starts fails here
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.3)
+        proc.send_signal(getattr(signal, signame))
+        proc.wait(timeout=120)
+        with socket.socket() as s:  # the server is gone: nothing answers on its port any more
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

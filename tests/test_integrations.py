@@ -168,3 +168,64 @@ def test_lightning_callback(tmp_path):
     assert list(sc[sc["name"] == "loss"].sort_values("step")["step"]) == list(range(STEPS))
     assert "val_loss" in set(sc["name"])
     assert (run.table("events")["kind"] == "freeze").sum() == cfg.n_layer
+
+
+def test_a_control_off_run_through_the_lightning_callback_matches_aah_viz_train(tmp_path):
+    """The callback prepares every step as ``aah-viz train`` does (set_step, then set_control), so with
+    control off (the hierarchy rebuilt every step) the same data, schedule and seed give the same run."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from aah_viz.cli import main
+    from instrumentation import data as data_mod
+    from instrumentation.integrations.lightning import AAHRoutingCallback
+    from instrumentation.train import lr_multiplier
+
+    steps, batch, lr, seed, n_docs = 12, 2, 1e-3, 5, 24
+    train_dir = tmp_path / "train"
+    args = ["train", "--out", str(train_dir), "--preset", "tiny", "--regime", "control_off", "--steps", str(steps)]
+    args += ["--seed", str(seed), "--batch-size", str(batch), "--lr", str(lr), "--lr-warmup", "3", "--n-docs"]
+    args += [str(n_docs), "--eval-interval", str(steps), "--keep-checkpoints", "0", "--no-progress"]
+    assert main([*args, "--set", "warmup_steps=2", "--set", "control_interval=2"]) == 0
+    cfg = load_run(train_dir).manifest["config"]
+    assert cfg["apply_window_control"] is False
+
+    # the same run written as a user would in Lightning: the project's batches and schedule
+    tokens = data_mod.load_token_stream(data_mod.SYNTHETIC, seed=0, n_docs=n_docs)
+    splits = data_mod.split_blocks(tokens, cfg["block_size"], val_fraction=0.1, min_val_blocks=min(4 * batch, 64))
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(seed)
+            self.model = AAHTransformer(AAHConfig.from_dict(cfg))
+
+        def training_step(self, unused, batch_idx):
+            x, y = data_mod.training_batch(splits, self.global_step, batch, seed=seed)
+            return self.model(x, targets=y).loss
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=0.1)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_multiplier(s, 3, steps))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[AAHRoutingCallback(tmp_path / "pl", detail="light")],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(Module(), torch.utils.data.DataLoader(BlockDataset(steps, 8), batch_size=1))
+    cols = ["step", "layer", "head", "window", "group_l0"]
+    ours = load_run(tmp_path / "pl").table("heads", columns=cols).sort_values(cols[:3]).reset_index(drop=True)
+    ref = load_run(train_dir).table("heads", columns=cols).sort_values(cols[:3]).reset_index(drop=True)
+    assert ours["step"].max() == steps - 1
+    assert ours.equals(ref)
+    loss = {}
+    for name, d in (("pl", tmp_path / "pl"), ("train", train_dir)):
+        sc = load_run(d).table("scalars")
+        loss[name] = sc[sc["name"] == "loss"].sort_values("step")["value"].to_numpy()
+    assert np.allclose(loss["pl"], loss["train"], rtol=1e-5, atol=1e-6)

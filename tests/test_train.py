@@ -362,3 +362,28 @@ def test_cuda_without_cuda_is_one_line(tmp_path, capsys):
     assert main(["train", "--out", str(tmp_path / "r"), "--steps", "2", "--device", "cuda", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "CUDA is not available" in err
+
+
+def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrupted_run(tmp_path):
+    ref = tmp_path / "ref"
+    assert train_cli(ref, *OWN) == 0
+    out = tmp_path / "terminated"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    script = KILL_AFTER_STEP.replace("signal.SIGKILL", "signal.SIGTERM")
+    cmd = [sys.executable, "-c", script, "9", "train", "--out", str(out), *COMMON, *OWN]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=600)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err[-2000:]
+    assert "stopped by SIGTERM after step 9" in err and "Traceback" not in err
+    run = load_run(out)
+    assert run.manifest["status"] == "failed"
+    assert validate_run(out) == []  # closed, nothing missing: not an interrupted run
+    assert ckpt.latest_checkpoint(out)[0] == 9  # no work lost: the stop step has its checkpoint
+    assert run.table("events").query("kind == 'terminated'")["step"].tolist() == [9]
+    assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+    run, heads, loss = _rows(out)
+    _, ref_heads, ref_loss = _rows(ref)
+    assert run.manifest["status"] == "finished" and list(loss["step"]) == list(range(16))
+    cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
+    assert heads[cols].equals(ref_heads[cols])
+    assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)

@@ -60,7 +60,31 @@ def run(args) -> int:
         env[config.REFERENCE_ENV] = str(reference)
     cmd = streamlit_command(logs, args.port, args.address, reference)
     print(f"aah-viz dashboard: serving {logs} at http://{args.address}:{args.port} (Ctrl+C stops it)", file=sys.stderr)
-    return subprocess.call(cmd, env=env)
+    return call_forwarding_signals(cmd, env)
+
+
+def call_forwarding_signals(cmd: list[str], env: dict) -> int:
+    """Run ``cmd`` and wait for it; SIGTERM, SIGINT and SIGHUP sent to this process are passed on, so a
+    plain ``kill`` of ``aah-viz dashboard`` stops the server it started (no server left on the port)."""
+    import signal
+
+    child = subprocess.Popen(cmd, env=env)
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def forward(signum, frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:  # this process is leaving for another reason: never orphan the server
+            child.terminate()
+            child.wait()
+    return 128 - code if code < 0 else code
 
 
 def register(subparsers) -> None:

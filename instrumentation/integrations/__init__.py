@@ -4,8 +4,10 @@
   (extra ``hf``), plus ``AAHForCausalLM``, the thin ``nn.Module`` the ``Trainer`` trains;
 - ``instrumentation.integrations.lightning``: a PyTorch Lightning ``Callback`` (extra ``lightning``).
 
-Both call ``model.set_step(global_step)`` before every training forward (AAH routing keys its
-warm-up and control schedule on it) and close one recorder step per optimiser step. Importing
+Both call ``model.prepare_step(global_step)`` before every training forward, as ``aah-viz train``
+does: ``set_step`` (AAH routing keys its warm-up and control schedule on it), then
+``set_control(apply_window_control)`` (so that with control off the hierarchy is rebuilt every
+step); they close one recorder step per optimiser step. Importing
 this package imports neither framework.
 """
 
@@ -14,6 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+
+def prepare_step(model, step: int) -> None:
+    """``model.prepare_step(step)``; ``set_step`` for a routing handle that has only that."""
+    prepare = getattr(model, "prepare_step", None)
+    (prepare or model.set_step)(int(step))
 
 
 def find_aah_model(obj: Any) -> torch.nn.Module:

@@ -6,7 +6,7 @@
                       callbacks=[AAHRoutingCallback("runs/hf-run", detail="full")])
     trainer.train()
 
-The callback calls ``set_step(state.global_step)`` at the start of every training step (before
+The callback calls ``prepare_step(state.global_step)`` at the start of every training step (before
 its forwards), closes one recorder step at its end (``global_step - 1``: the step just
 completed), records the Trainer's logged loss and every evaluation's ``eval_loss``, and always
 detaches at the end of training (use it as a context manager around ``trainer.train()`` to
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from instrumentation.integrations import find_aah_model
+from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
 
 
@@ -70,7 +70,7 @@ class AAHRoutingCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.aah is not None:
-            self.aah.set_step(int(state.global_step))
+            prepare_step(self.aah, state.global_step)
 
     def on_step_end(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         if self.recorder is None:

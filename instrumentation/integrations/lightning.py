@@ -4,7 +4,7 @@
     trainer = lightning.Trainer(max_steps=100, callbacks=[AAHRoutingCallback("runs/pl-run")])
     trainer.fit(module)     # module: a LightningModule holding the AAHTransformer (as .model/.aah or itself)
 
-The callback calls ``set_step(trainer.global_step)`` before every training batch, closes one
+The callback calls ``prepare_step(trainer.global_step)`` before every training batch, closes one
 recorder step per optimiser step (``global_step - 1`` after it advanced; gradient accumulation
 gives one recorded step per optimiser step), takes the loss from ``training_step``'s output,
 records ``val_loss`` when the module logs it, and detaches at the end of fitting and on any
@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - the older package name
 
 import torch
 
-from instrumentation.integrations import find_aah_model
+from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
 
 
@@ -60,7 +60,7 @@ class AAHRoutingCallback(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.aah is not None:
-            self.aah.set_step(int(trainer.global_step))
+            prepare_step(self.aah, trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.recorder is None:

@@ -35,8 +35,15 @@ def load_causal_lm(model_dir: str | Path, device: str = "cpu", dtype: str | None
         kwargs["dtype"] = getattr(torch, dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot load the model in {model_dir}: {err}") from err
+    except Exception as err:  # noqa: BLE001 - a refused pickle is one line in our words
+        from instrumentation.checkpoint import refusal
+
+        refused = refusal(model_dir, err)
+        if refused:
+            raise ConfigError(refused) from None
+        if isinstance(err, (OSError, ValueError)):
+            raise ConfigError(f"cannot load the model in {model_dir}: {err}") from err
+        raise
     return model.to(device)
 
 
