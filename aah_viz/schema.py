@@ -92,6 +92,18 @@ TABLES: dict[str, dict[str, pa.DataType]] = {
         "refit_p_value": pa.float32(),
         "verdict": pa.string(),  # real, chance, undefined
     },
+    # written by ``aah-viz profile``: per head, the share of its full-attention mass inside each candidate
+    # window and the smallest window that keeps 95% / 99% of it, beside the window it executes
+    "head_spans": {
+        "step": pa.int64(),  # the checkpoint step profiled (0 for a model folder)
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "window": pa.int32(),  # a candidate window (tokens)
+        "mass_share": pa.float64(),  # mean over queries of the attention mass on the last `window` keys
+        "needed_95": pa.int32(),  # smallest window (tokens) keeping 95% of the mass, any size
+        "needed_99": pa.int32(),
+        "executed_window": pa.int32(),  # the window routing executes for this head
+    },
     # discrete events: routing_update, warmup_end, freeze, eval, checkpoint, resume, fallback, ...
     "events": {
         "step": pa.int64(),

@@ -34,6 +34,7 @@ _EXPORTS = {
     "evaluate_loaded": "instrumentation.evaluation:evaluate",
     "write_inference": "instrumentation.evaluation",
     "inference_summary_json": "instrumentation.evaluation:summary_json",
+    "profile_source": "instrumentation.evaluation",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
     "bench_retrofit": "instrumentation.bench.retrofit",

@@ -149,15 +149,7 @@ def evaluate(
     progress: bool = False,
 ) -> dict:
     """Run the inference pass on ``data`` cut into blocks of ``seq_len`` (default: the config's)."""
-    cfg = loaded.routed.cfg
-    T = int(seq_len or cfg.block_size)
-    if T > cfg.block_size and loaded.kind == "run":
-        raise ConfigError(f"--seq-len {T} exceeds the model's block_size {cfg.block_size}")
-    blocks = cut_blocks(loaded.tokens(Path(data)), T)
-    if max_batches is not None:
-        blocks = blocks[: max_batches * batch_size]
-    if blocks.shape[0] == 0:
-        raise ConfigError(f"{data} holds fewer than {T + 1} tokens: use a longer text or a shorter --seq-len")
+    blocks = _blocks(loaded, data, seq_len, batch_size, max_batches)
     device = next(loaded.model.parameters()).device
     loaded.routed.set_step(None)  # stand-alone inference: no training step (every forward is due, if mutating)
     bar = None
@@ -182,9 +174,58 @@ def evaluate(
     return detail
 
 
+def _blocks(loaded: Loaded, data, seq_len: int | None, batch_size: int, max_batches: int | None):
+    cfg = loaded.routed.cfg
+    T = int(seq_len or cfg.block_size)
+    if T > cfg.block_size and loaded.kind == "run":
+        raise ConfigError(f"--seq-len {T} exceeds the model's block_size {cfg.block_size}")
+    blocks = cut_blocks(loaded.tokens(Path(data)), T)
+    if max_batches is not None:
+        blocks = blocks[: max_batches * batch_size]
+    if blocks.shape[0] == 0:
+        raise ConfigError(f"{data} holds fewer than {T + 1} tokens: use a longer text or a shorter --seq-len")
+    return blocks
+
+
+def profile_source(
+    loaded: Loaded,
+    data,
+    out,
+    *,
+    seq_len: int | None = None,
+    batch_size: int = 1,
+    max_batches: int | None = 4,
+    overwrite: bool = False,
+) -> tuple[Path, dict]:
+    """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event."""
+    from instrumentation.inference import model_logits
+    from instrumentation.profile import profile_heads
+
+    blocks = _blocks(loaded, data, seq_len, batch_size, max_batches)
+    device = next(loaded.model.parameters()).device
+    rows, detail = profile_heads(
+        loaded.model,
+        loaded.routed,
+        eval_batches(blocks, batch_size, device),
+        logits_fn=model_logits,
+        step=loaded.step,
+    )
+    detail.update(data=str(data), seq_len=int(blocks.shape[1] - 1), checkpoint_step=loaded.step)
+    path = write_result(out, loaded, "profile", detail, tables={"head_spans": rows}, overwrite=overwrite)
+    return path, detail
+
+
 def write_inference(out: str | Path, loaded: Loaded, detail: dict, *, overwrite: bool = False) -> Path:
     """Write ``detail`` as an ``inference`` event: appended to the source run when ``out`` is it,
     else into a new run directory that names its source (with the evaluated windows as one step)."""
+    return write_result(out, loaded, "inference", detail, overwrite=overwrite)
+
+
+def write_result(
+    out: str | Path, loaded: Loaded, kind: str, detail: dict, *, tables: dict | None = None, overwrite: bool = False
+) -> Path:
+    """An event ``kind`` with ``detail`` and the rows of ``tables`` ({table: rows}) at the loaded step,
+    appended to the source run when ``out`` is it, else in a new run that names its source."""
     out = Path(out)
     step = int(loaded.step or 0)
     if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
@@ -193,7 +234,9 @@ def write_inference(out: str | Path, loaded: Loaded, detail: dict, *, overwrite:
         before = _read_manifest(out).get("status")
         writer = RunWriter.resume(out, keep_through_step=None)
         try:
-            writer.event(step, "inference", **detail)
+            for table, rows in (tables or {}).items():
+                writer.append(table, rows)
+            writer.event(step, kind, **detail)
         finally:
             writer.close(before if before in ("finished", "failed", "imported") else "finished")
         return out
@@ -213,7 +256,9 @@ def write_inference(out: str | Path, loaded: Loaded, detail: dict, *, overwrite:
     ).attach()
     try:
         rec.step(step, tokens=detail.get("tokens"))
-        rec.event(step, "inference", **detail)
+        for table, rows in (tables or {}).items():
+            rec.writer.append(table, rows)
+        rec.event(step, kind, **detail)
     except BaseException:
         rec.detach("failed")
         raise

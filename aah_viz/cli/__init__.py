@@ -21,6 +21,7 @@ COMMANDS = [
     "train",
     "evaluate",
     "retrofit",
+    "profile",
     "validate",
     "compact",
     "probe",

@@ -1,0 +1,59 @@
+"""``aah-viz profile``: per head, how much attention mass each candidate window keeps (``head_spans``)."""
+
+from __future__ import annotations
+
+from aah_viz.cli.evaluate import add_model_options, model_overrides
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="per head: attention mass inside each candidate window and the window that keeps 95%/99% of it",
+        description="Run a run's checkpoint or a (patched) Hugging Face model with full causal attention on a text "
+        "and measure, per head, the share of its attention mass inside each candidate window and the smallest "
+        "window that keeps 95% and 99% of it, beside the window routing executes. Writes the head_spans table "
+        "and a profile event into --out (the source run itself or a new folder). See docs/retrofit.md.",
+    )
+    p.add_argument("source", help="a run directory (checkpoints or adapters) or a Hugging Face model folder")
+    p.add_argument("--data", required=True, help="plain-text (UTF-8) file to profile on")
+    p.add_argument("--out", required=True, help="run directory: the source run itself (appended) or a new folder")
+    p.add_argument("--checkpoint", type=int, default=None, help="checkpoint or adapter step (default: the newest)")
+    p.add_argument("--adapter", default=None, help="adapter file (.safetensors) to load onto a model folder")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the config's block_size)")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward (default: 1)")
+    p.add_argument("--batches", type=int, default=4, help="batches to profile (default: 4)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    p.add_argument("--no-progress", action="store_true", help="accepted for symmetry; profiling prints one line")
+    add_model_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from aah_viz.torch_import import require_torch
+
+    require_torch()
+    from instrumentation import load_for_evaluation, profile_source
+
+    loaded = load_for_evaluation(
+        args.source,
+        checkpoint=args.checkpoint,
+        regime=args.regime,
+        windows=args.windows,
+        overrides=model_overrides(args),
+        adapter=args.adapter,
+        device=args.device,
+    )
+    out, detail = profile_source(
+        loaded,
+        args.data,
+        args.out,
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        max_batches=args.batches,
+        overwrite=args.overwrite,
+    )
+    print(
+        f"head_spans written to {out}: {detail['heads_cut_below_95']} of {detail['heads']} heads execute a window "
+        "below the one that keeps 95% of their attention mass"
+    )
+    return 0

@@ -1,0 +1,107 @@
+"""What each head needs: its attention mass by distance under full attention (``aah-viz profile``).
+
+Every attention layer of the model is run with full causal attention (routing bypassed, the
+model's own scaling), and per head the mass at distance d = mean over (batch, query) of
+P[t, t-d] is accumulated. From it: the share of the mass inside each candidate window (a window
+W covers distances 0..W-1, the band the backends execute) and the smallest window that keeps 95%
+and 99% of it. Beside the window routing executes, this shows where routing cuts what a head
+uses (the question MoA and DuoAttention answer by profiling).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+from instrumentation.backends.dense_masked import dense_masked_attention
+
+
+def distance_mass(probs: torch.Tensor) -> torch.Tensor:
+    """(H, T) mass at distance d (mean over batch and the T queries) of causal probabilities (B, H, T, T)."""
+    B, H, T, _ = probs.shape
+    out = torch.zeros(H, T, dtype=torch.float64)
+    p = probs.detach().double()
+    for d in range(T):
+        out[:, d] = torch.diagonal(p, offset=-d, dim1=-2, dim2=-1).sum(dim=(0, 2)).cpu()
+    return out / (B * T)
+
+
+def needed_window(mass: np.ndarray, share: float) -> np.ndarray:
+    """Per head, the smallest window (tokens) whose distances 0..W-1 hold ``share`` of the mass."""
+    cum = np.cumsum(mass, axis=-1) / np.maximum(mass.sum(axis=-1, keepdims=True), 1e-300)
+    return (cum < share - 1e-12).sum(axis=-1) + 1
+
+
+@contextlib.contextmanager
+def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
+    """Run every attention layer of ``routed`` with full causal attention and add each forward's
+    distance mass into ``sink[layer]`` (routing state untouched); restores the layers on exit."""
+    layers = routed.attention_layers()
+
+    def make(layer):
+        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None):
+            T = q.shape[2]
+            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True)
+            mass = distance_mass(res.probs)
+            prev = sink.get(layer.layer_index)
+            if prev is not None and prev.shape[1] < mass.shape[1]:
+                prev = torch.nn.functional.pad(prev, (0, mass.shape[1] - prev.shape[1]))
+            sink[layer.layer_index] = mass if prev is None else prev + mass
+            return res.out, (res.probs if need_probs else None)
+
+        return attend
+
+    try:
+        for layer in layers:
+            layer.attend = make(layer)  # the instance attribute shadows the class's attend
+        yield sink
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("attend", None)
+
+
+def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | None = None) -> tuple[dict, dict]:
+    """Rows of the ``head_spans`` table and a summary detail, from full-attention forwards over ``batches``."""
+    sink: dict[int, torch.Tensor] = {}
+    executed = routed.current_windows().numpy()
+    n = 0
+    was = model.training
+    model.eval()
+    try:
+        with full_attention_capture(routed, sink), torch.no_grad():
+            for x, _ in batches:
+                logits_fn(model, x)
+                n += 1
+    finally:
+        model.train(was)
+    cands = [int(w) for w in routed.cfg.windows]
+    rows: dict[str, list] = {k: [] for k in ("step", "layer", "head", "window", "mass_share")}
+    rows.update(needed_95=[], needed_99=[], executed_window=[])
+    cut = []
+    for layer in sorted(sink):
+        mass = (sink[layer] / n).numpy()
+        n95, n99 = needed_window(mass, 0.95), needed_window(mass, 0.99)
+        cum = np.cumsum(mass, axis=-1)
+        for h in range(mass.shape[0]):
+            exe = int(executed[layer, h])
+            cut.append(exe < n95[h])
+            for w in cands:
+                rows["step"].append(int(step or 0))
+                rows["layer"].append(layer)
+                rows["head"].append(h)
+                rows["window"].append(w)
+                rows["mass_share"].append(float(cum[h, min(w, mass.shape[1]) - 1]))
+                rows["needed_95"].append(int(n95[h]))
+                rows["needed_99"].append(int(n99[h]))
+                rows["executed_window"].append(exe)
+    detail = dict(
+        n_batches=n,
+        heads=len(cut),
+        heads_cut_below_95=int(sum(cut)),
+        share_cut_below_95=float(np.mean(cut)) if cut else math.nan,
+    )
+    return rows, detail

@@ -1,0 +1,99 @@
+"""``aah-viz profile``: per-head attention mass inside each candidate window (the ``head_spans`` table)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.runlog import load_run, validate_run  # noqa: E402
+from instrumentation.data import cut_blocks  # noqa: E402
+from instrumentation.profile import distance_mass, needed_window  # noqa: E402
+
+pytestmark = pytest.mark.torch
+TEXT = "Time flies like an arrow; fruit flies like a banana. " * 30
+
+
+def _causal_probs(B, H, T, seed=0):
+    scores = torch.randn(B, H, T, T, generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def test_window_share_from_distance_mass_equals_summing_the_band():
+    B, H, T = 2, 3, 12
+    probs = _causal_probs(B, H, T)
+    cum = torch.cumsum(distance_mass(probs), dim=-1)
+    for w in (1, 4, 12):
+        band = np.zeros(H)
+        for h in range(H):
+            band[h] = np.mean(
+                [float(probs[b, h, t, max(0, t - w + 1) : t + 1].sum()) for b in range(B) for t in range(T)]
+            )
+        assert np.allclose(cum[:, w - 1].numpy(), band, atol=1e-9)
+    assert torch.allclose(cum[:, -1], torch.ones(H, dtype=torch.float64))
+
+
+def test_needed_window_is_the_first_that_reaches_the_share():
+    mass = np.array([[0.5, 0.3, 0.15, 0.05], [1.0, 0.0, 0.0, 0.0]])
+    assert needed_window(mass, 0.95).tolist() == [3, 1]
+    assert needed_window(mass, 0.99).tolist() == [4, 1]
+
+
+def test_profile_a_model_folder_matches_its_own_attention(tmp_path):
+    config = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.save_pretrained(tmp_path / "llama")
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "spans"
+    args = ["profile", str(tmp_path / "llama"), "--data", str(data), "--out", str(out), "--windows", "4,8,16,32"]
+    assert main(args + ["--batches", "2"]) == 0
+    assert validate_run(out) == []
+    spans = load_run(out).table("head_spans")
+    assert len(spans) == 2 * 4 * 4
+    blocks = cut_blocks(np.frombuffer(TEXT.encode(), dtype=np.uint8).astype(np.int64), 32)[:2]
+    with torch.no_grad():
+        att = model(torch.from_numpy(blocks[:, :-1]), output_attentions=True).attentions
+    for layer in range(2):
+        cum = torch.cumsum(distance_mass(att[layer]), dim=-1).numpy()
+        for w in (4, 8, 32):
+            got = spans[(spans["layer"] == layer) & (spans["window"] == w)].sort_values("head")["mass_share"]
+            assert np.allclose(got.to_numpy(), cum[:, w - 1], atol=1e-5)
+        got95 = spans[(spans["layer"] == layer) & (spans["window"] == 4)].sort_values("head")["needed_95"]
+        assert got95.tolist() == needed_window(cum - np.concatenate([np.zeros((4, 1)), cum[:, :-1]], 1), 0.95).tolist()
+    ev = load_run(out).events()
+    (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "profile", "detail"]]
+    assert detail["heads"] == 8
+
+
+def test_profile_appends_head_spans_to_a_train_run(tmp_path):
+    run = tmp_path / "run"
+    common = ["--preset", "tiny", "--steps", "6", "--n-docs", "24", "--no-progress", "--threads", "1"]
+    assert main(["train", "--out", str(run), *common, "--eval-interval", "3", "--eval-batches", "1"]) == 0
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT)
+    assert main(["profile", str(run), "--data", str(data), "--out", str(run), "--batches", "1"]) == 0
+    r = load_run(run)
+    spans = r.table("head_spans")
+    assert set(spans["step"]) == {5}
+    last = r.table("heads")
+    last = last[last["step"] == 5].sort_values(["layer", "head"])
+    per_head = spans[spans["window"] == 64].sort_values(["layer", "head"])
+    assert per_head["executed_window"].tolist() == last["window"].tolist()
+    assert np.allclose(per_head["mass_share"], 1.0)  # the largest window is T: all the mass
