@@ -8,7 +8,7 @@ from aah_viz.cli.evaluate import add_model_options, model_overrides
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "profile",
-        help="per head: attention mass inside each candidate window and the window that keeps 95%/99% of it",
+        help="per head: attention mass inside each candidate window and the smallest window keeping 95 or 99 percent",
         description="Run a run's checkpoint or a (patched) Hugging Face model with full causal attention on a text "
         "and measure, per head, the share of its attention mass inside each candidate window and the smallest "
         "window that keeps 95% and 99% of it, beside the window routing executes. Writes the head_spans table "
