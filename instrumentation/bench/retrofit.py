@@ -31,7 +31,7 @@ def _execute_windows(handle, per_head: list[int]) -> None:
     cands = list(handle.cfg.windows)
     idx = torch.tensor([cands.index(w) for w in per_head], dtype=torch.long)
     for layer in handle.aah_layers():
-        layer.state.executed_idx = idx.clone()
+        layer.state = layer.state.replace(executed_idx=idx.clone())
 
 
 def _qwen3(seed: int, n_layer: int, n_head: int, n_kv: int, head_dim: int, vocab: int, seq_len: int):
