@@ -137,3 +137,69 @@ def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
     assert doc["paper_mix"] == [8] * 5 + [16, 32, 64]  # 8 heads: 5 x T/8, then T/4, T/2, T
     assert all(w in (8, 16, 32, 64) for row in doc["live_routing_windows"] for w in row)
     assert sum(doc["live_routing_window_share"].values()) == pytest.approx(1.0)
+
+
+class _Texts(torch.utils.data.Dataset):
+    def __init__(self, n, seq_len, vocab):
+        self.ids = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def test_hf_trainer_callback_records_a_patched_model(base, tmp_path):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate (the hf extra)")
+    from instrumentation.integrations.hf import AAHRoutingCallback
+    from instrumentation.retrofit import patch_model
+
+    model = fresh_base(base)
+    handle = patch_model(model, "full_adaptive", (8, 16, 32), controller_training="soft_mixture")
+    handle.train_parameters("aah")
+    before = [p.detach().clone() for p in handle.parameters()]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf-out"),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        learning_rate=1e-2,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+    )
+    with AAHRoutingCallback(tmp_path / "hf-run", detail="full") as cb:
+        transformers.Trainer(model=model, args=args, train_dataset=_Texts(8, 32, 300), callbacks=[cb]).train()
+    assert validate_run(tmp_path / "hf-run") == []
+    heads = load_run(tmp_path / "hf-run").table("heads")
+    assert sorted(set(heads["step"])) == [0, 1, 2, 3]
+    assert len(heads) == 4 * 2 * 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, handle.parameters()))  # the AAH parameters adapted
+
+
+@pytest.mark.slow  # two processes under torchrun (about a minute); train's twin runs by default
+def test_torchrun_two_ranks_one_run_identical_windows(base, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "ddp"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(repo))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "aah_viz"]
+    cmd += ["retrofit", str(base / "qwen"), "--data", str(base / "text.txt"), "--out", str(out), "--steps", "6"]
+    cmd += ["--windows", "8,16,32", "--eval-interval", "3", "--eval-batches", "1", "--no-progress", "--threads", "1"]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validate_run(out) == []
+    run = load_run(out)
+    assert run.manifest["retrofit"]["world_size"] == 2
+    assert run.manifest["distributed"]["divergent_steps"] == []
+    assert "rank_divergence" not in set(run.table("events")["kind"])
+    heads = run.table("heads")
+    assert sorted(heads["step"].unique()) == list(range(6)) and not heads.duplicated(["step", "layer", "head"]).any()
+    assert (heads["window"] < 32).any()  # routing narrowed windows, so agreement means something
