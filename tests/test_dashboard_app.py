@@ -190,7 +190,9 @@ def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app):
 
 
 def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
-    from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
+    from test_figures_registry import add_probe_tables, probe_value  # tests/ is on sys.path under pytest
+
+    from aah_viz.probes.distance import DISTANCE_EDGES
 
     root = tmp_path / "probed"
     run_dir = make_synthetic_run(root / "p", n_layer=N_LAYER, n_head=N_HEAD, steps=STEPS)
@@ -200,24 +202,64 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
     goto(at, "probes")
-    assert at.selectbox(key="probe_name").options == ["syntax", "coref"]
-    at.selectbox(key="probe_name").set_value("syntax").run()
-    assert not at.exception
+    assert at.selectbox(key="probe_name").options == ["syntax", "coref", "distance", "sufficiency"]
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
-    z = figs["syntax: uas per head"]["data"][0]["z"]
-    np.testing.assert_allclose(z, np.add.outer(np.arange(N_LAYER) / 10, np.arange(N_HEAD) / 100), rtol=1e-6)
+    # the headline: score minus baseline on a diverging scale centred at 0
+    head = figs["syntax: best relation score minus its offset baseline"]["data"][0]
+    want = np.array([[probe_value(layer, h) for h in range(N_HEAD)] for layer in range(N_LAYER)])
+    np.testing.assert_allclose(head["z"], want, rtol=1e-6)
+    assert head["zmin"] == pytest.approx(-head["zmax"]) and head["zmax"] == pytest.approx(np.abs(want).max())
+    assert head["colorscale"][0][1] != head["colorscale"][-1][1]
+    # any metric: small accuracies span their own range, not black on a fixed 0-1 scale
+    at.selectbox(key="probe_name").set_value("syntax").run()
+    at.selectbox(key="probe_metric_syntax").set_value("uas").run()
+    uas = {f["layout"]["title"]["text"]: f for f in charts(at)}["syntax: uas per head"]["data"][0]
+    assert (uas["zmin"], uas["zmax"]) == pytest.approx((0.0, (N_LAYER - 1) / 10 + (N_HEAD - 1) / 100))
     assert f"windows at step {STEPS - 1}" in figs
-    assert "window vs syntax uas" in figs
-    assert figs["window vs syntax uas"]["layout"]["xaxis"]["title"]["text"] == "window (tokens)"
-    assert "links beyond the window: syntax_links_beyond_window" in figs
-    comp = at.dataframe[0].value
-    assert comp[["target", "ari", "null_mean", "p_value", "partition_verdict"]].values.tolist() == [
-        ["kmeans:profile", 0.2, 0.0, 0.04, "real"]
+    # relations: the difference with its interval, positional best heads hollow
+    deltas = figs["relations: best head against the offset baseline"]["data"][0]
+    assert dict(zip(deltas["y"], deltas["x"])) == {"amod": -0.02, "det": 0.3}
+    assert list(deltas["marker"]["symbol"]) == ["circle-open", "circle"]
+    relations = at.dataframe[0].value.set_index("relation")
+    assert relations.loc["det", "best head"] == "L1H2" and relations.loc["det", "95% interval"] == "[+0.250, +0.350]"
+    assert relations.loc["amod", "positional"] == "yes (+1, 90%)"
+    # coreference by bucket: the best head overall against the nearest mention
+    coref = {t["name"]: t for t in figs["coreference by antecedent distance"]["data"]}
+    best = f"best head overall (L{N_LAYER - 1}H{N_HEAD - 1})"
+    np.testing.assert_allclose(coref[best]["y"], [(N_LAYER + N_HEAD - 2 + i) / 100 for i in range(3)])
+    np.testing.assert_allclose(coref["nearest mention (baseline)"]["y"], [0.7, 0.5, 0.3])
+    # needed window: head (l, h) has all its attention in bucket (l + h) % 10
+    needed = figs["needed window against executed window"]["data"][0]
+    by_head = dict(zip(needed["text"], np.asarray(needed["customdata"])[:, 1]))
+    for layer in range(N_LAYER):
+        for h in range(N_HEAD):
+            i = (layer + h) % len(DISTANCE_EDGES)
+            expect = DISTANCE_EDGES[i + 1] if i + 1 < len(DISTANCE_EDGES) else None
+            got = by_head[f"L{layer}H{h}"]
+            assert (got is None or np.isnan(got)) if expect is None else got == expect
+    # head groups against probes: ARI per layer and pooled, the null band, degenerate rows grey
+    comp_fig = figs["head groups against probe clusters, level 0"]["data"]
+    band, points = comp_fig[0], comp_fig[1]
+    assert list(points["x"]) == [f"layer {i}" for i in range(N_LAYER)] + ["pooled"]
+    np.testing.assert_allclose(points["y"], [0.1 * i for i in range(N_LAYER)] + [0.2])
+    assert points["marker"]["color"][0] == "#b0b0b0" and points["marker"]["color"][1] != "#b0b0b0"
+    np.testing.assert_allclose(band["base"], [0.0] * (N_LAYER + 1))
+    np.testing.assert_allclose(band["y"], [0.15] * N_LAYER + [0.1])
+    comp = at.dataframe[1].value
+    assert comp[["target", "ari", "null_mean", "p_value", "partition_verdict"]].values.tolist()[-1] == [
+        "kmeans:profile",
+        0.2,
+        0.0,
+        0.04,
+        "real",
     ]
+    assert comp["reason"].tolist()[0] == "one AAH group"
+    assert at.dataframe[2].value["rho"].tolist() == [0.3]
 
 
 def test_compare_page_groups_by_regime(app):
     goto(app, "compare")
+    assert "Probes page" in app.get("page_link")[0].proto.label
     summary = app.dataframe[0].value.set_index("regime")
     assert summary.loc["full_adaptive", "n"] == 2 and summary.loc["shallow_freeze", "n"] == 1
     assert "±" in summary.loc["full_adaptive", "final loss (nats)"]

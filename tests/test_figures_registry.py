@@ -25,70 +25,137 @@ REQUIRED_KINDS = {
 }
 
 
+def probe_value(layer: int, head: int) -> float:
+    """The rule of the synthetic ``syntax score_minus_baseline`` rows (negative for layer 0)."""
+    return (layer - 1) / 10 + head / 100
+
+
 def add_probe_tables(run_dir, n_layer: int, n_head: int, step: int) -> None:
-    """Probe rows as ``aah-viz probe`` / ``compare`` write them (values follow a known rule)."""
+    """Probe rows as ``aah-viz probe`` / ``compare`` write them (values follow known rules): head
+    (l, h) puts all its attention in distance bucket (l + h) % 10; layer 0's comparison is degenerate."""
+    from aah_viz.probes.distance import distance_labels
+
     run = load_run(run_dir)
     heads = run.table("heads", filters=[("step", "==", step)])
     w = RunWriter.resume(run_dir)
     rows = []
+    labels = distance_labels()
     for rec in heads.itertuples():
-        rows.append(
-            dict(
-                step=step,
-                layer=rec.layer,
-                head=rec.head,
-                probe="syntax",
-                metric="uas",
-                value=rec.layer / 10 + rec.head / 100,
-                window=rec.window,
-            )
-        )
-        rows.append(
-            dict(
-                step=step,
-                layer=rec.layer,
-                head=rec.head,
-                probe="coref",
-                metric="accuracy",
-                value=0.5,
-                window=rec.window,
-            )
-        )
-        rows.append(
-            dict(
-                step=step,
-                layer=rec.layer,
-                head=rec.head,
-                probe="sufficiency",
-                metric="syntax_links_beyond_window",
-                value=0.1,
-                window=rec.window,
-            )
-        )
+        base = dict(step=step, layer=rec.layer, head=rec.head, window=rec.window)
+        rows.append(dict(base, probe="syntax", metric="uas", value=rec.layer / 10 + rec.head / 100))
+        rows.append(dict(base, probe="syntax", metric="score_minus_baseline", value=probe_value(rec.layer, rec.head)))
+        rows.append(dict(base, probe="coref", metric="accuracy", value=0.5))
+        rows.append(dict(base, probe="sufficiency", metric="syntax_links_beyond_window", value=0.1))
+        for i, label in enumerate(labels):
+            value = 1.0 if i == (rec.layer + rec.head) % len(labels) else 0.0
+            rows.append(dict(base, probe="distance", metric=f"mass:{label}", value=value))
+        rows.append(dict(base, probe="distance", metric="forward", value=0.0))
     w.append("probe_heads", pd.DataFrame(rows))
     w.append(
-        "comparisons",
+        "probe_relations",
         pd.DataFrame(
-            [
+            {
+                "step": [step, step],
+                "relation": ["det", "amod"],
+                "count": [120, 80],
+                "best_layer": [1, 0],
+                "best_head": [2, 3],
+                "direction": ["dep2head", "head2dep"],
+                "best_acc": [0.8, 0.6],
+                "baseline_offset": [-1, 1],
+                "baseline_acc": [0.5, 0.62],
+                "delta": [0.3, -0.02],
+                "delta_ci_low": [0.25, -0.05],
+                "delta_ci_high": [0.35, 0.01],
+                "positional": [False, True],
+                "positional_offset": [-1, 1],
+                "positional_share": [0.3, 0.9],
+                "n_sentences": [60, 50],
+                "labels": ["universal"] * 2,
+                "context": ["sentence"] * 2,
+            }
+        ),
+    )
+    buckets = [("1-3", 1, 3), ("4-7", 4, 7), ("8+", 8, None)]
+    coref = []
+    for layer in range(n_layer):
+        for head in range(n_head):
+            for i, (b, lo, hi) in enumerate(buckets):
+                coref.append(
+                    dict(
+                        step=step,
+                        layer=layer,
+                        head=head,
+                        method="head",
+                        bucket=b,
+                        bucket_lo=lo,
+                        bucket_hi=hi,
+                        correct=0,
+                        count=10,
+                        accuracy=(layer + head + i) / 100,
+                    )  # fmt: skip
+                )
+            coref.append(
                 dict(
                     step=step,
-                    level=0,
-                    layer=None,
-                    target="kmeans:profile",
-                    ari=0.2,
-                    null_mean=0.0,
-                    null_p95=0.1,
-                    p_value=0.04,
-                    n_heads=n_layer * n_head,
-                    n_groups=2,
-                    n_probe_clusters=2,
-                    n_layers=n_layer,
-                    degenerate=False,
-                    reason="",
-                    partition_verdict="real",
-                )
-            ]
-        ),
+                    layer=layer,
+                    head=head,
+                    method="head",
+                    bucket="all",
+                    bucket_lo=1,
+                    bucket_hi=None,
+                    correct=0,
+                    count=30,
+                    accuracy=(layer + head) / 100,
+                )  # fmt: skip
+            )
+    for i, (b, lo, hi) in enumerate(buckets):
+        coref.append(dict(step=step, method="nearest_mention", bucket=b, bucket_lo=lo, bucket_hi=hi, correct=0,
+                          count=10, accuracy=0.7 - 0.2 * i))  # fmt: skip
+    w.append("probe_coref", pd.DataFrame(coref))
+    comp = [
+        dict(
+            step=step,
+            level=0,
+            layer=layer,
+            target="kmeans:profile",
+            ari=0.1 * layer,
+            null_mean=0.0,
+            null_p95=0.15,
+            p_value=0.5 if layer == 0 else 0.01,
+            n_heads=n_head,
+            n_groups=1 if layer == 0 else 2,
+            n_probe_clusters=2,
+            n_layers=1,
+            degenerate=layer == 0,
+            reason="one AAH group" if layer == 0 else "",
+            partition_verdict="undefined" if layer == 0 else "real",
+        )  # fmt: skip
+        for layer in range(n_layer)
+    ]
+    comp.append(
+        dict(
+            step=step,
+            level=0,
+            layer=None,
+            target="kmeans:profile",
+            ari=0.2,
+            null_mean=0.0,
+            null_p95=0.1,
+            p_value=0.04,
+            n_heads=n_layer * n_head,
+            n_groups=2,
+            n_probe_clusters=2,
+            n_layers=n_layer - 1,
+            degenerate=False,
+            reason="",
+            partition_verdict="real",
+        )  # fmt: skip
+    )
+    w.append("comparisons", pd.DataFrame(comp))
+    w.append(
+        "window_association",
+        pd.DataFrame({"step": [step], "layer": [None], "target": ["spearman:syntax"], "rho": [0.3], "p_value": [0.2]}),
     )
     w.close("finished")
 

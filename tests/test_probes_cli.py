@@ -199,3 +199,62 @@ def test_hf_source_without_a_fast_tokenizer_uses_bytes():
     assert ids == list("né".encode()) and offsets == [(0, 1), (1, 2), (1, 2)]
     assert source.max_len == 32 and source.windows.shape == (1, 2)
     assert source.attend([ids]).shape == (1, 1, 2, 3, 3)
+
+
+def _encoder_tokenizer(folder: Path, cls: str, sep: str):
+    """A word-level fast tokenizer that wraps a single text as CLS ... SEP, as BERT's and RoBERTa's do."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    from aah_viz.corpus.synthetic import training_text
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    tok.train_from_iterator(
+        [training_text(5, seed=0)], trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]", cls, sep])
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))]
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token=cls, sep_token=sep
+    )
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_encoders_see_their_special_tokens_and_the_probe_sees_the_text(tmp_path, family):
+    transformers = pytest.importorskip("transformers")
+    from instrumentation.probe_extract import HFAttentionSource
+
+    cls, sep = ("[CLS]", "[SEP]") if family == "bert" else ("<s>", "</s>")
+    fast = _encoder_tokenizer(tmp_path, cls, sep)
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    if family == "bert":
+        model = transformers.BertModel(transformers.BertConfig(max_position_embeddings=40, **common))
+        positions = 40
+    else:  # RoBERTa counts positions from padding_idx + 1
+        model = transformers.RobertaModel(
+            transformers.RobertaConfig(max_position_embeddings=40, pad_token_id=1, **common)
+        )
+        positions = 40 - 2
+    model.config._attn_implementation = "eager"
+    source = HFAttentionSource(model.eval(), fast)
+    assert source.max_len == positions - 2  # room for CLS and SEP
+    text = "the dog saw a cat ."
+    ids, _ = source.encode(text)
+    att = source.attend([ids, ids[:3]])
+    # the model's own input: the tokenizer's encoding with its special tokens, attention sliced by hand
+    enc = fast(text, return_tensors="pt")
+    assert enc["input_ids"][0, 0] == fast.convert_tokens_to_ids(cls)
+    assert enc["input_ids"][0, 1:-1].tolist() == ids
+    with torch.no_grad():
+        full = torch.stack(model(**enc, output_attentions=True).attentions, 1)[0].numpy()
+    n = len(ids)
+    np.testing.assert_allclose(att[0], full[:, :, 1 : n + 1, 1 : n + 1], atol=1e-6)
+    assert (att[0].sum(-1) < 1 - 1e-4).any()  # mass on CLS/SEP is left out, not renormalised here
+    assert np.allclose(att[1, :, :, 3:, :], 0) and np.allclose(att[1, :, :, :, 3:], 0)  # padding rows/columns
+    # a text of max_len tokens still fits the model's positions with its special tokens
+    assert source.attend([[ids[0]] * source.max_len]).shape[-1] == source.max_len

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -56,6 +58,12 @@ def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFram
 @guarded
 def render() -> None:
     st.title("Compare")
+    st.caption("Regimes against each other and against the published results.")
+    st.page_link(
+        str(Path(__file__).with_name("probes.py")),
+        label="Head groups against syntactic and coreference probes (aah-viz compare): the Probes page",
+        icon=":material/arrow_forward:",
+    )
     root, token = state.logs_root(), state.token()
     keys = state.selected_keys()
     if not keys:

@@ -1,23 +1,142 @@
-"""Probes: per-head syntactic and coreference scores beside the window map, comparisons, sufficiency."""
+"""Probes: what the heads do (syntax against its offset baseline, coreference by distance, how far
+they look) beside their windows, and whether the head groups line up with it."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
 from aah_viz.dashboard.common import chart, guarded
+from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import windows as wfig
+from aah_viz.probes.distance import needed_windows
 
 HOW_TO = (
     "No probe results in this run yet. Produce them with\n\n"
     "`aah-viz probe RUN --syntax FILE.conllu --coref FILE.jsonl` (per-head scores, relations, coreference)\n\n"
     "and `aah-viz compare RUN` (head groups against probe clusters, window vs score)."
 )
+COMPARISON_COLUMNS = [
+    "level",
+    "layer",
+    "target",
+    "ari",
+    "null_mean",
+    "null_p95",
+    "p_value",
+    "nmi",
+    "v_measure",
+    "n_groups",
+    "n_probe_clusters",
+    "partition_verdict",
+    "degenerate",
+    "reason",
+    "step",
+]
 
 
 def _metrics(probe_heads, probe: str) -> list[str]:
     return sorted(probe_heads.loc[probe_heads["probe"] == probe, "metric"].dropna().astype(str).unique())
+
+
+def _grey_degenerate(frame: pd.DataFrame):
+    """Degenerate rows drawn grey: they cannot say anything (their reason says why)."""
+    flags = frame["degenerate"].fillna(False).astype(bool) if "degenerate" in frame else None
+    if flags is None or not flags.any():
+        return frame
+    return frame.style.apply(lambda row: ["color: #9a9a9a" if flags[row.name] else "" for _ in row], axis=1)
+
+
+def _heads_section(ph, m, root, key, token) -> None:
+    step = ph["step"].max()
+    syntax = _metrics(ph, "syntax")
+    headline = "score_minus_baseline" if "score_minus_baseline" in syntax else ("score" if "score" in syntax else None)
+    left, right = st.columns(2)
+    with left:
+        if headline:
+            z = pfig.probe_matrix(ph, "syntax", headline, m["n_layer"], m["n_head"])
+            chart(
+                pfig.probe_heatmap_figure(
+                    z, "syntax", headline, "syntax: best relation score minus its offset baseline"
+                )
+                if headline == "score_minus_baseline"
+                else pfig.probe_heatmap_figure(z, "syntax", headline),
+                key="probe_headline",
+            )
+    with right:
+        hm = cache.heatmap(root, key, token, None if step != step else int(step))
+        chart(
+            wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"), key="probe_windows"
+        )
+    if headline == "score_minus_baseline":
+        st.caption(
+            "Per head: the mean over relations of its better direction's accuracy minus the relation's best "
+            "fixed-offset baseline; blue above the baseline, red below (0 = no better than a fixed offset)."
+        )
+    with st.expander("Any probe metric per head", expanded=False):
+        logged = set(ph["probe"].dropna().astype(str))
+        order = ["syntax", "coref"] + sorted(logged - {"syntax", "coref"})
+        probes = [p for p in order if p in logged] or sorted(logged)
+        c1, c2 = st.columns(2)
+        probe = c1.selectbox("Probe", probes, key="probe_name")
+        metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}")
+        z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
+        chart(pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head"), key="probe_heatmap")
+        points = cache.probe_points(root, key, token, probe, metric)
+        chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
+
+
+def _windows_section(ph, m) -> None:
+    st.subheader("How far the heads look")
+    needed = needed_windows(ph, m["n_layer"], m["n_head"])
+    rows = ph[ph["probe"] == "distance"]
+    executed = np.full((m["n_layer"], m["n_head"]), np.nan)
+    if not rows.empty:
+        first = rows[rows["step"] == rows["step"].max()].drop_duplicates(["layer", "head"]).dropna(subset=["window"])
+        executed[first["layer"].astype(int), first["head"].astype(int)] = first["window"].astype(float)
+    chart(pr.needed_window_figure(needed, executed, m["windows"]), key="probe_needed_window")
+    st.caption(
+        "Needed window: the smallest distance bucket edge that holds 90% of the head's attention on the probe "
+        "text. Above the diagonal a head spends attention further away than its window lets it reach."
+    )
+    if "sufficiency" in set(ph["probe"].astype(str)):
+        s_metrics = _metrics(ph, "sufficiency")
+        s_metric = st.selectbox("Gold links beyond the window", s_metrics, key="probe_suff_metric")
+        zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
+        chart(
+            pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
+            key="probe_sufficiency",
+        )
+
+
+def _comparison_section(tables) -> None:
+    comp = tables.get("comparisons")
+    if comp is None or comp.empty:
+        st.info("No head-group comparison yet: `aah-viz compare RUN` writes it.")
+        return
+    st.subheader("Head groups against the probes")
+    st.caption(
+        "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
+        "profiles (relation scores, coreference by distance, attention distance), against a permutation null "
+        "(grey band: its mean to 95th percentile); the pooled column uses a layer-stratified null. Grey markers "
+        "and rows are degenerate (their reason says why); partition_verdict is the cluster validity of the "
+        "compared level-0 partition."
+    )
+    levels = sorted(int(v) for v in comp["level"].dropna().unique())
+    level = st.selectbox("Hierarchy level", levels, key="probe_comparison_level") if len(levels) > 1 else levels[0]
+    chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
+    shown = comp[comp["level"] == level]
+    shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
+    st.dataframe(_grey_degenerate(shown), hide_index=True, width="stretch", key="probe_comparisons")
+    assoc = tables.get("window_association")
+    if assoc is not None and not assoc.empty:
+        st.markdown("**Window against probe score, within layers** (Spearman's rho; pooled row: no layer)")
+        st.dataframe(
+            _grey_degenerate(assoc.reset_index(drop=True)), hide_index=True, width="stretch", key="probe_assoc"
+        )
 
 
 @guarded
@@ -31,78 +150,23 @@ def render() -> None:
         st.info(HOW_TO)
         return
     ph = tables.get("probe_heads")
-    if ph is not None and not ph.empty:
-        logged = set(ph["probe"].dropna().astype(str))
-        order = ["syntax", "coref"] + sorted(logged - {"syntax", "coref", "sufficiency"})
-        probes = [p for p in order if p in logged] or sorted(logged)
-        c1, c2 = st.columns(2)
-        probe = c1.selectbox("Probe", probes, key="probe_name")
-        metrics = _metrics(ph, probe)
-        metric = c2.selectbox("Metric", metrics, key=f"probe_metric_{probe}")
-        step = ph.loc[ph["probe"] == probe, "step"].max()
-        left, right = st.columns(2)
-        with left:
-            z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
-            chart(pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head"), key="probe_heatmap")
-        with right:
-            hm = cache.heatmap(root, key, token, None if step != step else int(step))
-            chart(
-                wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"),
-                key="probe_windows",
-            )
-        points = cache.probe_points(root, key, token, probe, metric)
-        chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
-        if "sufficiency" in set(ph["probe"].astype(str)):
-            st.subheader("Window sufficiency")
-            st.caption(
-                "Share of each head's gold links (dependencies, coreference) longer than "
-                "its window: structure it cannot see."
-            )
-            s_metrics = _metrics(ph, "sufficiency")
-            s_metric = st.selectbox("Sufficiency metric", s_metrics, key="probe_suff_metric")
-            zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
-            chart(
-                pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
-                key="probe_sufficiency",
-            )
-    comp = tables.get("comparisons")
-    if comp is not None and not comp.empty:
-        st.subheader("Head groups against the probes")
-        st.caption(
-            "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
-            "profiles, against a permutation null (mean, 95th percentile); pooled rows (no layer) use a "
-            "layer-stratified null. partition_verdict: cluster validity of the compared level-0 partition."
-        )
-        cols = [
-            c
-            for c in [
-                "level",
-                "layer",
-                "target",
-                "ari",
-                "null_mean",
-                "null_p95",
-                "p_value",
-                "nmi",
-                "v_measure",
-                "n_groups",
-                "n_probe_clusters",
-                "partition_verdict",
-                "degenerate",
-                "reason",
-                "step",
-            ]
-            if c in comp
-        ]
-        st.dataframe(comp[cols], hide_index=True, width="stretch", key="probe_comparisons")
     rel = tables.get("probe_relations")
+    if rel is not None and not rel.empty and "context" in rel:
+        last = rel[rel["step"] == rel["step"].max()].iloc[0]
+        st.caption(f"Syntax probed on {last['context']} inputs with {last['labels']} relation labels.")
+    if ph is not None and not ph.empty:
+        _heads_section(ph, m, root, key, token)
     if rel is not None and not rel.empty:
-        st.subheader("Syntactic relations: best head vs best fixed-offset baseline")
-        st.dataframe(rel, hide_index=True, width="stretch", key="probe_relations")
+        st.subheader("Syntactic relations: best head against the best fixed-offset baseline")
+        chart(pr.relation_delta_figure(rel), key="probe_relation_deltas")
+        st.dataframe(pr.relations_view(rel), hide_index=True, width="stretch", key="probe_relations")
     coref = tables.get("probe_coref")
     if coref is not None and not coref.empty:
         st.subheader("Coreference by antecedent distance")
-        st.dataframe(coref, hide_index=True, width="stretch", key="probe_coref")
+        chart(pr.coref_bucket_figure(coref), key="probe_coref_chart")
+    if ph is not None and not ph.empty:
+        _windows_section(ph, m)
+    _comparison_section(tables)
 
 
 if __name__ == "__main__":

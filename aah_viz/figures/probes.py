@@ -24,23 +24,37 @@ def probe_matrix(probe_heads: pd.DataFrame, probe: str, metric: str, n_layer: in
     return z
 
 
+DIVERGING = ("minus_baseline", "delta")  # metrics read against zero
+
+
+def heatmap_range(matrix: np.ndarray, metric: str) -> tuple[float, float, bool]:
+    """(zmin, zmax, diverging) for a probe heatmap.
+
+    A metric that can be negative (score minus baseline) gets a diverging scale centred at 0;
+    every other metric spans the values it has, so small scores are not drawn black on a fixed
+    0-1 scale.
+    """
+    finite = matrix[np.isfinite(matrix)]
+    if not finite.size:
+        return 0.0, 1.0, False
+    lo, hi = float(finite.min()), float(finite.max())
+    if lo < 0 or any(tag in metric for tag in DIVERGING):
+        reach = max(abs(lo), abs(hi)) or 0.5
+        return -reach, reach, True
+    if lo == hi:
+        return lo - 0.5, hi + 0.5, False
+    return lo, hi, False
+
+
 def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str = "") -> go.Figure:
     n_layer, n_head = matrix.shape
-    finite = matrix[np.isfinite(matrix)]
-    if finite.size and finite.min() >= 0 and finite.max() <= 1:
-        zmin, zmax = 0.0, 1.0  # shares and accuracies: the full scale, comparable across runs
-    elif finite.size:
-        zmin, zmax = float(finite.min()), float(finite.max())
-        if zmin == zmax:
-            zmin, zmax = zmin - 0.5, zmax + 0.5
-    else:
-        zmin, zmax = 0.0, 1.0
+    zmin, zmax, diverging = heatmap_range(matrix, metric)
     fig = go.Figure(
         go.Heatmap(
             z=matrix.astype(np.float32),
             x=np.arange(n_head),
             y=np.arange(n_layer),
-            colorscale=style.named_scale("Magma"),
+            colorscale=style.named_scale("RdBu_r" if diverging else "Viridis"),
             zmin=zmin,
             zmax=zmax,
             colorbar=dict(title=dict(text=metric)),

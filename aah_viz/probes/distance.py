@@ -72,3 +72,33 @@ class DistanceProfile:
             rows += [dict(base, metric=f"mass:{label}", value=float(v)) for label, v in zip(labels, shares[flat])]
             rows.append(dict(base, metric="forward", value=float(forward[flat])))
         return rows
+
+
+NEEDED_SHARE = 0.9
+
+
+def needed_windows(probe_heads, n_layer: int, n_head: int, share: float = NEEDED_SHARE) -> np.ndarray:
+    """(n_layer, n_head) the smallest window (in tokens, a bucket edge) that holds ``share`` of each
+    head's attention, from its ``distance`` rows at the newest probed step.
+
+    A window w holds distances 0 .. w-1, so a head whose attention is 90 % within distance 3
+    needs a window of 4. ``inf``: the share is only reached in the open last bucket; ``nan``: no
+    distance rows for the head.
+    """
+    out = np.full((n_layer, n_head), np.nan)
+    rows = probe_heads[probe_heads["probe"] == "distance"]
+    if rows.empty:
+        return out
+    rows = rows[rows["step"] == rows["step"].max()]
+    columns = [f"mass:{label}" for label in distance_labels()]
+    wide = rows.pivot_table(index=["layer", "head"], columns="metric", values="value").reindex(columns=columns)
+    mass = np.nan_to_num(wide.to_numpy(dtype=np.float64))
+    cumulative = np.cumsum(mass, axis=1)
+    reached = np.argmax(cumulative >= share - 1e-9, axis=1)
+    upper = np.array(DISTANCE_EDGES[1:] + (np.inf,), dtype=np.float64)
+    windows = np.where(cumulative[:, -1] >= share - 1e-9, upper[reached], np.nan)
+    layer = wide.index.get_level_values("layer").to_numpy(dtype=int)
+    head = wide.index.get_level_values("head").to_numpy(dtype=int)
+    ok = (layer >= 0) & (layer < n_layer) & (head >= 0) & (head < n_head)
+    out[layer[ok], head[ok]] = windows[ok]
+    return out

@@ -1,0 +1,259 @@
+"""Probe results a researcher reads: relations against their baseline, coreference by distance,
+needed against executed windows, and head groups against probe clusters with their null band."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from aah_viz.figures import style
+
+GREY = "#b0b0b0"
+TARGET_COLORS = {"kmeans:profile": "#1f77b4", "agglomerative:profile": "#2ca02c", "js_agglomerative": "#9467bd"}
+BASELINE_COLORS = {"nearest_mention": "#d62728", "same_head": "#ff7f0e", "rule": "#8c564b"}
+
+
+def head_name(layer, head) -> str:
+    return f"L{int(layer)}H{int(head)}"
+
+
+def relations_view(relations: pd.DataFrame) -> pd.DataFrame:
+    """``probe_relations`` at its newest step as a reading table: best head, baseline, difference
+    with its interval, and whether the best head is positional."""
+    if relations.empty:
+        return pd.DataFrame()
+    rel = relations[relations["step"] == relations["step"].max()].sort_values("count", ascending=False)
+    out = pd.DataFrame(
+        {
+            "relation": rel["relation"],
+            "count": rel["count"],
+            "best head": [head_name(a, b) for a, b in zip(rel["best_layer"], rel["best_head"])],
+            "direction": rel["direction"],
+            "best acc": rel["best_acc"],
+            "baseline": [f"{int(k):+d}" for k in rel["baseline_offset"]],
+            "baseline acc": rel["baseline_acc"],
+        }
+    )
+    if "delta" in rel:
+        out["best − baseline"] = rel["delta"]
+        out["95% interval"] = [
+            "" if pd.isna(lo) else f"[{lo:+.3f}, {hi:+.3f}]"
+            for lo, hi in zip(rel["delta_ci_low"], rel["delta_ci_high"])
+        ]
+    if "positional" in rel:
+        out["positional"] = [
+            f"yes ({int(o):+d}, {s:.0%})" if bool(p) else ""
+            for p, o, s in zip(rel["positional"], rel["positional_offset"], rel["positional_share"])
+        ]
+    return out.reset_index(drop=True)
+
+
+def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure:
+    """Best head minus best offset baseline per relation, with its 95 % bootstrap interval;
+    positional best heads drawn hollow."""
+    if relations.empty or "delta" not in relations:
+        return style.empty_figure("no relation intervals: probe again with this version of aah-viz", title)
+    rel = relations[relations["step"] == relations["step"].max()].sort_values("delta")
+    positional = rel["positional"].fillna(False).astype(bool).to_numpy()
+    fig = go.Figure(
+        go.Scatter(
+            x=rel["delta"],
+            y=rel["relation"],
+            mode="markers",
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=(rel["delta_ci_high"] - rel["delta"]).to_numpy(),
+                arrayminus=(rel["delta"] - rel["delta_ci_low"]).to_numpy(),
+                color="#555",
+            ),
+            marker=dict(
+                size=9,
+                symbol=np.where(positional, "circle-open", "circle"),
+                color=np.where(rel["delta_ci_low"].to_numpy() > 0, "#1f77b4", "#d62728"),
+            ),
+            customdata=np.stack(
+                [
+                    rel["count"].to_numpy(dtype=float),
+                    rel["best_acc"].to_numpy(dtype=float),
+                    rel["baseline_acc"].to_numpy(dtype=float),
+                    rel["baseline_offset"].to_numpy(dtype=float),
+                ],
+                axis=1,
+            ),
+            text=[
+                f"{head_name(a, b)} {d}" + (" (positional)" if p else "")
+                for a, b, d, p in zip(rel["best_layer"], rel["best_head"], rel["direction"], positional)
+            ],
+            hovertemplate="%{y}: %{text}<br>best %{customdata[1]:.3f} vs offset %{customdata[3]:+.0f} "
+            "%{customdata[2]:.3f}<br>difference %{x:+.3f} (n = %{customdata[0]:.0f})<extra></extra>",
+            name="relations",
+        )
+    )
+    fig.add_vline(x=0, line=dict(color="#333", width=1))
+    fig.update_xaxes(title="best head − best fixed-offset baseline (accuracy; 95% bootstrap interval)")
+    fig.update_yaxes(title="relation")
+    return style.base_layout(
+        fig, title or "relations: best head against the offset baseline", height=max(320, 26 * len(rel) + 140)
+    )
+
+
+def coref_bucket_figure(coref: pd.DataFrame, title: str = "") -> go.Figure:
+    """Coreference accuracy by antecedent distance: the best head overall, the best head of each
+    bucket (an upper envelope), and the baselines (the nearest mention first)."""
+    if coref.empty:
+        return style.empty_figure("no coreference results: probe with --coref FILE", title)
+    c = coref[(coref["step"] == coref["step"].max()) & (coref["bucket"] != "all")]
+    order = c.drop_duplicates("bucket").sort_values("bucket_lo")["bucket"].tolist()
+    heads = c[c["method"] == "head"]
+    overall = coref[(coref["step"] == coref["step"].max()) & (coref["method"] == "head") & (coref["bucket"] == "all")]
+    fig = go.Figure()
+    if not overall.empty:
+        best = overall.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True]).iloc[0]
+        line = heads[(heads["layer"] == best["layer"]) & (heads["head"] == best["head"])].set_index("bucket")
+        fig.add_trace(
+            go.Scatter(
+                x=order,
+                y=line["accuracy"].reindex(order),
+                mode="lines+markers",
+                name=f"best head overall ({head_name(best['layer'], best['head'])})",
+                line=dict(color="#1f77b4", width=3),
+            )
+        )
+        envelope = heads.groupby("bucket")["accuracy"].max().reindex(order)
+        fig.add_trace(
+            go.Scatter(
+                x=order,
+                y=envelope,
+                mode="lines",
+                name="best head per bucket",
+                line=dict(color="#1f77b4", dash="dot"),
+            )
+        )
+    for method in ("nearest_mention", "same_head", "rule"):
+        base = c[c["method"] == method].set_index("bucket")
+        if base.empty:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=order,
+                y=base["accuracy"].reindex(order),
+                mode="lines+markers",
+                name=method.replace("_", " ") + " (baseline)",
+                line=dict(color=BASELINE_COLORS[method], dash="solid" if method == "nearest_mention" else "dash"),
+            )
+        )
+    counts = c[c["method"] == "nearest_mention"].set_index("bucket")["count"].reindex(order)
+    fig.update_xaxes(
+        title="antecedent distance (tokens)",
+        type="category",
+        ticktext=[f"{b}<br>n={int(n)}" if pd.notna(n) else b for b, n in zip(order, counts)],
+        tickvals=order,
+    )
+    fig.update_yaxes(title="antecedent accuracy (share of mentions)", range=[0, 1.02])
+    return style.base_layout(fig, title or "coreference by antecedent distance", height=420)
+
+
+def needed_window_figure(needed: np.ndarray, executed: np.ndarray, windows: list[int], title: str = "") -> go.Figure:
+    """One point per head: the window it was given (x) against the window that holds 90 % of its
+    attention (y); points above the diagonal attend further than they are allowed to."""
+    n_layer, n_head = needed.shape
+    layer, head = np.meshgrid(np.arange(n_layer), np.arange(n_head), indexing="ij")
+    ok = np.isfinite(executed.astype(float)) & ~np.isnan(needed)
+    if not ok.any():
+        return style.empty_figure("no attention-distance rows: probe again with this version of aah-viz", title)
+    top = float(np.nanmax(np.where(np.isfinite(needed), needed, np.nan), initial=1.0))
+    beyond = 2 * max(top, float(np.nanmax(executed)))  # the open last bucket, drawn past every finite value
+    y = np.where(np.isinf(needed), beyond, needed)[ok]
+    x = executed[ok].astype(float)
+    rng = np.random.default_rng(0)  # fixed jitter: the same picture every time
+    fig = go.Figure(
+        go.Scatter(
+            x=x * np.exp(rng.uniform(-0.06, 0.06, x.size)),
+            y=y * np.exp(rng.uniform(-0.06, 0.06, y.size)),
+            mode="markers",
+            marker=dict(size=8, color=layer[ok], colorscale="Viridis", colorbar=dict(title="layer"), opacity=0.85),
+            text=[head_name(a, b) for a, b in zip(layer[ok], head[ok])],
+            customdata=np.stack([x, np.where(np.isinf(needed[ok]), np.nan, needed[ok])], axis=1),
+            hovertemplate="%{text}<br>executed window %{customdata[0]:.0f}<br>"
+            "window holding 90% of its attention %{customdata[1]:.0f}<extra></extra>",
+            name="heads",
+        )
+    )
+    lo, hi = 1.0, beyond * 1.2
+    fig.add_trace(
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=GREY, dash="dash"), name="needed = executed")
+    )
+    ticks = sorted({int(w) for w in windows} | {int(v) for v in np.unique(needed[np.isfinite(needed)])})
+    fig.update_xaxes(title="executed window (tokens)", type="log")
+    fig.update_yaxes(
+        title="needed window: holds 90% of the head's attention (tokens)",
+        type="log",
+        tickvals=ticks + [beyond],
+        ticktext=[str(t) for t in ticks] + ["beyond"],
+    )
+    return style.base_layout(fig, title or "needed window against executed window", height=460)
+
+
+def comparison_figure(comparisons: pd.DataFrame, level: int, title: str = "") -> go.Figure:
+    """ARI of the AAH groups with probe clusters per layer (and pooled), one marker per target,
+    against the permutation null band (mean to 95th percentile); degenerate rows grey, with
+    their reason on hover."""
+    comp = comparisons[(comparisons["step"] == comparisons["step"].max()) & (comparisons["level"] == level)]
+    if comp.empty:
+        return style.empty_figure(f"no comparisons at level {level}", title)
+    comp = comp.assign(where=[("pooled" if pd.isna(v) else f"layer {int(v)}") for v in comp["layer"]])
+    order = [f"layer {int(v)}" for v in sorted(comp["layer"].dropna().unique())] + ["pooled"]
+    order = [w for w in order if w in set(comp["where"])]
+    fig = go.Figure()
+    band = comp.dropna(subset=["null_mean", "null_p95"]).groupby("where")[["null_mean", "null_p95"]].max()
+    band = band.reindex(order)
+    fig.add_trace(
+        go.Bar(
+            x=order,
+            y=(band["null_p95"] - band["null_mean"]).to_numpy(),
+            base=band["null_mean"].to_numpy(),
+            marker=dict(color="rgba(150,150,150,0.35)"),
+            name="null: mean to 95th percentile",
+            hovertemplate="%{x}: null %{base:.3f} to %{y:.3f} above it<extra></extra>",
+        )
+    )
+    symbols = ("circle", "diamond", "square", "triangle-up")
+    for i, (target, part) in enumerate(comp.groupby("target", sort=True)):
+        degenerate = part["degenerate"].fillna(False).astype(bool).to_numpy()
+        verdict = part["partition_verdict"] if "partition_verdict" in part else pd.Series("undefined", index=part.index)
+        fig.add_trace(
+            go.Scatter(
+                x=part["where"],
+                y=part["ari"].fillna(0.0),
+                mode="markers",
+                name=target,
+                marker=dict(
+                    size=11,
+                    symbol=symbols[i % len(symbols)],
+                    color=np.where(degenerate, GREY, TARGET_COLORS.get(target, "#17becf")),
+                    line=dict(color="#333", width=0.5),
+                ),
+                customdata=np.stack(
+                    [
+                        part["p_value"].to_numpy(dtype=float),
+                        part["n_groups"].to_numpy(dtype=float),
+                        part["n_probe_clusters"].to_numpy(dtype=float),
+                    ],
+                    axis=1,
+                ),
+                text=[
+                    (f"degenerate: {r}" if d else "") + f"<br>partition: {v}"
+                    for d, r, v in zip(degenerate, part["reason"].fillna(""), verdict.fillna("undefined"))
+                ],
+                hovertemplate=f"{target}<br>%{{x}}: ARI %{{y:.3f}}, p = %{{customdata[0]:.3f}}<br>"
+                "%{customdata[1]:.0f} groups vs %{customdata[2]:.0f} probe clusters%{text}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=0, line=dict(color="#333", width=1))
+    fig.update_xaxes(title="layer (pooled: layer-stratified null)", type="category", categoryorder="array",
+                     categoryarray=order)  # fmt: skip
+    fig.update_yaxes(title="ARI of AAH groups with probe clusters")
+    fig.update_layout(barmode="overlay")
+    return style.base_layout(fig, title or f"head groups against probe clusters, level {level}", height=420)
