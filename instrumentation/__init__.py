@@ -29,6 +29,7 @@ _EXPORTS = {
     "train_model": "instrumentation.train:train",
     "check_conformance_file": "instrumentation.conformance:check_file",
     "load_aah_checkpoint": "instrumentation.probe_extract",
+    "AAHAttentionSource": "instrumentation.probe_extract",
     "load_hf_model": "instrumentation.probe_extract",
     "load_for_evaluation": "instrumentation.evaluation",
     "evaluate_loaded": "instrumentation.evaluation:evaluate",
@@ -40,6 +41,7 @@ _EXPORTS = {
     "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",
+    "bench_probe": "instrumentation.bench",
     "bench_routing": "instrumentation.bench",
     "bench_step": "instrumentation.bench",
 }

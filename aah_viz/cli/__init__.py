@@ -31,7 +31,7 @@ COMMANDS = [
     "figure",
     "import_reference",
 ]
-BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit"]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "probe"]
 
 
 def _load(module_name: str):

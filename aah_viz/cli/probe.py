@@ -83,7 +83,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _read_inputs(args):
+def read_inputs(args):
+    """(syntax documents, coreference documents, their paths) from --syntax, --coref and --max-docs
+    (the bundled set without either)."""
     from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.coref_formats import read_coref
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target, args.step)
     if target.run_dir is None and args.out is None:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
-    syntax_docs, coref_docs, syntax_path, coref_path = _read_inputs(args)  # before the model: fail fast
+    syntax_docs, coref_docs, syntax_path, coref_path = read_inputs(args)  # before the model: fail fast
 
     torch = require_torch()
     if args.threads:
