@@ -106,7 +106,7 @@ def _probe_rows(step, layer, head, window, kind, rng, layer_shift=0.0):
     return rows
 
 
-def _make_run(path, n_layer=2, n_head=12, step=40, windows_follow_groups_in_layer=None):
+def _make_run(path, n_layer=2, n_head=12, step=40, windows_follow_groups_in_layer=None, level1_copies=False):
     """Two AAH groups per layer at level 0 (syntax-like heads, coreference-like heads), one at level 1;
     windows independent of the groups, except in ``windows_follow_groups_in_layer``."""
     manifest = make_manifest(
@@ -137,7 +137,7 @@ def _make_run(path, n_layer=2, n_head=12, step=40, windows_follow_groups_in_laye
                         "window": window,
                         "raw_idx": 0,
                         "group_l0": kind,
-                        "group_l1": 0,
+                        "group_l1": kind + 7 if level1_copies else 0,
                     }
                 )
             probe += _probe_rows(step, layer, head, window, kind, rng, layer_shift=0.5 * layer)
@@ -272,3 +272,15 @@ def test_rows_carry_the_verdict_of_the_partition_they_compare(tmp_path):
     # without validity rows every verdict is undefined
     plain = compare_run(load_run(_make_run(tmp_path / "plain")), permutations=20, n_boot=20)["comparisons"]
     assert set(plain["partition_verdict"]) == {"undefined"}
+
+
+def test_a_level_that_repeats_the_one_below_is_compared_once(tmp_path):
+    from aah_viz.probes.compare import same_partitions
+
+    assert same_partitions(np.array([[0, 0, 1], [2, 1, 1]]), np.array([[5, 5, 3], [0, 4, 4]]))
+    assert not same_partitions(np.array([[0, 0, 1]]), np.array([[0, 1, 1]]))
+    assert not same_partitions(np.array([[0, 0, 1]]), np.array([[0, 0, 0]]))
+    path = _make_run(tmp_path / "run", level1_copies=True)  # level 1: level 0's groups under other ids
+    comp = compare_run(load_run(path), permutations=20, n_boot=20)["comparisons"]
+    assert set(comp["level"]) == {0}
+    assert set(compare_run(load_run(path), level=1, permutations=20, n_boot=20)["comparisons"]["level"]) == {1}

@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         help="probe time as a ratio to the same model's forward passes with attentions on the same text",
         description="Time `aah-viz probe`'s work (tokenising, aligning words, forward passes, scoring, bootstrap "
         "intervals) against the same model's forward passes with attentions on exactly the inputs the probe feeds "
-        "it, in interleaved pairs, and print the median per-pair ratio with its 95%% interval as JSON (goal: at "
+        "it, in interleaved pairs, and print the median per-pair ratio with its 95% interval as JSON (goal: at "
         "most 1.5). Without a target, a freshly initialised tiny AAH model; without data, the bundled synthetic "
         "probe set.",
     )

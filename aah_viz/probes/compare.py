@@ -469,6 +469,15 @@ def group_labels(heads_at_step: pd.DataFrame, level: int, n_layer: int, n_head: 
     return labels
 
 
+def same_partitions(a: np.ndarray, b: np.ndarray) -> bool:
+    """(n_layer, n_head) labels ``a`` and ``b`` split every layer's heads the same way (ids aside)."""
+    for x, y in zip(a, b):
+        pairs = set(zip(x.tolist(), y.tolist()))
+        if len(pairs) != len(set(x.tolist())) or len(pairs) != len(set(y.tolist())):
+            return False
+    return True
+
+
 def head_windows(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> np.ndarray:
     """(n_layer, n_head) windows the heads were probed with (from any probe_heads row)."""
     w = np.zeros((n_layer, n_head), dtype=np.int64)
@@ -542,10 +551,15 @@ def compare_run(
         levels = [level] if level is not None else list(range(max_depth))
         wide = wide_probe_heads(probe_heads, n_layer, n_head)
         js = js_matrix(probe_heads, n_layer, n_head)
+        below = None
         for lv in levels:
             labels = group_labels(at, lv, n_layer, n_head)
-            if labels is not None and (labels >= 0).all(axis=1).any():
-                rows += partition_rows(step, lv, labels, windows, wide, js, permutations, seed)
+            if labels is None or not (labels >= 0).all(axis=1).any():
+                continue
+            if level is None and below is not None and same_partitions(labels, below):
+                continue  # a level that repeats the one below it compares the same partition again
+            rows += partition_rows(step, lv, labels, windows, wide, js, permutations, seed)
+            below = labels
     comparisons = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
     comparisons["partition_verdict"] = partition_verdicts(queries.cluster_validity(run), comparisons)
     for col in ("level", "layer", "n_heads", "n_groups", "n_probe_clusters", "n_layers"):

@@ -1,0 +1,143 @@
+"""AAH head groups for a pretrained encoder that routes nothing, so that its probes can be compared
+with groups on both sides of real heads.
+
+Each head gets the project's 9-D routing feature (``routing.features.head_features``: mean |x| and
+standard deviation of its q, k and v activations over the text tokens; the last three columns, a
+routed model's previous entropy, norm and usage, are zero) and each layer's heads are clustered
+by the project's hierarchy build with the default thresholds (``AAHConfig``). Levels that repeat
+the level below are dropped. Works for BERT-family encoders (``encoder.layer[i].attention.self``
+with ``query``, ``key`` and ``value`` projections: BERT, RoBERTa, MiniLM, ...).
+
+    features = qkv_head_features(model, tokenizer, sentences)      # (n_layer, n_head, 9)
+    groups = head_group_labels(features)                            # per layer: levels, origin
+    heads, validity = group_tables(features, groups, window=510)    # rows for a run's tables
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from aah_viz.errors import ConfigError
+from instrumentation.config import AAHConfig
+from instrumentation.routing.clustering import labels_from_groups
+from instrumentation.routing.features import head_features
+from instrumentation.routing.hierarchy import build_hierarchy
+
+
+def _attention_blocks(model) -> list:
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    blocks = [getattr(getattr(layer, "attention", None), "self", None) for layer in layers or []]
+    if not blocks or any(not all(hasattr(b, n) for n in ("query", "key", "value")) for b in blocks):
+        raise ConfigError(
+            f"{type(model).__name__} has no encoder.layer[i].attention.self query/key/value projections "
+            "(a BERT-family encoder is needed for Q/K/V head groups)"
+        )
+    return blocks
+
+
+@torch.no_grad()
+def qkv_head_features(model, tokenizer, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    """(n_layer, n_head, 9) head features from the q, k, v activations of every text token (special
+    tokens included, padding left out), each text encoded as the tokenizer encodes it."""
+    blocks = _attention_blocks(model)
+    cfg = model.config
+    n_head = int(cfg.num_attention_heads)
+    d = int(cfg.hidden_size) // n_head
+    kept: dict[tuple[int, int], list[torch.Tensor]] = {}
+    mask: dict[str, torch.Tensor] = {}
+
+    def keeper(layer: int, which: int):
+        def hook(_module, _inputs, output):
+            kept.setdefault((layer, which), []).append(output[mask["valid"]].float())
+
+        return hook
+
+    hooks = [
+        getattr(block, name).register_forward_hook(keeper(layer, which))
+        for layer, block in enumerate(blocks)
+        for which, name in enumerate(("query", "key", "value"))
+    ]
+    try:
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[i : i + batch_size]), padding=True, truncation=True, return_tensors="pt")
+            mask["valid"] = enc["attention_mask"].bool()
+            model(**{k: v.to(model.device) for k, v in enc.items()})
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not kept:
+        raise ConfigError("no text to compute head features from")
+    out = []
+    for layer in range(len(blocks)):
+        q, k, v = (torch.cat(kept[(layer, w)]).reshape(1, -1, n_head, d).transpose(1, 2) for w in range(3))
+        out.append(head_features(q, k, v).cpu().numpy())
+    return np.stack(out)
+
+
+@dataclass(frozen=True)
+class LayerGroups:
+    levels: list[list[int]]  # per level (level 0 first): every head's group
+    origin: str  # how level 0 came about: natural, forced_bipartition, collapsed, ...
+
+
+def head_group_labels(features: np.ndarray, cfg: AAHConfig | None = None) -> list[LayerGroups]:
+    """Per layer: every head's group per level, from the default hierarchy build."""
+    cfg = cfg or AAHConfig()
+    out = []
+    for layer_features in features:
+        hierarchy = build_hierarchy(
+            torch.from_numpy(np.ascontiguousarray(layer_features, dtype=np.float32)),
+            sim_threshold=cfg.sim_threshold,
+            super_threshold=cfg.super_threshold,
+            max_depth=cfg.max_depth,
+            upper_metric=cfg.upper_cluster_metric,
+            normdiff_scale=cfg.cosine_normdiff_scale,
+            min_group_size=cfg.min_group_size,
+            group_feature_mode=cfg.group_feature_mode,
+            upper_l2_threshold=cfg.upper_l2_threshold,
+        )
+        n_heads = layer_features.shape[0]
+        levels = [labels_from_groups(hierarchy.levels[0].groups, n_heads)]
+        for parent in hierarchy.parent_maps():
+            above = [parent[g] for g in levels[-1]]
+            if len(set(above)) == len(set(levels[-1])):
+                break  # the same partition again: nothing new above it
+            levels.append(above)
+        facts = hierarchy.levels[0].facts
+        out.append(LayerGroups(levels, facts.origin if facts is not None else "natural"))
+    return out
+
+
+def group_tables(
+    features: np.ndarray, groups: list[LayerGroups], window: int, step: int = 0, cfg: AAHConfig | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows of the run's ``heads`` table (every head at ``window``, its group per level) and of its
+    ``cluster_validity`` table (level 0 of each layer judged against its nulls)."""
+    from aah_viz.analysis.cluster_validity import assess_partition
+
+    cfg = cfg or AAHConfig()
+    depth = max(len(g.levels) for g in groups)
+    heads, validity = [], []
+    for layer, layer_groups in enumerate(groups):
+        levels = layer_groups.levels
+        for head in range(features.shape[1]):
+            row = {"step": step, "layer": layer, "head": head, "window_idx": 0, "window": window, "raw_idx": 0}
+            row.update({f"group_l{lv}": levels[lv][head] if lv < len(levels) else None for lv in range(depth)})
+            heads.append(row)
+        judged = assess_partition(
+            features[layer],
+            levels[0],
+            threshold=cfg.sim_threshold,
+            origin=layer_groups.origin,
+            seed=step * 1024 + layer,
+        )
+        validity.append({"step": step, "layer": layer, "shadow": False, **judged.as_row()})
+    frame = pd.DataFrame(heads)
+    for lv in range(depth):
+        frame[f"group_l{lv}"] = frame[f"group_l{lv}"].astype("Int16")
+    return frame, pd.DataFrame(validity)
