@@ -59,9 +59,9 @@ class _Windows:
 
 
 def _peak_memory_mb(device: torch.device) -> float:
-    from instrumentation.recorder import adapter
+    from instrumentation.recorder_model import peak_memory_mb
 
-    return float(adapter.peak_memory_mb(device))
+    return float(peak_memory_mb(device))
 
 
 def inference_pass(
@@ -123,7 +123,7 @@ def summarise(
     peak_mb: float,
 ) -> dict:
     """The ``inference`` detail from per-forward (n_layer, n_head) windows at their sequence lengths."""
-    from instrumentation.recorder import layer_coverage
+    from aah_viz.runlog.rows import layer_coverage
 
     wins = np.stack(windows)  # (S, L, H)
     T = np.asarray(lengths, dtype=np.int64)

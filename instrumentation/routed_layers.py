@@ -96,10 +96,7 @@ class RoutedLayers:
 
     def controller_grad_norm(self) -> torch.Tensor:
         """L2 norm of the routing networks' gradients (0 when none has a gradient, the reference case)."""
-        grads = [p.grad.detach().float().pow(2).sum() for p in self.controller_parameters() if p.grad is not None]
-        if not grads:
-            return torch.zeros(())
-        return torch.stack(grads).sum().sqrt()
+        return grad_norm(self.controller_parameters())
 
     def controller_initial_parameters(self) -> list[torch.Tensor]:
         return [t for a in self.aah_layers() for t in a.routing_initial_parameters()]
@@ -118,8 +115,28 @@ class RoutedLayers:
         init = self.controller_initial_parameters()
         if not cur:
             return {"l2": 0.0, "relative": 0.0, "max_abs": 0.0}
+        l2 = float(weight_drift(cur, init))
         with torch.no_grad():
-            d2 = sum(float((p.detach().float() - q.float()).pow(2).sum()) for p, q in zip(cur, init))
             n2 = sum(float(q.float().pow(2).sum()) for q in init)
             mx = max(float((p.detach().float() - q.float()).abs().max()) for p, q in zip(cur, init))
-        return {"l2": d2**0.5, "relative": (d2**0.5) / max(n2**0.5, 1e-12), "max_abs": mx}
+        return {"l2": l2, "relative": l2 / max(n2**0.5, 1e-12), "max_abs": mx}
+
+
+# ---------------------------------------------------------------------- the routing networks' health
+# One implementation for the model's methods and the recorder's per-step scalars: device tensors,
+# so a training step never waits for the accelerator to read them.
+def grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
+    """L2 norm over every gradient of ``params`` (a zero tensor when none has one)."""
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+@torch.no_grad()
+def weight_drift(params: list[nn.Parameter], reference: list[torch.Tensor]) -> torch.Tensor:
+    """L2 distance of ``params`` from ``reference`` (same shapes, same devices), over all of them."""
+    if not params:
+        return torch.zeros(())
+    diffs = torch._foreach_sub([p.detach() for p in params], list(reference))
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(diffs)))

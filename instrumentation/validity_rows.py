@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from aah_viz.analysis.cluster_validity import assess_partition
 
 
@@ -29,7 +31,7 @@ def validity_columns(updates: list[dict], threshold: float) -> dict[str, list]:
         n_heads = sum(len(m) for m in level0["members"])
         labels = _labels(level0["members"], n_heads)
         validity = assess_partition(
-            None if feats is None else feats.float().numpy(),
+            None if feats is None else np.asarray(feats, dtype=np.float32),
             labels,
             threshold=threshold,
             origin=level0["facts"].origin or "natural",

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from aah_viz import coverage  # noqa: E402
+from aah_viz.errors import ConfigError  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.config import AAHConfig  # noqa: E402
 from instrumentation.model import AAHTransformer  # noqa: E402
@@ -380,3 +381,39 @@ def test_backend_fallback_is_an_event(tmp_path):
     assert len(fb) == 1
     detail = json.loads(fb["detail"].item())
     assert detail["reason"] and detail["backend"] != "flash"
+
+
+def test_the_recorder_reads_any_routed_layers_through_aah_routing(tmp_path):
+    """A wrapper (e.g. a patched Hugging Face model) carrying the RoutedLayers as ``aah_routing``,
+    also inside a data-parallel ``module``, is recorded like the model itself; others are refused."""
+    torch.manual_seed(0)
+    cfg = AAHConfig.from_preset("tiny", regime="full_adaptive")
+    model = AAHTransformer(cfg)
+
+    class Patched(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            object.__setattr__(self, "aah_routing", inner)
+
+    class DataParallel(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    witness = Witness()
+    handle = model.subscribe(witness)
+    gen = torch.Generator().manual_seed(0)
+    with RoutingRecorder(DataParallel(Patched(model)), tmp_path / "run", "full", flush_every=2) as rec:
+        for step in range(6):
+            model.prepare_step(step)
+            x = torch.randint(0, 256, (2, cfg.block_size), generator=gen)
+            with torch.no_grad():
+                model(x)
+            rec.step(step)
+    handle.remove()
+    heads = load_run(tmp_path / "run").table("heads")
+    got = heads[heads["step"] == 5].sort_values(["layer", "head"])["window"].tolist()
+    assert got == [w for layer in range(cfg.n_layer) for w in witness.windows[(5, layer)]]
+    with pytest.raises(ConfigError, match="lacks cfg, attention_layers"):
+        RoutingRecorder(torch.nn.Linear(2, 2), tmp_path / "other")
