@@ -23,7 +23,14 @@ from instrumentation.hooks import Hookable, SubscriptionHandle, routing_event
 from instrumentation.mixture import mixture_attention
 from instrumentation.routing.selection import full_window_index
 from instrumentation.routing.state import RoutingState
-from instrumentation.routing.step import RouteDecision, RoutingInputs, frozen_decision, networks_for, route_step
+from instrumentation.routing.step import (
+    RouteDecision,
+    RoutingInputs,
+    frozen_decision,
+    networks_for,
+    route_step,
+    stats_read_next,
+)
 
 __all__ = ["AAHAttention", "CausalSelfAttention", "RoutingState", "SubscriptionHandle"]
 
@@ -261,8 +268,11 @@ class AAHAttention(nn.Module, Hookable):
             )
             stats, backend, work, fallback = None, "sdpa", None, None
         else:
+            want_stats = mutate and (
+                not self.cfg.stats_on_update_only or stats_read_next(self.state, self.step, self.cfg)
+            )
             y, probs, stats, backend, work, fallback = self._execute(
-                q, k, v, decision, need_probs, need_stats=mutate, scale=scale
+                q, k, v, decision, need_probs, need_stats=want_stats, scale=scale
             )
         if mutate:
             self.state = self.state.with_stats(stats)

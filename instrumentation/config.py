@@ -119,6 +119,9 @@ class AAHConfig:
     # Issue requirements that deviate from the reference; set to the reference value by name:
     persist_routing_state: bool = True  # §15.10: the reference saves no routing state (False)
     eval_mutates_routing: bool = False  # §15.11: the reference mutates routing in eval (True)
+    # Speed: head statistics only on forwards whose statistics the next forward's routing reads
+    # (the forward before a routing update); routing is unchanged, see docs/model.md.
+    stats_on_update_only: bool = False
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:

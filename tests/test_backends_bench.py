@@ -99,6 +99,12 @@ def test_bench_step_reports_the_step_ratio_and_executed_windows(capsys):
     per_pair = [a / b for a, b in zip(times["full_adaptive"], times["full_attention"])]
     assert len(per_pair) == 2
     assert doc["ratios"]["aah_vs_full_step"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
+    lean = doc["raw_s"]["aah_stats_on_update_only_vs_aah_step"]["cpu"]
+    assert lean["full_adaptive"] == times["full_adaptive"]  # the same rounds, paired with each other
+    per_pair = [a / b for a, b in zip(lean["full_adaptive_stats_on_update_only"], lean["full_adaptive"])]
+    assert doc["ratios"]["aah_stats_on_update_only_vs_aah_step"]["median"] == pytest.approx(
+        statistics.median(per_pair), abs=1e-4
+    )
     assert doc["config"]["attention_backend"] == "banded"
     assert doc["config"]["candidate_windows"] == [8, 16, 32, 64]
     windows = doc["executed_windows"]

@@ -23,7 +23,8 @@ def register(subparsers) -> None:
         description="Time forward + backward + AdamW step of the full_adaptive regime with the banded backend "
         "against the full_attention regime on the same preset shape in paired rounds, and print the median "
         "per-round ratio aah_vs_full_step with a bootstrap 95% interval as JSON, with the windows the AAH model "
-        "executed.",
+        "executed; the same AAH model with stats_on_update_only runs in the same rounds "
+        "(aah_stats_on_update_only_vs_aah_step).",
     )
     parser.add_argument("--preset", default="small", help="size preset (default small)")
     parser.add_argument("--seq-len", type=int, default=1024, help="sequence length T, sets block_size (default 1024)")

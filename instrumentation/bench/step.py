@@ -5,7 +5,9 @@ AAH model is regime ``full_adaptive`` with ``attention_backend="banded"``; the b
 regime ``full_attention``. Both run at a sequence length where windows matter (candidate
 windows T/8, T/4, T/2, T by default), past warm-up so that the controller's windows are
 executed, in paired rounds (``aah_viz.paired_timing``): ``ratios.aah_vs_full_step`` is the median
-of the per-round ratios with a bootstrap 95% interval.
+of the per-round ratios with a bootstrap 95% interval. A third model, the same AAH model with
+``stats_on_update_only`` (head statistics only where routing reads them), runs in the same rounds:
+``ratios.aah_stats_on_update_only_vs_aah_step`` is its saving.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from instrumentation.config import AAHConfig
 from instrumentation.model import AAHTransformer
 
 
-def _build(preset: str, regime: str, seq_len: int, windows, backend: str | None, dropout, seed: int):
-    overrides = dict(block_size=seq_len, windows=tuple(windows))
+def _build(preset: str, regime: str, seq_len: int, windows, backend: str | None, dropout, seed: int, **extra):
+    overrides = dict(block_size=seq_len, windows=tuple(windows), **extra)
     if backend is not None:
         overrides["attention_backend"] = backend
     if dropout is not None:
@@ -70,6 +72,9 @@ def bench_step(
         raise ConfigError("bench step: --seq-len must be >= 2 and every window >= 1")
     aah_cfg, aah, aah_opt = _build(preset, "full_adaptive", seq_len, windows, backend, dropout, seed)
     full_cfg, full, full_opt = _build(preset, "full_attention", seq_len, windows, None, dropout, seed)
+    _, lean, lean_opt = _build(
+        preset, "full_adaptive", seq_len, windows, backend, dropout, seed, stats_on_update_only=True
+    )
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(aah_cfg.vocab_size, (batch, seq_len + 1), generator=gen)
     x, y = idx[:, :-1], idx[:, 1:]
@@ -77,6 +82,7 @@ def bench_step(
     step = aah_cfg.warmup_steps + 1
     sides = {
         "full_adaptive": _side(aah, aah_opt, x, y, step),
+        "full_adaptive_stats_on_update_only": _side(lean, lean_opt, x, y, step),
         "full_attention": _side(full, full_opt, x, y, step),
     }
     times = round_robin(sides, pairs=pairs, warmup=2, progress=progress)
@@ -93,7 +99,11 @@ def bench_step(
     backends = sorted({name for name, _ in seen if name})
     works = [w for _, w in seen if w is not None]
     clock = resolve_clock(clock, "cpu")
-    wanted = {"aah_vs_full_step": ("full_adaptive", "full_attention")}
+    wanted = {
+        "aah_vs_full_step": ("full_adaptive", "full_attention"),
+        "aah_stats_on_update_only_vs_aah_step": ("full_adaptive_stats_on_update_only", "full_adaptive"),
+        "aah_stats_on_update_only_vs_full_step": ("full_adaptive_stats_on_update_only", "full_attention"),
+    }
     doc = paired_report(pairs_of(times, wanted), sides=wanted, clock=clock)
     return {
         **doc,

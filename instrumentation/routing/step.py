@@ -386,6 +386,24 @@ def _post_process(decision: RouteDecision, state: RoutingState, inp: RoutingInpu
     return state.replace(executed_idx=decision.executed)
 
 
+def stats_read_next(state: RoutingState, step: int | None, cfg) -> bool:
+    """Whether the forward after this one (at ``step``, ``state`` as this forward left it) may read this
+    forward's head statistics: False only when it is known to be a cached control forward (not due) or a
+    warm-up / control-off forward whose pooled features are fresh, the two cases that read no features."""
+    if step is None or cfg.control_interval <= 1:
+        return True
+    nxt = step + 1
+    if cfg.apply_window_control and nxt >= cfg.warmup_steps:  # _control's due rule at the next step
+        last = state.last_control_step
+        return last is None or state.cached_idx is None or nxt - last >= cfg.control_interval
+    if not cfg.build_hierarchy:
+        return False
+    last = state.pooled_cache_step  # _shadow's rebuild rule at the next step
+    return (
+        state.cached_labels is None or state.pooled_cache is None or last is None or nxt - last >= cfg.control_interval
+    )
+
+
 @torch.no_grad()
 def route_step(
     state: RoutingState, inputs: RoutingInputs, cfg, nets: RoutingNetworks
