@@ -1,8 +1,9 @@
 """``aah-viz bench compact``: reading ``heads`` of a run of many small segments, before and after compaction.
 
 Generates a synthetic run flushed every step (one segment per table and step), copies it, compacts
-the copy, then times ``load_run(path).table("heads")`` on both, interleaved, and reports the
-medians, their ratio and whether the two reads gave the same rows.
+the copy, then times ``load_run(path).table("heads")`` on both in paired rounds
+(``aah_viz.paired_timing``) and reports ``ratios.after_vs_before_read`` (the median per-round ratio
+with a bootstrap 95% interval), the median seconds and whether the two reads gave the same rows.
 """
 
 from __future__ import annotations
@@ -15,15 +16,28 @@ import tempfile
 import time
 from pathlib import Path
 
+from aah_viz.paired_timing import (
+    add_clock_argument,
+    add_pairs_argument,
+    by_clock,
+    check_pairs,
+    paired_report,
+    resolve_clock,
+    round_robin,
+    timed,
+)
+
 MAX_SECONDS_AFTER = 0.1  # the target for a compacted 5,000-segment run
 
 
-def _read_heads(path: Path):
+def _reader(path: Path, frames: dict, name: str):
+    """A timed side that reads the run's heads table and keeps the rows it read."""
     from aah_viz.runlog import load_run
 
-    t0 = time.perf_counter()
-    heads = load_run(path).table("heads")
-    return time.perf_counter() - t0, heads
+    def read():
+        frames[name] = load_run(path).table("heads")
+
+    return timed(read)
 
 
 def run(args) -> int:
@@ -40,14 +54,16 @@ def run(args) -> int:
         t0 = time.perf_counter()
         compact_run(after)
         compact_seconds = time.perf_counter() - t0
-        times: dict[str, list[float]] = {"before": [], "after": []}
+        pairs, clock = check_pairs(args.pairs), resolve_clock(args.clock, "cpu")
         frames = {}
-        for _ in range(args.repeats):  # interleaved: both variants once per round
-            for name, path in (("before", before), ("after", after)):
-                seconds, frames[name] = _read_heads(path)
-                times[name].append(seconds)
-        seconds = {name: statistics.median(values) for name, values in times.items()}
+        sides = {name: _reader(path, frames, name) for name, path in (("before", before), ("after", after))}
+        times = round_robin(sides, pairs=pairs)
+        key = "after_vs_before_read"
+        doc = paired_report({key: (times["after"], times["before"])}, sides={key: ("after", "before")}, clock=clock)
+        seconds = {name: statistics.median(by_clock(values)[clock]) for name, values in times.items()}
         result = {
+            "clock": clock,
+            "ratios": doc["ratios"],
             "segments_before": len(paths.list_segments(before / "heads")),
             "files_after": len(paths.list_segments(after / "heads")),
             "head_rows": len(frames["after"]),
@@ -56,15 +72,19 @@ def run(args) -> int:
             "speedup": round(seconds["before"] / seconds["after"], 1),
             "same_rows": bool(frames["before"].equals(frames["after"])),
             "compact_seconds": round(compact_seconds, 2),
-            "repeats": args.repeats,
+            "pairs": pairs,
             "limit_seconds_after": MAX_SECONDS_AFTER,
             "within_limit": seconds["after"] <= MAX_SECONDS_AFTER,
+            "ratios_by_clock": doc["ratios_by_clock"],
+            "raw_s": doc["raw_s"],
+            "warnings": doc["warnings"],
         }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        for key, value in result.items():
-            print(f"{key:28s} {value}")
+        for name, value in result.items():
+            if name not in ("raw_s", "ratios_by_clock"):
+                print(f"{name:28s} {value}")
     return 0
 
 
@@ -73,11 +93,13 @@ def register(subparsers) -> None:
         "compact",
         help="time reading heads of a many-segment run before and after aah-viz compact",
         description="Generate a synthetic run flushed every step, compact a copy, and print the median time of "
-        "load_run(...).table('heads') on both (interleaved rounds), their ratio and whether the rows are the same.",
+        "load_run(...).table('heads') on both in paired rounds, the median per-round ratio after/before with a "
+        "bootstrap 95% interval, the median seconds and whether the rows are the same.",
     )
     p.add_argument("--segments", type=int, default=5000, help="steps of the run = heads segments (default 5000)")
     p.add_argument("--layers", type=int, default=2, help="layers of the generated run (default 2)")
     p.add_argument("--heads", type=int, default=12, help="heads per layer (default 12)")
-    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds; seconds are medians (default 5)")
+    add_pairs_argument(p)
+    add_clock_argument(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
