@@ -91,6 +91,29 @@ def test_multiword_tokens_and_empty_nodes(tmp_path):
             "not found in the sentence text",
         ),
         ('{"id": 1, "text": "x"}\n', 1, "is this a CoNLL-U file"),
+        (  # two roots
+            "# text = a b\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n",
+            3,
+            "a second root (words 1, 2 have HEAD 0)",
+        ),
+        (  # 1 -> 2 -> 3 -> 1: no root at all
+            "# text = a b c\n1\ta\t_\tX\t_\t_\t2\tdep\t_\t_\n2\tb\t_\tX\t_\t_\t3\tdep\t_\t_\n"
+            "3\tc\t_\tX\t_\t_\t1\tdep\t_\t_\n\n",
+            2,
+            "heads run in a cycle",
+        ),
+        (  # a cycle beside a root
+            "# text = a b c\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t3\tdep\t_\t_\n"
+            "3\tc\t_\tX\t_\t_\t2\tdep\t_\t_\n\n",
+            3,
+            "word 2's heads run in a cycle",
+        ),
+        (  # the same document id twice
+            "# text = a\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n\n# newdoc id = e\n# text = b\n"
+            "1\tb\t_\tX\t_\t_\t0\troot\t_\t_\n\n# newdoc id = d\n# text = c\n1\tc\t_\tX\t_\t_\t0\troot\t_\t_\n\n",
+            8,
+            "document id 'd' again (first at line 1)",
+        ),
     ],
 )
 def test_malformed_conllu_names_file_and_line(tmp_path, body, line, message):
@@ -254,3 +277,42 @@ def test_conll2012_unclosed_mention(tmp_path):
         InputFormatError, match=r"bad_conll:\d+: mentions of chain\(s\) \[1\] are opened but never closed"
     ):
         read_conll2012(bad)
+
+
+TEXT = "the mayor of Paris spoke. He left."
+
+
+@pytest.mark.parametrize(
+    "chains, message",
+    [
+        (  # the same span in two chains
+            [{"id": "a", "mentions": [{"start": 0, "end": 9}]}, {"id": "b", "mentions": [{"start": 0, "end": 9}]}],
+            "is a mention twice (chains 'a' and 'b')",
+        ),
+        (  # "mayor of" and "of Paris" cross
+            [{"id": "a", "mentions": [{"start": 4, "end": 12}]}, {"id": "b", "mentions": [{"start": 10, "end": 18}]}],
+            "overlap without one containing the other",
+        ),
+    ],
+)
+def test_overlapping_mentions_name_the_file_line_and_chains(tmp_path, chains, message):
+    path = _jsonl(
+        tmp_path, [{"id": "ok", "text": "Anna ran.", "chains": []}, {"id": "d", "text": TEXT, "chains": chains}]
+    )
+    with pytest.raises(InputFormatError) as err:
+        read_coref_jsonl(path)
+    assert f"{path}:2:" in str(err.value) and message in str(err.value)
+
+
+def test_nested_mentions_are_read_and_duplicate_document_ids_refused(tmp_path):
+    nested = [  # "the mayor of Paris" contains "Paris": nesting is normal
+        {"id": "mayor", "mentions": [{"start": 0, "end": 18}, {"start": 26, "end": 28}]},
+        {"id": "paris", "mentions": [{"start": 13, "end": 18}]},
+    ]
+    (doc,) = read_coref_jsonl(_jsonl(tmp_path, [{"id": "d", "text": TEXT, "chains": nested}]))
+    assert [c.id for c in doc.chains] == ["mayor", "paris"]
+    items = [{"id": "d", "text": "Anna ran.", "chains": []}, {"id": "e", "text": "Bo ran.", "chains": []}]
+    path = _jsonl(tmp_path, [*items, {"id": "d", "text": "Cy ran.", "chains": []}])
+    with pytest.raises(InputFormatError) as err:
+        read_coref_jsonl(path)
+    assert f"{path}:3:" in str(err.value) and "document id 'd' again (first at" in str(err.value)

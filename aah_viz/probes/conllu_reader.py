@@ -54,6 +54,7 @@ def _check_block(path: Path, block: list[tuple[int, str]]) -> None:
         raise _fail(path, block[0][0], "a sentence block with comments but no token lines")
     n_words = sum(1 for _, line in tokens if _WORD_ID.match(line.split("\t", 1)[0]))
     expected = 1
+    heads: dict[int, tuple[int, int]] = {}  # word -> (its head, its line)
     for number, line in tokens:
         cols = line.split("\t")
         if len(cols) != 10:
@@ -83,6 +84,23 @@ def _check_block(path: Path, block: list[tuple[int, str]]) -> None:
                 raise _fail(path, number, f"word {tid} is its own head")
             if deprel in ("", "_"):
                 raise _fail(path, number, "a word with a HEAD needs a DEPREL")
+            heads[int(tid)] = (int(head), number)
+    _check_tree(path, heads)
+
+
+def _check_tree(path: Path, heads: dict[int, tuple[int, int]]) -> None:
+    """A sentence's gold heads form one tree: one root (HEAD 0) and no cycle."""
+    roots = [(word, line) for word, (head, line) in heads.items() if head == 0]
+    if len(roots) > 1:
+        words = ", ".join(str(w) for w, _ in roots)
+        raise _fail(path, roots[1][1], f"a second root (words {words} have HEAD 0); a dependency tree has one root")
+    for start, (_, line) in heads.items():
+        seen, word = {start}, start
+        while word in heads and heads[word][0] != 0:
+            word = heads[word][0]
+            if word in seen:
+                raise _fail(path, line, f"word {start}'s heads run in a cycle (through word {word}); not a tree")
+            seen.add(word)
 
 
 def _space_after(token) -> bool:
@@ -174,6 +192,7 @@ def read_conllu(path, max_docs: int | None = None) -> list[Document]:
     text = read_user_text(path, "CoNLL-U")
     docs: list[Document] = []
     current: dict | None = None
+    doc_lines: dict[str, int] = {}  # document id -> line where it started
 
     def finish():
         if current and current["sentences"]:
@@ -194,6 +213,13 @@ def read_conllu(path, max_docs: int | None = None) -> list[Document]:
                 current = None
                 break
             name = meta.get("newdoc id") or doc_id or meta.get("sent_id") or f"{path.name}#{len(docs) + 1}"
+            if str(name) in doc_lines:
+                raise _fail(
+                    path,
+                    block[0][0],
+                    f"document id {name!r} again (first at line {doc_lines[str(name)]}); document ids must be unique",
+                )
+            doc_lines[str(name)] = block[0][0]
             single = not new_doc and doc_id is None
             current = {"id": str(name), "texts": [], "sentences": [], "pos": 0, "single": single}
         offset = current["pos"] + (1 if current["texts"] else 0)

@@ -130,14 +130,43 @@ def document_from_json(item: object, where: str) -> Document:
             mentions.append(Mention(start, end, tuple(covered), head, kind, gender, number))
         mentions.sort(key=lambda mm: (mm.start, -mm.end))
         chains.append(Chain(str(chain.get("id", c_index)), tuple(mentions)))
+    _check_spans(chains, text, where)
     sentence = Sentence(f"{item['id']}-all", 0, len(text), tuple(words))
     return Document(str(item["id"]), text, [sentence], chains)
+
+
+def _check_spans(chains, text: str, where: str) -> None:
+    """Mentions nest or stay apart: the same span twice, or two spans that cross, is an error."""
+    spans = sorted(((m.start, m.end, c.id) for c in chains for m in c.mentions), key=lambda s: (s[0], -s[1]))
+    stack: list[tuple[int, int, str]] = []
+    for i, (start, end, chain) in enumerate(spans):
+        if i and spans[i - 1][:2] == (start, end):
+            raise InputFormatError(
+                f"{where}: span [{start}, {end}) = {text[start:end]!r} is a mention twice "
+                f"(chains {spans[i - 1][2]!r} and {chain!r}); a span is one mention"
+            )
+        while stack and stack[-1][1] <= start:
+            stack.pop()
+        if stack and end > stack[-1][1]:
+            o_start, o_end, o_chain = stack[-1]
+            raise InputFormatError(
+                f"{where}: mentions [{o_start}, {o_end}) (chain {o_chain!r}) and [{start}, {end}) (chain {chain!r}) "
+                "overlap without one containing the other; mentions nest or stay apart"
+            )
+        stack.append((start, end, chain))
+
+
+def _unique_id(doc: Document, seen: dict[str, str], where: str) -> None:
+    if doc.id in seen:
+        raise InputFormatError(f"{where}: document id {doc.id!r} again (first at {seen[doc.id]}); ids must be unique")
+    seen[doc.id] = where
 
 
 def read_coref_jsonl(path, max_docs: int | None = None) -> list[Document]:
     path = Path(path)
     text = read_user_text(path, "coreference JSONL (one JSON document per line)")
-    docs = []
+    docs: list[Document] = []
+    seen: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -149,6 +178,7 @@ def read_coref_jsonl(path, max_docs: int | None = None) -> list[Document]:
                 f"{where}: not JSON ({err.msg} at column {err.colno}); expected one document per line"
             ) from None
         docs.append(document_from_json(item, where))
+        _unique_id(docs[-1], seen, where)
         if max_docs is not None and len(docs) >= max_docs:
             break
     return docs
@@ -443,7 +473,13 @@ def read_coref(path, max_docs: int | None = None) -> list[Document]:
     items = read_gap(path) if fmt == "gap" else read_conll2012(path)
     if max_docs is not None:
         items = items[:max_docs]
-    return [document_from_json(item, f"{path}: document {item['id']!r}") for item in items]
+    docs: list[Document] = []
+    seen: dict[str, str] = {}
+    for item in items:
+        where = f"{path}: document {item['id']!r}"
+        docs.append(document_from_json(item, where))
+        _unique_id(docs[-1], seen, where)
+    return docs
 
 
 def convert_to_jsonl(src, dst, fmt: str | None = None) -> Path:
