@@ -17,12 +17,16 @@ from typing import Any
 from aah_viz.errors import ConfigError
 
 # Enumerated values of the keys that take a name (the reference's choices plus our named options).
+# Keys that once existed but did nothing; configs, manifests and checkpoints that still carry them load.
+RETIRED_KEYS = frozenset(
+    {"diagnostic_detail", "mask_cache_size", "resolution_collapse_min_frac", "resolution_collapse_max_frac"}
+)
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "controller_input_mode": ("base", "enriched", "contrastive", "position_aware", "relative_sibling_mean"),
     "controller_arch": ("mlp", "deep_mlp"),
     "controller_choice_mode": ("learned", "oracle_alternating"),
     "controller_pairwise_mode": ("none", "sibling_bias", "joint_sibling"),
-    "diagnostic_detail": ("full", "light", "minimal", "off"),
     "hierarchy_ablation_mode": (
         "adaptive",
         "freeze_learned_topology",
@@ -80,10 +84,7 @@ class AAHConfig:
     min_group_size: int = 3
     warmup_steps: int = 3
     w_min: int = 4  # accounting only (§10.3)
-    mask_cache_size: int = 16
     resolution_ema_alpha: float = 0.15
-    resolution_collapse_min_frac: float = 0.98
-    resolution_collapse_max_frac: float = 0.98
     post_warmup_ramp_steps: int = 0
     group_feature_mode: str = "mean"
     upper_cluster_metric: str = "cosine_normdiff"
@@ -98,7 +99,6 @@ class AAHConfig:
     pairwise_bias_scale: float = 1.0
     joint_output_scale: float = 1.0
     joint_hidden_dim: int = 64
-    diagnostic_detail: str = "light"
     reuse_group_hierarchy: bool = False
     hierarchy_ablation_mode: str = "adaptive"
     fixed_hierarchy_seed: int = 0
@@ -180,6 +180,8 @@ class AAHConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AAHConfig:
         known = {f.name for f in dataclasses.fields(cls)}
+        if RETIRED_KEYS & set(d):  # written before these keys were removed: they never did anything
+            d = {k: v for k, v in d.items() if k not in RETIRED_KEYS}
         if "seq_len" in d:  # accepted as an alias of block_size
             d = dict(d)
             seq_len = d.pop("seq_len")
@@ -308,7 +310,6 @@ def validate(cfg: AAHConfig) -> None:
         "post_warmup_ramp_steps",
         "w_min",
         "min_group_size",
-        "mask_cache_size",
         "joint_hidden_dim",
         "control_dim",
         "controller_rng_reference_dim",
@@ -533,12 +534,9 @@ REFERENCE_DEFAULTS: dict[str, Any] = dict(
     warmup_steps=0,
     w_min=64,
     resolution_ema_alpha=0.0,
-    resolution_collapse_min_frac=0.95,
-    resolution_collapse_max_frac=0.95,
     upper_cluster_metric="cosine",
     controller_input_mode="base",
     controller_pairwise_mode="none",
     joint_hidden_dim=0,
-    diagnostic_detail="full",
     fixed_hierarchy_seed=1337,
 )

@@ -1,6 +1,6 @@
 """Run conformance case files (reference inputs and outputs) through our clustering and hierarchy.
 
-The file format is ``../shared/reference/conformance/README.md``: top-level ``cases``, each with a
+The file format (``docs/internals.md``, "Conformance files"): top-level ``cases``, each with a
 ``kind`` (``cluster_level0``, ``cluster_upper``, ``hierarchy``), its inputs and an ``expect``
 object. A case is *exact* when every expected field matches (group order and member order
 included) and *same_partition* when the sets of items grouped together agree, ignoring order.
@@ -31,9 +31,7 @@ _CLUSTER_FACTS = ("origin", "forced_bipartition", "groups_before_merge")
 
 
 def _fail(where: str, what: str) -> InputFormatError:
-    return InputFormatError(
-        f"{where}: {what}; expected the conformance format of shared/reference/conformance/README.md"
-    )
+    return InputFormatError(f"{where}: {what}; expected the conformance format of docs/internals.md")
 
 
 def _check_matrix(X: Any, where: str) -> None:
@@ -104,7 +102,7 @@ def load_cases(path: str | Path) -> list[dict]:
     except json.JSONDecodeError as err:
         raise InputFormatError(
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
-            "expected the conformance format of shared/reference/conformance/README.md"
+            "expected the conformance format of docs/internals.md"
         ) from err
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise _fail(str(path), "the top level must be an object with a 'cases' list")

@@ -194,3 +194,11 @@ def test_self_merging_configurations_are_refused():
 def test_every_key_is_checked_for_name_type_and_range(kwargs, key):
     with pytest.raises(ConfigError, match=key):
         AAHConfig(**kwargs)
+
+
+def test_retired_keys_are_gone_and_old_configs_still_load():
+    old = AAHConfig.from_preset("tiny").to_dict()
+    assert not set(old) & {"diagnostic_detail", "mask_cache_size", "resolution_collapse_min_frac"}
+    old.update(diagnostic_detail="full", mask_cache_size=16, resolution_collapse_min_frac=0.9)
+    old["resolution_collapse_max_frac"] = 0.9
+    assert AAHConfig.from_dict(old) == AAHConfig.from_preset("tiny")

@@ -10,8 +10,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "conformance",
         help="run a conformance case file through our clustering and hierarchy routines",
-        description="Run every case of a conformance file (the format of "
-        "shared/reference/conformance/README.md) through our clustering and hierarchy routines and "
+        description="Run every case of a conformance file (the format in docs/internals.md) "
+        "through our clustering and hierarchy routines and "
         'print JSON {"cases", "exact", "same_partition", "failures"}. Exit 0 when every case is exact, '
         "1 when some differ, 2 when the file cannot be read.",
     )
