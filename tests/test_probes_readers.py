@@ -316,3 +316,16 @@ def test_nested_mentions_are_read_and_duplicate_document_ids_refused(tmp_path):
     with pytest.raises(InputFormatError) as err:
         read_coref_jsonl(path)
     assert f"{path}:3:" in str(err.value) and "document id 'd' again (first at" in str(err.value)
+
+
+def test_the_tree_check_walks_each_word_once(tmp_path):
+    """A 20,000-word chain (each word headed by the next) is read as one tree (the check walks each
+    word once; a walk per word would take 2e8 steps and hit the suite's timeout)."""
+    n = 20_000
+    lines = [
+        f"{i}\tw\t_\tX\t_\t_\t{i + 1 if i < n else 0}\t{'dep' if i < n else 'root'}\t_\t_" for i in range(1, n + 1)
+    ]
+    path = tmp_path / "chain.conllu"
+    path.write_text("# newdoc id = d\n" + "\n".join(lines) + "\n\n", encoding="utf-8")
+    (doc,) = read_conllu(path)
+    assert len(doc.words) == n

@@ -94,13 +94,15 @@ def _check_tree(path: Path, heads: dict[int, tuple[int, int]]) -> None:
     if len(roots) > 1:
         words = ", ".join(str(w) for w, _ in roots)
         raise _fail(path, roots[1][1], f"a second root (words {words} have HEAD 0); a dependency tree has one root")
+    reaches_root: set[int] = set()  # words whose chain of heads ends at the root: each walked once
     for start, (_, line) in heads.items():
-        seen, word = {start}, start
-        while word in heads and heads[word][0] != 0:
+        walked, word = {start}, start
+        while word in heads and heads[word][0] != 0 and word not in reaches_root:
             word = heads[word][0]
-            if word in seen:
+            if word in walked:
                 raise _fail(path, line, f"word {start}'s heads run in a cycle (through word {word}); not a tree")
-            seen.add(word)
+            walked.add(word)
+        reaches_root |= walked
 
 
 def _space_after(token) -> bool:
