@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from instrumentation.data import cut_blocks  # noqa: E402
 from instrumentation.profile import distance_mass, needed_window  # noqa: E402
 
 pytestmark = pytest.mark.torch
+REPO = Path(__file__).resolve().parents[1]
 TEXT = "Time flies like an arrow; fruit flies like a banana. " * 30
 
 
@@ -97,3 +99,43 @@ def test_profile_appends_head_spans_to_a_train_run(tmp_path):
     per_head = spans[spans["window"] == 64].sort_values(["layer", "head"])
     assert per_head["executed_window"].tolist() == last["window"].tolist()
     assert np.allclose(per_head["mass_share"], 1.0)  # the largest window is T: all the mass
+
+
+def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from aah_viz.figures.data import head_spans_data
+    from aah_viz.figures.payload import figure_data
+    from aah_viz.figures.windows import needed_vs_executed_figure
+
+    logs = tmp_path / "logs"
+    run = logs / "tiny"
+    common = ["--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress", "--threads", "1"]
+    assert main(["train", "--out", str(run), *common, "--eval-interval", "2", "--eval-batches", "1"]) == 0
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT)
+    assert main(["profile", str(run), "--data", str(data), "--out", str(run), "--batches", "1"]) == 0
+    spans = head_spans_data(load_run(run))
+    raw = load_run(run).table("head_spans")
+    assert len(spans) == 2 * 12 and len(raw) == 2 * 12 * 4
+    one = raw.drop_duplicates(["layer", "head"]).sort_values(["layer", "head"])
+    assert spans["needed_95"].tolist() == one["needed_95"].tolist()
+    fig = needed_vs_executed_figure(spans, [8, 16, 32, 64])
+    heads = [t for t in fig.data if t.name == "heads"][0]
+    assert list(heads.x) == spans["needed_95"].tolist() and list(heads.y) == spans["executed_window"].tolist()
+
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at.run()
+    at.switch_page("aah_viz/dashboard/windows.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("What each head needs" in s.value for s in at.subheader)
+    cut = int((spans["executed_window"] < spans["needed_95"]).sum())
+    assert any(f"{cut} of 24 heads lie below" in c.value for c in at.caption)
+    charts = [figure_data(c.proto.spec) for c in at.get("plotly_chart")]
+    shown = [t for c in charts for t in c["data"] if t.get("name") == "heads"]
+    assert len(shown) == 1
+    assert list(shown[0]["x"]) == spans["needed_95"].tolist()
+    assert list(shown[0]["y"]) == spans["executed_window"].tolist()

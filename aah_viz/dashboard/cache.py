@@ -86,6 +86,11 @@ def timeline(root: str, key: str, token: int, layer: int) -> dict:
     return data.timeline_data(open_run(root, key), layer)
 
 
+@st.cache_data(show_spinner=False)
+def head_spans(root: str, key: str, token: int) -> pd.DataFrame:
+    return data.head_spans_data(open_run(root, key))
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def branch(root: str, key: str, token: int, step: int | None) -> dict:
     return data.branch_data(open_run(root, key), step)

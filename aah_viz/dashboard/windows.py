@@ -156,6 +156,24 @@ def _across_runs(root: str, key: str, m: dict) -> None:
                     st.caption(plain(state.label(k)))
 
 
+def _needed(key: str, root: str, token: int, m: dict) -> None:
+    spans = cache.head_spans(root, key, token)
+    if spans.empty:
+        return  # never profiled: aah-viz profile RUN --data FILE --out RUN adds the table
+    st.subheader("What each head needs against what it executes")
+    chart(
+        wfig.needed_vs_executed_figure(spans, m["windows"], "needed (95% of the attention mass) vs executed window"),
+        key="win_needed",
+        name="needed-vs-executed",
+        data=spans,
+    )
+    cut = int((spans["executed_window"] < spans["needed_95"]).sum())
+    st.caption(
+        f"From aah-viz profile (full-attention mass by distance, per head). {cut} of {len(spans)} heads lie below "
+        "the diagonal: routing executes a window shorter than the one that keeps 95% of what the head attends to."
+    )
+
+
 @guarded
 def render() -> None:
     opened = state.open_run("Windows")
@@ -164,6 +182,7 @@ def render() -> None:
     key, root, token, m = opened
     st.subheader("Layer × head windows at a routing update")
     _at_a_step(key, root, token, m)
+    _needed(key, root, token, m)
     _across_runs(root, key, m)
 
 

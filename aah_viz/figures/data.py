@@ -93,6 +93,23 @@ def window_heatmap_data(run, step: int | None = None) -> dict:
     return {"step": chosen, "matrix": matrix}
 
 
+def head_spans_data(run) -> pd.DataFrame:
+    """One row per (layer, head) of the newest ``head_spans`` profile: needed_95, needed_99, executed_window
+    (empty when the run has never been profiled with ``aah-viz profile``)."""
+    cols = ["layer", "head", "needed_95", "needed_99", "executed_window"]
+    if "head_spans" not in run.tables():
+        return pd.DataFrame(columns=cols)
+    spans = run.table("head_spans")
+    if spans is None or spans.empty:
+        return pd.DataFrame(columns=cols)
+    spans = spans[spans["step"] == spans["step"].max()]
+    return (
+        spans.drop_duplicates(["layer", "head"], keep="last")[cols]
+        .sort_values(["layer", "head"])
+        .reset_index(drop=True)
+    )
+
+
 def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) -> dict:
     """One layer's windows per head at sampled steps (routing updates when they fit).
 

@@ -273,3 +273,37 @@ def bucket_heatmap_figure(table: pd.DataFrame, title: str = "", row_title: str =
     fig.update_xaxes(title=style.WINDOW, type="category")
     fig.update_yaxes(title=row_title, autorange="reversed")
     return style.base_layout(fig, title, height=max(300, 40 * len(table) + 160))
+
+
+def needed_vs_executed_figure(spans: pd.DataFrame, windows: list[int], title: str = "") -> go.Figure:
+    """Per head (one marker, coloured by layer): the window that keeps 95% of its full-attention mass (x)
+    against the window routing executes (y), both log-scaled. Below the diagonal: routing cuts what
+    the head uses (``aah-viz profile``, the ``head_spans`` table)."""
+    fig = go.Figure()
+    if len(spans):
+        hi = float(max(spans["needed_95"].max(), spans["executed_window"].max(), max(windows)))
+        lo = float(max(1, min(spans["needed_95"].min(), spans["executed_window"].min())))
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="#999", dash="dot"), name="needed = executed"
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=spans["needed_95"],
+                y=spans["executed_window"],
+                mode="markers",
+                marker=dict(color=spans["layer"], colorscale="Viridis", showscale=True, colorbar=dict(title="layer")),
+                customdata=np.stack([spans["layer"], spans["head"], spans["needed_99"]], axis=1),
+                hovertemplate="layer %{customdata[0]} head %{customdata[1]}<br>needed (95%): %{x}<br>"
+                "needed (99%): %{customdata[2]}<br>executed: %{y}<extra></extra>",
+                name="heads",
+            )
+        )
+    fig.update_layout(
+        title=title,
+        xaxis=dict(title="window keeping 95% of the mass (tokens)", type="log"),
+        yaxis=dict(title="executed window (tokens)", type="log", tickvals=list(windows)),
+        template=style.TEMPLATE,
+    )
+    return fig
