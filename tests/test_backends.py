@@ -342,3 +342,11 @@ def test_flex_inference_on_cpu_matches_dense():
     if res.backend != "flex":
         pytest.skip("FlexAttention could not compile here")
     _assert_close(res.out, ref.out, "flex output")
+
+
+def test_one_acr_and_coverage_formula():
+    """The backends and benches use the formulas of aah_viz.coverage, not copies of them."""
+    from aah_viz import coverage
+    from instrumentation import backends
+
+    assert backends.acr is coverage.acr and backends.causal_coverage is coverage.causal_coverage

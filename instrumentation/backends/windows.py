@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from aah_viz.coverage import acr, causal_coverage  # noqa: F401 - the one ACR / coverage formula
 from aah_viz.errors import ConfigError
 
 
@@ -55,19 +56,3 @@ def band_pairs(seq_len: int, window: int) -> int:
     w = clamp_window(window, seq_len)
     # rows 0..w-1 contribute t+1, the remaining T-w rows contribute w each
     return w * (w + 1) // 2 + (seq_len - w) * w
-
-
-def causal_coverage(windows: Sequence[int], seq_len: int) -> float:
-    """Attended causal pairs over all causal pairs: sum_h sum_t min(t+1, W_h) / (H T(T+1)/2)."""
-    windows = list(windows)
-    if not windows:
-        return 0.0
-    return sum(band_pairs(seq_len, w) for w in windows) / (len(windows) * causal_pairs(seq_len))
-
-
-def acr(windows: Sequence[int], seq_len: int) -> float:
-    """The paper's key-length proxy for one layer: sum_h T min(w_h, T) / (H T^2) (method section 11.1)."""
-    windows = list(windows)
-    if not windows:
-        return 0.0
-    return sum(min(seq_len, max(1, int(w))) for w in windows) / (len(windows) * seq_len)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from aah_viz import coverage
 from aah_viz.errors import ConfigError
 from instrumentation.attention import AAHAttention, CausalSelfAttention
 from instrumentation.config import AAHConfig
@@ -208,7 +209,7 @@ class RetrofitHandle(RoutedLayers):
         for li, layer in enumerate(self.attention_layers()):
             T = layer.last_seq_len or self.cfg.block_size
             wins = layer.executed_windows(T)
-            acr = sum(min(w, T) for w in wins) / (len(wins) * T)
+            acr = coverage.acr(wins, T)
             for h, w in enumerate(wins):
                 rows.append(
                     dict(
