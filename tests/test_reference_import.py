@@ -270,7 +270,7 @@ def test_no_doc_or_module_points_at_the_developers_material_beside_the_checkout(
     """The method is docs/method.md and the conformance format is in docs/internals.md; the
     developers' folder beside a checkout (``../shared``) is for tests only."""
     repo = Path(__file__).resolve().parents[1]
-    files = [repo / "app.py", *(repo / "docs").rglob("*.md")]
+    files = [repo / "README.md", repo / "app.py", *(repo / "docs").rglob("*.md")]
     files += [*(repo / "aah_viz").rglob("*.py"), *(repo / "instrumentation").rglob("*.py")]
     needles = ("../shared", "shared/reference", "shared/docs")
     assert [str(p.relative_to(repo)) for p in files if any(n in p.read_text() for n in needles)] == []
