@@ -31,6 +31,7 @@ _EXPORTS = {
     "load_aah_checkpoint": "instrumentation.probe_extract",
     "AAHAttentionSource": "instrumentation.probe_extract",
     "load_hf_model": "instrumentation.probe_extract",
+    "load_retrofit_adapter": "instrumentation.probe_extract",
     "load_for_evaluation": "instrumentation.evaluation",
     "evaluate_loaded": "instrumentation.evaluation:evaluate",
     "write_inference": "instrumentation.evaluation",

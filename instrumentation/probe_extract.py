@@ -143,7 +143,8 @@ class HFAttentionSource:
         cfg = model.config
         self.n_layer = int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layer)
         self.n_head = int(getattr(cfg, "num_attention_heads", None) or cfg.n_head)
-        self.candidate_windows: tuple[int, ...] = ()
+        routing = getattr(model, "aah_routing", None)
+        self.candidate_windows: tuple[int, ...] = tuple(routing.cfg.windows) if routing is not None else ()
         self.step = None
         self.tokenizer = tokenizer if tokenizer is not None and getattr(tokenizer, "is_fast", False) else None
         self.byte_tokenizer = ByteTokenizer() if self.tokenizer is None else None
@@ -159,6 +160,10 @@ class HFAttentionSource:
 
     @property
     def windows(self) -> np.ndarray:
+        """Each head's window: a patched model's executed windows, else the whole input."""
+        routing = getattr(self.model, "aah_routing", None)
+        if routing is not None:
+            return routing.current_windows().cpu().numpy().astype(np.int64)
         return np.full((self.n_layer, self.n_head), self.max_len, dtype=np.int64)
 
     def encode(self, text: str):
@@ -218,6 +223,29 @@ def _from_pretrained(auto_class, path, **kwargs):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise InputFormatError(f"cannot load the model in {path}: {first}") from err
         raise
+
+
+def load_retrofit_adapter(adapter, run_dir, device: str = "cpu") -> HFAttentionSource:
+    """A run of ``aah-viz retrofit``: its base model (the manifest's ``base_model``) with one of its
+    adapters, probed as patched (AAH routing frozen as saved)."""
+    from aah_viz.runlog import read_manifest
+    from instrumentation.retrofit import load_adapter
+    from instrumentation.retrofit.load import load_causal_lm
+
+    base = read_manifest(run_dir).get("base_model")
+    if not base or not (Path(base) / "config.json").is_file():
+        raise InputFormatError(
+            f"run {run_dir} names no base model folder that exists here (manifest base_model {base!r})"
+        )
+    model = load_causal_lm(base, device)
+    load_adapter(model, adapter)
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        tokenizer = None
+    return HFAttentionSource(model, tokenizer, device=device)
 
 
 def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAttentionSource:

@@ -81,6 +81,31 @@ def test_sliding_window_equals_the_model_on_the_windows_tokens(family):
     assert not torch.allclose(out[:, T - 1], logits(model, ids)[:, -1], atol=1e-4)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_patched_model_returns_its_attention_probabilities(family):
+    """What `aah-viz probe` reads (``output_attentions=True``): with full attention, the unpatched
+    model's own eager probabilities; with a sliding window, rows that sum to one inside the window."""
+    ids = ids_of(12, batch=1)
+    model = tiny_model(family)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        expected = model(ids, use_cache=False, output_attentions=True).attentions
+    patch_model(model, "full_attention", windows=(4, 12))
+    with torch.no_grad():
+        got = model(ids, use_cache=False, output_attentions=True).attentions
+    assert len(got) == len(expected) == 2
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+    W = 4
+    local = tiny_model(family)
+    patch_model(local, "sliding_window", windows=(W, 12), static_window=W)
+    with torch.no_grad():
+        att = local(ids, use_cache=False, output_attentions=True).attentions[0][0]  # (H, T, T)
+    assert torch.allclose(att.sum(-1), torch.ones(att.shape[:2]), atol=1e-5)
+    i, j = torch.meshgrid(torch.arange(12), torch.arange(12), indexing="ij")
+    assert (att[:, (i - j >= W) | (j > i)] == 0).all()
+
+
 @pytest.mark.parametrize("n_kv", [1, 2, 4, 8])
 def test_grouped_query_attention_for_every_key_value_head_count(n_kv):
     model = tiny_model("qwen3", n_kv=n_kv)

@@ -6,6 +6,7 @@ import csv
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -75,6 +76,27 @@ def test_retrofit_adapts_records_and_saves_adapters(base, tmp_path):
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 4
     assert [int(r["window_size"]) for r in rows] == last["window"].tolist()
+
+
+def test_probe_reads_a_retrofit_run_through_its_adapter(base, tmp_path):
+    from instrumentation.probe_extract import load_retrofit_adapter
+
+    out = tmp_path / "run"
+    assert retrofit(base, out, "--steps", "6", "--checkpoint-interval", "3") == 0
+    source = load_retrofit_adapter(out / "adapters" / "step-00000005.safetensors", out)
+    heads = load_run(out).table("heads")
+    last = heads[heads["step"] == 5].sort_values(["layer", "head"])
+    assert source.windows.reshape(-1).tolist() == last["window"].tolist()  # the patched model, as recorded
+    assert source.candidate_windows == (8, 16, 32)
+    att = source.attend([list(range(40, 60))])[0]  # (L, H, T, T) from the patched attention
+    T = att.shape[-1]
+    i, j = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    for layer in range(2):
+        for head in range(4):
+            assert (att[layer, head][i - j >= source.windows[layer, head]] == 0).all()
+    assert main(["probe", str(out), "--max-docs", "2", "--no-progress", "--threads", "1"]) == 0
+    probed = load_run(out).table("probe_heads")
+    assert set(probed["step"]) == {5} and len(probed[["layer", "head"]].drop_duplicates()) == 2 * 4
 
 
 def test_resume_continues_exactly(base, tmp_path):

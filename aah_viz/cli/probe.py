@@ -147,13 +147,14 @@ def run(args: argparse.Namespace) -> int:
     torch = require_torch()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from instrumentation import load_aah_checkpoint, load_hf_model
+    from instrumentation import load_aah_checkpoint, load_hf_model, load_retrofit_adapter
 
-    source = (
-        load_aah_checkpoint(target.model_path, args.device)
-        if target.kind == "aah"
-        else load_hf_model(target.model_path, device=args.device)
-    )
+    if target.kind == "aah":
+        source = load_aah_checkpoint(target.model_path, args.device)
+    elif target.kind == "retrofit":
+        source = load_retrofit_adapter(target.model_path, target.run_dir, device=args.device)
+    else:
+        source = load_hf_model(target.model_path, device=args.device)
     step = int(target.step if target.step is not None else (source.step or 0))
     windows = None
     if target.run_dir is not None:
@@ -192,8 +193,8 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
     coref_all = result.probe_coref[result.probe_coref["bucket"] == "all"] if len(result.probe_coref) else None
     best_coref = None
     if coref_all is not None and len(coref_all):
-        heads = coref_all[coref_all["method"] == "head"]
-        if len(heads):
+        heads = coref_all[(coref_all["method"] == "head") & coref_all["accuracy"].notna()]
+        if len(heads):  # none when no query could be scored (e.g. every antecedent beyond the inputs)
             row = heads.loc[heads["accuracy"].idxmax()]
             best_coref = {"layer": int(row["layer"]), "head": int(row["head"]), "accuracy": float(row["accuracy"])}
     return {

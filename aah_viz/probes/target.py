@@ -15,22 +15,28 @@ from aah_viz.errors import RunLogError
 from aah_viz.schema import MANIFEST
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
+ADAPTER_NAME = re.compile(r"^step-(\d{8})\.safetensors$")  # aah-viz retrofit's checkpoints (adapters/)
 
 
 @dataclass
 class ProbeTarget:
-    kind: str  # "aah" or "hf"
-    model_path: Path  # the checkpoint file or the Hugging Face folder
+    kind: str  # "aah", "retrofit" (an adapter of a patched Hugging Face model) or "hf"
+    model_path: Path  # the checkpoint file, the adapter file or the Hugging Face folder
     run_dir: Path | None  # where the probe tables go (None: --out needed)
     step: int | None  # the checkpoint's step (from its name), None for Hugging Face
 
 
-def checkpoints_of(run_dir: Path) -> list[tuple[int, Path]]:
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
+def checkpoints_of(run_dir: Path, folder: str = "checkpoints", name=CHECKPOINT_NAME) -> list[tuple[int, Path]]:
+    where = Path(run_dir) / folder
+    if not where.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := CHECKPOINT_NAME.match(p.name)) and p.is_file()]
+    found = [(int(m.group(1)), p) for p in where.iterdir() if (m := name.match(p.name)) and p.is_file()]
     return sorted(found)
+
+
+def adapters_of(run_dir: Path) -> list[tuple[int, Path]]:
+    """The adapters a retrofit run saved (``adapters/step-XXXXXXXX.safetensors``), in step order."""
+    return checkpoints_of(run_dir, "adapters", ADAPTER_NAME)
 
 
 def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
@@ -40,11 +46,13 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
             f"{path} does not exist; give a run directory, a checkpoint (.pt) or a Hugging Face model folder"
         )
     if path.is_dir() and (path / MANIFEST).is_file():
-        found = checkpoints_of(path)
+        found, kind = checkpoints_of(path), "aah"
+        if not found and adapters_of(path):
+            found, kind = adapters_of(path), "retrofit"
         if not found:
             raise RunLogError(
-                f"run {path} has no checkpoints (checkpoints/step-XXXXXXXX.pt); train it with checkpoints "
-                f"(aah-viz train keeps the last one by default) or give a checkpoint file"
+                f"run {path} has no checkpoints (checkpoints/step-XXXXXXXX.pt, or adapters/ of aah-viz retrofit); "
+                f"train it with checkpoints (aah-viz train keeps the last one by default) or give a checkpoint file"
             )
         if step is None:
             chosen = found[-1]
@@ -53,7 +61,7 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
             if not match:
                 raise RunLogError(f"run {path} has no checkpoint at step {step}; it has steps {[s for s, _ in found]}")
             chosen = match[0]
-        return ProbeTarget("aah", chosen[1], path, chosen[0])
+        return ProbeTarget(kind, chosen[1], path, chosen[0])
     if path.is_file() and path.suffix == ".pt":
         m = CHECKPOINT_NAME.match(path.name)
         run_dir = path.parent.parent if (path.parent.parent / MANIFEST).is_file() else None

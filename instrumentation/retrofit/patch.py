@@ -95,6 +95,23 @@ def _cache_of(kwargs: dict):
     return None
 
 
+def _attentions_requested(kwargs) -> bool:
+    """Whether the caller asked the model for attention probabilities.
+
+    transformers 4 passes ``output_attentions`` down to the attention module; transformers 5 does
+    not: it collects each attention module's second output while a collector with an
+    ``attentions`` entry is active (``utils.output_capturing``).
+    """
+    if kwargs.get("output_attentions"):
+        return True
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:
+        return False
+    collected = _active_collector.get()
+    return collected is not None and "attentions" in collected
+
+
 def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
     """The replacement forward: the model's projections, norms and rotary; the project's attention.
 
@@ -124,7 +141,7 @@ def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None
     if spec.groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
         k = k.repeat_interleave(spec.groups, dim=1)
         v = v.repeat_interleave(spec.groups, dim=1)
-    want_probs = bool(kwargs.get("output_attentions", False))
+    want_probs = _attentions_requested(kwargs)
     y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling)
     y = y.transpose(1, 2).reshape(B, T, -1)
     return self.o_proj(y), probs
