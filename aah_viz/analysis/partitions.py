@@ -63,7 +63,8 @@ def contingency(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return cont, a2, b2
 
 
-def _ari_from_contingency(cont: np.ndarray, n: int) -> np.ndarray:
+def ari_from_contingency(cont: np.ndarray, n: int) -> np.ndarray:
+    """Adjusted Rand index of each (k, k') contingency table of ``cont`` over ``n`` items (scikit-learn's value)."""
     m = cont.shape[0]
     sum_comb = _comb2(cont).sum(axis=(1, 2))
     sum_a = _comb2(cont.sum(axis=2)).sum(axis=1)
@@ -88,7 +89,7 @@ def ari_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape[0] == 0:
         return np.zeros(0)
     cont, _, _ = contingency(a, b)
-    return _ari_from_contingency(cont, a.shape[1])
+    return ari_from_contingency(cont, a.shape[1])
 
 
 CHUNK_ROWS = 4096

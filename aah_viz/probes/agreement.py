@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from aah_viz.analysis.partitions import ari_from_contingency
+
 
 def _dense(labels: np.ndarray) -> tuple[np.ndarray, int]:
     _, inverse = np.unique(labels, return_inverse=True)
@@ -36,15 +38,7 @@ def scores(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     c = contingency(a, b)
     n = float(c[0].sum())
     rows, cols = c.sum(axis=2), c.sum(axis=1)  # (P, ka), (P, kb)
-    # ARI through the pair confusion matrix (scikit-learn's formulation)
-    sum_sq = (c**2).sum(axis=(1, 2))
-    tp = sum_sq - n
-    fp = (c.sum(axis=1) ** 2).sum(axis=1) - sum_sq  # pairs together in b, apart in a
-    fn = (c.sum(axis=2) ** 2).sum(axis=1) - sum_sq  # pairs together in a, apart in b
-    tn = n * n - fp - fn - sum_sq
-    denom = (tp + fn) * (fn + tn) + (tp + fp) * (fp + tn)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ari = np.where((fn == 0) & (fp == 0), 1.0, 2.0 * (tp * tn - fn * fp) / np.where(denom == 0, 1, denom))
+    ari = ari_from_contingency(c, int(n))  # the one ARI of the toolkit (analysis.partitions)
     # mutual information and entropies
     with np.errstate(divide="ignore", invalid="ignore"):
         outer = rows[:, :, None] * cols[:, None, :]
