@@ -162,16 +162,25 @@ def test_shares_by_layer_and_over_the_run():
     for layer, part in df.groupby("layer"):
         assert by_layer.loc[layer, "partitions"] == len(part)
         assert by_layer.loc[layer, "forced_share"] == pytest.approx((part["origin"] == cv.FORCED).sum() / len(part))
-        assert by_layer.loc[layer, "real_share"] == pytest.approx((part["verdict"] == cv.REAL).sum() / len(part))
+        assessed = part["verdict"] != cv.UNDEFINED  # undefined partitions neither beat nor miss the null
+        assert by_layer.loc[layer, "real_share"] == pytest.approx((part["verdict"] == cv.REAL).sum() / assessed.sum())
         assert by_layer.loc[layer, "median_similarity"] == pytest.approx(np.median(part["sim_median"]))
     shares = cv.run_shares(df)
-    assert shares == {"partitions": 6, "forced_share": pytest.approx(3 / 6), "real_share": pytest.approx(2 / 6)}
+    n_assessed = int((df["verdict"] != cv.UNDEFINED).sum())
+    assert shares == {
+        "partitions": 6,
+        "forced_share": pytest.approx(3 / 6),
+        "real_share": pytest.approx(2 / n_assessed),
+    }
 
 
 def test_the_banner_appears_only_when_groups_are_in_doubt():
     df = _rows()
     text = cv.groups_in_doubt(df)
-    assert text is not None and "50% of 6" in text and "33%" in text
+    assert text is not None and "50% of 6" in text and "40% of those assessed" in text  # 2 real of 5 assessed
+    unassessed = df.assign(verdict=cv.UNDEFINED)  # e.g. recorded before verdicts existed
+    assert "assessed" not in cv.groups_in_doubt(unassessed.assign(origin=cv.FORCED))
+    assert cv.groups_in_doubt(unassessed.assign(origin="natural")) is None
     good = df.assign(origin="natural", verdict=cv.REAL)
     assert cv.groups_in_doubt(good) is None
     assert cv.groups_in_doubt(df.iloc[:0]) is None

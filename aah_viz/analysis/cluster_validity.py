@@ -288,29 +288,35 @@ def _finite(value) -> bool:
 # ---------------------------------------------------------------------------- over training
 
 
+def real_share(verdicts: pd.Series) -> float:
+    """Share of the assessed partitions (verdict not ``undefined``) that beat their nulls; nan with none."""
+    assessed = verdicts[verdicts != UNDEFINED]
+    return float((assessed == REAL).mean()) if len(assessed) else np.nan
+
+
 def shares_by_layer(validity: pd.DataFrame) -> pd.DataFrame:
-    """Per layer: partitions assessed, share forced, share beating the null, median similarity."""
+    """Per layer: partitions, share forced, share of the assessed ones beating the null, median similarity."""
     if validity.empty:
         cols = ["layer", "partitions", "forced_share", "real_share", "median_similarity"]
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    df = validity.assign(forced=validity["origin"] == FORCED, real=validity["verdict"] == REAL)
+    df = validity.assign(forced=validity["origin"] == FORCED)
     out = df.groupby("layer").agg(
         partitions=("step", "size"),
         forced_share=("forced", "mean"),
-        real_share=("real", "mean"),
         median_similarity=("sim_median", "median"),
     )
+    out.insert(2, "real_share", df.groupby("layer")["verdict"].agg(real_share))
     return out.reset_index()
 
 
 def run_shares(validity: pd.DataFrame) -> dict[str, float]:
-    """Whole-run shares: forced partitions and null-beating partitions (nan with no partitions)."""
+    """Whole-run shares: forced partitions, and assessed partitions beating their null (nan with none)."""
     if validity.empty:
         return {"partitions": 0, "forced_share": np.nan, "real_share": np.nan}
     return {
         "partitions": int(len(validity)),
         "forced_share": float((validity["origin"] == FORCED).mean()),
-        "real_share": float((validity["verdict"] == REAL).mean()),
+        "real_share": real_share(validity["verdict"]),
     }
 
 
@@ -320,10 +326,11 @@ def groups_in_doubt(validity: pd.DataFrame) -> str | None:
     if not shares["partitions"]:
         return None
     forced, real = shares["forced_share"], shares["real_share"]
-    if forced <= 0.5 and real >= 0.5:
+    if forced <= 0.5 and not real < 0.5:  # a nan real share (nothing assessed) leaves it to the forced share
         return None
+    beats = "" if np.isnan(real) else f" and {real:.0%} of those assessed beat their nulls"
     return (
         f"Head groups in this run are mostly not clusters: {forced:.0%} of {shares['partitions']} level-0 "
-        f"partitions are forced splits and {real:.0%} beat random partitions of the same sizes. Read the "
-        "groups (and comparisons of them with probes) as an artefact of the method, not as structure."
+        f"partitions are forced splits{beats}. Read the groups (and comparisons of them with probes) as an "
+        "artefact of the method, not as structure."
     )

@@ -47,9 +47,7 @@ def section(root: str, key: str, token: int) -> None:
         "sizes, and the same number of groups fitted to structureless heads.",
         help=help_text("cluster_validity"),
     )
-    shares = cv.shares_by_layer(v)
-    if v["verdict"].eq(cv.UNDEFINED).all():
-        shares["real_share"] = float("nan")  # not recorded, not zero
+    shares = cv.shares_by_layer(v)  # the real share is nan where nothing was assessed: unknown, not zero
     st.dataframe(
         shares.rename(columns=LAYER_COLUMNS),
         hide_index=True,
