@@ -36,6 +36,7 @@ import numpy as np
 
 from aah_viz import coverage
 from aah_viz.errors import AAHVizError, InputFormatError
+from aah_viz.export.paper_columns import TABLE1_SCALARS, TABLE2_KEYS
 from aah_viz.runlog import RunWriter, make_manifest
 from aah_viz.runlog.paths import resolve_under
 from aah_viz.schema import STATUS_IMPORTED
@@ -90,25 +91,6 @@ QWEN_SHAPE = {"n_layer": 36, "n_head": 32}
 QWEN_SEQ_LEN = 1024
 QWEN_WINDOWS = (512, 1024, 2048, 4096)
 
-# Table 1 column -> model-wide scalar name (and a factor applied to the value)
-TABLE1_SCALARS = {
-    "val_loss": ("val_loss", 1.0),
-    "val_ppl": ("val_ppl", 1.0),
-    "ACR_train_proxy": ("acr", 1.0),
-    "flops_ratio": ("flops_ratio_est", 1.0),
-    "tokens_per_second_train": ("tokens_per_s", 1.0),
-    "peak_gpu_alloc_GiB": ("peak_mem_mb", 1024.0),  # a power of two: the product is exact
-    "peak_gpu_reserved_GiB": ("peak_reserved_mb", 1024.0),
-}
-TABLE2_KEYS = {
-    "val_loss": "val_loss",
-    "val_ppl": "val_ppl",
-    "ACR": "acr",
-    "flops_ratio": "flops_ratio_est",
-    "flops_reduction_percent": "flops_reduction_pct",
-    "tokens_per_second_infer": "tokens_per_s",
-    "elapsed_s": "elapsed_s",
-}
 FRAC_RE = re.compile(r"^window_frac_(\d+)$")
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from aah_viz.errors import AAHVizError, RunLogError
 from aah_viz.export import records, stats
+from aah_viz.export.paper_columns import PAPER_INFERENCE, PAPER_TRAINING
 from aah_viz.runlog import discover_runs, load_run
 
 TABLE_NAMES = ("training", "inference", "windows", "stability", "probes")
@@ -196,39 +197,6 @@ COLUMN_SPEC: dict[str, tuple[int, int]] = {
     "n_batches": (0, 0),
 }
 WINDOW_DECIMALS = 4
-
-# paper layout: (paper column, our column) in the order of the reference CSVs
-PAPER_TRAINING = [
-    ("method", "method"),
-    ("grouping", "grouping"),
-    ("hierarchy", "hierarchy"),
-    ("joint_scorer", "joint_scorer"),
-    ("context", "seq_len"),
-    ("seed", "seed"),
-    ("val_loss", "val_loss"),
-    ("val_ppl", "val_ppl"),
-    ("ACR_train_proxy", "acr"),
-    ("flops_ratio", "flops_ratio_est"),
-    ("tokens_per_second_train", "tokens_per_s"),
-    ("peak_gpu_alloc_GiB", "peak_mem_gib"),
-    ("peak_gpu_reserved_GiB", "peak_reserved_gib"),
-]
-PAPER_INFERENCE = [
-    ("method", "method"),
-    ("grouping", "grouping"),
-    ("hierarchy", "hierarchy"),
-    ("joint_scorer", "joint_scorer"),
-    ("context", "seq_len"),
-    ("checkpoint_step", "checkpoint_step"),
-    ("seed", "seed"),
-    ("val_loss", "val_loss"),
-    ("val_ppl", "val_ppl"),
-    ("ACR", "acr"),
-    ("flops_ratio", "flops_ratio_est"),
-    ("flops_reduction_percent", "flops_reduction_pct"),
-    ("tokens_per_second_infer", "tokens_per_s"),
-    ("elapsed_s", "elapsed_s"),
-]
 
 
 def _decimals(col: str) -> int:
