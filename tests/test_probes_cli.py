@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from importlib import resources
 from pathlib import Path
 
@@ -258,3 +259,35 @@ def test_encoders_see_their_special_tokens_and_the_probe_sees_the_text(tmp_path,
     assert np.allclose(att[1, :, :, 3:, :], 0) and np.allclose(att[1, :, :, :, 3:], 0)  # padding rows/columns
     # a text of max_len tokens still fits the model's positions with its special tokens
     assert source.attend([[ids[0]] * source.max_len]).shape[-1] == source.max_len
+
+
+def test_an_over_long_sentence_is_left_out_with_a_warning(trained_run, tmp_path, capsys):
+    fixture = (DATA / "english_fixture.conllu").read_text(encoding="utf-8").strip().split("\n\n")[0]
+    n = 5000  # more words than the tiny model takes tokens in one input
+    words = [f"w{i}" for i in range(1, n + 1)]
+    rows = [f"{i}\t{w}\t{w}\tNOUN\t_\t_\t{i - 1}\t{'root' if i == 1 else 'dep'}\t_\t_" for i, w in enumerate(words, 1)]
+    long_sentence = "\n".join(["# sent_id = long", f"# text = {' '.join(words)}", *rows])
+    path = tmp_path / "long.conllu"
+    path.write_text(fixture + "\n\n" + long_sentence + "\n\n", encoding="utf-8")
+    code = main(["probe", str(trained_run), "--syntax", str(path), "--no-progress", "--json", "--min-count", "1"])
+    assert code == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["long_sentences_left_out"] == 1 and summary["sentences"] == 1
+    assert "1 sentence(s)" in captured.err and "left out" in captured.err
+
+
+def test_plan_jobs_leaves_out_only_the_over_long_sentences():
+    from aah_viz.corpus.document import Document, Sentence, Word
+    from aah_viz.probes.runner import long_sentence_count, plan_jobs
+
+    def sentence(sid, n, start):
+        words = tuple(Word(f"w{i}", start + 3 * i, start + 3 * i + 2, i, "dep", "NOUN") for i in range(n))
+        return Sentence(sid, start, start + 3 * n, words)
+
+    short, long = sentence("a", 3, 0), sentence("b", 9, 9)
+    doc = Document("d", "x" * 40, [short, long])
+    assert [s.sentences[0].id for s, _ in plan_jobs([doc], [], "sentence", max_words=5)] == ["a"]
+    assert plan_jobs([doc], [], "document", max_words=5) == []  # the document holds a sentence it cannot see
+    assert len(plan_jobs([doc], [], "sentence")) == 2  # no limit, nothing left out
+    assert long_sentence_count([doc], 5) == 1

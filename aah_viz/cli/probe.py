@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from aah_viz.bundled import data_path
@@ -179,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
         n_boot=args.bootstrap,
         seed=args.seed,
     )
+    if result.n_long_sentences:
+        print(
+            f"warning: {result.n_long_sentences} sentence(s) of {syntax_path} have more words than the model "
+            f"takes tokens in one input ({source.max_len}) and were left out",
+            file=sys.stderr,
+        )
     run_dir = _output_run(target, args, source)
     written = write_probe_tables(run_dir, result.tables(), step)
     summary = _summary(result, run_dir, step, syntax_path, coref_path, written)
@@ -207,6 +214,7 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
         "dependencies": result.n_links,
         "coref_docs": result.n_coref_docs,
         "coref_queries": result.n_coref_queries,
+        "long_sentences_left_out": result.n_long_sentences,
         "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
         "best_coref_head": best_coref,
         "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}

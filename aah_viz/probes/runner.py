@@ -39,6 +39,7 @@ class ProbeResult:
     n_sentences: int = 0  # sentences scored by the syntactic probe
     n_links: int = 0  # gold dependencies scored
     n_coref_queries: int = 0  # mentions with an antecedent scored
+    n_long_sentences: int = 0  # sentences left out: more words than the model takes tokens in one input
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
@@ -87,15 +88,28 @@ def _same_words(a: Document, b: Document) -> bool:
     return a.text == b.text and [(w.start, w.end) for w in a.words] == [(w.start, w.end) for w in b.words]
 
 
+def too_long(doc: Document, max_words: int | None) -> bool:
+    """A sentence of ``doc`` has more words than ``max_words``: every word is at least one token, so the
+    model cannot see it whole, and its cost would grow with it for nothing."""
+    return max_words is not None and any(len(s.words) > max_words for s in doc.sentences)
+
+
+def long_sentence_count(syntax_docs: Sequence[Document], max_words: int | None) -> int:
+    return sum(1 for doc in syntax_docs for s in doc.sentences if max_words is not None and len(s.words) > max_words)
+
+
 def plan_jobs(
-    syntax_docs: Sequence[Document], coref_docs: Sequence[Document], context: str
+    syntax_docs: Sequence[Document], coref_docs: Sequence[Document], context: str, max_words: int | None = None
 ) -> list[tuple[Document | None, Document | None]]:
-    """(syntax document, coreference document) per model pass; nothing is dropped or merged by text."""
+    """(syntax document, coreference document) per model pass; nothing is merged by text. Syntax inputs
+    with a sentence of more than ``max_words`` words are left out (the sentence, or in document context
+    its document; see :func:`long_sentence_count`)."""
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
     if context == "sentence":
-        jobs = [(s, None) for doc in syntax_docs for s in sentence_documents(doc)]
+        jobs = [(s, None) for doc in syntax_docs for s in sentence_documents(doc) if not too_long(s, max_words)]
         return jobs + [(None, c) for c in coref_docs]
+    syntax_docs = [doc for doc in syntax_docs if not too_long(doc, max_words)]
     by_id: dict[str, list[int]] = {}
     for i, doc in enumerate(syntax_docs):
         by_id.setdefault(doc.id, []).append(i)
@@ -147,7 +161,7 @@ def run_probes(
     js = JSAccumulator(n_layer * n_head)
     distance = DistanceProfile(n_layer * n_head)
     syntax_lengths: list[np.ndarray] = []
-    jobs = plan_jobs(syntax_docs, coref_docs, context)
+    jobs = plan_jobs(syntax_docs, coref_docs, context, int(source.max_len))
     profile_syntax = bool(syntax_docs)  # head profiles (JS, distance) from the syntax inputs when there are any
 
     def predictors() -> Iterator[DocumentPredictor]:
@@ -202,4 +216,5 @@ def run_probes(
         n_sentences=syntax.n_sentences,
         n_links=int(sum(syntax.count.values())),
         n_coref_queries=int(coref.count.sum()),
+        n_long_sentences=long_sentence_count(syntax_docs, int(source.max_len)),
     )

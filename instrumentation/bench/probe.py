@@ -28,7 +28,7 @@ GOAL = 1.5
 def probe_batches(source, syntax_docs, coref_docs, context: str, batch_size: int) -> list[list[list[int]]]:
     """The id lists ``run_probes`` feeds ``source.attend``, in its batches (across documents)."""
     requests = []
-    for syn_doc, cor_doc in plan_jobs(syntax_docs, coref_docs, context):
+    for syn_doc, cor_doc in plan_jobs(syntax_docs, coref_docs, context, int(source.max_len)):
         doc = syn_doc if syn_doc is not None else cor_doc
         queries = coref_queries(cor_doc) if cor_doc is not None else None
         requests += DocumentPredictor(doc, source, queries=queries, need_syntax=syn_doc is not None).requests
