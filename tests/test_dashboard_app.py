@@ -637,12 +637,14 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     assert "<a" not in html and "<img" not in html and "<em" not in html
     assert "https://" not in echoed[0]  # no bare URL for a GFM autolink to find
     assert CRAFTED in html.replace("&quot;", '"')  # the crafted value itself, shown literally
-    for page in ("training", "windows", "hierarchy", "stability"):
+    for page in ("training", "windows", "hierarchy", "stability", "probes", "compare", "export"):
         at.switch_page(PAGE.format(page)).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         shown = [_rendered(w.value) for w in at.warning]
         assert any("set aside" in w for w in shown), (page, shown)
         assert any("5 steps missing (5-9)" in w for w in shown), (page, shown)
+        if page in ("compare", "export"):  # pages of several runs name the damaged one
+            assert any("run dmg_*run*:" in w for w in shown), (page, shown)
     # the Runs page names the run in its warnings: the file name's asterisks stay asterisks
     at.switch_page(PAGE.format("runs")).run()
     named = [_rendered(w.value) for w in at.warning if "dmg" in w.value]

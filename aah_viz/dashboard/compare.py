@@ -69,6 +69,7 @@ def render() -> None:
     if not keys:
         st.info("No readable runs to compare: pick runs on the Runs page.")
         return
+    state.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")

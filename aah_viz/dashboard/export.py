@@ -140,6 +140,7 @@ def render() -> None:
     if not keys:
         st.info("No readable runs to export: pick runs on the Runs page.")
         return
+    state.show_selection_warnings(keys)
     st.caption(
         f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show."
     )

@@ -333,6 +333,14 @@ def show_run_warnings(key: str) -> None:
         st.warning(plain(w))
 
 
+def show_selection_warnings(keys) -> None:
+    """Pages that read several runs: one box per damaged run, naming it, before any number of it."""
+    for key in keys:
+        found = cache.overview(logs_root(), key, token(key)).get("warnings", [])
+        if found:
+            st.warning(plain(f"run {key}: " + " ".join(found)))
+
+
 class Opened(tuple):
     """``(key, logs_root, cache_token, manifest)`` of the page's run (unpacks like a tuple)."""
 
