@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from aah_viz.coverage import band_pairs, effective_windows
 from aah_viz.runlog.manifest import make_manifest
-from aah_viz.runlog.validate import causal_pairs, effective_windows
 from aah_viz.runlog.writer import RunWriter, rows_to_arrow
 
 FEATURE_DIM = 9
@@ -413,7 +413,7 @@ def _coverage_per_layer(sim, T: int, w_min: int) -> tuple[np.ndarray, np.ndarray
         stop = min(S, start + 2000)
         win = _step_arrays(sim, start, stop)[3]
         acr[start:stop] = effective_windows(win, T, w_min).sum(axis=-1) / (H * T)
-        pairs[start:stop] = causal_pairs(win, T).sum(axis=-1) / (H * T * (T + 1) / 2)  # raw windows
+        pairs[start:stop] = band_pairs(T, win).sum(axis=-1) / (H * T * (T + 1) / 2)  # raw windows
     return acr, pairs
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aah_viz import coverage
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, lock, paths
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
@@ -30,32 +31,6 @@ from aah_viz.schema import ALL_TABLES, STATUS_FINISHED, STATUS_IMPORTED, STATUS_
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
 MAX_EXAMPLES = 3
-
-
-# ---------------------------------------------------------------------- coverage formulas
-def effective_windows(windows, seq_len: int, w_min: int = 0) -> np.ndarray:
-    """w = min(T, max(W_min, window)) per head (method section 11.1)."""
-    w = np.asarray(windows, dtype=np.float64)
-    return np.minimum(float(seq_len), np.maximum(float(w_min), w))
-
-
-def causal_pairs(window, seq_len: int) -> np.ndarray:
-    """Causal (query, key) pairs a head of window w attends: sum_t min(t + 1, w) over queries t < T
-    (the raw window clipped to 1..T, as ``aah_viz.coverage.band_pairs``)."""
-    w = np.clip(np.asarray(window, dtype=np.float64), 1.0, float(seq_len))
-    return w * (w + 1) / 2 + (seq_len - w) * w
-
-
-def _coverage_formulas():
-    """(effective_windows, band_pairs) of ``aah_viz.coverage`` when present, else the local copies."""
-    try:
-        from aah_viz import coverage
-    except ImportError:
-        return effective_windows, causal_pairs
-    eff = getattr(coverage, "effective_windows", effective_windows)
-    band = getattr(coverage, "band_pairs", None)
-    pairs = (lambda w, T: band(int(T), np.asarray(w, dtype=np.int64))) if band is not None else causal_pairs
-    return eff, pairs
 
 
 # ---------------------------------------------------------------------- the check
@@ -361,7 +336,6 @@ def implied_coverage(
     steps that have every layer. T is the manifest's ``seq_len`` unless a model-wide ``seq_len``
     scalar gives the step's own.
     """
-    eff_fn, pairs_fn = _coverage_formulas()
     steps = heads["step"].to_numpy()
     T = np.full(len(heads), float(seq_len))
     if step_seq_len is not None and len(step_seq_len):
@@ -373,9 +347,11 @@ def implied_coverage(
     for t in np.unique(T):
         rows = T == t
         if name == "acr":
-            value[rows] = np.asarray(eff_fn(windows[rows], int(t), w_min), dtype=np.float64) / (n_head * t)
+            value[rows] = coverage.effective_windows(windows[rows], int(t), int(w_min)).astype(np.float64) / (
+                n_head * t
+            )
         else:
-            value[rows] = np.asarray(pairs_fn(windows[rows], int(t)), dtype=np.float64) / (n_head * t * (t + 1) / 2)
+            value[rows] = coverage.band_pairs(int(t), windows[rows]).astype(np.float64) / (n_head * t * (t + 1) / 2)
     frame = pd.DataFrame({"step": steps, "layer": heads["layer"].to_numpy(), "v": value})
     per_layer = frame.groupby(["step", "layer"], sort=True)["v"].sum().rename("expected").reset_index()
     by_step = per_layer.groupby("step")["expected"].agg(["mean", "size"]).reset_index()
