@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from aah_viz.errors import InputFormatError
-    from aah_viz.probes.compare import compare_run
+    from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, compare_run
     from aah_viz.probes.store import write_probe_tables
     from aah_viz.runlog import load_run
 
@@ -68,24 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print("nothing to compare")
         return 0
     show = {
-        "comparisons": [
-            "run",
-            "regime",
-            "seed",
-            "level",
-            "layer",
-            "target",
-            "ari",
-            "null_mean",
-            "null_p95",
-            "p_value",
-            "nmi",
-            "v_measure",
-            "n_groups",
-            "n_probe_clusters",
-            "partition_verdict",
-            "reason",
-        ],
+        "comparisons": ["run", "regime", "seed", *SHOWN_COMPARISON_COLUMNS],
         "window_association": [
             "run",
             "regime",

@@ -92,13 +92,14 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def load_model(args):
+    """The model ``--source`` names (run, checkpoint, model folder, adapter), as evaluate and profile load it."""
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation import evaluate_loaded, inference_summary_json, load_for_evaluation, write_inference
+    from instrumentation import load_for_evaluation
 
-    loaded = load_for_evaluation(
+    return load_for_evaluation(
         args.source,
         checkpoint=args.checkpoint,
         regime=args.regime,
@@ -107,6 +108,12 @@ def run(args) -> int:
         adapter=args.adapter,
         device=args.device,
     )
+
+
+def run(args) -> int:
+    loaded = load_model(args)
+    from instrumentation import evaluate_loaded, inference_summary_json, write_inference
+
     detail = evaluate_loaded(
         loaded,
         args.data,

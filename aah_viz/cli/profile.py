@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aah_viz.cli.evaluate import add_model_options, model_overrides
+from aah_viz.cli.evaluate import add_model_options, load_model
 
 
 def register(subparsers) -> None:
@@ -29,20 +29,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from aah_viz.torch_import import require_torch
+    loaded = load_model(args)
+    from instrumentation import profile_source
 
-    require_torch()
-    from instrumentation import load_for_evaluation, profile_source
-
-    loaded = load_for_evaluation(
-        args.source,
-        checkpoint=args.checkpoint,
-        regime=args.regime,
-        windows=args.windows,
-        overrides=model_overrides(args),
-        adapter=args.adapter,
-        device=args.device,
-    )
     out, detail = profile_source(
         loaded,
         args.data,

@@ -12,6 +12,7 @@ from aah_viz.dashboard.common import chart, guarded
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import windows as wfig
+from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS
 from aah_viz.probes.distance import needed_windows
 
 HOW_TO = (
@@ -19,23 +20,7 @@ HOW_TO = (
     "`aah-viz probe RUN --syntax FILE.conllu --coref FILE.jsonl` (per-head scores, relations, coreference)\n\n"
     "and `aah-viz compare RUN` (head groups against probe clusters, window vs score)."
 )
-COMPARISON_COLUMNS = [
-    "level",
-    "layer",
-    "target",
-    "ari",
-    "null_mean",
-    "null_p95",
-    "p_value",
-    "nmi",
-    "v_measure",
-    "n_groups",
-    "n_probe_clusters",
-    "partition_verdict",
-    "degenerate",
-    "reason",
-    "step",
-]
+COMPARISON_COLUMNS = SHOWN_COMPARISON_COLUMNS
 
 
 def _metrics(probe_heads, probe: str) -> list[str]:

@@ -85,6 +85,25 @@ ASSOCIATION_SCORES = {  # target name -> (probe, metric)
 TARGETS = ("kmeans:profile", "agglomerative:profile", "js_agglomerative")
 
 
+# the columns of a comparisons row a reader is shown (CLI and Probes page), in order
+SHOWN_COMPARISON_COLUMNS = [
+    "level",
+    "layer",
+    "target",
+    "ari",
+    "null_mean",
+    "null_p95",
+    "p_value",
+    "nmi",
+    "v_measure",
+    "n_groups",
+    "n_probe_clusters",
+    "partition_verdict",
+    "degenerate",
+    "reason",
+]
+
+
 def sklearn_metrics() -> dict:
     """scikit-learn's scores, imported on use (scikit-learn pulls in scipy.stats, which is slow to import)."""
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, v_measure_score
