@@ -202,6 +202,46 @@ def test_hf_trainer_callback_records_a_patched_model(base, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, handle.parameters()))  # the AAH parameters adapted
 
 
+def test_lightning_callback_records_a_patched_model(base, tmp_path):
+    pl = pytest.importorskip("lightning.pytorch")
+    from instrumentation.integrations.lightning import AAHRoutingCallback
+    from instrumentation.retrofit import patch_model
+
+    model = fresh_base(base)
+    handle = patch_model(model, "full_adaptive", (8, 16, 32), controller_training="soft_mixture")
+    handle.train_parameters("aah")
+    model.train()  # Lightning keeps the mode a module starts in
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch, batch_idx):
+            return self.model(input_ids=batch["input_ids"], labels=batch["labels"], use_cache=False).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(handle.parameters(), lr=1e-2)
+
+    loader = torch.utils.data.DataLoader(_Texts(8, 32, 300), batch_size=2)
+    trainer = pl.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[AAHRoutingCallback(tmp_path / "pl-run", detail="full")],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Module(), loader)
+    assert validate_run(tmp_path / "pl-run") == []
+    heads = load_run(tmp_path / "pl-run").table("heads")
+    assert sorted(set(heads["step"])) == [0, 1, 2, 3]
+    last = heads[heads["step"] == 3].sort_values(["layer", "head"])
+    assert last["window"].tolist() == handle.current_windows().reshape(-1).tolist()  # what the model executed
+
+
 @pytest.mark.slow  # two processes under torchrun (about a minute); train's twin runs by default
 def test_torchrun_two_ranks_one_run_identical_windows(base, tmp_path):
     import os
