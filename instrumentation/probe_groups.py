@@ -118,7 +118,7 @@ def group_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of the run's ``heads`` table (every head at ``window``, its group per level) and of its
     ``cluster_validity`` table (level 0 of each layer judged against its nulls)."""
-    from aah_viz.analysis.cluster_validity import assess_partition
+    from aah_viz.analysis.cluster_validity import partition_row
 
     cfg = cfg or AAHConfig()
     depth = max(len(g.levels) for g in groups)
@@ -129,14 +129,11 @@ def group_tables(
             row = {"step": step, "layer": layer, "head": head, "window_idx": 0, "window": window, "raw_idx": 0}
             row.update({f"group_l{lv}": levels[lv][head] if lv < len(levels) else None for lv in range(depth)})
             heads.append(row)
-        judged = assess_partition(
-            features[layer],
-            levels[0],
-            threshold=cfg.sim_threshold,
-            origin=layer_groups.origin,
-            seed=step * 1024 + layer,
+        validity.append(
+            partition_row(
+                step, layer, features[layer], levels[0], threshold=cfg.sim_threshold, origin=layer_groups.origin
+            )
         )
-        validity.append({"step": step, "layer": layer, "shadow": False, **judged.as_row()})
     frame = pd.DataFrame(heads)
     for lv in range(depth):
         frame[f"group_l{lv}"] = frame[f"group_l{lv}"].astype("Int16")

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aah_viz.analysis.cluster_validity import assess_partition
-
-
-def _labels(members: list[list[int]], n_heads: int) -> list[int]:
-    labels = [-1] * n_heads
-    for gid, heads in enumerate(members):
-        for h in heads:
-            labels[h] = gid
-    return labels
+from aah_viz.analysis.cluster_validity import partition_row
+from instrumentation.routing.clustering import labels_from_groups
 
 
 def validity_columns(updates: list[dict], threshold: float) -> dict[str, list]:
@@ -29,13 +22,15 @@ def validity_columns(updates: list[dict], threshold: float) -> dict[str, list]:
             continue
         feats = upd.get("features")
         n_heads = sum(len(m) for m in level0["members"])
-        labels = _labels(level0["members"], n_heads)
-        validity = assess_partition(
-            None if feats is None else np.asarray(feats, dtype=np.float32),
-            labels,
-            threshold=threshold,
-            origin=level0["facts"].origin or "natural",
-            seed=int(upd["step"]) * 1024 + int(upd["layer"]),
+        rows.append(
+            partition_row(
+                upd["step"],
+                upd["layer"],
+                None if feats is None else np.asarray(feats, dtype=np.float32),
+                labels_from_groups(level0["members"], n_heads),
+                threshold=threshold,
+                origin=level0["facts"].origin or "natural",
+                shadow=upd["shadow"],
+            )
         )
-        rows.append({"step": upd["step"], "layer": upd["layer"], "shadow": upd["shadow"], **validity.as_row()})
     return {key: [row[key] for row in rows] for key in rows[0]} if rows else {}

@@ -211,6 +211,14 @@ def assess_partition(
                     refit_mean=refit[0], refit_p95=refit[1], refit_p_value=refit[2], verdict=verdict)  # fmt: skip
 
 
+def partition_row(step, layer, features, labels, *, threshold: float, origin: str, shadow: bool = False) -> dict:
+    """One row of the ``cluster_validity`` table. The null draws are seeded by step and layer, so a
+    partition at the same place always gets the same row (a resumed run writes what an uninterrupted
+    one would)."""
+    judged = assess_partition(features, labels, threshold=threshold, origin=origin, seed=int(step) * 1024 + int(layer))
+    return {"step": int(step), "layer": int(layer), "shadow": bool(shadow), **judged.as_row()}
+
+
 _NUMBERS = ("silhouette", "null_mean", "null_p95", "null_p_value", "refit_mean", "refit_p95", "refit_p_value")
 
 

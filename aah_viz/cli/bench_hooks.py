@@ -1,18 +1,5 @@
-"""``aah-viz bench hooks``: what the recorder costs a training step.
-
-Two identical models (same seed, same batches, the same dropout masks, hence the same routing)
-train side by side in one process, one step each in turn: one with a ``RoutingRecorder``
-attached (the recorder's ``step`` call and its flushes are inside the timed region), one
-without. ``step_time_ratio`` is the median wall time of a recorded step over the median plain
-step. The recorder writes its segments from a worker thread, so
-``cpu_time_ratio`` adds that thread's CPU time per step to the recorded steps' CPU time: a
-measure of the whole cost that other processes' load on a shared machine does not disturb.
-``recorder_cost_fraction`` is the recorder's own time (its event callbacks and ``step`` calls
-on the training thread, timed by the recorder itself, plus the writer thread's CPU time) per
-step over the median plain step: the same cost without the noise of a shared machine.
-``bytes_per_step`` is the size of the run directory written, per step. ``ratios.recorded_vs_plain_step``
-is the median of the per-step-pair ratios with a bootstrap 95% interval (``aah_viz.paired_timing``).
-"""
+"""``aah-viz bench hooks``: what the recorder costs a training step (the measurement and its fields
+are described in ``instrumentation.bench.hooks``)."""
 
 from __future__ import annotations
 
