@@ -136,7 +136,12 @@ def browser(server):
 def _settle(page) -> None:
     """Wait until the script run finished: the status widget (running man) is gone."""
     page.wait_for_selector('[data-testid="stApp"]', timeout=30000)
-    time.sleep(0.3)  # the widget appears a moment after the rerun starts
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:  # the widget appears once the rerun starts; a rerun that already finished shows none
+        page.wait_for_selector('[data-testid="stStatusWidget"]', state="attached", timeout=2000)
+    except PlaywrightTimeout:
+        pass
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60000)
 
 
