@@ -1,8 +1,10 @@
 """Head features (method §4.1), pooled group features (§4.2), feature EMA (§4.3)."""
 
+import pytest
 import torch
 
-from instrumentation.routing.features import ema_update, head_features, pooled_group_features
+from instrumentation.routing import features
+from instrumentation.routing.features import ema_update, head_features, per_head_std, pooled_group_features
 
 
 def _qkv(seed=0, B=2, H=4, T=5, D=3):
@@ -23,6 +25,51 @@ def test_head_features_are_mean_abs_and_unbiased_std():
             assert not torch.allclose(f[h, 2 * j], e.mean().abs())  # mean |x|, not |mean x|
     assert torch.equal(f[:, 6:], prev)
     assert torch.all(head_features(q, k, v, None)[:, 6:] == 0)  # first forward
+
+
+LAYOUTS = {
+    "contiguous": lambda t: t,
+    "model (B, T, H, D) memory": lambda t: t.transpose(1, 2).contiguous().transpose(1, 2),
+    "heads outermost": lambda t: t.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3),
+    "a token-strided view": lambda t: torch.cat([t, t.flip(2)], dim=2)[:, :, ::2],
+    # as the model's q: one third of a (B, T, 3 * H * D) projection, seen as (B, H, T, D)
+    "a split of the Q/K/V projection": lambda t: torch.cat([t.transpose(1, 2)] * 3, dim=2)[
+        :, :, : t.shape[1]
+    ].transpose(1, 2),
+}
+
+
+def _values(g, scale, offset, drift):
+    base = torch.randn(3, 12, 257, 16, generator=g) * scale + offset
+    return base + drift * torch.linspace(0.0, 1.0, 257).view(1, 1, -1, 1)  # a mean that moves along T
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(
+    "scale, offset, drift", [(1.0, 0.0, 0.0), (1e-3, 5.0, 0.0), (30.0, -2.0, 0.0), (1.0, 0.0, 200.0)]
+)
+@pytest.mark.parametrize("chunk_bytes", [None, 1])
+def test_per_head_std_is_torchs_std_bit_for_bit(layout, scale, offset, drift, chunk_bytes, monkeypatch):
+    """The fast float64 std gives the same float32 bits as torch's own reduction (which the reference
+    calls): in every memory layout, when the mean dwarfs the spread, when the first chunk's mean (the
+    shift) is far from the whole mean, and in one chunk or in one token per chunk."""
+    if chunk_bytes is not None:
+        monkeypatch.setattr(features, "STD_CHUNK_BYTES", chunk_bytes)
+    x = LAYOUTS[layout](_values(torch.Generator().manual_seed(7), scale, offset, drift))
+    assert torch.equal(per_head_std(x), x.std(dim=(0, 2, 3), correction=1))
+
+
+@pytest.mark.filterwarnings("ignore:std\\(\\).*degrees of freedom:UserWarning")
+def test_per_head_std_leaves_its_input_alone_and_falls_back_where_it_must():
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 4, 9, 3, generator=g)
+    before = x.clone()
+    per_head_std(x)
+    assert torch.equal(x, before)
+    one_entry = x[:1, :, :1, :1]
+    assert torch.equal(per_head_std(one_entry).isnan(), one_entry.std(dim=(0, 2, 3)).isnan())
+    doubles = x.double()
+    assert torch.equal(per_head_std(doubles), doubles.std(dim=(0, 2, 3)))
 
 
 def test_pooled_group_features_pool_raw_entries():
