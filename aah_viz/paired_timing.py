@@ -119,11 +119,19 @@ def paired_ratio(
     return PairedRatio(float(np.median(ratios)), lo, hi, n, warning, level)
 
 
-def timed(fn: Callable[[], object], *, sync: Callable[[], object] | None = None) -> Side:
+def timed(
+    fn: Callable[[], object],
+    *,
+    sync: Callable[[], object] | None = None,
+    setup: Callable[[], object] | None = None,
+) -> Side:
     """A side that calls ``fn`` and returns its wall and process CPU time (``sync`` runs before and after,
-    e.g. a device synchronisation)."""
+    e.g. a device synchronisation; ``setup`` runs before the clocks start, e.g. to put ``fn``'s inputs in
+    the state a real call finds them in)."""
 
     def side() -> dict:
+        if setup is not None:
+            setup()
         if sync is not None:
             sync()
         wall, cpu = time.perf_counter(), time.process_time()

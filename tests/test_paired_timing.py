@@ -1,6 +1,7 @@
 """The paired-timing harness: per-pair ratio medians, their bootstrap intervals, the interleaving."""
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -160,6 +161,22 @@ def test_report_gives_each_clock_its_own_figure_and_uses_the_chosen_one():
     assert doc["raw_s"]["x"]["cpu"]["numerator"] == cpu_a
     with pytest.raises(ValueError):
         paired_report({"x": ([1.0] * 3, [1.0] * 3)}, clock="cpu")  # only wall times were measured
+
+
+def test_timed_runs_setup_before_the_clocks_start():
+    calls, marks = [], {}
+
+    def setup():
+        calls.append("setup")
+        time.sleep(0.05)  # a setup inside the clocks would show in the wall time
+        marks["setup_done"] = time.perf_counter()
+
+    side = timed(lambda: calls.append("fn"), sync=lambda: calls.append("sync"), setup=setup)
+    m = side()
+    returned = time.perf_counter()
+    assert calls == ["setup", "sync", "fn", "sync"]
+    # the clocks stopped before `returned`, so they started after the setup ended
+    assert m["wall"] <= returned - marks["setup_done"]
 
 
 def test_timed_measures_both_clocks_and_the_default_clock_follows_the_device():
