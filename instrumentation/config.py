@@ -122,6 +122,9 @@ class AAHConfig:
     # Speed: head statistics only on forwards whose statistics the next forward's routing reads
     # (the forward before a routing update); routing is unchanged, see docs/model.md.
     stats_on_update_only: bool = False
+    # Speed, approximate: head and group moments (§4.1, §4.2) from every s-th token only (1: all,
+    # the reference); the clustered features change slightly, see docs/model.md.
+    feature_token_stride: int = 1
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -285,6 +288,8 @@ def validate(cfg: AAHConfig) -> None:
             f"allowed values are the divisors of {cfg.n_embd}: "
             f"{', '.join(str(h) for h in range(1, cfg.n_embd + 1) if cfg.n_embd % h == 0)}",
         )
+    if cfg.feature_token_stride < 1:
+        _fail("feature_token_stride", f"must be a positive integer (1: every token), got {cfg.feature_token_stride!r}")
     if not 0.0 <= cfg.dropout < 1.0:
         _fail("dropout", f"must be in [0, 1), got {cfg.dropout!r}")
     w = cfg.windows

@@ -124,3 +124,53 @@ def test_backbones_are_identical_across_controller_variants():
     ):
         other = backbone(**kw)
         assert len(other) == len(ref) and all(torch.equal(a, b) for a, b in zip(ref, other))
+
+
+def _first_update(stride, q, k, v, prev, **kw):
+    """The routing decision of one update (step None: every forward is one) over the given Q/K/V."""
+    from instrumentation.routing.step import RoutingInputs, initial_state, networks_for, route_step
+
+    torch.manual_seed(0)
+    cfg = AAHConfig.from_preset("tiny", feature_token_stride=stride, **kw)
+    state = initial_state(cfg).with_stats(prev)
+    _, decision = route_step(state, RoutingInputs(q, k, v, step=None, want_tree=True), cfg, networks_for(cfg))
+    return decision
+
+
+def _qkv_and_stats(T=64):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, T, 12, 8, generator=g).transpose(1, 2) for _ in range(3))  # the model's layout
+    return q, k, v, torch.rand(12, 3, generator=g)
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(regime="grouping_off"), dict(hierarchy_ablation_mode="fixed_deterministic")]
+)
+def test_feature_token_stride_reads_every_sth_token_for_head_and_group_moments(kw):
+    """With stride s, the head features and every level's group features are those the exact method
+    computes from the tokens 0, s, 2s, ...; with stride 1 they are the exact method's own."""
+    q, k, v, prev = _qkv_and_stats()
+    strided = _first_update(4, q, k, v, prev, **kw)
+    on_kept_tokens = _first_update(1, *(x[:, :, ::4] for x in (q, k, v)), prev, **kw)
+    exact = _first_update(1, q, k, v, prev, **kw)
+
+    def features(d):  # clustered head features (none with a fixed partition), then each level's rows
+        return ([] if d.head_features is None else [d.head_features]) + [lvl.features for lvl in d.tree]
+
+    assert [lvl.groups for lvl in strided.tree] == [lvl.groups for lvl in on_kept_tokens.tree]
+    assert len(features(strided)) == len(features(on_kept_tokens)) > 0
+    assert all(torch.equal(a, b) for a, b in zip(features(strided), features(on_kept_tokens)))
+    assert not torch.equal(features(strided)[0], features(exact)[0])
+
+
+def test_feature_token_stride_must_be_positive():
+    from aah_viz.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="feature_token_stride"):
+        AAHConfig.from_preset("tiny", feature_token_stride=0)
+
+
+def test_feature_token_stride_trains_a_tiny_model():
+    model, events = run(steps=4, feature_token_stride=3)
+    updates = [e for e in events if e.updated and e.head_features is not None]
+    assert updates and all(torch.isfinite(e.head_features).all() for e in updates)

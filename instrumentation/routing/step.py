@@ -108,13 +108,21 @@ def frozen_decision(state: RoutingState, cfg, step: int | None, applied: bool) -
 
 
 # ----------------------------------------------------------------------------- features
-def _head_features(inp: RoutingInputs, state: RoutingState) -> torch.Tensor:
-    f = head_features(inp.q, inp.k, inp.v, state.prev_stats)
+def _moment_inputs(inp: RoutingInputs, cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V as the moments read them: every ``feature_token_stride``-th token (all by default)."""
+    s = cfg.feature_token_stride
+    if s == 1:
+        return inp.q, inp.k, inp.v
+    return tuple(x[:, :, ::s] for x in (inp.q, inp.k, inp.v))
+
+
+def _head_features(inp: RoutingInputs, state: RoutingState, cfg) -> torch.Tensor:
+    f = head_features(*_moment_inputs(inp, cfg), state.prev_stats)
     return (f if inp.reducer is None else inp.reducer(f)).cpu()
 
 
-def _pooled(inp: RoutingInputs, state: RoutingState, groups) -> torch.Tensor:
-    f = pooled_group_features(inp.q, inp.k, inp.v, groups, state.prev_stats)
+def _pooled(inp: RoutingInputs, state: RoutingState, groups, cfg) -> torch.Tensor:
+    f = pooled_group_features(*_moment_inputs(inp, cfg), groups, state.prev_stats)
     return (f if inp.reducer is None else inp.reducer(f)).cpu()
 
 
@@ -145,7 +153,7 @@ def _adaptive_build(inp: RoutingInputs, state: RoutingState, cfg) -> tuple[Hiera
     Returns the hierarchy, the EMA features, the group change rate (0.0 on the first clustering,
     as in the reference) and the state changes; a re-clustering drops the pooled-feature cache.
     """
-    ema = ema_update(state.ema, _head_features(inp, state), cfg.ema_alpha)
+    ema = ema_update(state.ema, _head_features(inp, state, cfg), cfg.ema_alpha)
     hier = build_hierarchy(
         ema,
         sim_threshold=cfg.sim_threshold,
@@ -178,19 +186,19 @@ def _level0_source(inp: RoutingInputs, state: RoutingState, cfg):
                 else fixed_deterministic_partition(n_heads)
             )
             groups = tuple(tuple(g) for g in made)
-        hier = passthrough_hierarchy(groups, _pooled(inp, state, groups), cfg.max_depth, cfg.group_feature_mode)
+        hier = passthrough_hierarchy(groups, _pooled(inp, state, groups, cfg), cfg.max_depth, cfg.group_feature_mode)
         return hier, f"grouped_control_{mode}_update", None, 0.0, "fixed", dict(fixed_groups=groups)
     if mode == "freeze_learned_topology" and state.topology is not None:
         topo = state.topology
-        hier = hierarchy_from_topology(topo, _pooled(inp, state, topo[0]), cfg.group_feature_mode)
+        hier = hierarchy_from_topology(topo, _pooled(inp, state, topo[0], cfg), cfg.group_feature_mode)
         return hier, "grouped_control_frozen_learned_topology_update", None, 0.0, "frozen", {}
     if mode == "freeze_after_warmup" and state.cached_labels is not None:
         groups = groups_from_labels(state.cached_labels)
-        hier = passthrough_hierarchy(groups, _pooled(inp, state, groups), cfg.max_depth, cfg.group_feature_mode)
+        hier = passthrough_hierarchy(groups, _pooled(inp, state, groups, cfg), cfg.max_depth, cfg.group_feature_mode)
         return hier, "grouped_control_frozen_update", None, 0.0, "frozen", {}
     if cfg.reuse_group_hierarchy and state.cached_labels is not None:
         groups = groups_from_labels(state.cached_labels)
-        hier = grow_upper_levels(groups, _pooled(inp, state, groups), **_upper_kwargs(cfg))
+        hier = grow_upper_levels(groups, _pooled(inp, state, groups, cfg), **_upper_kwargs(cfg))
         return hier, "grouped_control_reuse_update", None, 0.0, "frozen", {}
     hier, feats, change, changes = _adaptive_build(inp, state, cfg)
     if mode == "freeze_learned_topology":  # no topology stored yet: store this one
@@ -250,7 +258,7 @@ def _grouped_update(inp: RoutingInputs, state: RoutingState, cfg, nets) -> tuple
 def _ungrouped_update(inp: RoutingInputs, state: RoutingState, cfg, nets) -> tuple[RouteDecision, dict]:
     """C4 (grouping off): raw per-head features, one level, base controller, argmax per head."""
     n_heads = inp.q.shape[1]
-    feats = _head_features(inp, state)
+    feats = _head_features(inp, state, cfg)
     x = single_level_inputs(feats, cfg.controller_input_mode)
     dev = networks_device(nets)
     s = score_level(
@@ -342,7 +350,7 @@ def _shadow(inp: RoutingInputs, state: RoutingState, cfg, nets, in_warmup: bool)
             decision.group_counts = list(state.cached_group_counts)
             return decision, state
         groups = groups_from_labels(state.cached_labels)
-        pooled = _pooled(inp, state, groups)
+        pooled = _pooled(inp, state, groups, cfg)
         hier = grow_upper_levels(groups, pooled, **_upper_kwargs(cfg))
         feats, origin = None, "frozen"
         changes = dict(pooled_cache=pooled, pooled_cache_step=step)
