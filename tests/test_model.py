@@ -355,3 +355,27 @@ def test_bench_routing_rows(capsys):
         assert len(per_pair) == 3 and r["ratio"]["n_pairs"] == 3
         assert r["ratio"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
         assert r["ratio"]["ci95"][0] <= r["ratio"]["median"] <= r["ratio"]["ci95"][1]
+
+
+def test_bench_routing_times_the_strided_option_in_the_same_rounds(capsys):
+    import json
+    import statistics
+
+    from aah_viz.cli import main
+
+    args = ["bench", "routing", "--heads", "8", "--seq-len", "64", "--pairs", "3", "--feature-token-stride", "4"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["feature_token_stride"] == 4
+    (row,) = data["rows"]
+    exact = data["raw_s"]["routing_vs_attention_h8"]["cpu"]
+    strided = data["raw_s"]["strided_routing_vs_attention_h8"]["cpu"]
+    assert strided["attention_forward"] == exact["attention_forward"]  # one forward per round serves both
+    per_pair = [a / b for a, b in zip(strided["routing_update_strided"], strided["attention_forward"])]
+    assert row["strided"]["feature_token_stride"] == 4 and row["strided"]["ratio"]["n_pairs"] == 3
+    assert row["strided"]["ratio"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
+    assert row["strided"]["routing_update_ms"] == pytest.approx(
+        statistics.median(strided["routing_update_strided"]) * 1e3, abs=1e-3
+    )
+    assert main(args[:-1] + ["0"]) != 0
+    assert "--feature-token-stride 0: must be a positive integer" in capsys.readouterr().err

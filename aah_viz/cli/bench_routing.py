@@ -4,7 +4,8 @@ A routing update is everything the control path does at a control step (head fea
 EMA, clustering, hierarchy, controller, selection); the attention forward is the layer's Q/K/V
 projection, execution (``--backend``, banded by default) and output projection, routing cached. Both are timed at a
 preset's shape (``--seq-len`` sets T) for several head counts in paired rounds; each ratio is the median
-per-round ratio with a bootstrap 95% interval (``aah_viz.paired_timing``).
+per-round ratio with a bootstrap 95% interval (``aah_viz.paired_timing``). ``--feature-token-stride S``
+adds the update under the approximate ``feature_token_stride=S`` option, timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def register(subparsers) -> None:
         help="attention_backend of the timed layer's forward (default banded, the fast exact backend; "
         "dense_masked is the presets' reference backend)",
     )
+    parser.add_argument(
+        "--feature-token-stride",
+        type=int,
+        default=1,
+        help="also time the update with the approximate feature_token_stride option at this stride, in the same "
+        'rounds (each row\'s "strided"; default 1: only the exact update)',
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 keeps timings comparable)")
     parser.add_argument("--json", action="store_true", help="print JSON (the default output; kept for symmetry)")
     parser.set_defaults(func=run)
@@ -72,6 +80,7 @@ def run(args) -> int:
         batch=max(1, args.batch),
         regime=args.regime,
         backend=args.backend,
+        feature_token_stride=args.feature_token_stride,
     )
     print(json.dumps(result, indent=2))
     for line in result["warnings"]:

@@ -6,17 +6,19 @@ projection, execution (``banded`` unless ``backend`` says otherwise) and output 
 routing cached. Both are timed at a
 preset's shape (``--seq-len`` sets T, with candidate windows T/8, T/4, T/2, T) for each head
 count, in paired rounds (``aah_viz.paired_timing``): each row's ``ratio`` is the median of the
-per-round ratios update / forward with a bootstrap 95% interval.
+per-round ratios update / forward with a bootstrap 95% interval. With ``feature_token_stride`` > 1 the
+update under that approximate option (docs/model.md) runs in the same rounds, as each row's ``strided``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import torch
 
 from aah_viz.errors import ConfigError
-from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, round_robin, timed
+from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, round_robin, timed
 from instrumentation.attention import AAHAttention
 from instrumentation.config import AAHConfig
 from instrumentation.routing.step import RoutingInputs, route_step
@@ -34,8 +36,9 @@ def _config(preset: str, regime: str, n_head: int, seq_len: int | None, backend:
     return cfg
 
 
-def _sides(cfg: AAHConfig, batch: int) -> dict:
-    """``routing_update`` and ``attention_forward`` of one layer on one fixed input."""
+def _sides(cfg: AAHConfig, batch: int, feature_token_stride: int = 1) -> dict:
+    """``routing_update`` and ``attention_forward`` of one layer on one fixed input, and
+    ``routing_update_strided`` when ``feature_token_stride`` > 1."""
     torch.manual_seed(0)
     layer = AAHAttention(cfg, 0)
     T, C, H = cfg.block_size, cfg.n_embd, cfg.n_head
@@ -44,21 +47,37 @@ def _sides(cfg: AAHConfig, batch: int) -> dict:
     with torch.no_grad():
         layer.set_step(None)
         layer(x)  # fills the previous-forward statistics and a first decision
-        q, k, v = layer.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(batch, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+    qkv = {}
 
-    def update():
+    def project():
+        # Off the clock: an update reads the Q/K/V its forward has just written, so each timed
+        # update gets them fresh (and in cache) as in training, not left cold by the other sides.
         with torch.no_grad():
-            layer.train()
-            layer.set_step(None)  # every forward without a step is a routing update (method §8.6)
-            route_step(layer.state, RoutingInputs(q, k, v, step=None), cfg, layer.networks)
+            q, k, v = layer.c_attn(x).split(C, dim=2)
+            qkv["qkv"] = tuple(t.view(batch, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+
+    def update_with(update_cfg: AAHConfig):
+        def update():
+            with torch.no_grad():
+                layer.train()
+                layer.set_step(None)  # every forward without a step is a routing update (method §8.6)
+                route_step(layer.state, RoutingInputs(*qkv["qkv"], step=None), update_cfg, layer.networks)
+
+        return update
 
     def forward():
         with torch.no_grad():
             layer.eval()  # frozen evaluation forward: cached windows, no routing work
             layer(x)
 
-    return {"routing_update": timed(update), "attention_forward": timed(forward)}
+    sides = {
+        "routing_update": timed(update_with(cfg), setup=project),
+        "attention_forward": timed(forward),
+    }
+    if feature_token_stride > 1:
+        strided = dataclasses.replace(cfg, feature_token_stride=feature_token_stride)
+        sides["routing_update_strided"] = timed(update_with(strided), setup=project)
+    return sides
 
 
 def bench_routing(
@@ -71,31 +90,41 @@ def bench_routing(
     batch: int = 4,
     regime: str = "full_adaptive",
     backend: str = "banded",
+    feature_token_stride: int = 1,
     progress=None,
 ) -> dict:
-    """Per head count: median routing-update and attention-forward times and their paired ratio."""
+    """Per head count: median routing-update and attention-forward times and their paired ratio; with
+    ``feature_token_stride`` > 1 also the update with that option, in the same rounds (``strided``)."""
+    if feature_token_stride < 1:
+        raise ConfigError(f"--feature-token-stride {feature_token_stride}: must be a positive integer")
     rows, raw_s, warnings = [], {}, []
     for n_head in heads:
         cfg = _config(preset, regime, n_head, seq_len, backend)
-        times = round_robin(_sides(cfg, batch), pairs=pairs, progress=progress)
+        times = round_robin(_sides(cfg, batch, feature_token_stride), pairs=pairs, progress=progress)
         key = f"routing_vs_attention_h{n_head}"
-        doc = paired_report(
-            {key: (times["routing_update"], times["attention_forward"])},
-            sides={key: ("routing_update", "attention_forward")},
-            clock=clock,
-        )
+        strided_key = f"strided_routing_vs_attention_h{n_head}"
+        comparisons = {key: ("routing_update", "attention_forward")}
+        if feature_token_stride > 1:
+            comparisons[strided_key] = ("routing_update_strided", "attention_forward")
+        doc = paired_report(pairs_of(times, comparisons), sides=comparisons, clock=clock)
         med = {side: statistics.median(by_clock(ms)[clock]) * 1e3 for side, ms in times.items()}
-        rows.append(
-            {
-                "heads": n_head,
-                "seq_len": cfg.block_size,
-                "routing_update_ms": round(med["routing_update"], 3),
-                "attention_forward_ms": round(med["attention_forward"], 3),
-                "ratio": doc["ratios"][key],
-                "ratio_by_clock": {c: figs[key] for c, figs in doc["ratios_by_clock"].items()},
+        row = {
+            "heads": n_head,
+            "seq_len": cfg.block_size,
+            "routing_update_ms": round(med["routing_update"], 3),
+            "attention_forward_ms": round(med["attention_forward"], 3),
+            "ratio": doc["ratios"][key],
+            "ratio_by_clock": {c: figs[key] for c, figs in doc["ratios_by_clock"].items()},
+        }
+        if feature_token_stride > 1:
+            row["strided"] = {
+                "feature_token_stride": feature_token_stride,
+                "routing_update_ms": round(med["routing_update_strided"], 3),
+                "ratio": doc["ratios"][strided_key],
+                "ratio_by_clock": {c: figs[strided_key] for c, figs in doc["ratios_by_clock"].items()},
             }
-        )
-        raw_s[key] = doc["raw_s"][key]
+        rows.append(row)
+        raw_s.update(doc["raw_s"])
         warnings += doc["warnings"]
     return {
         "clock": clock,
@@ -103,6 +132,7 @@ def bench_routing(
         "regime": regime,
         "attention_backend": backend,
         "batch": batch,
+        "feature_token_stride": feature_token_stride,
         "pairs": pairs,
         "threads": torch.get_num_threads(),
         "rows": rows,
