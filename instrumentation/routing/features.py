@@ -46,17 +46,17 @@ def per_head_std(x: torch.Tensor) -> torch.Tensor:
     B, _, T, D = x.shape
     chunk = max(1, STD_CHUNK_BYTES // (8 * B * n_heads * D))
     buf = torch.empty(B * n_heads * min(chunk, T) * D, dtype=torch.float64)
+
+    def per_head(rows: torch.Tensor) -> torch.Tensor:  # (outer, H x inner) -> (H,)
+        return rows.sum(0).view(n_heads, -1).sum(1)
+
     shift = None
     sums = torch.zeros(n_heads, dtype=torch.float64)
     squares = torch.zeros(n_heads, dtype=torch.float64)
     for t0 in range(0, T, chunk):
         part = x[:, :, t0 : t0 + chunk].permute(order)
-        inner = math.prod(part.shape[at + 1 :])
-        rows = buf[: part.numel()].view(part.shape).copy_(part).view(-1, n_heads * inner)  # (outer, H x inner)
-
-        def per_head(t: torch.Tensor) -> torch.Tensor:
-            return t.sum(0).view(n_heads, inner).sum(1)
-
+        inner = math.prod(part.shape[at + 1 :])  # entries per head after the head dim, in memory order
+        rows = buf[: part.numel()].view(part.shape).copy_(part).view(-1, n_heads * inner)
         if shift is None:
             shift = per_head(rows) / (rows.numel() // n_heads)
         rows.sub_(shift.repeat_interleave(inner))
