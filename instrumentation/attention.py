@@ -52,7 +52,8 @@ def _full_causal(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
-def _split_heads(x: torch.Tensor, c_attn: nn.Linear, n_head: int):
+def split_heads(x: torch.Tensor, c_attn: nn.Linear, n_head: int):
+    """(B, H, T, D) views of Q, K and V: the layer's projection of ``x`` (B, T, C), split per head."""
     B, T, C = x.shape
     q, k, v = c_attn(x).split(C, dim=2)
     return (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
@@ -94,7 +95,7 @@ class CausalSelfAttention(nn.Module, Hookable):
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):
         B, T, C = x.shape
-        y, probs = self.attend(*_split_heads(x, self.c_attn, self.n_head), need_probs=need_probs)
+        y, probs = self.attend(*split_heads(x, self.c_attn, self.n_head), need_probs=need_probs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), probs
 
@@ -225,7 +226,7 @@ class AAHAttention(nn.Module, Hookable):
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):
         B, T, C = x.shape
-        y, probs = self.attend(*_split_heads(x, self.c_attn, self.n_head), need_probs=need_probs)
+        y, probs = self.attend(*split_heads(x, self.c_attn, self.n_head), need_probs=need_probs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), probs
 

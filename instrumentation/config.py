@@ -355,6 +355,11 @@ def validate(cfg: AAHConfig) -> None:
         )
 
 
+def windows_for(seq_len: int) -> tuple[int, ...]:
+    """The paper's candidate windows scaled to a sequence length: T/8, T/4, T/2, T (at least 1, no repeats)."""
+    return tuple(sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)}))
+
+
 # ---------------------------------------------------------------------------- size presets
 @dataclass(frozen=True)
 class Preset:

@@ -31,6 +31,8 @@ from tqdm import tqdm  # noqa: E402
 
 from aah_viz.analysis.partitions import ari_rows  # noqa: E402
 from instrumentation import AAHConfig, AAHTransformer  # noqa: E402
+from instrumentation.attention import split_heads  # noqa: E402
+from instrumentation.config import windows_for  # noqa: E402
 from instrumentation.data import load_token_stream, split_blocks, training_batch  # noqa: E402
 from instrumentation.routing.clustering import labels_from_groups  # noqa: E402
 from instrumentation.routing.features import head_features  # noqa: E402
@@ -54,19 +56,15 @@ def train(cfg: AAHConfig, steps: int, batch: int, seed: int):
 
 def layer_qkv(model: AAHTransformer, tokens: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
     """Per AAH layer, the (B, H, T, D) Q/K/V of one evaluation forward."""
-    seen = []
-    hooks = [
-        layer.c_attn.register_forward_hook(lambda mod, inp, out: seen.append(out.detach()))
-        for layer in model.aah_layers()
-    ]
+    layers = model.aah_layers()
+    inputs = []
+    hooks = [layer.c_attn.register_forward_pre_hook(lambda mod, args: inputs.append(args[0])) for layer in layers]
     model.eval()
     with torch.no_grad():
         model(tokens)
-    for h in hooks:
-        h.remove()
-    B, T = tokens.shape
-    H, C = model.cfg.n_head, model.cfg.n_embd
-    return [tuple(t.view(B, T, H, C // H).transpose(1, 2) for t in out.split(C, dim=2)) for out in seen]
+        for h in hooks:
+            h.remove()
+        return [tuple(split_heads(x, layer.c_attn, model.cfg.n_head)) for layer, x in zip(layers, inputs)]
 
 
 def moments(q, k, v) -> torch.Tensor:
@@ -111,12 +109,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(max(1, args.threads))
     strides = [int(s) for s in args.strides.split(",") if s.strip()]
     T = args.seq_len
-    windows = tuple(sorted({max(1, T // d) for d in (8, 4, 2, 1)}))
     cfg = AAHConfig.from_preset(
         args.preset,
         n_head=args.heads,
         block_size=T,
-        windows=windows,
+        windows=windows_for(T),
         attention_backend="banded",
         warmup_steps=min(10, args.steps),
     )

@@ -24,6 +24,7 @@ from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import interleave, paired_report, timed
 from instrumentation.backends import causal_coverage
 from instrumentation.bench.attention import paper_mix
+from instrumentation.config import windows_for
 
 
 def _execute_windows(handle, per_head: list[int]) -> None:
@@ -73,7 +74,7 @@ def bench_retrofit(
     from instrumentation.retrofit import patch_model
 
     if windows is None:
-        windows = sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
+        windows = windows_for(seq_len)
     windows = tuple(int(w) for w in windows)
     if seq_len < 2 or max(windows) > seq_len:
         raise ConfigError(f"bench retrofit: windows must lie in 1..{seq_len} and --seq-len be >= 2")

@@ -19,15 +19,15 @@ import torch
 
 from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, round_robin, timed
-from instrumentation.attention import AAHAttention
-from instrumentation.config import AAHConfig
+from instrumentation.attention import AAHAttention, split_heads
+from instrumentation.config import AAHConfig, windows_for
 from instrumentation.routing.step import RoutingInputs, route_step
 
 
 def _config(preset: str, regime: str, n_head: int, seq_len: int | None, backend: str) -> AAHConfig:
     overrides = dict(regime=regime, n_head=n_head, dropout=0.0, attention_backend=backend)
     if seq_len is not None:
-        overrides.update(block_size=seq_len, windows=tuple(sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})))
+        overrides.update(block_size=seq_len, windows=windows_for(seq_len))
     cfg = AAHConfig.from_preset(preset, **overrides)
     if not cfg.enabled:
         raise ConfigError(f"--regime {regime!r} has no routing to time; pick an AAH regime")
@@ -41,8 +41,7 @@ def _sides(cfg: AAHConfig, batch: int, feature_token_stride: int = 1) -> dict:
     ``routing_update_strided`` when ``feature_token_stride`` > 1."""
     torch.manual_seed(0)
     layer = AAHAttention(cfg, 0)
-    T, C, H = cfg.block_size, cfg.n_embd, cfg.n_head
-    x = torch.randn(batch, T, C)
+    x = torch.randn(batch, cfg.block_size, cfg.n_embd)
     layer.train()
     with torch.no_grad():
         layer.set_step(None)
@@ -53,8 +52,7 @@ def _sides(cfg: AAHConfig, batch: int, feature_token_stride: int = 1) -> dict:
         # Off the clock: an update reads the Q/K/V its forward has just written, so each timed
         # update gets them fresh (and in cache) as in training, not left cold by the other sides.
         with torch.no_grad():
-            q, k, v = layer.c_attn(x).split(C, dim=2)
-            qkv["qkv"] = tuple(t.view(batch, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+            qkv["qkv"] = tuple(split_heads(x, layer.c_attn, cfg.n_head))
 
     def update_with(update_cfg: AAHConfig):
         def update():

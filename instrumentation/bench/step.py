@@ -19,7 +19,7 @@ import torch
 from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, resolve_clock, round_robin, timed
 from instrumentation.backends import causal_coverage
-from instrumentation.config import AAHConfig
+from instrumentation.config import AAHConfig, windows_for
 from instrumentation.model import AAHTransformer
 
 
@@ -67,7 +67,7 @@ def bench_step(
     """Paired step times of both models, their median per-round ratio with its interval, and the windows
     the AAH model executed."""
     if windows is None:
-        windows = sorted({max(1, seq_len // d) for d in (8, 4, 2, 1)})
+        windows = windows_for(seq_len)
     if seq_len < 2 or any(w < 1 for w in windows):
         raise ConfigError("bench step: --seq-len must be >= 2 and every window >= 1")
     aah_cfg, aah, aah_opt = _build(preset, "full_adaptive", seq_len, windows, backend, dropout, seed)
