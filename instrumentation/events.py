@@ -28,6 +28,9 @@ class ClusterFacts:
     sim_std: float | None = None
     sim_min: float | None = None
     sim_max: float | None = None
+    # the closest any comparison of the clustering came to going the other way (similarity units;
+    # ``routing.clustering.ClusterResult.decision_margin``); None where nothing was clustered
+    decision_margin: float | None = None
 
 
 @dataclass

@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 REAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+
+
+def pytest_report_header(config) -> str:
+    """Which reference recording the replay compares with, and whether bit for bit or within tolerance."""
+    try:
+        import reference_replay
+    except ImportError as exc:  # the light side without torch
+        return f"reference replay: not run ({exc})"
+    plan = reference_replay.replay_plan()
+    return plan.describe() if plan else "reference replay: skipped (no recordings in ../shared beside the checkout)"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    replay = sys.modules.get("reference_replay")
+    if replay is not None and replay.REPORTS:
+        terminalreporter.section("reference replay (tolerance mode)")
+        for line in replay.REPORTS:
+            terminalreporter.write_line(line)
 
 
 def real_file(name: str) -> Path:

@@ -365,3 +365,49 @@ def test_a_merge_threshold_that_lets_a_group_merge_into_itself_is_refused(thresh
     # without merging (min_group_size 1) the same threshold is harmless
     assert _is_partition(cluster(X, threshold=0.0, metric="l2", upper_l2_threshold=threshold).groups, 5)
     assert _is_partition(cluster(X, threshold=0.0, metric="l2", upper_l2_threshold=-0.5, min_group_size=3).groups, 5)
+
+
+def test_decision_margin_of_a_sequential_assignment():
+    """Two items: one comparison against the threshold, at cosine cos(theta)."""
+    import math
+
+    for theta, joined in ((0.5, True), (1.0, False)):
+        res = cluster(T([[1.0, 0.0], [math.cos(theta), math.sin(theta)]]), threshold=0.72)
+        assert (len(res.groups) == 1) is joined
+        assert res.decision_margin == pytest.approx(abs(math.cos(theta) - 0.72), abs=1e-6)
+
+
+def test_decision_margin_of_a_forced_split_is_the_anchors_lead_and_the_tie_band():
+    """One group of four, split around its least similar pair: the margin is the smaller of that
+    pair's lead over the next least similar entry of S and every member's |delta| from the tie band,
+    computed here independently in float64."""
+    import numpy as np
+
+    X = np.array([[1.0, 0.05, 0.0], [1.0, 0.0, 0.08], [1.0, 0.03, 0.03], [1.0, 0.06, 0.02]])
+    res = cluster(T(X.tolist()), threshold=0.5, allow_forced_bipartition=True)
+    assert res.forced_bipartition
+    u = X / np.linalg.norm(X, axis=1, keepdims=True)
+    S = u @ u.T
+    np.fill_diagonal(S, 2.0)
+    entries = np.sort(S.ravel())
+    i0, i1 = res.anchor_pair
+    delta = u @ u[i0] - u @ u[i1]
+    others = [j for j in range(4) if j not in (i0, i1)]
+    expected = min(entries[1] - entries[0], *(abs(abs(delta[j]) - 1e-8) for j in others))
+    # the sequential pass's own comparisons (all above the threshold here) are farther away
+    assert res.decision_margin == pytest.approx(expected, abs=2e-7)
+    assert res.decision_margin < 1e-6  # S is symmetric: the anchor pair and its transpose nearly tie
+
+
+def test_decision_margin_is_small_exactly_where_a_nudge_changes_the_groups():
+    """Over random inputs: every partition that a perturbation of size eps changes had a margin below eps."""
+    gen = torch.Generator().manual_seed(3)
+    eps, changed = 1e-2, 0
+    for _ in range(300):
+        X = torch.rand(6, 9, generator=gen) + 0.2
+        base = cluster(X, threshold=0.97, allow_forced_bipartition=True)
+        nudged = cluster(X + eps * torch.randn(6, 9, generator=gen), threshold=0.97, allow_forced_bipartition=True)
+        if nudged.groups != base.groups:
+            changed += 1
+            assert base.decision_margin < eps, (base.groups, nudged.groups, base.decision_margin)
+    assert changed > 0

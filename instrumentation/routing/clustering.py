@@ -9,6 +9,7 @@ non-empty groups (§5.6). Ties always go to the first index.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -49,6 +50,9 @@ class ClusterResult:
     allow_forced_bipartition: bool = False
     min_group_size: int = 1
     anchor_pair: tuple[int, int] | None = None
+    # How far the closest comparison this call made was from going the other way (see
+    # ``_margin``): a tiny margin means float rounding of another CPU could give other groups.
+    decision_margin: float = math.inf
     extra: dict = field(default_factory=dict)
 
     @property
@@ -117,14 +121,26 @@ def _first_argmax(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
 
+def _margin(values: list[float], best: int, threshold: float | None) -> float:
+    """Distance of one argmax-and-threshold decision from flipping.
+
+    The smaller of: the best value's distance from the threshold (when there is one), and its
+    lead over the runner-up (0 for a tie, which the first index wins).
+    """
+    m = math.inf if threshold is None else abs(values[best] - threshold)
+    if len(values) > 1:
+        m = min(m, values[best] - max(v for k, v in enumerate(values) if k != best))
+    return m
+
+
 def _unit(c: torch.Tensor) -> torch.Tensor:
     return c / torch.linalg.vector_norm(c).clamp_min(NORM_EPS)
 
 
 def _assign_sequential(
     X: torch.Tensor, u: torch.Tensor, threshold: float, metric: str, normdiff_scale: float
-) -> list[list[int]]:
-    """Sequential centroid assignment in item order (§5.1 step 5).
+) -> tuple[list[list[int]], float]:
+    """Sequential centroid assignment in item order (§5.1 step 5); returns groups and decision margin.
 
     Centroids live in one preallocated matrix, so each item costs one matrix-vector product and
     one host read. A centroid is recomputed (mean of its members' u, re-normalised except for l2)
@@ -133,6 +149,7 @@ def _assign_sequential(
     """
     n, d = u.shape
     groups: list[list[int]] = [[0]]
+    margin = math.inf
     centroids = u.new_empty((n, d))
     centroids[0] = u[0]
     member_u = u.new_empty((n, n, d))  # [group slot, insertion rank] -> u row
@@ -155,6 +172,7 @@ def _assign_sequential(
                 sims = sims - _norm_penalty(mean_norms[:n_groups], x_norms[i], normdiff_scale)
         values = sims.tolist()
         best = _first_argmax(values)
+        margin = min(margin, _margin(values, best, threshold))
         if values[best] >= threshold:
             members = groups[best]
             size = len(members)
@@ -172,7 +190,7 @@ def _assign_sequential(
                 mean_norms[n_groups] = x_norms[i]
                 member_x[n_groups, 0] = X[i]
             groups.append([i])
-    return groups
+    return groups, margin
 
 
 def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float, clamp: str) -> torch.Tensor:
@@ -191,8 +209,12 @@ def _apply_churn(S: torch.Tensor, prev_labels: Sequence[int], churn: float, clam
     return torch.where(same, S + churn, S).clamp(max=1.0)
 
 
-def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int]], float, tuple[int, int]]:
-    """Split around the least similar pair (§5.5); returns groups, anchor similarity, anchor pair."""
+def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int]], float, tuple[int, int], float]:
+    """Split around the least similar pair (§5.5); returns groups, anchor similarity, anchor pair, margin.
+
+    The margin is the smaller of the anchor's lead over the next least similar entry (often the
+    same pair transposed) and every member's distance from the tie band of ``delta``.
+    """
     n = S.shape[0]
     S = S.clone()
     S.fill_diagonal_(2.0)
@@ -202,12 +224,14 @@ def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int
     # Row-major first minimum. u @ u.T is not exactly symmetric in float32, so i0 > i1 happens;
     # the reference keeps that order (group 0 is the one holding i0).
     i0, i1 = divmod(pos, n)
+    margin = sorted(flat)[1] - low
     delta = (u @ u[i0] - u @ u[i1]).tolist()
     g0, g1 = [i0], [i1]
     for j in range(n):
         if j == i0 or j == i1:
             continue
         d = delta[j]
+        margin = min(margin, abs(abs(d) - TIE_EPS))
         if d > TIE_EPS:
             g0.append(j)
         elif d < -TIE_EPS:
@@ -216,7 +240,7 @@ def _forced_bipartition(S: torch.Tensor, u: torch.Tensor) -> tuple[list[list[int
             g0.append(j)
         else:
             g1.append(j)
-    return [g0, g1], low, (i0, i1)
+    return [g0, g1], low, (i0, i1), margin
 
 
 def _group_means(groups: Sequence[Sequence[int]], rows: torch.Tensor) -> torch.Tensor:
@@ -233,18 +257,22 @@ def _group_means(groups: Sequence[Sequence[int]], rows: torch.Tensor) -> torch.T
 
 def _merge_small_groups(
     groups: list[list[int]], u: torch.Tensor, threshold: float, min_group_size: int
-) -> tuple[list[list[int]], int]:
-    """Merge groups below min_group_size into their best match (§5.6), quirks included."""
+) -> tuple[list[list[int]], int, float]:
+    """Merge groups below min_group_size into their best match (§5.6), quirks included.
+
+    Returns the groups, the number merged and the decision margin."""
     groups = [list(g) for g in groups]
     means = _group_means(groups, u)  # M_g, not re-normalised
     small = [gid for gid, g in enumerate(groups) if len(g) < min_group_size]
     merged = 0
+    margin = math.inf
     for gid in small:
         if len(groups[gid]) >= min_group_size:
             continue
         scores = (means @ means[gid]).tolist()  # emptied groups keep their stale mean
         scores[gid] = SELF_MERGE_SCORE
         best = _first_argmax(scores)
+        margin = min(margin, _margin(scores, best, threshold))
         if scores[best] < threshold:
             continue
         if sum(1 for g in groups if g) <= 2:
@@ -253,7 +281,7 @@ def _merge_small_groups(
         groups[gid] = []
         means[best] = u[groups[best]].mean(dim=0)
         merged += 1
-    return [g for g in groups if g], merged
+    return [g for g in groups if g], merged, margin
 
 
 @torch.no_grad()
@@ -322,14 +350,15 @@ def cluster(
     if metric == "cosine" and prev_labels is not None and churn_penalty > 0 and len(prev_labels) == n:
         S = _apply_churn(S, prev_labels, churn_penalty, churn_clamp)
 
-    groups = _assign_sequential(X, u, tau, metric, normdiff_scale)
+    groups, margin = _assign_sequential(X, u, tau, metric, normdiff_scale)
     groups_before_force = len(groups)
     forced = False
     anchor_similarity = None
     anchor_pair = None
     if len(groups) == 1:
         if allow_forced_bipartition:
-            groups, anchor_similarity, anchor_pair = _forced_bipartition(S, u)
+            groups, anchor_similarity, anchor_pair, forced_margin = _forced_bipartition(S, u)
+            margin = min(margin, forced_margin)
             forced = True
             origin = "forced_bipartition"
         else:
@@ -344,7 +373,8 @@ def cluster(
     merged = 0
     # With two groups or fewer no merge can happen (the merge needs > 2 non-empty groups).
     if min_group_size > 1 and len(groups) > 2 and small_before and not forced:
-        groups, merged = _merge_small_groups(groups, u, tau, min_group_size)
+        groups, merged, merge_margin = _merge_small_groups(groups, u, tau, min_group_size)
+        margin = min(margin, merge_margin)
 
     return ClusterResult(
         groups=groups,
@@ -358,6 +388,7 @@ def cluster(
         groups_before_force=groups_before_force,
         anchor_similarity=anchor_similarity,
         anchor_pair=anchor_pair,
+        decision_margin=margin,
         sim_mean=sim_mean,
         sim_std=sim_std,
         sim_min=sim_min,

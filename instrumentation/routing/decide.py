@@ -48,6 +48,7 @@ def _facts(level, origin: str) -> ClusterFacts:
         sim_std=res.sim_std,
         sim_min=res.sim_min,
         sim_max=res.sim_max,
+        decision_margin=res.decision_margin,
     )
 
 
