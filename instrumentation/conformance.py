@@ -115,8 +115,14 @@ def _tensor(X: list) -> torch.Tensor:
     return torch.tensor(X, dtype=torch.float32)
 
 
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a margin where nothing was compared is None."""
+    return x if math.isfinite(x) else None
+
+
 def run_case(case: dict) -> dict:
-    """Run one case through our routines; returns the fields its ``expect`` can hold."""
+    """Run one case through our routines; returns the fields its ``expect`` can hold, and the
+    decision margin of our clustering (how near a tie its closest comparison was)."""
     kind = case["kind"]
     X = _tensor(case["X"])
     if kind == "hierarchy":
@@ -133,7 +139,8 @@ def run_case(case: dict) -> dict:
             prev_labels=case.get("prev_groups"),
             upper_l2_threshold=case.get("upper_l2_threshold", 0.0),
         )
-        return {"levels": h.topology(), "stop_reason": h.stop_reason}
+        margin = min((a.decision_margin for a in h.attempts), default=math.inf)
+        return {"levels": h.topology(), "stop_reason": h.stop_reason, "decision_margin": _finite(margin)}
     res = cluster(
         X,
         threshold=case["threshold"],
@@ -151,6 +158,7 @@ def run_case(case: dict) -> dict:
         "origin": res.origin,
         "forced_bipartition": res.forced_bipartition,
         "groups_before_merge": res.groups_before_merge,
+        "decision_margin": _finite(res.decision_margin),
     }
 
 
