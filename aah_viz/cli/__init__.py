@@ -30,6 +30,7 @@ COMMANDS = [
     "export",
     "figure",
     "import_reference",
+    "import_gguf",
 ]
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "probe"]
 
