@@ -4,7 +4,9 @@ Each source implements the duck-typed interface of ``aah_viz.probes.predict``:
 ``encode(text) -> (ids, offsets)``, ``max_len``, ``n_layer``, ``n_head``, ``windows`` and
 ``attend(batch) -> ndarray (B, n_layer, n_head, T, T)`` over the text tokens (sequences padded at
 the end; a causal model's attention at a position does not depend on what follows it; a model's
-special tokens are added inside ``attend`` and their rows and columns removed).
+special tokens are added inside ``attend`` and their rows and columns removed), and ``causal``:
+whether a token sees only itself and earlier tokens (the probes then read every link looking back,
+``aah_viz.probes.syntax_causal``).
 
     from instrumentation.probe_extract import load_aah_checkpoint, HFAttentionSource
     source = load_aah_checkpoint("RUN/checkpoints/step-00000100.pt")
@@ -13,6 +15,7 @@ special tokens are added inside ``attend`` and their rows and columns removed).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,6 +41,8 @@ def _pad(batch: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor,
 
 class AAHAttentionSource:
     """An ``AAHTransformer`` in eval mode with its routing state as checkpointed (frozen)."""
+
+    causal = True  # AAH models are decoders: every window is a causal band
 
     def __init__(self, model, step: int | None = None, device: str = "cpu"):
         self.model = model.to(device).eval()
@@ -106,6 +111,39 @@ def special_token_template(tokenizer) -> tuple[list[int], list[int]]:
     return ids[: text[0]], ids[text[-1] + 1 :]
 
 
+_CAUSAL_ARCHITECTURE = re.compile(r"(ForCausalLM|LMHeadModel)$")
+
+
+def is_causal_model(model) -> bool:
+    """Whether a Hugging Face model is a decoder (a token sees only itself and earlier tokens): a
+    ``*ForCausalLM`` / ``*LMHeadModel`` class or ``config.architectures`` entry, ``config.is_decoder``,
+    or an attention module that says ``is_causal`` (transformers sets it on Llama, GPT-2, Qwen, ...
+    and on BERT only when it is configured as a decoder)."""
+    cfg = getattr(model, "config", None)
+    names = [type(model).__name__, *(getattr(cfg, "architectures", None) or [])]
+    if any(_CAUSAL_ARCHITECTURE.search(str(name)) for name in names):
+        return True
+    if bool(getattr(cfg, "is_decoder", False)):
+        return True
+    return any(getattr(m, "is_causal", False) is True for m in model.modules())
+
+
+def start_token(tokenizer, model, prefix: Sequence[int]) -> list[int]:
+    """What goes before a causal model's text: the tokenizer's own special tokens when it adds any,
+    else its BOS token (when the tokenizer has one inside the model's vocabulary).
+
+    A decoder's first position collects much of every later row's attention (an attention sink);
+    without a start token that first position is the text's first word, and the argmax of most
+    heads would find it rather than a syntactic head. With one, the sink is a special token whose
+    column is removed like [CLS]'s.
+    """
+    if prefix or tokenizer is None:
+        return list(prefix)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    return [int(bos)] if bos is not None and 0 <= int(bos) < vocab else []
+
+
 def position_limit(model, tokenizer=None) -> int:
     """Positions one input may use: max_position_embeddings less the offset some models add to
     positions (RoBERTa counts from padding_idx + 1), and the tokenizer's limit when it has one."""
@@ -127,12 +165,21 @@ class HFAttentionSource:
     Tokens and their character offsets come from a fast tokenizer when one is given (or found
     next to the model); otherwise from the byte tokenizer, whose ids must fit the vocabulary.
     Every input gets the special tokens the tokenizer adds ([CLS] ... [SEP] for BERT): the model
-    sees what it was trained on. Their rows and columns are removed from the attention returned,
-    so rows sum to the share of attention the text tokens receive. ``max_len`` is the number of
-    text tokens one input takes: the position limit less the special tokens.
+    sees what it was trained on; a causal model whose tokenizer adds none gets its BOS token in
+    front (``start_token``; ``with_start_token=False`` leaves it out). Their rows and columns are
+    removed from the attention returned, so rows sum to the share of attention the text tokens
+    receive. ``max_len`` is the number of text tokens one input takes: the position limit less the
+    special tokens. ``causal`` comes from the model (``is_causal_model``).
     """
 
-    def __init__(self, model, tokenizer=None, max_len: int | None = None, device: str = "cpu"):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        max_len: int | None = None,
+        device: str = "cpu",
+        with_start_token: bool = True,
+    ):
         if hasattr(model, "set_attn_implementation"):  # fused kernels return no attention probabilities
             try:
                 model.set_attn_implementation("eager")
@@ -150,7 +197,10 @@ class HFAttentionSource:
         self.byte_tokenizer = ByteTokenizer() if self.tokenizer is None else None
         if self.byte_tokenizer is not None and int(getattr(cfg, "vocab_size", 0)) < 256:
             raise ConfigError(f"model vocab_size {cfg.vocab_size} is below 256 and no fast tokenizer was given")
+        self.causal = is_causal_model(model)
         self.prefix, self.suffix = special_token_template(self.tokenizer)
+        if self.causal and with_start_token:
+            self.prefix = start_token(self.tokenizer, model, self.prefix)
         self.n_special = len(self.prefix) + len(self.suffix)
         limit = position_limit(model, self.tokenizer) - self.n_special
         if limit < 2:
@@ -225,7 +275,7 @@ def _from_pretrained(auto_class, path, **kwargs):
         raise
 
 
-def load_retrofit_adapter(adapter, run_dir, device: str = "cpu") -> HFAttentionSource:
+def load_retrofit_adapter(adapter, run_dir, device: str = "cpu", with_start_token: bool = True) -> HFAttentionSource:
     """A run of ``aah-viz retrofit``: its base model (the manifest's ``base_model``) with one of its
     adapters, probed as patched (AAH routing frozen as saved)."""
     from aah_viz.runlog import read_manifest
@@ -245,10 +295,12 @@ def load_retrofit_adapter(adapter, run_dir, device: str = "cpu") -> HFAttentionS
         tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     except (OSError, ValueError, TypeError):
         tokenizer = None
-    return HFAttentionSource(model, tokenizer, device=device)
+    return HFAttentionSource(model, tokenizer, device=device, with_start_token=with_start_token)
 
 
-def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAttentionSource:
+def load_hf_model(
+    path, max_len: int | None = None, device: str = "cpu", with_start_token: bool = True
+) -> HFAttentionSource:
     """A local Hugging Face model folder (config.json and weights); nothing is downloaded."""
     try:
         from transformers import AutoModel, AutoTokenizer
@@ -264,4 +316,4 @@ def load_hf_model(path, max_len: int | None = None, device: str = "cpu") -> HFAt
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError):
         tokenizer = None
-    return HFAttentionSource(model, tokenizer, max_len=max_len, device=device)
+    return HFAttentionSource(model, tokenizer, max_len=max_len, device=device, with_start_token=with_start_token)

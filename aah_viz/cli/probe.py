@@ -18,9 +18,12 @@ def register(subparsers) -> None:
         description="Run a checkpoint of `aah-viz train` (or a local Hugging Face model) over gold syntax and "
         "coreference data and score every head: Clark et al.'s syntactic probe per relation and direction, the "
         "coreference probe per antecedent-distance bucket with baselines, and window sufficiency. Writes the "
-        "probe_heads, probe_relations and probe_coref tables into the run directory (docs/probes.md). Without "
-        "--syntax and --coref, the bundled synthetic probe set is used. Inputs are parsed and scored before "
-        "anything is written, so bad input leaves the run untouched.",
+        "probe_heads, probe_relations and probe_coref tables into the run directory (docs/probes.md). A causal "
+        "model (an AAH checkpoint, a *ForCausalLM) is probed looking back: each dependency at its later word, "
+        "in the direction dependent_to_head or head_to_dependent, against backward offsets; pronouns before "
+        "their antecedent are left out and counted. Without --syntax and --coref, the bundled synthetic probe "
+        "set is used. Inputs are parsed and scored before anything is written, so bad input leaves the run "
+        "untouched.",
     )
     p.add_argument(
         "target",
@@ -76,6 +79,12 @@ def register(subparsers) -> None:
         help="resamples of sentences for each relation's interval of best head minus baseline (default: 1000)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    p.add_argument(
+        "--no-start-token",
+        action="store_true",
+        help="a causal Hugging Face model whose tokenizer adds no special tokens gets its BOS token before each "
+        "input (the first position is an attention sink; docs/probes.md); this leaves it out",
+    )
     p.add_argument("--batch-size", type=int, default=16, help="model inputs per forward pass (default: 16)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -153,9 +162,11 @@ def run(args: argparse.Namespace) -> int:
     if target.kind == "aah":
         source = load_aah_checkpoint(target.model_path, args.device)
     elif target.kind == "retrofit":
-        source = load_retrofit_adapter(target.model_path, target.run_dir, device=args.device)
+        source = load_retrofit_adapter(
+            target.model_path, target.run_dir, device=args.device, with_start_token=not args.no_start_token
+        )
     else:
-        source = load_hf_model(target.model_path, device=args.device)
+        source = load_hf_model(target.model_path, device=args.device, with_start_token=not args.no_start_token)
     step = int(target.step if target.step is not None else (source.step or 0))
     windows = None
     if target.run_dir is not None:
@@ -215,6 +226,9 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
         "coref_docs": result.n_coref_docs,
         "coref_queries": result.n_coref_queries,
         "long_sentences_left_out": result.n_long_sentences,
+        "attention": "causal" if result.causal else "bidirectional",
+        "direction_counts": result.direction_counts,
+        "cataphora_left_out": result.n_cataphora_left_out,
         "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
         "best_coref_head": best_coref,
         "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}
@@ -230,6 +244,12 @@ def _print_tables(result, summary) -> None:
         f"sentences, {summary['dependencies']} dependencies) and {summary['coref_docs']} coreference documents "
         f"({summary['coref_queries']} mentions with an antecedent)"
     )
+    if summary["attention"] == "causal":
+        print(
+            "causal model: each dependency scored at its later word looking back (direction dependent_to_head or "
+            f"head_to_dependent, baseline the best backward offset); {summary['cataphora_left_out']} pronoun(s) "
+            "before their antecedent left out of coreference"
+        )
     if len(result.probe_relations):
         shown = result.probe_relations.drop(columns=["step", "labels", "context"])
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -49,9 +49,15 @@ def relations_view(relations: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def relation_labels(rel: pd.DataFrame) -> list[str]:
+    """The relation, with its direction where a causal probe gave it a row per direction."""
+    causal = rel["direction"].isin(["dependent_to_head", "head_to_dependent"])
+    return [f"{r} ({d.replace('_', ' ')})" if c else r for r, d, c in zip(rel["relation"], rel["direction"], causal)]
+
+
 def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure:
-    """Best head minus best offset baseline per relation, with its 95 % bootstrap interval;
-    positional best heads drawn hollow."""
+    """Best head minus best offset baseline per relation (per relation and direction for a causal
+    model), with its 95 % bootstrap interval; positional best heads drawn hollow."""
     if relations.empty or "delta" not in relations:
         return style.empty_figure("no relation intervals: probe again with this version of aah-viz", title)
     rel = relations[relations["step"] == relations["step"].max()].sort_values("delta")
@@ -59,7 +65,7 @@ def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure
     fig = go.Figure(
         go.Scatter(
             x=rel["delta"],
-            y=rel["relation"],
+            y=relation_labels(rel),
             mode="markers",
             error_x=dict(
                 type="data",

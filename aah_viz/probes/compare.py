@@ -149,7 +149,9 @@ def wide_probe_heads(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> pd
     ph = probe_heads
     metric = ph["metric"].astype(str)
     syntax = (
-        (ph["probe"] == "syntax") & metric.str.contains(r":(?:dep2head|head2dep)$") & ~metric.str.startswith("all:")
+        (ph["probe"] == "syntax")
+        & metric.str.contains(r":(?:dep2head|head2dep|dependent_to_head|head_to_dependent)$")
+        & ~metric.str.startswith("all:")
     )
     coref = (ph["probe"] == "coref") & metric.str.startswith("acc:")
     distance = ph["probe"] == "distance"

@@ -11,6 +11,15 @@ Baselines (no model): the nearest preceding mention; the nearest preceding menti
 head word (else the nearest); and a rule: a pronoun takes the nearest preceding name or noun
 phrase that agrees in gender and number where both are known (else the nearest agreeing mention,
 else the nearest), any other mention takes the nearest with the same head word (else the nearest).
+
+On a causal model (``causal``) the probe asks what a decoder can answer where the question is
+posed: a pronoun that comes before every other mention of its chain (cataphora, "When *she*
+arrived, *Mary* ...") cannot attend to its antecedent, which the model has not read yet. Such
+pronouns are left out and counted (:func:`cataphoric_pronouns`), and so is the same link read from
+its other end (the later name attending back to the pronoun): a query needs an earlier mention of
+its chain that is not such a pronoun. For GAP this leaves exactly the pronouns whose gold name
+comes first, each asked against the names before it; the baselines are scored on the same queries
+and, like the heads, only ever choose an earlier mention.
 """
 
 from __future__ import annotations
@@ -34,15 +43,33 @@ def flat_mentions(doc: Document) -> list[tuple[int, Mention]]:
     return items
 
 
-def coref_queries(doc: Document) -> list[CorefQuery]:
-    """The probe's questions for one document: mentions with an earlier same-chain mention."""
+def _cataphoric(mentions: list[tuple[int, Mention]]) -> set[int]:
+    """Indices of pronouns that come before every other mention of their chain (which has others)."""
+    out = set()
+    for index, (chain, mention) in enumerate(mentions):
+        others = [m for c, m in mentions if c == chain and m is not mention]
+        if mention.kind == "pronoun" and others and all(m.start >= mention.end for m in others):
+            out.add(index)
+    return out
+
+
+def cataphoric_pronouns(doc: Document) -> int:
+    """Pronouns whose antecedent comes only after them: what a causal model cannot resolve at the pronoun."""
+    return len(_cataphoric(flat_mentions(doc)))
+
+
+def coref_queries(doc: Document, causal: bool = False) -> list[CorefQuery]:
+    """The probe's questions for one document: mentions with an earlier same-chain mention (with
+    ``causal``, one that is not a cataphoric pronoun; see the module's docstring)."""
     mentions = flat_mentions(doc)
+    left_out = _cataphoric(mentions) if causal else set()
     queries = []
     for index, (chain, mention) in enumerate(mentions):
-        earlier = [(c, m) for c, m in mentions if m.end <= mention.start]
-        same = [m for c, m in earlier if c == chain]
-        if not same:
+        before = [i for i, (_, m) in enumerate(mentions) if m.end <= mention.start]
+        if not any(mentions[i][0] == chain and i not in left_out for i in before):
             continue
+        earlier = [mentions[i] for i in before]
+        same = [m for c, m in earlier if c == chain]
         antecedent = max(same, key=lambda m: (m.end, m.start))
         correct_words = {w for c, m in earlier if c == chain for w in m.words}
         candidates = sorted({w for _, m in earlier for w in m.words})
@@ -115,6 +142,7 @@ class CorefScorer:
         self.count = np.zeros(n_b, dtype=np.int64)
         self.base_correct = {name: np.zeros(n_b, dtype=np.int64) for name in BASELINES}
         self.distances: list[int] = []  # every query's antecedent distance (tokens), for sufficiency
+        self.cataphora_left_out: int | None = None  # causal: pronouns left out (antecedent after them)
 
     def bucket_of(self, distance: int) -> int:
         return max(0, int(np.searchsorted(self.edges, distance, side="right")) - 1)
@@ -160,7 +188,8 @@ class CorefScorer:
 
     def head_rows(self, step: int, windows: np.ndarray) -> list[dict]:
         """probe_heads rows: ``accuracy`` (all mentions), ``reachable_accuracy`` (antecedent nearer
-        than the head's window), ``count``, and ``acc:BUCKET`` per bucket."""
+        than the head's window), ``count``, ``acc:BUCKET`` per bucket, and on a causal model
+        ``cataphora_left_out`` (pronouns left out because their antecedent comes after them)."""
         rows = []
         total = int(self.count.sum())
         los = np.array([lo for lo, _ in self.ranges])
@@ -183,6 +212,8 @@ class CorefScorer:
                 )
 
             row("count", total)
+            if self.cataphora_left_out is not None:
+                row("cataphora_left_out", self.cataphora_left_out)
             row("accuracy", correct.sum() / total if total else np.nan)
             reach = los < window  # buckets entirely below the window (window is itself an edge)
             n_reach = int(self.count[reach].sum())

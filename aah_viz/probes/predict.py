@@ -16,7 +16,9 @@ The attention source is any object with (duck-typed, so this module needs no tor
 
 The syntactic argmax runs over the other words of the word's own sentence, in both directions,
 whatever the input held (one sentence, or a whole document); the coreference argmax over the
-words of earlier mentions.
+words of earlier mentions. With ``causal`` (a decoder) only the earlier words of the sentence
+are candidates, and each word has one prediction, ``dep2head``: the earlier word it attends to
+most (``aah_viz.probes.syntax_causal``); ``head2dep`` is not computed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class DocPredictions:
     doc: Document
     alignment: Alignment
     dep2head: np.ndarray  # (n_layer*n_head, n_words): most-attended word of the sentence from each word, -1 none
+    # (causal: the most-attended earlier word of the sentence)
     head2dep: np.ndarray  # (n_layer*n_head, n_words): the word of the sentence that attends most to it, -1 none
     # (every row read with its own left context, so a head to the right of a chunk's end still counts)
     coref: np.ndarray  # (n_layer*n_head, n_queries): chosen candidate word, -1 none
@@ -109,8 +112,10 @@ class DocumentPredictor:
         js: JSAccumulator | None = None,
         distance: DistanceProfile | None = None,
         need_syntax: bool = True,
+        causal: bool = False,
     ):
         self.doc, self.js, self.distance, self.need_syntax = doc, js, distance, need_syntax
+        self.causal = causal
         words = doc.words
         spans = [(w.start, w.end) for w in words]
         encode_words = getattr(source, "encode_words", None)  # tokens cut at word boundaries when the source can
@@ -166,16 +171,19 @@ class DocumentPredictor:
         if self.need_syntax:
             sent = self.sentence_of_unit[present]
             same = (sent[:, None] == sent[None, :]) & (sent[:, None] >= 0)  # (Uc, Uc) same sentence, words only
+            if self.causal:  # only earlier words (word units are numbered in text order; gaps are out already)
+                same &= present[None, :] < present[:, None]
             if len(scored):
                 masked = unit_att[:, scored_local, :] * same[scored_local][None]
                 rows = _argmax_or_none(masked, axis=2)  # (n_heads, n_scored)
                 self.dep2head[:, scored] = np.where(rows >= 0, back[np.maximum(rows, 0)], -1)
-            block = unit_att[:, rows_local, :] * same[rows_local][None]  # (n_heads, n_rows, Uc)
-            col_val = block.max(axis=1)
-            col_row = rows_here[block.argmax(axis=1)]  # (n_heads, Uc) global unit of the best row
-            better = col_val > self.best_val[:, present]
-            self.best_val[:, present] = np.where(better, col_val, self.best_val[:, present])
-            self.best_row[:, present] = np.where(better, col_row, self.best_row[:, present])
+            if not self.causal:  # head2dep: the word of the sentence that attends most to each word
+                block = unit_att[:, rows_local, :] * same[rows_local][None]  # (n_heads, n_rows, Uc)
+                col_val = block.max(axis=1)
+                col_row = rows_here[block.argmax(axis=1)]  # (n_heads, Uc) global unit of the best row
+                better = col_val > self.best_val[:, present]
+                self.best_val[:, present] = np.where(better, col_val, self.best_val[:, present])
+                self.best_row[:, present] = np.where(better, col_row, self.best_row[:, present])
         if self.queries:
             last_tok = al.word_last_token
             in_chunk = np.nonzero(
@@ -192,7 +200,7 @@ class DocumentPredictor:
                 self.coref[:, qi] = np.where(best >= 0, q.candidates[keep][np.maximum(best, 0)], -1)
 
     def result(self) -> DocPredictions:
-        if self.need_syntax and self.n_words:
+        if self.need_syntax and self.n_words and not self.causal:
             rows = self.best_row[:, : self.n_words]
             ok = (self.best_val[:, : self.n_words] > 0) & (rows >= 0) & (rows < self.n_words)
             self.head2dep[:] = np.where(ok, rows, -1)
@@ -236,7 +244,8 @@ def predict_document(
     batch_size: int = 16,
     need_syntax: bool = True,
     distance: DistanceProfile | None = None,
+    causal: bool = False,
 ) -> DocPredictions:
     """One document's predictions (see :func:`predict_documents` for many)."""
-    predictor = DocumentPredictor(doc, source, queries, js, distance, need_syntax)
+    predictor = DocumentPredictor(doc, source, queries, js, distance, need_syntax, causal)
     return next(predict_documents([predictor], source, batch_size))

@@ -8,22 +8,28 @@ when they have the same id, text and words (and the context is ``document``).
 Clark et al. 2019) or ``document`` (the whole document, read in chunks). Either way the
 syntactic argmax stays inside the dependent's sentence. Coreference documents are always read
 whole.
+
+A causal source (``source.causal``: a decoder, such as an AAH checkpoint or a ``*ForCausalLM``)
+is probed looking back: every dependency is read at its later word
+(:mod:`aah_viz.probes.syntax_causal`) and pronouns before their antecedent are left out of the
+coreference probe (:mod:`aah_viz.probes.coref`). Other sources are probed as Clark et al. did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from aah_viz.corpus.document import Document, Sentence, Word
-from aah_viz.probes.coref import CorefScorer, bucket_edges, coref_queries
+from aah_viz.probes.coref import CorefScorer, bucket_edges, cataphoric_pronouns, coref_queries
 from aah_viz.probes.distance import DistanceProfile
 from aah_viz.probes.predict import DocumentPredictor, JSAccumulator, predict_documents
 from aah_viz.probes.sufficiency import dependency_lengths, sufficiency_rows
 from aah_viz.probes.syntax import DEFAULT_BOOT, DEFAULT_MIN_COUNT, RELATION_LABELS, SyntaxScorer
+from aah_viz.probes.syntax_causal import CausalSyntaxScorer
 
 CONTEXTS = ("sentence", "document")
 
@@ -40,6 +46,9 @@ class ProbeResult:
     n_links: int = 0  # gold dependencies scored
     n_coref_queries: int = 0  # mentions with an antecedent scored
     n_long_sentences: int = 0  # sentences left out: more words than the model takes tokens in one input
+    causal: bool = False  # probed looking back (a decoder)
+    n_cataphora_left_out: int = 0  # causal: pronouns left out because their antecedent comes after them
+    direction_counts: dict = field(default_factory=dict)  # causal: relation -> direction -> gold links
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
@@ -139,13 +148,15 @@ def run_probes(
     batch_size: int = 16,
     n_boot: int = DEFAULT_BOOT,
     seed: int = 0,
+    causal: bool | None = None,
 ) -> ProbeResult:
     """Score ``source`` (see :mod:`aah_viz.probes.predict`) on the syntax and coreference documents.
 
     ``windows`` (n_layer, n_head) is the window each head had (default: ``source.max_len`` for
     all). Distance buckets have edges at 1, 4, 8, 16, every candidate window and every head window.
     ``relations``: ``universal`` (subtypes stripped) or ``full`` labels. ``n_boot`` resamples of
-    sentences give each relation's interval of best head minus baseline.
+    sentences give each relation's interval of best head minus baseline. ``causal`` (default: the
+    source's ``causal``, else False) probes looking back, as a decoder attends.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -156,8 +167,13 @@ def run_probes(
     if windows.shape != (n_layer, n_head):
         raise ValueError(f"windows has shape {windows.shape}, the model has ({n_layer}, {n_head}) heads")
     edges = bucket_edges(list(candidate_windows) + [int(w) for w in np.unique(windows)])
-    syntax = SyntaxScorer(n_layer, n_head, relations, context)
+    if causal is None:
+        causal = bool(getattr(source, "causal", False))
+    scorer = CausalSyntaxScorer if causal else SyntaxScorer
+    syntax = scorer(n_layer, n_head, relations, context)
     coref = CorefScorer(n_layer, n_head, edges)
+    if causal:
+        coref.cataphora_left_out = sum(cataphoric_pronouns(doc) for doc in coref_docs)
     js = JSAccumulator(n_layer * n_head)
     distance = DistanceProfile(n_layer * n_head)
     syntax_lengths: list[np.ndarray] = []
@@ -171,10 +187,11 @@ def run_probes(
             yield DocumentPredictor(
                 doc,
                 source,
-                queries=coref_queries(cor_doc) if cor_doc is not None else None,
+                queries=coref_queries(cor_doc, causal) if cor_doc is not None else None,
                 js=js if profile else None,
                 distance=distance if profile else None,
                 need_syntax=syn_doc is not None,
+                causal=causal,
             )
 
     bar = None
@@ -185,7 +202,10 @@ def run_probes(
     n_coref = 0
     for (syn_doc, cor_doc), preds in zip(jobs, predict_documents(predictors(), source, batch_size)):
         if syn_doc is not None:
-            syntax.add(syn_doc, preds.dep2head, preds.head2dep)
+            if causal:
+                syntax.add(syn_doc, preds.dep2head)  # each word's most-attended earlier word
+            else:
+                syntax.add(syn_doc, preds.dep2head, preds.head2dep)
             syntax_lengths.append(dependency_lengths(syn_doc, preds.alignment))
         if cor_doc is not None:
             coref.add(cor_doc, preds)
@@ -217,4 +237,7 @@ def run_probes(
         n_links=int(sum(syntax.count.values())),
         n_coref_queries=int(coref.count.sum()),
         n_long_sentences=long_sentence_count(syntax_docs, int(source.max_len)),
+        causal=causal,
+        n_cataphora_left_out=coref.cataphora_left_out or 0,
+        direction_counts=syntax.direction_counts() if causal else {},
     )
