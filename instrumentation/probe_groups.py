@@ -1,4 +1,4 @@
-"""AAH head groups for a pretrained encoder that routes nothing, so that its probes can be compared
+"""AAH head groups for a pretrained model that routes nothing, so that its probes can be compared
 with groups on both sides of real heads.
 
 Each head gets the project's 9-D routing feature (``routing.features.head_features``: mean |x| and
@@ -6,7 +6,14 @@ standard deviation of its q, k and v activations over the text tokens; the last 
 routed model's previous entropy, norm and usage, are zero) and each layer's heads are clustered
 by the project's hierarchy build with the default thresholds (``AAHConfig``). Levels that repeat
 the level below are dropped. Works for BERT-family encoders (``encoder.layer[i].attention.self``
-with ``query``, ``key`` and ``value`` projections: BERT, RoBERTa, MiniLM, ...).
+with ``query``, ``key`` and ``value`` projections: BERT, RoBERTa, MiniLM, ...) and for decoders
+with ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` (Llama, Mistral, Qwen2, Qwen3).
+
+A decoder's heads are its *query* heads, taken as ``aah-viz retrofit`` patches them: q and k after
+the model's own q/k norms and rotary positions, and under grouped-query attention each key/value
+head repeated to the query heads it serves (as the model's ``repeat_kv`` does). The query heads of
+one key/value head therefore share their k and v columns and differ only in q. Moments are
+accumulated over the batches in float64 (a 30-layer model's activations are not all kept).
 
     features = qkv_head_features(model, tokenizer, sentences)      # (n_layer, n_head, 9)
     groups = head_group_labels(features)                            # per layer: levels, origin
@@ -15,6 +22,7 @@ with ``query``, ``key`` and ``value`` projections: BERT, RoBERTa, MiniLM, ...).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +36,8 @@ from instrumentation.routing.clustering import labels_from_groups
 from instrumentation.routing.features import head_features
 from instrumentation.routing.hierarchy import build_hierarchy
 
+DECODER_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
 
 def _attention_blocks(model) -> list:
     layers = getattr(getattr(model, "encoder", None), "layer", None)
@@ -35,15 +45,26 @@ def _attention_blocks(model) -> list:
     if not blocks or any(not all(hasattr(b, n) for n in ("query", "key", "value")) for b in blocks):
         raise ConfigError(
             f"{type(model).__name__} has no encoder.layer[i].attention.self query/key/value projections "
-            "(a BERT-family encoder is needed for Q/K/V head groups)"
+            "and no q_proj/k_proj/v_proj/o_proj attention (a BERT-family encoder or a Llama-family decoder "
+            "is needed for Q/K/V head groups)"
         )
     return blocks
+
+
+def _decoder_blocks(model) -> list:
+    """The self-attention modules of a Llama-family decoder in layer order (empty for other models)."""
+    return [
+        m for m in model.modules() if all(isinstance(getattr(m, p, None), torch.nn.Module) for p in DECODER_PROJECTIONS)
+    ]
 
 
 @torch.no_grad()
 def qkv_head_features(model, tokenizer, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
     """(n_layer, n_head, 9) head features from the q, k, v activations of every text token (special
-    tokens included, padding left out), each text encoded as the tokenizer encodes it."""
+    tokens included, padding left out), each text encoded as the tokenizer encodes it. A decoder's
+    heads are its query heads (see the module's docstring)."""
+    if _decoder_blocks(model):
+        return _decoder_features(model, tokenizer, texts, batch_size)
     blocks = _attention_blocks(model)
     cfg = model.config
     n_head = int(cfg.num_attention_heads)
@@ -76,6 +97,84 @@ def qkv_head_features(model, tokenizer, texts: Sequence[str], batch_size: int = 
     for layer in range(len(blocks)):
         q, k, v = (torch.cat(kept[(layer, w)]).reshape(1, -1, n_head, d).transpose(1, 2) for w in range(3))
         out.append(head_features(q, k, v).cpu().numpy())
+    return np.stack(out)
+
+
+class _Moments:
+    """Running per-head sums of |x|, x and x^2 (float64), for mean |x| and the unbiased std."""
+
+    def __init__(self, n_heads: int):
+        self.n = 0
+        self.abs, self.sum, self.squares = (torch.zeros(n_heads, dtype=torch.float64) for _ in range(3))
+
+    def add(self, x: torch.Tensor) -> None:
+        """``x``: (N, H, D) the activations of N tokens."""
+        x = x.double()
+        self.n += x.shape[0] * x.shape[2]
+        self.abs += x.abs().sum(dim=(0, 2))
+        self.sum += x.sum(dim=(0, 2))
+        self.squares += (x * x).sum(dim=(0, 2))
+
+    def features(self) -> torch.Tensor:
+        """(H, 2) mean |x| and unbiased std."""
+        mean = self.sum / self.n
+        var = (self.squares - self.n * mean * mean) / max(self.n - 1, 1)
+        return torch.stack([self.abs / self.n, var.clamp_min(0).sqrt()], dim=1)
+
+
+def _decoder_qkv(module, hidden: torch.Tensor, position_embeddings) -> tuple[torch.Tensor, ...]:
+    """(B, T, H, D) q and k after the module's norms and rotary positions, and v (k and v per key/value head)."""
+    B, T, _ = hidden.shape
+    head_dim = int(getattr(module, "head_dim", 0) or module.o_proj.in_features // module.config.num_attention_heads)
+    q = module.q_proj(hidden).view(B, T, -1, head_dim)
+    k = module.k_proj(hidden).view(B, T, -1, head_dim)
+    v = module.v_proj(hidden).view(B, T, -1, head_dim)
+    if getattr(module, "q_norm", None) is not None:
+        q, k = module.q_norm(q), module.k_norm(k)
+    rotary = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
+    if rotary is None or position_embeddings is None:
+        raise ConfigError(f"{type(module).__name__}: no rotary positions to apply (apply_rotary_pos_emb)")
+    cos, sin = position_embeddings
+    q, k = rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    return q.transpose(1, 2), k.transpose(1, 2), v
+
+
+def _decoder_features(model, tokenizer, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    blocks = _decoder_blocks(model)
+    moments: dict[tuple[int, int], _Moments] = {}
+    state: dict[str, torch.Tensor] = {}
+
+    def keeper(layer: int):
+        def hook(module, args, kwargs):
+            hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            valid = state["valid"]
+            for which, x in enumerate(_decoder_qkv(module, hidden, kwargs.get("position_embeddings"))):
+                kept = x[valid].float()  # (N, H, D): text tokens only, padding left out
+                moments.setdefault((layer, which), _Moments(kept.shape[1])).add(kept)
+
+        return hook
+
+    hooks = [block.register_forward_pre_hook(keeper(i), with_kwargs=True) for i, block in enumerate(blocks)]
+    side = getattr(tokenizer, "padding_side", "right")
+    try:
+        tokenizer.padding_side = "right"  # padding after the text: a causal model's text tokens never see it
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[i : i + batch_size]), padding=True, truncation=True, return_tensors="pt")
+            state["valid"] = enc["attention_mask"].bool()
+            model(**{k: v.to(model.device) for k, v in enc.items()}, use_cache=False)
+    finally:
+        tokenizer.padding_side = side
+        for hook in hooks:
+            hook.remove()
+    if not moments:
+        raise ConfigError("no text to compute head features from")
+    out = []
+    for layer in range(len(blocks)):
+        q, k, v = (moments[(layer, w)].features() for w in range(3))
+        groups = q.shape[0] // k.shape[0]  # query heads per key/value head
+        kv = torch.cat([k, v], dim=1).repeat_interleave(groups, dim=0)  # each query head: its key/value head's
+        base = torch.cat([q, kv], dim=1)  # mean|q|, std q, mean|k|, std k, mean|v|, std v
+        out.append(torch.cat([base, torch.zeros(q.shape[0], 3, dtype=base.dtype)], dim=1).float().numpy())
     return np.stack(out)
 
 

@@ -73,3 +73,62 @@ def test_an_encoder_without_bert_style_attention_is_refused():
     model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=300))
     with pytest.raises(ConfigError, match="query/key/value"):
         qkv_head_features(model, None, ["x"])
+
+
+def tiny_llama(tmp_path, n_kv=2):
+    fast = _encoder_tokenizer(tmp_path, "[CLS]", "[SEP]")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=n_kv,
+        max_position_embeddings=64,
+    )
+    return transformers.LlamaModel(config).eval(), fast
+
+
+def test_decoder_features_are_the_moments_of_its_query_heads_with_shared_key_value_heads(tmp_path):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model, tok = tiny_llama(tmp_path)
+    tok.padding_side = "left"  # the features pad after the text whatever the tokenizer prefers
+    got = qkv_head_features(model, tok, TEXTS, batch_size=2)
+    assert got.shape == (2, 4, 9) and tok.padding_side == "left"
+    # independently: each text alone; the layer's normalised input through the projections, rotary
+    # positions on q and k, each key/value head given to the two query heads it serves
+    acts = {(layer, w): [] for layer in (0, 1) for w in range(3)}
+    with torch.no_grad():
+        for text in TEXTS:
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            states = model(ids, output_hidden_states=True).hidden_states
+            positions = torch.arange(ids.shape[1])[None]
+            for layer in (0, 1):
+                block = model.layers[layer]
+                x = block.input_layernorm(states[layer])
+                cos, sin = model.rotary_emb(x, positions)
+                attn = block.self_attn
+                q = attn.q_proj(x).view(1, -1, 4, 8).transpose(1, 2)
+                k = attn.k_proj(x).view(1, -1, 2, 8).transpose(1, 2)
+                v = attn.v_proj(x).view(1, -1, 2, 8).transpose(1, 2)
+                q, k = apply_rotary_pos_emb(q, k, cos, sin)
+                for w, t in enumerate((q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1))):
+                    acts[(layer, w)].append(t[0].numpy())  # (H, T, D)
+    for layer in (0, 1):
+        for w in range(3):
+            x = np.concatenate(acts[(layer, w)], axis=1).astype(np.float64)  # (H, all tokens, D)
+            for head in range(4):
+                values = x[head].ravel()
+                np.testing.assert_allclose(got[layer, head, 2 * w], np.abs(values).mean(), rtol=1e-5)
+                np.testing.assert_allclose(got[layer, head, 2 * w + 1], values.std(ddof=1), rtol=1e-5)
+        assert np.all(got[layer, :, 6:] == 0)
+        # query heads 0, 1 share key/value head 0; 2, 3 share head 1: same k, v columns, their own q
+        assert np.array_equal(got[layer, 0, 2:6], got[layer, 1, 2:6]) and np.array_equal(
+            got[layer, 2, 2:6], got[layer, 3, 2:6]
+        )
+        assert not np.array_equal(got[layer, 0, 2:6], got[layer, 2, 2:6]) and got[layer, 0, 0] != got[layer, 1, 0]
+    groups = head_group_labels(got)
+    heads, validity = group_tables(got, groups, window=64)
+    assert len(heads) == 8 and list(validity["layer"]) == [0, 1]
