@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pandas.testing as pd_testing
 import pytest
 
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
@@ -420,3 +421,20 @@ def test_word_segments_cut_tokens_at_word_boundaries():
     text = "He didn't go , ok?"
     spans = [(0, 2), (3, 6), (6, 9), (10, 12), (15, 17)]  # He, did, n't, go, ok ("," and "?" are no words)
     assert [text[a:b] for a, b in word_segments(text, spans)] == ["He", " did", "n't", " go", " ,", " ok", "?"]
+
+
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_inputs_sorted_by_length_give_the_same_tables(context):
+    docs = generate_corpus(6, seed=11, min_chars=300, max_chars=900).documents
+    kwargs = dict(min_count=3, candidate_windows=(32, 64), context=context, batch_size=3, n_boot=300, seed=4)
+    plain = run_probes(PlantedSource(docs), docs, docs, **kwargs)
+    lengths = [len(d.text) for d in docs]
+    assert lengths != sorted(lengths)  # the order really changes
+    ordered = run_probes(PlantedSource(docs), docs, docs, sort_by_length=True, **kwargs)
+    for name in ("probe_relations", "probe_coref"):  # counts, accuracies, bootstrap intervals: exactly
+        pd_testing.assert_frame_equal(getattr(plain, name), getattr(ordered, name))
+    a, b = (
+        r.probe_heads.sort_values(["probe", "metric", "layer", "head"]).reset_index(drop=True) for r in (plain, ordered)
+    )
+    pd_testing.assert_frame_equal(a.drop(columns="value"), b.drop(columns="value"))
+    np.testing.assert_allclose(a["value"], b["value"], rtol=1e-9, atol=1e-12)  # JS and distance: sums in another order

@@ -47,6 +47,15 @@ def register(subparsers) -> None:
     p.add_argument("--step", type=int, default=None, help="probe the checkpoint of this step (default: the newest)")
     p.add_argument("--max-docs", type=int, default=None, metavar="N", help="read at most N documents of each input")
     p.add_argument(
+        "--sample-docs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="score a random sample of N documents of each input (after --max-docs), kept in file order; "
+        "seeded by --sample-seed",
+    )
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of --sample-docs (default: 0)")
+    p.add_argument(
         "--min-count",
         type=int,
         default=100,
@@ -86,6 +95,12 @@ def register(subparsers) -> None:
         "input (the first position is an attention sink; docs/probes.md); this leaves it out",
     )
     p.add_argument("--batch-size", type=int, default=16, help="model inputs per forward pass (default: 16)")
+    p.add_argument(
+        "--sort-by-length",
+        action="store_true",
+        help="feed the model its inputs shortest first, so that batches pad little (faster; the same scores, "
+        "the model's float rounding may differ with the padded shapes)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -94,19 +109,25 @@ def register(subparsers) -> None:
 
 
 def read_inputs(args):
-    """(syntax documents, coreference documents, their paths) from --syntax, --coref and --max-docs
-    (the bundled set without either)."""
+    """(syntax documents, coreference documents, their paths) from --syntax, --coref, --max-docs and
+    --sample-docs (the bundled set without either)."""
     from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.coref_formats import read_coref
+    from aah_viz.probes.runner import sample_documents
 
     syntax_path, coref_path = args.syntax, args.coref
     if syntax_path is None and coref_path is None:
         syntax_path, coref_path = data_path(PROBE_SET_CONLLU), data_path(PROBE_SET_COREF)
-    if args.max_docs is not None and args.max_docs < 1:
-        raise InputFormatError(f"--max-docs must be at least 1, got {args.max_docs}")
+    sample = getattr(args, "sample_docs", None)  # aah-viz bench probe reads its inputs here too, unsampled
+    for flag, value in (("--max-docs", args.max_docs), ("--sample-docs", sample)):
+        if value is not None and value < 1:
+            raise InputFormatError(f"{flag} must be at least 1, got {value}")
     syntax_docs = read_conllu(syntax_path, args.max_docs) if syntax_path else []
     coref_docs = read_coref(coref_path, args.max_docs) if coref_path else []
+    if sample is not None:
+        syntax_docs = sample_documents(syntax_docs, sample, args.sample_seed)
+        coref_docs = sample_documents(coref_docs, sample, args.sample_seed)
     if coref_path and not any(doc.chains for doc in coref_docs):
         raise InputFormatError(f"{coref_path}: no coreference chains in the documents read")
     return syntax_docs, coref_docs, syntax_path, coref_path
@@ -190,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         n_boot=args.bootstrap,
         seed=args.seed,
+        sort_by_length=args.sort_by_length,
     )
     if result.n_long_sentences:
         print(
@@ -199,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         )
     run_dir = _output_run(target, args, source)
     written = write_probe_tables(run_dir, result.tables(), step)
-    summary = _summary(result, run_dir, step, syntax_path, coref_path, written)
+    summary = _summary(result, run_dir, step, syntax_path, coref_path, written, args)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -207,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
+def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> dict:
     coref_all = result.probe_coref[result.probe_coref["bucket"] == "all"] if len(result.probe_coref) else None
     best_coref = None
     if coref_all is not None and len(coref_all):
@@ -224,6 +246,8 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written) -> dict:
         "sentences": result.n_sentences,
         "dependencies": result.n_links,
         "coref_docs": result.n_coref_docs,
+        "sample_docs": args.sample_docs,
+        "sample_seed": args.sample_seed if args.sample_docs else None,
         "coref_queries": result.n_coref_queries,
         "long_sentences_left_out": result.n_long_sentences,
         "attention": "causal" if result.causal else "bidirectional",

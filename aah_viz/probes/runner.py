@@ -107,6 +107,15 @@ def long_sentence_count(syntax_docs: Sequence[Document], max_words: int | None) 
     return sum(1 for doc in syntax_docs for s in doc.sentences if max_words is not None and len(s.words) > max_words)
 
 
+def sample_documents(docs: Sequence[Document], n: int | None, seed: int = 0) -> list[Document]:
+    """``n`` documents drawn without replacement (``numpy.random.default_rng(seed)``), kept in their
+    input order; all of them when ``n`` is None or not below their number."""
+    if n is None or n >= len(docs):
+        return list(docs)
+    keep = np.sort(np.random.default_rng(seed).choice(len(docs), size=n, replace=False))
+    return [docs[i] for i in keep]
+
+
 def plan_jobs(
     syntax_docs: Sequence[Document], coref_docs: Sequence[Document], context: str, max_words: int | None = None
 ) -> list[tuple[Document | None, Document | None]]:
@@ -149,6 +158,7 @@ def run_probes(
     n_boot: int = DEFAULT_BOOT,
     seed: int = 0,
     causal: bool | None = None,
+    sort_by_length: bool = False,
 ) -> ProbeResult:
     """Score ``source`` (see :mod:`aah_viz.probes.predict`) on the syntax and coreference documents.
 
@@ -156,7 +166,10 @@ def run_probes(
     all). Distance buckets have edges at 1, 4, 8, 16, every candidate window and every head window.
     ``relations``: ``universal`` (subtypes stripped) or ``full`` labels. ``n_boot`` resamples of
     sentences give each relation's interval of best head minus baseline. ``causal`` (default: the
-    source's ``causal``, else False) probes looking back, as a decoder attends.
+    source's ``causal``, else False) probes looking back, as a decoder attends. ``sort_by_length``
+    feeds the model its inputs shortest first, so that a batch pads little; the scores are the same
+    (sentences keep their numbers for the bootstrap), the attention profiles (JS, distance) are sums
+    taken in another order, and the model's float rounding may differ with the padded shapes.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -180,8 +193,13 @@ def run_probes(
     jobs = plan_jobs(syntax_docs, coref_docs, context, int(source.max_len))
     profile_syntax = bool(syntax_docs)  # head profiles (JS, distance) from the syntax inputs when there are any
 
+    first_sentence = np.cumsum([0] + [len(s.sentences) if s is not None else 0 for s, _ in jobs])
+    order = list(range(len(jobs)))
+    if sort_by_length:  # characters stand in for tokens; ties keep the input order
+        order.sort(key=lambda i: len((jobs[i][0] or jobs[i][1]).text))
+
     def predictors() -> Iterator[DocumentPredictor]:
-        for syn_doc, cor_doc in jobs:
+        for syn_doc, cor_doc in (jobs[i] for i in order):
             doc = syn_doc if syn_doc is not None else cor_doc
             profile = (syn_doc is not None) == profile_syntax
             yield DocumentPredictor(
@@ -200,12 +218,14 @@ def run_probes(
 
         bar = tqdm(total=len(jobs), desc=f"probing ({context} inputs)", unit="input")
     n_coref = 0
-    for (syn_doc, cor_doc), preds in zip(jobs, predict_documents(predictors(), source, batch_size)):
+    for i, preds in zip(order, predict_documents(predictors(), source, batch_size)):
+        syn_doc, cor_doc = jobs[i]
         if syn_doc is not None:
+            first = int(first_sentence[i])
             if causal:
-                syntax.add(syn_doc, preds.dep2head)  # each word's most-attended earlier word
+                syntax.add(syn_doc, preds.dep2head, first)  # each word's most-attended earlier word
             else:
-                syntax.add(syn_doc, preds.dep2head, preds.head2dep)
+                syntax.add(syn_doc, preds.dep2head, preds.head2dep, first)
             syntax_lengths.append(dependency_lengths(syn_doc, preds.alignment))
         if cor_doc is not None:
             coref.add(cor_doc, preds)

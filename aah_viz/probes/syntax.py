@@ -161,7 +161,9 @@ class SyntaxScorer:
         self.n_sentences = 0
         self.n_docs = 0
 
-    def add(self, doc: Document, dep2head: np.ndarray, head2dep: np.ndarray) -> None:
+    def add(self, doc: Document, dep2head: np.ndarray, head2dep: np.ndarray, first_sentence: int | None = None) -> None:
+        """One document's predictions; its sentences are numbered from ``first_sentence`` (default: after
+        the ones added so far), so that the bootstrap sees the same sentences in any order of adding."""
         gold = gold_links(doc, self.labels)
         self.n_docs += 1
         words = np.arange(len(doc.words))
@@ -176,7 +178,7 @@ class SyntaxScorer:
             hits = np.stack([dep2head[:, gold.dependent], head2dep[:, gold.dependent]]) == gold.head[None, None]
             self._hits.append(np.transpose(hits, (2, 0, 1)))
             self._relation.append(gold.relation)
-            self._sentence.append(gold.sentence + self.n_sentences)
+            self._sentence.append(gold.sentence + (self.n_sentences if first_sentence is None else first_sentence))
             self._base.append(offset_hits(gold))
         self.n_sentences += len(doc.sentences)
 

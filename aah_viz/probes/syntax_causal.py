@@ -77,8 +77,9 @@ class CausalSyntaxScorer:
         self.n_sentences = 0
         self.n_docs = 0
 
-    def add(self, doc: Document, backward: np.ndarray) -> None:
-        """``backward``: (n_heads, n_words) the most-attended earlier word of each word's sentence, -1 none."""
+    def add(self, doc: Document, backward: np.ndarray, first_sentence: int | None = None) -> None:
+        """``backward``: (n_heads, n_words) the most-attended earlier word of each word's sentence, -1 none;
+        the document's sentences are numbered from ``first_sentence`` (default: after those added so far)."""
         later, earlier, direction, relation, sentence = causal_links(doc, self.labels)
         self.n_docs += 1
         ok = backward >= 0
@@ -91,7 +92,7 @@ class CausalSyntaxScorer:
             self._hits.append((backward[:, later] == earlier[None, :]).T)
             self._relation.append(relation)
             self._direction.append(direction)
-            self._sentence.append(sentence + self.n_sentences)
+            self._sentence.append(sentence + (self.n_sentences if first_sentence is None else first_sentence))
             self._base.append(backward_offset_hits(later, earlier))
         self.n_sentences += len(doc.sentences)
 
