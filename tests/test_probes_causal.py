@@ -418,3 +418,74 @@ def test_a_causal_source_puts_its_bos_token_first_and_returns_the_texts_attentio
         own = torch.stack(model(torch.tensor([ids]), output_attentions=True).attentions, 1)[0].numpy()
     np.testing.assert_allclose(bare.attend([ids])[0], own, atol=1e-6)
     assert n == att.shape[-1]
+
+
+def test_the_probe_command_on_a_causal_model_reports_directions_and_left_out_pronouns(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import json
+
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run, validate_run
+
+    folder = tiny_llama(tmp_path / "llama")
+    write_gap(tmp_path / "gap.tsv")
+    out = tmp_path / "run"
+    args = ["probe", str(folder), "--out", str(out), "--syntax", str(FIXTURE), "--coref", str(tmp_path / "gap.tsv")]
+    assert main(args + ["--min-count", "2", "--no-progress", "--json", "--threads", "1", "--sort-by-length"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["attention"] == "causal" and summary["cataphora_left_out"] == 2 and summary["coref_queries"] == 4
+    expected = expected_causal_table(column_links(FIXTURE))
+    assert summary["direction_counts"]["det"] == {
+        "dependent_to_head": 0,
+        "head_to_dependent": expected[("det", "head_to_dependent")]["count"],
+    }
+    assert {r["direction"] for r in summary["relations"]} == {"dependent_to_head", "head_to_dependent"}
+    assert validate_run(out) == []
+    rel = load_run(out).table("probe_relations")
+    assert (rel["baseline_offset"] < 0).all()
+    # a seeded sample: the same documents for the same seed, in file order
+    assert main(args + ["--sample-docs", "1", "--no-progress", "--json", "--threads", "1", "--min-count", "1"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["syntax_docs"] == 1 and first["coref_docs"] == 1 and first["sample_seed"] == 0
+    assert main(args + ["--sample-docs", "0", "--no-progress"]) == 2
+    assert "--sample-docs must be at least 1" in capsys.readouterr().err
+
+
+def test_sampled_documents_are_seeded_and_keep_their_order():
+    from aah_viz.probes.runner import sample_documents
+
+    docs = list(range(50))
+    a, b = sample_documents(docs, 10, seed=3), sample_documents(docs, 10, seed=3)
+    assert a == b == sorted(a) and len(set(a)) == 10
+    assert sample_documents(docs, 10, seed=4) != a
+    assert sample_documents(docs, 50) == docs and sample_documents(docs, None) == docs
+
+
+def test_the_causal_model_script_writes_groups_probes_and_comparisons(tmp_path):
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    from aah_viz.runlog import load_run
+
+    folder = tiny_llama(tmp_path / "llama")
+    write_gap(tmp_path / "gap.tsv")
+    out = tmp_path / "runs" / "probed"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "probe_causal_model.py"
+    cmd = [sys.executable, str(script), "--model", str(folder), "--syntax", str(FIXTURE)]
+    cmd += ["--coref", str(tmp_path / "gap.tsv"), "--out", str(out), "--feature-sentences", "6", "--min-count", "2"]
+    cmd += ["--bootstrap", "20", "--permutations", "20", "--threads", "1", "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(report) >= {"run", "groups_per_layer_and_level", "verdicts", "head_groups", "probe", "compare"}
+    assert report["probe"]["wall_s"] >= 0 and report["probe"]["cpu_s"] >= 0
+    run = load_run(out)
+    heads = run.table("heads")
+    assert len(heads) == 2 * 4 and set(heads["window"]) == {256 - 1}  # 256 positions less the BOS token
+    assert list(run.table("cluster_validity")["layer"]) == [0, 1]
+    assert set(run.table("probe_relations")["direction"]) <= {"dependent_to_head", "head_to_dependent"}
+    comparisons = run.table("comparisons")
+    assert set(comparisons["layer"].dropna()) <= {0, 1} and comparisons["layer"].isna().any()  # per layer and pooled
+    assert run.manifest["config"]["head_groups"].startswith("AAH features of the query heads")
