@@ -122,6 +122,27 @@ def offset_baseline_counts(docs: list[Document], labels: str = "full") -> dict[s
     return table
 
 
+def count_prediction_offsets(counts: np.ndarray, predicted: np.ndarray, pred: np.ndarray) -> None:
+    """Add, per head, the offset in words of each prediction ``pred`` ((n_heads, n_words), -1: none)
+    to ``counts`` ((n_heads, 2 * MAX_OFFSET + 1), offsets beyond MAX_OFFSET not counted) and the
+    number of predictions made to ``predicted`` (n_heads,), both in place."""
+    ok = pred >= 0
+    offset = np.where(ok, pred - np.arange(pred.shape[1])[None, :], 0)
+    counted = ok & (np.abs(offset) <= MAX_OFFSET)
+    predicted += ok.sum(axis=1)
+    flat = np.nonzero(counted)
+    np.add.at(counts, (flat[0], offset[flat] + MAX_OFFSET), 1)
+
+
+def modal_offsets(counts: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The modal non-zero offset of each head's predictions and its share of them (any leading shape)."""
+    counts = counts.copy()
+    counts[..., MAX_OFFSET] = 0  # offset 0 cannot be predicted (the diagonal is zeroed)
+    modal = counts.argmax(axis=-1)
+    share = np.take_along_axis(counts, modal[..., None], axis=-1)[..., 0] / np.maximum(predicted, 1)
+    return modal - MAX_OFFSET, share
+
+
 def _sentence_of_words(doc: Document) -> np.ndarray:
     return np.repeat(np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences]).astype(np.int64)
 
@@ -166,14 +187,8 @@ class SyntaxScorer:
         the ones added so far), so that the bootstrap sees the same sentences in any order of adding."""
         gold = gold_links(doc, self.labels)
         self.n_docs += 1
-        words = np.arange(len(doc.words))
         for d, pred in enumerate((dep2head, head2dep)):  # positional profile over every word
-            ok = pred >= 0
-            offset = np.where(ok, pred - words[None, :], 0)
-            counted = ok & (np.abs(offset) <= MAX_OFFSET)
-            self.predicted[d] += ok.sum(axis=1)
-            flat = np.nonzero(counted)
-            np.add.at(self.offset_counts[d], (flat[0], offset[flat] + MAX_OFFSET), 1)
+            count_prediction_offsets(self.offset_counts[d], self.predicted[d], pred)
         if len(gold.dependent):
             hits = np.stack([dep2head[:, gold.dependent], head2dep[:, gold.dependent]]) == gold.head[None, None]
             self._hits.append(np.transpose(hits, (2, 0, 1)))
@@ -215,11 +230,7 @@ class SyntaxScorer:
 
     def positional(self) -> tuple[np.ndarray, np.ndarray]:
         """(2, n_heads) modal non-zero offset of each head's predictions and its share of them."""
-        counts = self.offset_counts.copy()
-        counts[..., MAX_OFFSET] = 0  # offset 0 cannot be predicted (the diagonal is zeroed)
-        modal = counts.argmax(axis=-1)
-        share = np.take_along_axis(counts, modal[..., None], axis=-1)[..., 0] / np.maximum(self.predicted, 1)
-        return modal - MAX_OFFSET, share
+        return modal_offsets(self.offset_counts, self.predicted)
 
     def relations_table(
         self, step: int, min_count: int = DEFAULT_MIN_COUNT, n_boot: int = DEFAULT_BOOT, seed: int = 0

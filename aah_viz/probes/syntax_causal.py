@@ -31,8 +31,10 @@ from aah_viz.probes.syntax import (
     POSITIONAL_SHARE,
     RELATION_COLUMNS,
     bootstrap_delta,
+    count_prediction_offsets,
     gold_links,
     is_excluded,
+    modal_offsets,
     relation_label,
 )
 
@@ -60,8 +62,6 @@ class CausalSyntaxScorer:
     """Keeps, per gold link, whether every head's backward prediction at the later word found the
     earlier word and whether each backward offset did; per head, the offsets of its predictions."""
 
-    directions = CAUSAL_DIRECTIONS
-
     def __init__(self, n_layer: int, n_head: int, labels: str = "universal", context: str = "sentence"):
         relation_label("", labels)  # validates
         self.n_layer, self.n_head = n_layer, n_head
@@ -82,12 +82,7 @@ class CausalSyntaxScorer:
         the document's sentences are numbered from ``first_sentence`` (default: after those added so far)."""
         later, earlier, direction, relation, sentence = causal_links(doc, self.labels)
         self.n_docs += 1
-        ok = backward >= 0
-        offset = np.where(ok, backward - np.arange(backward.shape[1])[None, :], 0)
-        counted = ok & (np.abs(offset) <= MAX_OFFSET)
-        self.predicted += ok.sum(axis=1)
-        flat = np.nonzero(counted)
-        np.add.at(self.offset_counts, (flat[0], offset[flat] + MAX_OFFSET), 1)
+        count_prediction_offsets(self.offset_counts, self.predicted, backward)  # positional profile, every word
         if len(later):
             self._hits.append((backward[:, later] == earlier[None, :]).T)
             self._relation.append(relation)
@@ -140,11 +135,7 @@ class CausalSyntaxScorer:
 
     def positional(self) -> tuple[np.ndarray, np.ndarray]:
         """(n_heads,) modal non-zero offset of each head's backward predictions and its share of them."""
-        counts = self.offset_counts.copy()
-        counts[:, MAX_OFFSET] = 0
-        modal = counts.argmax(axis=-1)
-        share = np.take_along_axis(counts, modal[:, None], axis=-1)[:, 0] / np.maximum(self.predicted, 1)
-        return modal - MAX_OFFSET, share
+        return modal_offsets(self.offset_counts, self.predicted)
 
     def relations_table(
         self, step: int, min_count: int = DEFAULT_MIN_COUNT, n_boot: int = DEFAULT_BOOT, seed: int = 0
