@@ -316,33 +316,51 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def independent_causal_probe(folder: Path, conllu: Path):
+def column_sentences(conllu: Path, limit: int | None = None):
+    """[(sent_id, text, rows)] straight from the CoNLL-U lines; sentences with multiword tokens are
+    skipped (their syntactic words do not spell the text)."""
+    out = []
+    for block in conllu.read_text(encoding="utf-8").strip().split("\n\n"):
+        meta = dict(l[2:].split(" = ", 1) for l in block.splitlines() if l.startswith("# ") and " = " in l)
+        rows = [l.split("\t") for l in block.splitlines() if not l.startswith("#")]
+        if any(not r[0].isdigit() for r in rows):
+            continue
+        out.append((meta["sent_id"], meta["text"], rows))
+        if limit and len(out) == limit:
+            break
+    return out
+
+
+def independent_causal_probe(folder: Path, sentences, model=None):
     """(relation, direction) -> (count, (n_heads,) accuracy), computed from the CoNLL-U columns and the
-    model's own attention: BOS + the words' tokens, word-level attention (sum over a word's columns,
-    mean over its rows), BOS and the diagonal dropped, each word's argmax over the earlier words."""
+    model's own attention: BOS + each word's tokens (the word with the whitespace before it), word-level
+    attention (sum over a word's columns, mean over its rows), BOS and the diagonal dropped, each word's
+    argmax over the earlier words of its sentence."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    model = LlamaForCausalLM.from_pretrained(folder, local_files_only=True, attn_implementation="eager").eval()
+    if model is None:
+        model = LlamaForCausalLM.from_pretrained(folder, local_files_only=True, attn_implementation="eager").eval()
     hits = defaultdict(list)
-    for block in conllu.read_text(encoding="utf-8").strip().split("\n\n"):
-        rows = [l.split("\t") for l in block.splitlines() if not l.startswith("#")]
-        forms = [r[1] for r in rows]
-        enc = tok(forms, is_split_into_words=True, add_special_tokens=False)
-        ids = [tok.bos_token_id] + enc["input_ids"]
+    for _, text, rows in sentences:
+        ids, unit, end = [tok.bos_token_id], [0], 0  # unit 0 = BOS, 1..n = words
+        for w, r in enumerate(rows, start=1):
+            start = text.index(r[1], end)
+            piece = tok(text[end : start + len(r[1])], add_special_tokens=False)["input_ids"]
+            ids += piece
+            unit += [w] * len(piece)
+            end = start + len(r[1])
         with torch.no_grad():
             att = torch.stack(model(torch.tensor([ids]), output_attentions=True).attentions, 1)[0].numpy()
         att = att.reshape(-1, len(ids), len(ids)).astype(np.float64)
-        unit = np.array([0] + [w + 1 for w in enc.word_ids()])  # 0 = BOS, 1..n = words
-        onehot = np.zeros((len(ids), len(forms) + 1))
+        n = len(rows)
+        onehot = np.zeros((len(ids), n + 1))
         onehot[np.arange(len(ids)), unit] = 1
         words = (onehot / onehot.sum(0)).T @ (att @ onehot)  # (heads, n+1, n+1)
         words = words[:, 1:, 1:]
-        n = len(forms)
         earlier = np.tril(np.ones((n, n), dtype=bool), -1)
-        masked = np.where(earlier[None], words, -1.0)
-        back = masked.argmax(-1)  # 0-based earlier word (row 0 has none and is never a later word)
+        back = np.where(earlier[None], words, -1.0).argmax(-1)  # 0-based earlier word (row 0: none, never asked)
         for r in rows:
             dep, head, rel = int(r[0]), int(r[6]), r[7].split(":")[0]
             if head == 0 or rel in ("root", "punct"):
@@ -363,7 +381,7 @@ def test_a_random_llama_is_probed_causally_as_an_independent_computation_says(tm
     assert source.causal and source.prefix == [source.tokenizer.bos_token_id] and source.suffix == []
     docs = read_conllu(FIXTURE)
     result = run_probes(source, docs, (), min_count=1, n_boot=10, batch_size=4)
-    theirs = independent_causal_probe(folder, FIXTURE)
+    theirs = independent_causal_probe(folder, column_sentences(FIXTURE))
     heads = result.probe_heads[result.probe_heads["probe"] == "syntax"]
     table = heads.pivot_table(index="metric", columns=["layer", "head"], values="value")
     per_relation = {m for m in table.index if m.endswith("_to_head") or m.endswith("_to_dependent")}
@@ -481,6 +499,8 @@ def test_the_causal_model_script_writes_groups_probes_and_comparisons(tmp_path):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(report) >= {"run", "groups_per_layer_and_level", "verdicts", "head_groups", "probe", "compare"}
     assert report["probe"]["wall_s"] >= 0 and report["probe"]["cpu_s"] >= 0
+    for control in report["gqa_control"].values():  # 2 query heads per key/value head: a null within pairs
+        assert control["layers"] <= 2 and 0 < control["p_value"] <= 1
     run = load_run(out)
     heads = run.table("heads")
     assert len(heads) == 2 * 4 and set(heads["window"]) == {256 - 1}  # 256 positions less the BOS token
