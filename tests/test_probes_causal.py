@@ -333,9 +333,9 @@ def column_sentences(conllu: Path, limit: int | None = None):
 
 def independent_causal_probe(folder: Path, sentences, model=None):
     """(relation, direction) -> (count, (n_heads,) accuracy), computed from the CoNLL-U columns and the
-    model's own attention: BOS + each word's tokens (the word with the whitespace before it), word-level
-    attention (sum over a word's columns, mean over its rows), BOS and the diagonal dropped, each word's
-    argmax over the earlier words of its sentence."""
+    model's own attention: BOS + each word's tokens (the word with the whitespace before it; a token of
+    whitespace alone is a unit of its own), word-level attention (sum over a unit's columns, mean over
+    its rows), BOS, gaps and the diagonal dropped, each word's argmax over the earlier words."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
@@ -344,21 +344,26 @@ def independent_causal_probe(folder: Path, sentences, model=None):
         model = LlamaForCausalLM.from_pretrained(folder, local_files_only=True, attn_implementation="eager").eval()
     hits = defaultdict(list)
     for _, text, rows in sentences:
-        ids, unit, end = [tok.bos_token_id], [0], 0  # unit 0 = BOS, 1..n = words
+        ids, unit, end, gaps = [tok.bos_token_id], [0], 0, 0  # unit 0 = BOS, 1..n = words, then gaps
         for w, r in enumerate(rows, start=1):
             start = text.index(r[1], end)
-            piece = tok(text[end : start + len(r[1])], add_special_tokens=False)["input_ids"]
-            ids += piece
-            unit += [w] * len(piece)
+            enc = tok(text[end : start + len(r[1])], add_special_tokens=False, return_offsets_mapping=True)
+            for t, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]):
+                ids.append(t)
+                if not text[end + a : end + b].strip():  # a token of whitespace alone belongs to no word
+                    gaps += 1
+                    unit.append(len(rows) + gaps)
+                else:
+                    unit.append(w)
             end = start + len(r[1])
         with torch.no_grad():
             att = torch.stack(model(torch.tensor([ids]), output_attentions=True).attentions, 1)[0].numpy()
         att = att.reshape(-1, len(ids), len(ids)).astype(np.float64)
         n = len(rows)
-        onehot = np.zeros((len(ids), n + 1))
+        onehot = np.zeros((len(ids), n + 1 + gaps))
         onehot[np.arange(len(ids)), unit] = 1
-        words = (onehot / onehot.sum(0)).T @ (att @ onehot)  # (heads, n+1, n+1)
-        words = words[:, 1:, 1:]
+        words = (onehot / onehot.sum(0)).T @ (att @ onehot)  # (heads, units, units)
+        words = words[:, 1 : n + 1, 1 : n + 1]  # BOS and gaps are never an answer
         earlier = np.tril(np.ones((n, n), dtype=bool), -1)
         back = np.where(earlier[None], words, -1.0).argmax(-1)  # 0-based earlier word (row 0: none, never asked)
         for r in rows:
