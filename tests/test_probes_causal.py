@@ -514,3 +514,14 @@ def test_the_causal_model_script_writes_groups_probes_and_comparisons(tmp_path):
     comparisons = run.table("comparisons")
     assert set(comparisons["layer"].dropna()) <= {0, 1} and comparisons["layer"].isna().any()  # per layer and pooled
     assert run.manifest["config"]["head_groups"].startswith("AAH features of the query heads")
+
+
+def test_the_relation_figure_names_each_direction_of_a_causal_probe(fixture_run):
+    from aah_viz.figures.probe_results import relation_delta_figure, relations_view
+
+    _, result = fixture_run
+    rel = result.probe_relations.assign(step=0)
+    labels = list(relation_delta_figure(rel).data[0].y)
+    assert len(labels) == len(set(labels)) == len(rel)  # nmod has a row per direction, each its own line
+    assert {"nmod (dependent to head)", "nmod (head to dependent)"} <= set(labels)
+    assert set(relations_view(rel)["direction"]) == {"dependent_to_head", "head_to_dependent"}
