@@ -39,6 +39,7 @@ _EXPORTS = {
     "profile_source": "instrumentation.evaluation",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
+    "import_gguf": "instrumentation.retrofit.gguf_import",
     "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",

@@ -36,19 +36,32 @@ __all__ = ["AAHAttention", "CausalSelfAttention", "RoutingState", "SubscriptionH
 
 
 def _full_causal(
-    q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool, scale: float | None = None
+    q,
+    k,
+    v,
+    *,
+    dropout_p: float,
+    training: bool,
+    window: int | tuple[int, ...] | None,
+    need_probs: bool,
+    scale: float | None = None,
 ):
-    """Plain causal (optionally banded) attention for the baseline modules."""
+    """Plain causal (optionally banded) attention for the baseline modules; a tuple window gives
+    each head its own band."""
     B, H, T, D = q.shape
+    per_head = list(window) if isinstance(window, tuple) else [window or T] * H
     if need_probs:
         res = dense_masked_attention(
-            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, scale=scale, need_probs=True
+            q, k, v, per_head, dropout_p=dropout_p, training=training, scale=scale, need_probs=True
         )
         return res.out, res.probs
     p = dropout_p if training else 0.0
-    if window is None or window >= T:
+    if max(per_head) >= T and min(per_head) >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale), None
-    allowed = MASK_CACHE.get(T, window, q.device)
+    if len(set(per_head)) == 1:
+        allowed = MASK_CACHE.get(T, per_head[0], q.device)
+    else:
+        allowed = torch.stack([MASK_CACHE.get(T, min(w, T), q.device) for w in per_head])  # (H, T, T)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
@@ -91,6 +104,8 @@ class CausalSelfAttention(nn.Module, Hookable):
 
     def executed_windows(self, seq_len: int | None = None) -> list[int]:
         T = seq_len or self.last_seq_len or self.cfg.block_size
+        if isinstance(self.window, tuple):
+            return [min(w, T) for w in self.window]
         return [T if self.window is None else self.window] * self.n_head
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):
@@ -115,8 +130,12 @@ class CausalSelfAttention(nn.Module, Hookable):
         self.last_seq_len = T
         if self._subscribers:
             wins = self.executed_windows(T)
-            cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
-            idx = torch.zeros(self.n_head, dtype=torch.long, device=q.device)
+            if isinstance(self.window, tuple):  # per-head bands: indices into the candidate windows
+                cand = tuple(self.cfg.windows)
+                idx = torch.tensor([cand.index(w) if w in cand else -1 for w in wins], device=q.device)
+            else:
+                cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
+                idx = torch.zeros(self.n_head, dtype=torch.long, device=q.device)
             self._emit(
                 RoutingEvent(
                     layer=self.layer_index,
@@ -127,7 +146,7 @@ class CausalSelfAttention(nn.Module, Hookable):
                     in_warmup=False,
                     training=self.training,
                     window_idx=idx,
-                    windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=q.device),
+                    windows=torch.tensor(wins, dtype=torch.long, device=q.device),
                     seq_len=T,
                     candidate_windows=cand,
                     backend="sdpa",
