@@ -40,6 +40,8 @@ _EXPORTS = {
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
     "import_gguf": "instrumentation.retrofit.gguf_import",
+    "FrontierConfig": "instrumentation.frontier",
+    "run_frontier": "instrumentation.frontier",
     "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",

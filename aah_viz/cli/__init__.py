@@ -31,6 +31,7 @@ COMMANDS = [
     "figure",
     "import_reference",
     "import_gguf",
+    "frontier",
 ]
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "probe"]
 

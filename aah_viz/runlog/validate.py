@@ -88,16 +88,17 @@ def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.Data
                 f"(it stopped after step {last}); resume it (aah-viz train --out {run_dir} --resume)"
             )
     heads, scalars = tables.get("heads"), tables.get("scalars")
+    planned = manifest.get("steps") if isinstance(manifest.get("steps"), int) else None
     if status == STATUS_FINISHED:
         if not any(len(frame) for frame in tables.values()):
             problems.append("the run is finished but every table is empty: nothing was recorded")
-        elif heads is None or not len(heads):
+        elif (heads is None or not len(heads)) and manifest.get("steps") is not None:
+            # a run that plans no steps (a frontier of evaluations) records events, not steps
             problems.append("heads: the run is finished but the table has no rows")
     source = heads if heads is not None and len(heads) else scalars
     if source is None or not len(source):
         return problems
     steps = np.unique(source["step"].dropna().to_numpy(dtype=np.int64))
-    planned = manifest.get("steps") if isinstance(manifest.get("steps"), int) else None
     end = steps[-1]
     if status == STATUS_FINISHED and planned is not None and planned > 0:
         end = max(end, planned - 1)
