@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from aah_viz import __version__
+from aah_viz._version import __version__
 from aah_viz.errors import AAHVizError
 
 COMMANDS = [
