@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, paths
+from aah_viz.runlog.columns import column_type, table_schema
 from aah_viz.runlog.manifest import check_manifest, check_version, read_manifest
-from aah_viz.runlog.writer import column_type, table_schema
 from aah_viz.schema import SCHEMA_VERSION, parse_version
 
 
