@@ -24,8 +24,16 @@ from aah_viz.runlog.compact import compact_locked
 from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
 from aah_viz.runlog.segment_io import write_segment
-from aah_viz.runlog.summaries import MANIFEST_FLAG, UpdateSummarizer, margin_summary
-from aah_viz.schema import ALL_TABLES, MANIFEST, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
+from aah_viz.runlog.summaries import UpdateSummarizer, margin_summary
+from aah_viz.schema import (
+    ALL_TABLES,
+    MANIFEST,
+    MANIFEST_FLAG,
+    STATUS_FAILED,
+    STATUS_FINISHED,
+    STATUS_IMPORTED,
+    STATUS_RUNNING,
+)
 
 
 def _clean_leftovers(run_dir: Path) -> None:
