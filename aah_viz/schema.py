@@ -219,6 +219,7 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
 # Summaries the run writer derives from the rows it is given, so that no figure has to scan every
 # head row of a long run. A run whose manifest says ``"update_summaries": true`` has them from its
 # first step; readers compute the same rows on the fly for any other run.
+MANIFEST_FLAG = "update_summaries"  # the manifest field saying so
 SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
     # one row per (layer, routing update), compared with the layer's previous update
     "updates": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, state, validity
-from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
@@ -63,7 +63,7 @@ def render() -> None:
                 ),
                 key="stab_switch",
                 name="switch-rate",
-                on_select=head_clicked,
+                on_select=state.head_clicked,
             )
             st.caption("Click a head to select it on every page.", help=help_text("switch_rate"))
     validity.section(root, key, token)

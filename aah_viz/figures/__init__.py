@@ -3,7 +3,8 @@
 Every registered builder is ``builder(runs: list[Run], **opts) -> go.Figure``: it reads what it
 needs from the runs (single-run figures use ``runs[0]``), reduces it, and plots. The dashboard
 uses the same pieces with caching in between; ``aah-viz figure --kind NAME`` uses the registry.
-Options per kind are listed in ``FIGURE_OPTIONS``.
+Options per kind are listed in ``FIGURE_OPTIONS``. Each builder imports its modules when it is
+called, so the registry alone (``aah-viz figure --list``) imports none of them.
 """
 
 from __future__ import annotations

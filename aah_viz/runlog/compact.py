@@ -38,10 +38,8 @@ def compact_run(run_dir: str | os.PathLike, *, min_segments: int = 2, progress: 
 
 def compact_locked(run_dir: Path, *, min_segments: int = 2, durable: bool = True, progress: bool = False) -> dict:
     """:func:`compact_run` for a caller that already holds the run's writer lock."""
-    from aah_viz.runlog.writer import new_session
-
     run_dir = Path(run_dir)
-    session = new_session(run_dir)
+    session = generations.new_session(run_dir)
     report = {}
     tables = paths.list_table_dirs(run_dir)
     for table in _bar(tables, progress, "compacting"):

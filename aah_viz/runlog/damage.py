@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from aah_viz.analysis.queries import segment_step_bounds
+from aah_viz.runlog.validate import set_aside_problems
 from aah_viz.schema import STATUS_FINISHED
 
 
@@ -28,9 +30,6 @@ def missing_step_ranges(bounds: np.ndarray, planned_end: int | None = None) -> l
 
 def damage_warnings(run) -> list[str]:
     """One line per kind of lost data in ``run`` (an opened ``Run``); empty when nothing is lost."""
-    from aah_viz.analysis.queries import segment_step_bounds
-    from aah_viz.runlog.validate import set_aside_problems
-
     notes = set_aside_problems(run.path, run.manifest)
     if run.manifest.get("imported"):
         return notes

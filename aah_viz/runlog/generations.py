@@ -21,12 +21,16 @@ or rolls back (delete the new ones); every writer calls it under the run's lock 
 pandas, pyarrow and DuckDB reading a folder directly do not know the record: during step 4 of a
 swap (or after a writer died there) they may see both sets. ``aah-viz validate`` reports such a
 folder and ``aah-viz compact`` finishes the swap.
+
+New segments are named by :func:`new_session`, whose ids sort after every name on disk or in the
+record, so no swap ever reuses a name a reader may still hold.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -160,3 +164,17 @@ def recorded_names(directory: str | os.PathLike) -> set[str]:
     """Every segment name the record mentions: a new segment must not reuse one."""
     generations, _ = read_record(directory)
     return {name for gen in generations for key in ("added", "replaces") for name in gen[key]}
+
+
+def new_session(run_dir: Path) -> str:
+    """A session id that sorts after every earlier one of this run (time in ns, bumped past every
+    segment name on disk or in a generation record, so no name is ever reused)."""
+    session = time.time_ns()
+    existing = 0
+    for table in paths.list_table_dirs(run_dir):
+        names = [seg.name for seg in paths.list_segments(run_dir / table)]
+        for name in names + sorted(recorded_names(run_dir / table)):
+            match = paths.SEGMENT_RE.match(name)
+            if match and match["session"].isdigit():
+                existing = max(existing, int(match["session"]))
+    return f"{max(session, existing + 1):020d}"

@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 
 from aah_viz.errors import RunLogError, UnsafePathError
-from aah_viz.schema import MANIFEST
+from aah_viz.schema import ALL_TABLES, MANIFEST
 
 SEGMENT_RE = re.compile(r"^part-(?P<session>[0-9A-Za-z]+)-(?P<seq>\d+)\.parquet$")
 TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -94,8 +94,6 @@ def list_temp_files(directory: str | os.PathLike, prefix: str = TEMP_PREFIX) -> 
 def list_table_dirs(run_dir: str | os.PathLike) -> list[str]:
     """Names of the table folders of a run, sorted: sub-folders named like a table that are a
     contract table or hold segment files (so ``checkpoints/`` and the like are not tables)."""
-    from aah_viz.schema import ALL_TABLES
-
     try:
         entries = list(os.scandir(run_dir))
     except (FileNotFoundError, NotADirectoryError):

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 from aah_viz import coverage
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, lock, paths
+from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
-from aah_viz.runlog.writer import GROUP_COLUMN_RE
 from aah_viz.schema import ALL_TABLES, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
