@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         description="Split --data by lines into an adaptation text and a held-out evaluation text (its last "
         "--eval-share of characters), then evaluate on the same held-out blocks: the unpatched model, the "
         "full-attention patch, a static sliding window at each candidate window, every head at the smallest "
-        "candidate window keeping 95%% of its attention mass (profiled on the adaptation text), the AAH regimes "
+        "candidate window keeping 95% of its attention mass (profiled on the adaptation text), the AAH regimes "
         "zero-shot, and, with --adapt-steps, after that many steps of aah-viz retrofit on the adaptation text "
         "(each a retrofit run beside --out). Every configuration is an inference event of the run in --out: "
         "perplexity with a bootstrap interval over blocks, ACR, causal coverage, realised work, and speed as a "
