@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from aah_viz.runlog import paths
+from aah_viz.probes.target import resolve_target
+from aah_viz.runlog import load_run, paths
+from aah_viz.runlog.synthetic import make_synthetic_run
+
+
+def _checkpoint_events(run_dir) -> list[tuple[int, str]]:
+    ev = load_run(run_dir).events()
+    ev = ev[ev["kind"] == "checkpoint"]
+    return [(int(s), json.loads(d)["path"]) for s, d in zip(ev["step"], ev["detail"])]
+
+
+def test_a_synthetic_run_records_its_checkpoint_under_the_name_every_reader_lists(tmp_path):
+    run = make_synthetic_run(tmp_path / "syn", n_layer=2, n_head=4, steps=12, windows=(8, 16), seq_len=16)
+    ((step, recorded),) = _checkpoint_events(run)
+    assert step == 11
+    assert recorded == f"checkpoints/step-{step:08d}.pt"  # docs/training.md: RUN/checkpoints/step-XXXXXXXX.pt
+    # a file where the event says it is, is the run's checkpoint of that step for every reader
+    (run / recorded).parent.mkdir()
+    (run / recorded).write_bytes(b"")
+    assert paths.list_checkpoints(run) == [(11, run / recorded)]
+    target = resolve_target(str(run))
+    assert (target.kind, target.step, target.model_path) == ("aah", 11, run / recorded)
+
+
+def test_the_trainer_and_a_synthetic_run_record_the_same_checkpoint_path(tmp_path):
+    pytest.importorskip("torch")
+    from aah_viz.cli import main
+
+    out = tmp_path / "trained"
+    args = ["train", "--out", str(out), "--preset", "tiny", "--steps", "2", "--n-docs", "8", "--no-progress"]
+    assert main([*args, "--threads", "1", "--eval-interval", "2", "--eval-batches", "1"]) == 0
+    ((step, recorded),) = _checkpoint_events(out)
+    assert (out / recorded).is_file() and paths.list_checkpoints(out) == [(step, out / recorded)]
+    syn = make_synthetic_run(tmp_path / "syn", n_layer=2, n_head=4, steps=step + 1, windows=(8, 16), seq_len=16)
+    assert _checkpoint_events(syn) == [(step, recorded)]
 
 
 def test_step_files_are_listed_in_step_order_and_nothing_else(tmp_path):

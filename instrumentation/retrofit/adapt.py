@@ -20,8 +20,15 @@ from pathlib import Path
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.runlog.paths import (
+    ADAPTER_DIR,
+    adapter_optimizer_path,
+    adapter_path,
+    atomic_path,
+    list_adapters,
+    prune_adapters,
+)
 from instrumentation import data as data_mod
-from instrumentation.evaluation import ADAPTER_DIR, adapter_path, list_adapters
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
 from instrumentation.retrofit.diagnostics import write_diagnostics_csv
@@ -70,24 +77,15 @@ class RetrofitConfig:
     diagnostics_csv: str | None = None  # the reference's per-(layer, head) windows of the last forward
 
 
-def _optimizer_path(run_dir: Path, step: int) -> Path:
-    return adapter_path(run_dir, step).with_suffix(".optimizer.pt")
-
-
 def _save(run_dir: Path, step: int, handle, optimizer, base_names: list[str], keep: int) -> Path:
     from instrumentation.checkpoint import rng_state
 
     path = adapter_path(run_dir, step)
-    opt = _optimizer_path(run_dir, step)
-    tmp = opt.with_name(f".{opt.name}.tmp-{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": int(step)}, tmp)
-    os.replace(tmp, opt)
+    with atomic_path(adapter_optimizer_path(run_dir, step)) as tmp:
+        torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": int(step)}, tmp)
     save_adapter(handle, path, base_parameters=base_names, step=int(step))  # last: it marks the step complete
-    if keep > 0:
-        for _, old in list_adapters(run_dir)[:-keep]:
-            old.unlink(missing_ok=True)
-            _optimizer_path(run_dir, int(old.name[5:13])).unlink(missing_ok=True)
+    prune_adapters(run_dir, keep)
     return path
 
 
@@ -143,7 +141,7 @@ def adapt(rc: RetrofitConfig) -> dict:
         if found:
             step, path = found[-1]
             handle = load_adapter(model, path)
-            resume_state = torch.load(_optimizer_path(out, step), map_location=device, weights_only=True)
+            resume_state = torch.load(adapter_optimizer_path(out, step), map_location=device, weights_only=True)
             keep_through, first_step = step, step + 1
         else:
             keep_through = -1
