@@ -34,16 +34,10 @@ from instrumentation.retrofit.adapter import load_adapter, save_adapter
 from instrumentation.retrofit.diagnostics import write_diagnostics_csv
 from instrumentation.retrofit.load import load_causal_lm, text_tokens
 from instrumentation.retrofit.patch import PAPER_WINDOWS, patch_model
-from instrumentation.train import (
-    _progress,
-    _set_lr,
-    average_gradients,
-    default_lr_warmup,
-    init_distributed,
-    lr_multiplier,
-    ranks_agree,
-    routing_sync,
-)
+from instrumentation.training.distributed import average_gradients, init_distributed, ranks_agree, routing_sync
+from instrumentation.training.loop import progress_bar as _progress
+from instrumentation.training.schedule import default_lr_warmup, lr_multiplier
+from instrumentation.training.schedule import set_lr as _set_lr
 
 
 @dataclass
