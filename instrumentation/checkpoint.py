@@ -11,12 +11,11 @@ A checkpoint is one ``torch.save`` of plain containers and tensors, so it loads 
      "controller_init": [tensors]}   # the controller weights at step 0 (for weight drift)
 
 Files are written to a temporary name, fsynced and renamed, so a killed process never leaves a
-half-written checkpoint under a real name.
+half-written checkpoint under a real name. Names, listing and pruning: ``aah_viz.runlog.paths``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,19 @@ from typing import Any
 import torch
 
 from aah_viz.errors import RunLogError
+from aah_viz.runlog.paths import atomic_path, checkpoint_path, list_checkpoints, prune_checkpoints
 
-CHECKPOINT_DIR = "checkpoints"
-_NAME = re.compile(r"^step-(\d{8})\.pt$")
-
-
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"step-{int(step):08d}.pt"
+__all__ = [
+    "checkpoint_path",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "refusal",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
+]
 
 
 def rng_state() -> dict[str, Any]:
@@ -66,38 +71,9 @@ def save_checkpoint(
         "rng": rng_state(),
     }
     payload.update(extra or {})
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         torch.save(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
     return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint of the run, in step order."""
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.iterdir():
-        match = _NAME.match(entry.name)
-        if match and entry.is_file():
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
 
 
 def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
@@ -141,11 +117,3 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         if key not in payload:
             raise RunLogError(f"checkpoint {path} has no {key!r} entry; it was not written by aah-viz train")
     return payload
-
-
-def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
-    """Remove all but the newest ``keep_last`` checkpoints (keep_last <= 0 keeps everything)."""
-    if keep_last <= 0:
-        return
-    for _, path in list_checkpoints(run_dir)[:-keep_last]:
-        path.unlink(missing_ok=True)

@@ -19,27 +19,9 @@ import numpy as np
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.runlog.paths import list_adapters, list_checkpoints
 from instrumentation.data import cut_blocks
 from instrumentation.inference import eval_batches, inference_pass
-
-ADAPTER_DIR = "adapters"
-
-
-def adapter_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / ADAPTER_DIR / f"step-{int(step):08d}.safetensors"
-
-
-def list_adapters(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every adapter of a retrofit run, in step order."""
-    folder = Path(run_dir) / ADAPTER_DIR
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.glob("step-*.safetensors"):
-        stem = entry.name[len("step-") : -len(".safetensors")]
-        if stem.isdigit():
-            found.append((int(stem), entry))
-    return sorted(found)
 
 
 def _pick(found: list[tuple[int, Path]], step: int | None, what: str, source: Path) -> tuple[int, Path]:
@@ -84,7 +66,6 @@ def load_for_evaluation(
     device: str = "cpu",
 ) -> Loaded:
     """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model."""
-    from instrumentation.checkpoint import list_checkpoints
     from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
     from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
 

@@ -3,13 +3,20 @@
 Segment files are ``<run>/<table>/part-<session>-<seq>.parquet``. Anything whose name starts
 with ``.`` or ``_`` is invisible to readers (pyarrow, pandas and DuckDB's ``*.parquet`` glob):
 temporary files are ``.part-...parquet.tmp`` and quarantined segments ``_part-...parquet.corrupt``.
+
+Model files: ``aah-viz train`` keeps ``<run>/checkpoints/step-XXXXXXXX.pt``, ``aah-viz retrofit``
+``<run>/adapters/step-XXXXXXXX.safetensors`` with ``step-XXXXXXXX.optimizer.pt`` beside each
+(XXXXXXXX: the step, eight digits). Every file here is written under a hidden temporary name and
+renamed (``atomic_path``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 from aah_viz.errors import RunLogError, UnsafePathError
@@ -138,22 +145,33 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
-    """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Path]:
+    """A hidden temporary name to write ``path`` under: renamed to ``path`` when the block ends (the
+    file fsynced first, the folder after, when ``durable``), removed when it raises. A reader sees
+    the old file or the new one, never a partial one."""
     path = Path(path)
     tmp = path.with_name(temp_name(path.name))
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
+        yield tmp
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
+    """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
+    with atomic_path(path, durable=durable) as tmp:
+        tmp.write_bytes(data)
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -219,3 +237,74 @@ def discover_runs(root: str | os.PathLike) -> list[Path]:
             except OSError:
                 continue
     return sorted(found)
+
+
+# ---------------------------------------------------------------------------- model files
+CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routing state of a step
+ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
+CHECKPOINT_SUFFIX = ".pt"
+ADAPTER_SUFFIX = ".safetensors"
+OPTIMIZER_SUFFIX = ".optimizer.pt"  # beside each adapter: its optimizer and RNG state
+STEP_FILE_RE = re.compile(r"^step-(?P<step>\d{8})(?P<suffix>\..+)$")
+
+
+def step_file_name(step: int, suffix: str) -> str:
+    """``step-XXXXXXXX<suffix>``: the step (the last completed one) in eight digits."""
+    return f"step-{int(step):08d}{suffix}"
+
+
+def step_of(name: str, suffix: str) -> int | None:
+    """The step a file name ``step-XXXXXXXX<suffix>`` carries; None for any other name."""
+    match = STEP_FILE_RE.match(name)
+    return int(match["step"]) if match and match["suffix"] == suffix else None
+
+
+def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/checkpoints/step-XXXXXXXX.pt`` (``run_dir`` "" gives the path inside the run)."""
+    return Path(run_dir) / CHECKPOINT_DIR / step_file_name(step, CHECKPOINT_SUFFIX)
+
+
+def adapter_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/adapters/step-XXXXXXXX.safetensors``."""
+    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, ADAPTER_SUFFIX)
+
+
+def adapter_optimizer_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/adapters/step-XXXXXXXX.optimizer.pt``: the optimizer and RNG state of an adapter's step."""
+    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, OPTIMIZER_SUFFIX)
+
+
+def _list_steps(folder: Path, suffix: str) -> list[tuple[int, Path]]:
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = [(step, folder / e.name) for e in entries if (step := step_of(e.name, suffix)) is not None and e.is_file()]
+    return sorted(found)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint of a run, in step order (temporary files are hidden)."""
+    return _list_steps(Path(run_dir) / CHECKPOINT_DIR, CHECKPOINT_SUFFIX)
+
+
+def list_adapters(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every adapter of a retrofit run, in step order."""
+    return _list_steps(Path(run_dir) / ADAPTER_DIR, ADAPTER_SUFFIX)
+
+
+def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` checkpoints (keep_last <= 0 keeps everything)."""
+    if keep_last <= 0:
+        return
+    for _, path in list_checkpoints(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def prune_adapters(run_dir: str | os.PathLike, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` adapters with their optimizer files (<= 0 keeps everything)."""
+    if keep_last <= 0:
+        return
+    for step, path in list_adapters(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+        adapter_optimizer_path(run_dir, step).unlink(missing_ok=True)

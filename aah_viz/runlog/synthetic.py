@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from aah_viz.coverage import band_pairs, effective_windows
 from aah_viz.runlog.manifest import make_manifest
+from aah_viz.runlog.paths import checkpoint_path
 from aah_viz.runlog.writer import RunWriter, rows_to_arrow
 
 FEATURE_DIM = 9
@@ -494,7 +495,7 @@ def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
         rows_step.append(int(steps - 1))
         rows_layer.append(-1)
         rows_kind.append("checkpoint")
-        rows_detail.append(json.dumps({"path": f"checkpoints/step-{steps - 1:07d}.pt"}))
+        rows_detail.append(json.dumps({"path": checkpoint_path("", steps - 1).as_posix()}))
     step = np.asarray(rows_step, dtype=np.int64)
     order = np.argsort(step, kind="stable")
     layer = np.asarray(rows_layer, dtype=np.int64)[order]
