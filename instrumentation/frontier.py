@@ -396,7 +396,7 @@ def _profiled_head_windows(work, blocks: np.ndarray, fc: FrontierConfig, run: _R
 
 def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path) -> Path:
     """The final adapter of ``regime`` after ``adapt_steps`` (adapting, or continuing, when needed)."""
-    from instrumentation.evaluation import list_adapters
+    from aah_viz.runlog.paths import list_adapters
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
     run_dir = adapt_run_dir(out, regime)

@@ -21,9 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from aah_viz.coverage import band_pairs, effective_windows
+from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.manifest import make_manifest
 from aah_viz.runlog.paths import checkpoint_path
-from aah_viz.runlog.writer import RunWriter, rows_to_arrow
+from aah_viz.runlog.writer import RunWriter
 
 FEATURE_DIM = 9
 SIM_THRESHOLD = 0.72  # the paper's level-0 similarity threshold
