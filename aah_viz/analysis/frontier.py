@@ -10,6 +10,7 @@ configuration so that their intervals are comparable.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -71,6 +72,18 @@ def pareto_front(cost: Sequence[float], loss: Sequence[float]) -> np.ndarray:
         dominated = ok & (c <= c[i]) & (y <= y[i]) & ((c < c[i]) | (y < y[i]))
         front[i] = not dominated.any()
     return front
+
+
+def event_details(events: pd.DataFrame) -> list[dict]:
+    """The ``detail`` of each row of an events table (stored as JSON text), in row order."""
+    if events is None or not len(events) or "detail" not in events:
+        return []
+    return [json.loads(d) if isinstance(d, str) else dict(d) for d in events["detail"]]
+
+
+def run_frontier_table(run) -> pd.DataFrame:
+    """``frontier_table`` of a run's ``inference`` events (empty when it is not a frontier)."""
+    return frontier_table(event_details(run.events("inference")))
 
 
 def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
