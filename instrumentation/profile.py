@@ -43,9 +43,9 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
     layers = routed.attention_layers()
 
     def make(layer):
-        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None):
+        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
             T = q.shape[2]
-            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True)
+            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True, mask=mask)
             mass = distance_mass(res.probs)
             prev = sink.get(layer.layer_index)
             if prev is not None and prev.shape[1] < mass.shape[1]:

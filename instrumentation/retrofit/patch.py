@@ -23,6 +23,7 @@ from aah_viz.errors import ConfigError
 from instrumentation.attention import AAHAttention, CausalSelfAttention
 from instrumentation.config import AAHConfig
 from instrumentation.model import layer_window
+from instrumentation.retrofit.masks import allowed_keys
 from instrumentation.routed_layers import RoutedLayers
 
 PAPER_WINDOWS = (512, 1024, 2048, 4096)
@@ -113,10 +114,11 @@ def _attentions_requested(kwargs) -> bool:
 
 
 def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
-    """The replacement forward: the model's projections, norms and rotary; the project's attention.
+    """The replacement forward: the model's projections, norms, rotary and mask; the project's attention.
 
-    A cache that already holds tokens (cached generation after the prompt) runs the model's own
-    forward, as the reference patch does; the prompt itself is routed and fills the cache.
+    The model's attention mask (padding) applies together with the windows. A cache that already
+    holds tokens (cached generation after the prompt) runs the model's own forward; the prompt
+    itself is routed and fills the cache.
     """
     spec = self._aah_spec
     cache = _cache_of(kwargs)
@@ -142,7 +144,8 @@ def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None
         k = k.repeat_interleave(spec.groups, dim=1)
         v = v.repeat_interleave(spec.groups, dim=1)
     want_probs = _attentions_requested(kwargs)
-    y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling)
+    mask = allowed_keys(attention_mask, T)
+    y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling, mask=mask)
     y = y.transpose(1, 2).reshape(B, T, -1)
     return self.o_proj(y), probs
 
