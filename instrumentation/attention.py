@@ -118,6 +118,10 @@ class CausalSelfAttention(nn.Module, Hookable):
             return [min(w, T) for w in self.window]
         return [T if self.window is None else self.window] * self.n_head
 
+    def band_windows(self) -> list[int | None]:
+        """Each head's band in tokens, None for full causal attention (what cached decoding keeps to)."""
+        return [self.window] * self.n_head
+
     def forward(self, x: torch.Tensor, need_probs: bool = False):
         B, T, C = x.shape
         y, probs = self.attend(*split_heads(x, self.c_attn, self.n_head), need_probs=need_probs)
@@ -223,15 +227,31 @@ class AAHAttention(nn.Module, Hookable):
 
     def reset_routing_state(self) -> None:
         self.state = RoutingState(control_enabled=self.cfg.apply_window_control)
+        self.last_decision = None
+
+    def _executed_idx(self) -> torch.Tensor | None:
+        """Window indices executed last: the routing state's, else those of the last forward (an evaluation
+        forward of a layer without routing state decides on a scratch copy and keeps only this)."""
+        if self.state.executed_idx is not None:
+            return self.state.executed_idx
+        return None if self.last_decision is None else self.last_decision.executed
 
     def executed_windows(self, seq_len: int | None = None) -> list[int]:
         """Windows (tokens) executed by the last forward; the warm-up choice before any forward."""
         T = seq_len or self.last_seq_len or self.cfg.block_size
         if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
             return [T] * self.n_head  # the fast path always runs full causal attention
-        if self.state.executed_idx is not None:
-            return [self.windows[i] for i in self.state.executed_idx.tolist()]
+        idx = self._executed_idx()
+        if idx is not None:
+            return [self.windows[i] for i in idx.tolist()]
         return [self.windows[full_window_index(self.windows, T)]] * self.n_head
+
+    def band_windows(self) -> list[int | None]:
+        """Each head's band in tokens, None for full causal attention: the windows of the last forward,
+        which cached decoding keeps to (a candidate window is a band at any length)."""
+        if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
+            return [None] * self.n_head
+        return list(self.executed_windows())
 
     # ------------------------------------------------------------- checkpointed state
     def get_extra_state(self) -> dict:

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from instrumentation.retrofit import patch_model  # noqa: E402
+from instrumentation.retrofit import WindowedKVCache, cache_bytes, patch_model  # noqa: E402
 from instrumentation.retrofit.parity import FAMILIES, random_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -125,3 +125,73 @@ def test_windows_and_padding_equal_the_explicit_reference(family, impl, side, re
     with torch.no_grad():
         full = ref(ids, attention_mask=real, use_cache=False).logits
     assert not torch.allclose(got[keep], full[keep], atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- 2. cached generation
+CACHES = ("none", "dynamic", "windowed")
+
+
+def _generate(model, ids, real, cache: str, n: int):
+    kw = dict(max_new_tokens=n, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+    if cache == "none":
+        kw["use_cache"] = False
+    elif cache == "windowed":
+        kw["cache"] = WindowedKVCache()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=real, **kw)
+    return out.sequences[:, ids.shape[1] :], torch.stack(out.logits, 1)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_batched_left_padded_generation_equals_the_windowed_reference(family, impl):
+    """Two prompts of 14 and 9 tokens, left-padded into one batch: every generated token and its logits
+    are those of the windowed reference run on each prompt alone, without a cache, with the model's
+    own cache and with ``WindowedKVCache``."""
+    ref, patched = model_pair(family, impl)
+    ids, real = padded(2, 14, "left", seed=3)
+    ids[1, :5] = 0  # the padding of row 1 (5 tokens) holds the pad id
+    real[1, :5], real[0] = 0, 1
+    n = 10
+    want = [reference_generate(ref, ids[b : b + 1, int((real[b] == 0).sum()) :], MIX, impl, n) for b in range(2)]
+    for cache in CACHES:
+        tokens, logits = _generate(patched, ids, real, cache, n)
+        for b, (want_tokens, want_logits) in enumerate(want):
+            assert tokens[b].tolist() == want_tokens[0].tolist(), (b, cache)
+            assert torch.allclose(logits[b], want_logits[0], atol=1e-4, rtol=0), (b, cache)
+
+
+# ----------------------------------------------------------------------------- 3. the bounded cache
+def test_windowed_cache_keeps_per_key_value_head_what_its_largest_window_reaches():
+    """After a 30-token prompt and 11 decode steps (41 positions), each key/value head holds the last
+    W positions for the largest window W of the 4 query heads it serves; the model's own cache all 41."""
+    from transformers import DynamicCache
+
+    from aah_viz.errors import ConfigError
+
+    ref, patched = model_pair("llama", "sdpa")
+    ids = torch.randint(0, VOCAB, (2, 30), generator=torch.Generator().manual_seed(5))
+    windowed, dynamic = WindowedKVCache(), DynamicCache(config=ref.config)
+    kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        patched.generate(ids, cache=windowed, **kw)
+        ref.generate(ids, cache=dynamic, **kw)
+    seen, layers, head_dim, batch = 30 + 11, 2, 8, 2
+    reach = [max(MIX[g * 4 : (g + 1) * 4]) for g in range(N_KV)]  # [8, 40]
+    per_position = batch * head_dim * 2 * 4  # keys and values, float32
+    assert windowed.get_seq_length() == dynamic.get_seq_length() == seen
+    assert cache_bytes(windowed) == layers * sum(min(r, seen) for r in reach) * per_position
+    assert cache_bytes(dynamic) == layers * N_KV * seen * per_position
+    # an unpatched attention cannot write into it
+    with pytest.raises(ConfigError, match="patched"), torch.no_grad():
+        ref.generate(ids, cache=WindowedKVCache(), **kw)
+
+
+def test_full_attention_heads_keep_every_position():
+    model = random_model("qwen3", n_head=8, n_kv=N_KV, head_dim=8)
+    patch_model(model, "full_attention", CANDIDATES)
+    ids = torch.randint(0, VOCAB, (1, 20), generator=torch.Generator().manual_seed(6))
+    cache = WindowedKVCache()
+    with torch.no_grad():
+        model.generate(ids, cache=cache, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert cache_bytes(cache) == 2 * N_KV * (20 + 4) * 8 * 2 * 4

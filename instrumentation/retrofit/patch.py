@@ -23,6 +23,7 @@ from aah_viz.errors import ConfigError
 from instrumentation.attention import AAHAttention, CausalSelfAttention
 from instrumentation.config import AAHConfig
 from instrumentation.model import layer_window
+from instrumentation.retrofit.decode import windowed_attention
 from instrumentation.retrofit.masks import allowed_keys
 from instrumentation.routed_layers import RoutedLayers
 
@@ -116,18 +117,15 @@ def _attentions_requested(kwargs) -> bool:
 def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
     """The replacement forward: the model's projections, norms, rotary and mask; the project's attention.
 
-    The model's attention mask (padding) applies together with the windows. A cache that already
-    holds tokens (cached generation after the prompt) runs the model's own forward; the prompt
-    itself is routed and fills the cache.
+    A forward on an empty cache (or none) routes and executes its windows together with the model's
+    attention mask (padding), then stores its keys and values; a forward whose cache already holds
+    tokens (the decode steps of ``generate``) attends over the cached keys, each head within the window
+    the prompt's forward executed (``decode.windowed_attention``), and does not route.
     """
     spec = self._aah_spec
-    cache = _cache_of(kwargs)
-    if cache is not None and cache.get_seq_length(self.layer_idx) > 0:
-        return spec.original(
-            hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs
-        )
     if position_embeddings is None:
         raise ConfigError(f"{type(self).__name__}: patched attention needs the model's position_embeddings (cos, sin)")
+    cache = _cache_of(kwargs)
     B, T, _ = hidden_states.shape
     shape = (B, T, -1, spec.head_dim)
     q = self.q_proj(hidden_states).view(shape)
@@ -138,16 +136,54 @@ def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     cos, sin = position_embeddings
     q, k = spec.rotary(q, k, cos, sin)
-    if cache is not None:
-        k, v = cache.update(k, v, self.layer_idx)
-    if spec.groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
-        k = k.repeat_interleave(spec.groups, dim=1)
-        v = v.repeat_interleave(spec.groups, dim=1)
-    want_probs = _attentions_requested(kwargs)
-    mask = allowed_keys(attention_mask, T)
-    y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling, mask=mask)
+    past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
+    if past > 0:
+        y = _decode(self, q, k, v, cache, attention_mask)
+        probs = None
+    else:
+        mask = allowed_keys(attention_mask, T)
+        want_probs = _attentions_requested(kwargs)
+        y, probs = self.aah.attend(
+            q,
+            _per_query_head(k, spec.groups),
+            _per_query_head(v, spec.groups),
+            need_probs=want_probs,
+            scale=spec.scaling,
+            mask=mask,
+        )
+        if cache is not None:
+            _store(self, cache, k, v)
     y = y.transpose(1, 2).reshape(B, T, -1)
     return self.o_proj(y), probs
+
+
+def _per_query_head(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Grouped-query attention: each key/value head serves ``groups`` query heads (the model's ``repeat_kv``)."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _store(module, cache, k, v) -> None:
+    """The prompt's keys and values into ``cache``: per head as far as its window reaches (``WindowedKVCache``),
+    else whole (``Cache.update``)."""
+    from instrumentation.retrofit.kv_cache import WindowedKVCache, kv_reach
+
+    if isinstance(cache, WindowedKVCache):
+        cache.fill(module.layer_idx, k, v, kv_reach(module.aah.band_windows(), k.shape[1]))
+    else:
+        cache.update(k, v, module.layer_idx)
+
+
+def _decode(module, q, k, v, cache, attention_mask) -> torch.Tensor:
+    """New queries over the cached keys, each head within the window the prompt's forward executed."""
+    from instrumentation.retrofit.kv_cache import WindowedKVCache
+
+    if isinstance(cache, WindowedKVCache):
+        kv = cache.extend(module.layer_idx, k, v)
+    else:
+        keys, values = cache.update(k, v, module.layer_idx)
+        kv = [(list(range(keys.shape[1])), keys, values)]
+    allowed = allowed_keys(attention_mask, q.shape[2])
+    return windowed_attention(q, kv, module.aah.band_windows(), scale=module._aah_spec.scaling, allowed=allowed)
 
 
 class _Spec:
