@@ -195,3 +195,27 @@ def test_full_attention_heads_keep_every_position():
     with torch.no_grad():
         model.generate(ids, cache=cache, max_new_tokens=5, do_sample=False, pad_token_id=0)
     assert cache_bytes(cache) == 2 * N_KV * (20 + 4) * 8 * 2 * 4
+
+
+def test_bench_generate_reports_paired_decode_speed_and_cache_bytes(capsys):
+    import json
+    import statistics
+
+    from aah_viz.cli import main
+
+    args = ["bench", "generate", "--prompt-len", "64", "--new-tokens", "8", "--layers", "2", "--head-dim", "8"]
+    assert main(args + ["--pairs", "2", "--threads", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    name = "decode_tokens_per_s_windowed_vs_unpatched"
+    raw = doc["raw_s"][name][doc["clock"]]
+    ratios = sorted(a / b for a, b in zip(raw["unpatched"], raw["windowed"]))  # tokens/s ratio = time ratio inverted
+    assert doc["ratios"][name]["median"] == pytest.approx(sum(ratios) / 2, rel=1e-3)
+    assert doc["decode_tokens_per_s"]["windowed"] == pytest.approx(7 / statistics.median(raw["windowed"]))
+    # 8 query heads at T = 64 execute 5 x 8, 16, 32, 64; 4 key/value heads keep 8, 8, 16 and 64 positions
+    seen, per_position = 64 + 7, 2 * 8 * 2 * 4  # positions; layers x head dim x (keys, values) x float32
+    kv = doc["kv_cache"]
+    assert kv["positions_seen"] == seen and kv["kv_head_windows"] == [8, 8, 16, 64]
+    assert kv["bytes"]["windowed"] == (8 + 8 + 16 + 64) * per_position
+    assert kv["bytes"]["unpatched"] == 4 * seen * per_position
+    assert kv["ratio"] == pytest.approx(kv["kv_head_share"]) and kv["ratio"] == pytest.approx(96 / (4 * seen))
+    assert kv["window_share"] == pytest.approx((5 * 8 + 16 + 32 + 64) / (8 * seen))

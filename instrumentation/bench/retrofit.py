@@ -27,7 +27,7 @@ from instrumentation.bench.attention import paper_mix
 from instrumentation.config import windows_for
 
 
-def _execute_windows(handle, per_head: list[int]) -> None:
+def execute_windows(handle, per_head: list[int]) -> None:
     """Make every AAH layer of ``handle`` execute ``per_head`` windows (frozen evaluation keeps them)."""
     cands = list(handle.cfg.windows)
     idx = torch.tensor([cands.index(w) for w in per_head], dtype=torch.long)
@@ -86,7 +86,7 @@ def bench_retrofit(
         "full_attention_patch": patch_model(models["full_attention_patch"], "full_attention", windows),
     }
     mix = paper_mix(seq_len, n_head)
-    _execute_windows(handles["paper_mix"], mix)
+    execute_windows(handles["paper_mix"], mix)
     for name, model in models.items():
         model.train(name == "live_routing")  # eval forwards keep the frozen mix; dropout is 0 in all of them
     gen = torch.Generator().manual_seed(seed)
