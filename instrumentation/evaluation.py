@@ -102,6 +102,7 @@ def load_for_evaluation(
         if adapter is not None:
             handle = load_adapter(model, adapter)
         else:
+            torch.manual_seed(0)  # never-trained AAH parameters: as `aah-viz retrofit --seed 0` starts them
             handle = patch_model(model, regime, tuple(windows or PAPER_WINDOWS), **(overrides or {}))
         vocab = int(model.config.vocab_size)
         return Loaded(
@@ -206,7 +207,8 @@ def write_result(
     out: str | Path, loaded: Loaded, kind: str, detail: dict, *, tables: dict | None = None, overwrite: bool = False
 ) -> Path:
     """An event ``kind`` with ``detail`` and the rows of ``tables`` ({table: rows}) at the loaded step,
-    appended to the source run when ``out`` is it, else in a new run that names its source."""
+    appended to the source run when ``out`` is it, else as step 0 of a new one-step run that names its
+    source and the source's step (``evaluation_of``, ``evaluation_of_step``)."""
     out = Path(out)
     step = int(loaded.step or 0)
     if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
@@ -223,7 +225,9 @@ def write_result(
         return out
     from instrumentation.recorder import RoutingRecorder
 
-    extra = {"evaluation_of": str(loaded.source), **loaded.extra}
+    extra = {"evaluation_of": str(loaded.source), "evaluation_of_step": loaded.step, **loaded.extra}
+    step = 0  # the new run holds this one step; the source's step is in the manifest and the detail
+    tables = {name: {**rows, "step": [step] * len(rows["step"])} for name, rows in (tables or {}).items()}
     rec = RoutingRecorder(
         loaded.routed,
         out,
@@ -237,7 +241,7 @@ def write_result(
     ).attach()
     try:
         rec.step(step, tokens=detail.get("tokens"))
-        for table, rows in (tables or {}).items():
+        for table, rows in tables.items():
             rec.writer.append(table, rows)
         rec.event(step, kind, **detail)
     except BaseException:

@@ -265,3 +265,47 @@ def test_torchrun_two_ranks_one_run_identical_windows(base, tmp_path):
     heads = run.table("heads")
     assert sorted(heads["step"].unique()) == list(range(6)) and not heads.duplicated(["step", "layer", "head"]).any()
     assert (heads["window"] < 32).any()  # routing narrowed windows, so agreement means something
+
+
+def _event(run_dir, kind):
+    ev = load_run(run_dir).events()
+    (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == kind, "detail"]]
+    return detail
+
+
+def test_evaluate_and_profile_of_a_later_adapter_write_runs_that_validate(base, tmp_path):
+    """A new --out run holds one step (0) and names the source's step; validate and the dashboard accept it."""
+    from aah_viz.runlog.damage import damage_warnings
+
+    run = tmp_path / "run"
+    assert retrofit(base, run, "--steps", "3") == 0  # its adapter is at step 2
+    data = str(base / "text.txt")
+    evaluated, profiled = tmp_path / "evaluated", tmp_path / "profiled"
+    assert main(["evaluate", str(run), "--data", data, "--out", str(evaluated), "--batches", "1", "--no-progress"]) == 0
+    assert main(["profile", str(run), "--data", data, "--out", str(profiled), "--batches", "1"]) == 0
+    for out, kind in ((evaluated, "inference"), (profiled, "profile")):
+        assert validate_run(out) == []
+        r = load_run(out)
+        assert damage_warnings(r) == []
+        assert set(r.table("heads")["step"]) == {0}
+        assert r.manifest["evaluation_of"] == str(run) and r.manifest["evaluation_of_step"] == 2
+        assert _event(out, kind)["checkpoint_step"] == 2
+    assert set(load_run(profiled).table("head_spans")["step"]) == {0}
+
+
+def test_a_never_trained_model_folder_records_the_windows_it_executed(base, tmp_path):
+    """A patched folder without routing state decides its windows at each forward: the run records those
+    (the heads table, the profile's executed windows), not the full windows it never executed."""
+    data = str(base / "text.txt")
+    model = str(base / "qwen")
+    evaluated, profiled = tmp_path / "evaluated", tmp_path / "profiled"
+    common = ["--data", data, "--windows", "8,16,32", "--batches", "1"]
+    assert main(["evaluate", model, *common, "--out", str(evaluated), "--no-progress"]) == 0
+    assert main(["profile", model, *common, "--out", str(profiled)]) == 0
+    executed = _event(evaluated, "inference")["windows"]  # from the routing events of the forward
+    assert any(w < 32 for row in executed for w in row)  # routing narrowed windows: the check means something
+    heads = load_run(evaluated).table("heads").sort_values(["layer", "head"])
+    assert heads["window"].tolist() == [w for row in executed for w in row]
+    spans = load_run(profiled).table("head_spans")
+    spans = spans[spans["window"] == 8].sort_values(["layer", "head"])
+    assert spans["executed_window"].tolist() == [w for row in executed for w in row]
