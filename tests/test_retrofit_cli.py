@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from aah_viz.cli import main  # noqa: E402
+from aah_viz.export.reference import HEATMAP_COLUMNS  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.retrofit import load_adapter, read_adapter  # noqa: E402
 
@@ -73,9 +74,13 @@ def test_retrofit_adapts_records_and_saves_adapters(base, tmp_path):
     # the controller moved away from its initialisation (it is what adapts)
     assert any(not torch.equal(p, q) for p, q in zip(handle.parameters(), handle.controller_initial_parameters()))
     with open(csv_path) as fh:
-        rows = list(csv.DictReader(fh))
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert tuple(reader.fieldnames) == HEATMAP_COLUMNS  # the reference's heatmap, as import-reference reads it
     assert len(rows) == 2 * 4
-    assert [int(r["window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["final_window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["selected_window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["final_window_idx"]) for r in rows] == [[8, 16, 32].index(w) for w in last["window"]]
 
 
 def test_probe_reads_a_retrofit_run_through_its_adapter(base, tmp_path):
@@ -309,3 +314,13 @@ def test_a_never_trained_model_folder_records_the_windows_it_executed(base, tmp_
     spans = load_run(profiled).table("head_spans")
     spans = spans[spans["window"] == 8].sort_values(["layer", "head"])
     assert spans["executed_window"].tolist() == [w for row in executed for w in row]
+
+
+def test_default_windows_beyond_the_models_positions_are_clamped_and_said(base, tmp_path, capsys):
+    """The base model has 128 positions: the paper's default windows (up to 4096) become 128, with a message."""
+    out = tmp_path / "out"
+    args = ["evaluate", str(base / "qwen"), "--data", str(base / "text.txt"), "--out", str(out), "--batches", "1"]
+    with pytest.warns(UserWarning, match="windows 512, 1024, 2048, 4096 exceed the model's 128 positions"):
+        assert main(args + ["--no-progress"]) == 0
+    detail = _event(out, "inference")
+    assert detail["seq_len"] == 128 and detail["window_frac"] == {"128": 1.0}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -59,14 +60,18 @@ def retrofit_config(
 ) -> AAHConfig:
     """The ``AAHConfig`` of a patched model: its shape, the regime, then ``overrides`` (any config key).
 
-    ``block_size`` defaults to the largest window (the paper's setting: T = 4096 = max window);
-    there is no warm-up (the pretrained model's routing starts at its first forward, as in the
-    reference patch); execution defaults to the ``banded`` backend.
+    Windows beyond the model's positions or its own sliding window are clamped to that limit, with a
+    warning (``fit_windows``). ``block_size`` defaults to the largest window (the paper's setting:
+    T = 4096 = max window); there is no warm-up (the pretrained model's routing starts at its first
+    forward, as in the reference patch); execution defaults to the ``banded`` backend.
     """
     mods = attention_modules(model)
     hf = model.config
     n_q, _, head_dim = _heads(mods[0], hf)
-    windows = tuple(int(w) for w in windows)
+    windows = fit_windows(tuple(int(w) for w in windows), hf)
+    limit = window_limit(hf)
+    if limit is not None and int(overrides.get("block_size", 0) or 0) > limit[0]:
+        raise ConfigError(f"block_size {overrides['block_size']} exceeds {limit[1]}")
     shape = dict(
         vocab_size=int(hf.vocab_size),
         n_layer=len(mods),
@@ -74,6 +79,7 @@ def retrofit_config(
         n_embd=n_q * head_dim,
         n_ff=int(getattr(hf, "intermediate_size", 0) or 4 * hf.hidden_size),
         dropout=float(getattr(hf, "attention_dropout", 0.0) or 0.0),
+        bias=bool(getattr(hf, "mlp_bias", False)),  # the model's MLP linears (Llama's mlp_bias; none elsewhere)
         windows=windows,
         block_size=max(windows),
         warmup_steps=0,
@@ -81,6 +87,33 @@ def retrofit_config(
     )
     name = str(getattr(hf, "_name_or_path", "") or getattr(hf, "model_type", "hf")) or "hf"
     return AAHConfig.from_shape(shape, name, regime, **overrides)
+
+
+def window_limit(hf_config) -> tuple[int, str] | None:
+    """The longest window the model can execute as trained, and why: its positions
+    (``max_position_embeddings``) or its own sliding window (Mistral; Qwen2 with sliding layers),
+    which stays in the mask the model builds."""
+    limits = []
+    positions = getattr(hf_config, "max_position_embeddings", None)
+    if positions:
+        limits.append((int(positions), f"the model's {int(positions)} positions (max_position_embeddings)"))
+    sliding = getattr(hf_config, "sliding_window", None)
+    layer_types = getattr(hf_config, "layer_types", None)
+    if sliding and (layer_types is None or "sliding_attention" in layer_types):
+        limits.append((int(sliding), f"the model's own sliding window of {int(sliding)} tokens"))
+    return min(limits) if limits else None
+
+
+def fit_windows(windows: tuple[int, ...], hf_config) -> tuple[int, ...]:
+    """``windows`` with those beyond the model's limit (``window_limit``) clamped to it, with a warning."""
+    limit = window_limit(hf_config)
+    if limit is None or max(windows) <= limit[0]:
+        return windows
+    over = [w for w in windows if w > limit[0]]
+    warnings.warn(
+        f"windows {', '.join(map(str, over))} exceed {limit[1]}: clamped to {limit[0]}", UserWarning, stacklevel=3
+    )
+    return tuple(sorted({min(w, limit[0]) for w in windows}))
 
 
 def _rotary(module: nn.Module):
@@ -259,12 +292,18 @@ class RetrofitHandle(RoutedLayers):
         self.patched = False
 
     def diagnostics_rows(self) -> list[dict[str, Any]]:
-        """One row per (layer, head) of the last forward: executed window index and size, layer ACR."""
+        """The reference's heatmap rows of the last forward, one per (layer, head): the executed window
+        index and size (``selected_*`` and ``final_*`` alike, as in the reference), the raw level-0
+        argmax before the parent clamp (``pre_clamp_window_idx``; the executed index where that forward
+        computed none), and the layer's ACR."""
         rows = []
         cands = list(self.cfg.windows)
         for li, layer in enumerate(self.attention_layers()):
             T = layer.last_seq_len or self.cfg.block_size
             wins = layer.executed_windows(T)
+            idx = [cands.index(w) if w in cands else -1 for w in wins]
+            decision = getattr(layer, "last_decision", None)
+            raw = idx if decision is None or decision.raw_head_idx is None else decision.raw_head_idx.tolist()
             acr = coverage.acr(wins, T)
             for h, w in enumerate(wins):
                 rows.append(
@@ -272,9 +311,11 @@ class RetrofitHandle(RoutedLayers):
                         regime=self.cfg.regime,
                         layer_id=li,
                         head_id=h,
-                        window_idx=cands.index(w) if w in cands else -1,
-                        window_size=int(w),
-                        seq_len=int(T),
+                        selected_window_idx=idx[h],
+                        selected_window_size=int(w),
+                        pre_clamp_window_idx=int(raw[h]),
+                        final_window_idx=idx[h],
+                        final_window_size=int(w),
                         ACR=acr,
                     )
                 )
