@@ -64,12 +64,16 @@ def load_for_evaluation(
     overrides: dict | None = None,
     adapter: str | Path | None = None,
     device: str = "cpu",
+    base_model: str | Path | None = None,
 ) -> Loaded:
-    """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model."""
+    """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model; ``base_model``
+    points a retrofit run at its base model folder where it is not where the run records it."""
     from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
-    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
+    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, run_base_model, text_tokens
 
     source = Path(source)
+    if base_model is not None and not list_adapters(source):
+        raise ConfigError(f"--model names the base model of a run of aah-viz retrofit; {source} is not one")
     if list_checkpoints(source):
         from instrumentation.data import load_token_stream
         from instrumentation.probe_extract import load_aah_checkpoint
@@ -80,9 +84,7 @@ def load_for_evaluation(
         return Loaded(model, model, step, lambda p: load_token_stream(p), source, "run", seed)
     if list_adapters(source):
         manifest = _read_manifest(source)
-        base = manifest.get("base_model")
-        if not base:
-            raise RunLogError(f"{source}: its manifest names no base_model; it was not written by aah-viz retrofit")
+        base = run_base_model(source, manifest, base_model)
         step, path = _pick(list_adapters(source), checkpoint, "adapter", source)
         model = load_causal_lm(base, device)
         handle = load_adapter(model, path)
@@ -95,7 +97,7 @@ def load_for_evaluation(
             source,
             "retrofit_run",
             manifest.get("seed"),
-            {"base_model": str(base)},
+            {"base_model": str(base.resolve())},
         )
     if is_model_dir(source):
         model = load_causal_lm(source, device)

@@ -139,11 +139,13 @@ def test_aah_plus_head_trains_and_stores_the_head(base, tmp_path):
 def test_evaluate_a_retrofit_run(base, tmp_path):
     out = tmp_path / "run"
     assert retrofit(base, out, "--steps", "2") == 0
-    assert main(["evaluate", str(out), "--data", str(base / "text.txt"), "--out", str(out), "--no-progress"]) == 0
+    args = ["evaluate", str(out), "--data", str(base / "text.txt"), "--out", str(out), "--no-progress"]
+    assert main(args + ["--threads", "1"]) == 0
     ev = load_run(out).events()
     (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "inference", "detail"]]
     assert detail["checkpoint_step"] == 1 and detail["tokens_per_s"] > 0
     assert 0 < detail["acr"] <= 1
+    assert detail["threads"] == 1 == torch.get_num_threads()
 
 
 def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
@@ -314,6 +316,42 @@ def test_a_never_trained_model_folder_records_the_windows_it_executed(base, tmp_
     spans = load_run(profiled).table("head_spans")
     spans = spans[spans["window"] == 8].sort_values(["layer", "head"])
     assert spans["executed_window"].tolist() == [w for row in executed for w in row]
+
+
+def test_a_moved_retrofit_run_finds_its_base_model_or_takes_model(base, tmp_path):
+    """The base model is recorded relative to the run: run and model moved together still load; a model
+    moved alone is named as the user gave it, and --model points at its new place."""
+    root = tmp_path / "project"
+    shutil.copytree(base / "qwen", root / "models" / "qwen")
+    run = root / "runs" / "r"
+    args = ["retrofit", str(root / "models" / "qwen"), "--data", str(base / "text.txt"), "--out", str(run)]
+    assert main(args + ["--windows", "8,16,32", "--steps", "1", "--no-progress", "--threads", "1"]) == 0
+    assert load_run(run).manifest["base_model"] == "../../models/qwen"
+    moved = tmp_path / "moved"
+    shutil.move(root, moved)
+    data = str(base / "text.txt")
+    run = moved / "runs" / "r"
+    evaluate = ["evaluate", str(run), "--data", data, "--batches", "1", "--no-progress"]
+    assert main(evaluate + ["--out", str(tmp_path / "e1")]) == 0
+    shutil.move(moved / "models" / "qwen", tmp_path / "elsewhere")
+    assert main(evaluate + ["--out", str(tmp_path / "e2")]) == 2
+    assert main(evaluate + ["--out", str(tmp_path / "e3"), "--model", str(tmp_path / "elsewhere")]) == 0
+    assert _event(tmp_path / "e3", "inference")["checkpoint_step"] == 0
+
+
+def test_a_moved_base_model_is_one_clear_line(base, tmp_path, capsys):
+    root = tmp_path / "project"
+    shutil.copytree(base / "qwen", root / "qwen")
+    run = tmp_path / "run"
+    args = ["retrofit", str(root / "qwen"), "--data", str(base / "text.txt"), "--out", str(run)]
+    assert main(args + ["--windows", "8,16,32", "--steps", "1", "--no-progress", "--threads", "1"]) == 0
+    shutil.rmtree(root)
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--data", str(base / "text.txt"), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert str(root / "qwen") in err and "--model" in err
+    assert main(["profile", str(tmp_path / "run"), "--data", "x", "--out", str(tmp_path / "p"), "--model", "nope"]) == 2
+    assert "--model nope is not a Hugging Face model folder" in capsys.readouterr().err
 
 
 def test_default_windows_beyond_the_models_positions_are_clamped_and_said(base, tmp_path, capsys):
