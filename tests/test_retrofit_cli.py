@@ -156,7 +156,9 @@ def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
         "paper_mix_vs_unpatched",
         "live_routing_vs_unpatched",
         "full_attention_patch_vs_unpatched",
+        "soft_mixture_step_vs_unpatched",
     }
+    assert doc["soft_mixture_backends_seen"] == ["banded+soft_mixture"]  # the step retrofit trains with
     for name, fig in doc["ratios"].items():
         raw = doc["raw_s"][name][doc["clock"]]
         side = name.removesuffix("_vs_unpatched")
