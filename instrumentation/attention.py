@@ -120,6 +120,8 @@ class CausalSelfAttention(nn.Module, Hookable):
 
     def band_windows(self) -> list[int | None]:
         """Each head's band in tokens, None for full causal attention (what cached decoding keeps to)."""
+        if isinstance(self.window, tuple):
+            return list(self.window)
         return [self.window] * self.n_head
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):

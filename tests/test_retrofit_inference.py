@@ -27,16 +27,21 @@ MIN_MARGIN = 1e-3  # top-1 minus top-2 logit of every reference step; errors are
 SHARPEN = 20.0  # output head scale: a random model's logits lie within about 0.5, too close for greedy decoding
 
 
-def model_pair(family: str, impl: str, seed: int = 0):
-    """(unpatched, patched copy) of one random model; the copy executes ``MIX`` in every layer, frozen."""
+def model_pair(family: str, impl: str, regime: str = "routed", seed: int = 0):
+    """(unpatched, patched copy) of one random model. The copy executes ``MIX`` in every layer: routed
+    (``full_adaptive``, frozen on it) or static (``head_windows``); or ``sliding_window`` 5 in every head."""
     ref = random_model(family, n_head=8, n_kv=N_KV, head_dim=8, seed=seed)
     patched = random_model(family, n_head=8, n_kv=N_KV, head_dim=8, seed=seed)
     for m in (ref, patched):
         m.set_attn_implementation(impl)
         with torch.no_grad():
             m.get_output_embeddings().weight.mul_(SHARPEN)
-    handle = patch_model(patched, "full_adaptive", CANDIDATES)
-    execute(handle, MIX)
+    if regime == "routed":
+        execute(patch_model(patched, "full_adaptive", CANDIDATES), MIX)
+    elif regime == "head_windows":
+        patch_model(patched, "head_windows", CANDIDATES, static_head_windows=[MIX, MIX])
+    else:
+        patch_model(patched, "sliding_window", CANDIDATES, static_window=5)
     return ref, patched
 
 
@@ -107,14 +112,10 @@ def test_full_attention_patch_applies_padding_as_the_unpatched_model(family, imp
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("regime", ["routed", "sliding_window"])
+@pytest.mark.parametrize("regime", ["routed", "sliding_window", "head_windows"])
 def test_windows_and_padding_equal_the_explicit_reference(family, impl, side, regime):
-    ref, patched = model_pair(family, impl)
-    windows = MIX
-    if regime == "sliding_window":
-        patched.aah_routing.unpatch()
-        patch_model(patched, "sliding_window", CANDIDATES, static_window=5)
-        windows = [5] * 8
+    ref, patched = model_pair(family, impl, regime)
+    windows = [5] * 8 if regime == "sliding_window" else MIX
     ids, real = padded(4, 20, side)
     with torch.no_grad():
         expected = ref(ids, attention_mask=explicit_mask(real, windows, impl), use_cache=False).logits
@@ -147,8 +148,9 @@ def _generate(model, ids, real, cache: str, n: int):
 def test_batched_left_padded_generation_equals_the_windowed_reference(family, impl):
     """Two prompts of 14 and 9 tokens, left-padded into one batch: every generated token and its logits
     are those of the windowed reference run on each prompt alone, without a cache, with the model's
-    own cache and with ``WindowedKVCache``."""
-    ref, patched = model_pair(family, impl)
+    own cache and with ``WindowedKVCache``; routed windows (Llama, Qwen2) or static per-head ones
+    (Mistral, Qwen3)."""
+    ref, patched = model_pair(family, impl, "routed" if family in ("llama", "qwen2") else "head_windows")
     ids, real = padded(2, 14, "left", seed=3)
     ids[1, :5] = 0  # the padding of row 1 (5 tokens) holds the pad id
     real[1, :5], real[0] = 0, 1
