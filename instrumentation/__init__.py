@@ -44,6 +44,7 @@ _EXPORTS = {
     "run_frontier": "instrumentation.frontier",
     "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
+    "bench_generate": "instrumentation.bench",
     "bench_hooks": "instrumentation.bench",
     "bench_probe": "instrumentation.bench",
     "bench_routing": "instrumentation.bench",

@@ -34,7 +34,7 @@ COMMANDS = [
     "import_gguf",
     "frontier",
 ]
-BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "probe"]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 
 
 def _load(module_name: str):

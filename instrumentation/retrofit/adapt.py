@@ -32,7 +32,7 @@ from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
 from instrumentation.retrofit.diagnostics import write_diagnostics_csv
-from instrumentation.retrofit.load import load_causal_lm, text_tokens
+from instrumentation.retrofit.load import load_causal_lm, recorded_model_path, text_tokens
 from instrumentation.retrofit.patch import PAPER_WINDOWS, patch_model
 from instrumentation.training.distributed import Dist, broadcast, process_group
 from instrumentation.training.loop import Loop, Recording, run_loop
@@ -184,7 +184,11 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         steps=rc.steps,
         data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train},
         overwrite=rc.overwrite,
-        manifest_extra={"retrofit": args, "base_model": str(Path(rc.model_dir).resolve())},
+        manifest_extra={
+            "retrofit": args,
+            "base_model": recorded_model_path(rc.model_dir, out),  # relative to the run where possible
+            "base_model_as_given": str(rc.model_dir),
+        },
         backend={"requested": cfg.attention_backend},
     )
     done = run_loop(loop, recording)
