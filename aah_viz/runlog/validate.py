@@ -1,6 +1,7 @@
 """``validate_run``: everything that can be wrong with a run directory, one message per problem.
 
-Checks: the manifest (fields, types, ranges, schema version); every segment readable; required
+Checks: the manifest (fields, types, ranges, schema version); files that lead outside the run
+(links, generation records naming other files); every segment readable; required
 columns and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
 stray files that would break ``pd.read_parquet(folder)``; segments set aside as unreadable and
 half-done segment swaps; value ranges (layer, head, window index, window = windows[window_idx],
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from aah_viz import coverage
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, lock, paths
+from aah_viz.runlog import containment, generations, lock, paths
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
 from aah_viz.schema import ALL_TABLES, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
@@ -42,7 +43,7 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
         check_version(manifest, run_dir)
     except RunLogError as err:
         return [str(err)]
-    problems = manifest_problems(manifest)
+    problems = manifest_problems(manifest) + containment.escapes(run_dir)
     max_depth = manifest.get("max_depth") if isinstance(manifest.get("max_depth"), int) else 0
     kept: dict[str, pd.DataFrame] = {}
     for table in paths.list_table_dirs(run_dir):
@@ -53,7 +54,7 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
     problems += set_aside_problems(run_dir, manifest)
     problems += _check_values(manifest, kept)
     problems += _check_completeness(run_dir, manifest, kept)
-    return problems
+    return list(dict.fromkeys(problems))  # a problem found twice (a record's, by the table check too) once
 
 
 def set_aside_problems(run_dir: Path, manifest: dict) -> list[str]:
