@@ -364,7 +364,19 @@ def test_cuda_without_cuda_is_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "CUDA is not available" in err
 
 
-def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrupted_run(tmp_path):
+def runs_page_warnings(logs: Path, monkeypatch) -> str:
+    """The text of the warning boxes on the dashboard's Runs page (streamlit's AppTest) over ``logs``."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(logs / "no-reference"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=240)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return "\n".join(w.value.replace("\\", "") for w in at.warning)  # Markdown escapes off: the text shown
+
+
+def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrupted_run(tmp_path, monkeypatch):
     ref = tmp_path / "ref"
     assert train_cli(ref, *OWN) == 0
     out = tmp_path / "terminated"
@@ -377,7 +389,11 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     assert "stopped by SIGTERM after step 9" in err and "Traceback" not in err
     run = load_run(out)
     assert run.manifest["status"] == "failed"
-    assert validate_run(out) == []  # closed, nothing missing: not an interrupted run
+    # closed, nothing missing: not an interrupted run, but not a finished one either; validate and the Runs page
+    # say where it stopped and how to go on
+    said = f"stopped at step 9 by a signal (SIGTERM); resume with aah-viz train --out {out} --resume"
+    assert validate_run(out) == [said]
+    assert f"Run terminated: {said}" in runs_page_warnings(tmp_path, monkeypatch)
     assert ckpt.latest_checkpoint(out)[0] == 9  # no work lost: the stop step has its checkpoint
     assert run.table("events").query("kind == 'terminated'")["step"].tolist() == [9]
     assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
