@@ -403,3 +403,29 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
     assert heads[cols].equals(ref_heads[cols])
     assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_from_step_0_on_resume(tmp_path):
+    """Default --checkpoint-interval 0: the only checkpoint is the last step's, so a kill before it leaves none."""
+    ref = tmp_path / "ref"
+    assert train_cli(ref, "--steps", "8") == 0
+    out = tmp_path / "killed"
+    _kill_after(3, out, "--steps", "8")
+    assert ckpt.list_checkpoints(out) == []
+    assert validate_run(out) == [
+        "interrupted: status is 'running' but no process is writing the run (it stopped after step 3, before its "
+        f"first checkpoint); aah-viz train --out {out} --resume starts it again from step 0, dropping the rows "
+        "recorded so far"
+    ]
+    # exactly the command validate names, twice: the second says the run is finished and changes nothing
+    for _ in range(2):
+        assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+        assert validate_run(out) == []
+    run, heads, loss = _rows(out)
+    _, ref_heads, ref_loss = _rows(ref)
+    assert run.manifest["status"] == "finished" and run.manifest["resumes"][-1]["keep_through_step"] == -1
+    assert run.manifest["resumes"][-1]["dropped_rows"]["heads"] == 4 * 24  # steps 0-3 of 2 layers x 12 heads
+    assert list(loss["step"]) == list(range(8))
+    cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
+    assert heads[cols].equals(ref_heads[cols])
+    assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)

@@ -115,9 +115,12 @@ class RunWriter:
 
         Affected segments are rewritten atomically; leftover temporary files are deleted; a
         segment that cannot be read is set aside as ``_<name>.corrupt`` (kept, never read).
-        ``keep_through_step=None`` keeps every row. Records a ``resume`` event.
+        ``keep_through_step=None`` keeps every row, ``-1`` none (the run starts again from step 0).
+        Records a ``resume`` event.
         """
         run_dir = Path(run_dir)
+        if keep_through_step is not None and (isinstance(keep_through_step, bool) or keep_through_step < -1):
+            raise RunLogError(f"keep_through_step must be a step >= -1 (-1 keeps no row), got {keep_through_step!r}")
         manifest = read_manifest(run_dir)
         check_version(manifest, run_dir)
         lock = WriterLock.acquire(run_dir, "resuming the run")
@@ -170,6 +173,7 @@ class RunWriter:
         if writer._summarizer is not None:
             writer._summarizer.prime(run_dir)
         step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
+        step = max(step, 0)  # keep_through_step -1 (a restart from no checkpoint): the event opens step 0
         writer.event(step, "resume", keep_through_step=keep_through_step, dropped_rows=dropped, set_aside=set_aside)
         writer.flush()
         return writer
