@@ -97,8 +97,9 @@ def load_model(args):
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation import load_for_evaluation
+    from instrumentation import check_device, load_for_evaluation
 
+    check_device(args.device)  # an unknown device is the argument's fault, never the checkpoint's
     return load_for_evaluation(
         args.source,
         checkpoint=args.checkpoint,

@@ -253,6 +253,32 @@ def discover_runs(root: str | os.PathLike) -> list[Path]:
     return sorted(found)
 
 
+def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> list[Path]:
+    """Run directories inside ``folder`` (not ``folder`` itself), at most ``depth`` levels down and at most
+    ``limit`` of them: enough to tell that a folder holds runs without walking a whole disk."""
+    found: list[Path] = []
+    level = [Path(folder)]
+    for _ in range(depth):
+        below = []
+        for current in level:
+            try:
+                entries = sorted(os.scandir(current), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = current / entry.name
+                if (path / MANIFEST).is_file():
+                    found.append(path)
+                    if len(found) >= limit:
+                        return found
+                else:
+                    below.append(path)
+        level = below
+    return found
+
+
 # ---------------------------------------------------------------------------- model files
 CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routing state of a step
 ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
