@@ -5,11 +5,15 @@ Checks: the manifest (fields, types, ranges, schema version); files that lead ou
 columns and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
 stray files that would break ``pd.read_parquet(folder)``; segments set aside as unreadable and
 half-done segment swaps; value ranges (layer, head, window index, window = windows[window_idx],
-branch fractions) and the manifest's layer and head counts against ``heads``; duplicated keys in
-``heads``, ``branch`` and ``scalars``; missing steps, steps beyond the planned ones and empty
-tables of a finished run; a ``running`` run that no live writer holds (interrupted);
-``events.detail`` as JSON objects; and ACR scalars against what the ``heads`` table implies
-(method section 11.1).
+branch fractions) and the manifest's layer and head counts against ``heads``, its ``last_step``
+against the tables; duplicated keys in ``heads``, ``branch`` and ``scalars``; model-wide scalars
+with no finite value; missing steps (as ranges: nothing is allocated per planned step), steps
+beyond the planned ones and empty tables of a finished run; ``events.detail`` as JSON objects; and
+ACR scalars against what the ``heads`` table implies (method section 11.1).
+
+Some problems say where a run stands rather than that it is damaged (:class:`Notice`): a
+``running`` run that no live writer holds (interrupted), a failed run a signal stopped, a segment
+swap for the next writer to finish. :func:`damage` leaves them out (``compact`` refuses damage).
 """
 
 from __future__ import annotations
