@@ -27,6 +27,7 @@ _EXPORTS = {
     "RoutingRecorder": "instrumentation.recorder",
     "TrainConfig": "instrumentation.train",
     "train_model": "instrumentation.train:train",
+    "check_device": "instrumentation.train_settings",
     "check_conformance_file": "instrumentation.conformance:check_file",
     "load_aah_checkpoint": "instrumentation.probe_extract",
     "AAHAttentionSource": "instrumentation.probe_extract",

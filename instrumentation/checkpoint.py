@@ -8,7 +8,11 @@ A checkpoint is one ``torch.save`` of plain containers and tensors, so it loads 
      "step": S,                      # the last completed step; a resume starts at S + 1
      "config": cfg.to_dict(),
      "rng": {"torch": ByteTensor, "cuda": [ByteTensor, ...]},
-     "controller_init": [tensors]}   # the controller weights at step 0 (for weight drift)
+     "controller_init": [tensors],   # the controller weights at step 0 (for weight drift)
+     "run_uid": "..."}               # the manifest's run_uid: whose checkpoint this is
+
+A resume trusts a checkpoint only when it is the run's own (``check_belongs``): its run id, its
+step and its config agree with the run and the file name.
 
 Files are written to a temporary name, fsynced and renamed, so a killed process never leaves a
 half-written checkpoint under a real name. Names, listing and pruning: ``aah_viz.runlog.paths``.
@@ -26,6 +30,7 @@ from aah_viz.errors import RunLogError
 from aah_viz.runlog.paths import atomic_path, checkpoint_path, list_checkpoints, prune_checkpoints
 
 __all__ = [
+    "check_belongs",
     "checkpoint_path",
     "latest_checkpoint",
     "list_checkpoints",
@@ -96,6 +101,34 @@ def refusal(path: str | Path, err: Exception) -> str | None:
         "could run code, so aah-viz never does. Use a file written by aah-viz or save_pretrained, from a "
         "source you trust"
     )
+
+
+def check_belongs(payload: dict[str, Any], path: str | Path, step: int, manifest: dict) -> None:
+    """Refuse (RunLogError, with the reason) a checkpoint that is not the run's own of ``step``: another
+    run's (run id), another step than its name says, or another config than the run records."""
+    from aah_viz.runlog.manifest import to_jsonable
+
+    remedy = "remove it to resume from the checkpoint before it"
+    held = payload.get("step")
+    if not isinstance(held, int) or held != step:
+        raise RunLogError(
+            f"checkpoint {path} holds step {held!r}, not step {step} as its name says: it is not this run's checkpoint "
+            f"of step {step}; {remedy}"
+        )
+    ours, theirs = manifest.get("run_uid"), payload.get("run_uid")
+    if ours is not None and theirs is not None and ours != theirs:
+        raise RunLogError(
+            f"checkpoint {path} belongs to another run (run {theirs}; this run is {ours}): resuming from it would "
+            f"continue that run's weights; {remedy}"
+        )
+    recorded = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    saved = to_jsonable(payload.get("config") or {})
+    for key in sorted(set(recorded) | set(saved)):
+        if recorded.get(key) != saved.get(key):
+            raise RunLogError(
+                f"checkpoint {path} was written with config {key}={saved.get(key)!r}, but the run records "
+                f"{key}={recorded.get(key)!r}: it is not this run's checkpoint; {remedy}"
+            )
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

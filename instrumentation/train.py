@@ -158,6 +158,9 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
         # no checkpoint yet: start over, dropping every recorded row
         keep_through = latest[0] if latest else -1
         payload = ckpt.load_checkpoint(latest[1], map_location=device) if latest else None
+        if payload is not None:
+            ckpt.check_belongs(payload, latest[1], latest[0], manifest)  # this run's own, of that step
+        train_settings.check_same_data(tc.data, manifest.get("data"))
     if payload is not None:
         cfg = AAHConfig.from_dict(payload["config"])
     elif tc.resume:
@@ -199,12 +202,18 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
         "val_blocks": splits.n_val,
         "tokenizer": "bytes",
     }
+    if tc.data != data_mod.SYNTHETIC:  # what a resume checks the text against: resolved path, size, SHA-256
+        data_info.update(data_mod.file_identity(tc.data))
     run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out", "explicit")}
     run_args.update(
         batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
     )
 
+    owner = {"run_uid": manifest.get("run_uid") if manifest else None}  # whose checkpoints these are
+
     def on_open(rec: RoutingRecorder) -> None:
+        if rec.writer is not None:
+            owner["run_uid"] = rec.writer.manifest.get("run_uid")
         if plan is not None and plan.extends:
             rec.event(first_step, "extend", from_steps=plan.recorded_steps, to_steps=tc.steps)
             rec.update_manifest(steps=tc.steps, train=run_args)
@@ -216,7 +225,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
             model=model,
             optimizer=optimizer,
             config=cfg.to_dict(),
-            extra={"controller_init": rec.controller_reference()},
+            extra={"controller_init": rec.controller_reference(), "run_uid": owner["run_uid"]},
         )
         prune_checkpoints(out, tc.keep_checkpoints)
 

@@ -76,7 +76,10 @@ def test_sigterm_stops_at_a_step_boundary_and_a_resume_matches_the_uninterrupted
     assert "stopped by SIGTERM after step 4" in err and "--resume" in err and "Traceback" not in err
     run = load_run(out)
     assert run.manifest["status"] == "failed"
-    assert validate_run(out) == []  # closed, nothing missing: not an interrupted run
+    # closed, nothing missing: not an interrupted run; validate says where it stopped and how to go on
+    assert validate_run(out) == [
+        "stopped at step 4 by a signal (SIGTERM); resume with the same aah-viz retrofit command with --resume"
+    ]
     assert [s for s, _ in list_adapters(out)] == [2, 4]  # no work lost: the stop step has its adapter
     assert run.table("events").query("kind == 'terminated'")["step"].tolist() == [4]
     assert sorted(set(run.table("heads")["step"])) == [0, 1, 2, 3, 4]

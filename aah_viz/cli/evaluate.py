@@ -114,8 +114,9 @@ def load_model(args):
     from aah_viz.torch_import import require_torch
 
     torch = require_torch()
-    from instrumentation import load_for_evaluation
+    from instrumentation import check_device, load_for_evaluation
 
+    check_device(args.device)  # an unknown device is the argument's fault, never the checkpoint's
     if args.threads:
         torch.set_num_threads(int(args.threads))
     return load_for_evaluation(

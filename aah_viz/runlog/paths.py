@@ -23,6 +23,10 @@ from aah_viz.errors import RunLogError, UnsafePathError
 from aah_viz.schema import ALL_TABLES, MANIFEST
 
 SEGMENT_RE = re.compile(r"^part-(?P<session>[0-9A-Za-z]+)-(?P<seq>\d+)\.parquet$")
+LOCK_NAME = ".writer.lock"  # the writer's lock (aah_viz.runlog.lock)
+# Flags that keep a write from going through a symbolic link (0 where the system has none)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 TEMP_PREFIX = ".part-"
 TEMP_SUFFIX = ".tmp"
@@ -145,6 +149,13 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def create_exclusive(path: str | os.PathLike) -> int:
+    """A descriptor for writing a new file at ``path``. ``O_EXCL`` fails when anything is there already,
+    a symbolic link included (and ``O_NOFOLLOW`` says so twice), so nothing is ever written through a
+    link planted under the name."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o644)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Path]:
     """A hidden temporary name to write ``path`` under: renamed to ``path`` when the block ends (the
@@ -152,6 +163,7 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Pa
     the old file or the new one, never a partial one."""
     path = Path(path)
     tmp = path.with_name(temp_name(path.name))
+    os.close(create_exclusive(tmp))  # ours, a plain file: the caller writes into it, the rename replaces
     try:
         yield tmp
         if durable:
@@ -171,7 +183,9 @@ def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Pa
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
     """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
     with atomic_path(path, durable=durable) as tmp:
-        tmp.write_bytes(data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | NOFOLLOW | CLOEXEC)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -237,6 +251,32 @@ def discover_runs(root: str | os.PathLike) -> list[Path]:
             except OSError:
                 continue
     return sorted(found)
+
+
+def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> list[Path]:
+    """Run directories inside ``folder`` (not ``folder`` itself), at most ``depth`` levels down and at most
+    ``limit`` of them: enough to tell that a folder holds runs without walking a whole disk."""
+    found: list[Path] = []
+    level = [Path(folder)]
+    for _ in range(depth):
+        below = []
+        for current in level:
+            try:
+                entries = sorted(os.scandir(current), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = current / entry.name
+                if (path / MANIFEST).is_file():
+                    found.append(path)
+                    if len(found) >= limit:
+                        return found
+                else:
+                    below.append(path)
+        level = below
+    return found
 
 
 # ---------------------------------------------------------------------------- model files

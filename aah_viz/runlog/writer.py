@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ class RunWriter:
             raise RunLogError("RunWriter.create needs a manifest from aah_viz.runlog.make_manifest(...)")
         if run_dir.exists() and not run_dir.is_dir():
             raise RunLogError(f"{run_dir} exists and is not a folder; choose another --out")
+        _refuse_a_folder_of_runs(run_dir)
         lock = WriterLock.acquire(run_dir, "writing a new run")
         try:
             has_segments = any(paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir))
@@ -100,6 +102,7 @@ class RunWriter:
                 _remove_run_contents(run_dir)
             _clean_leftovers(run_dir)
             manifest = dict(manifest)
+            manifest.setdefault("run_uid", secrets.token_hex(8))  # tells this run from any other (checkpoints)
             manifest["status"] = STATUS_RUNNING
             manifest.setdefault("last_step", None)
             manifest.setdefault(MANIFEST_FLAG, True)  # a new run gets per-update summaries from its first step
@@ -115,9 +118,12 @@ class RunWriter:
 
         Affected segments are rewritten atomically; leftover temporary files are deleted; a
         segment that cannot be read is set aside as ``_<name>.corrupt`` (kept, never read).
-        ``keep_through_step=None`` keeps every row. Records a ``resume`` event.
+        ``keep_through_step=None`` keeps every row, ``-1`` none (the run starts again from step 0).
+        Records a ``resume`` event.
         """
         run_dir = Path(run_dir)
+        if keep_through_step is not None and (isinstance(keep_through_step, bool) or keep_through_step < -1):
+            raise RunLogError(f"keep_through_step must be a step >= -1 (-1 keeps no row), got {keep_through_step!r}")
         manifest = read_manifest(run_dir)
         check_version(manifest, run_dir)
         lock = WriterLock.acquire(run_dir, "resuming the run")
@@ -170,6 +176,7 @@ class RunWriter:
         if writer._summarizer is not None:
             writer._summarizer.prime(run_dir)
         step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
+        step = max(step, 0)  # keep_through_step -1 (a restart from no checkpoint): the event opens step 0
         writer.event(step, "resume", keep_through_step=keep_through_step, dropped_rows=dropped, set_aside=set_aside)
         writer.flush()
         return writer
@@ -315,6 +322,20 @@ class RunWriter:
 
 
 _CONSTRUCT = object()
+
+
+def _refuse_a_folder_of_runs(run_dir: Path) -> None:
+    """A run written into a folder that holds runs would hide them: every tool stops at a run's folder."""
+    if not run_dir.is_dir() or (run_dir / MANIFEST).exists():
+        return
+    inside = paths.runs_below(run_dir)
+    if inside:
+        names = ", ".join(p.relative_to(run_dir).as_posix() for p in inside[:5])
+        more = " and more" if len(inside) > 5 else ""
+        raise RunLogError(
+            f"{run_dir} holds runs ({names}{more}); a run written there would hide them from every tool: "
+            f"give the new run a folder of its own, e.g. --out {run_dir / 'NAME'}"
+        )
 
 
 def _remove_run_contents(run_dir: Path) -> None:
