@@ -215,6 +215,7 @@ def write_result(
     step = int(loaded.step or 0)
     if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
         from aah_viz.runlog import RunWriter
+        from aah_viz.runlog.manifest import STATUSES
 
         before = _read_manifest(out).get("status")
         writer = RunWriter.resume(out, keep_through_step=None)
@@ -223,7 +224,8 @@ def write_result(
                 writer.append(table, rows)
             writer.event(step, kind, **detail)
         finally:
-            writer.close(before if before in ("finished", "failed", "imported") else "finished")
+            # an interrupted run stays interrupted (and resumable): appending a result finishes nothing
+            writer.close(before if before in STATUSES else "finished")
         return out
     from instrumentation.recorder import RoutingRecorder
 

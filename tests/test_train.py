@@ -549,3 +549,16 @@ def test_an_unknown_device_is_named_as_such_by_train_and_evaluate(finished_run, 
         ), err
     assert _snapshot(finished_run) == before  # the good checkpoint is not called unreadable, nor touched
     assert not (tmp_path / "new").exists() and not (tmp_path / "ev").exists()
+
+
+def test_evaluating_an_interrupted_run_into_itself_leaves_it_interrupted_and_resumable(tmp_path):
+    out = tmp_path / "killed"
+    _kill_after(9, out, "--steps", "16", "--checkpoint-interval", "4")
+    text = tmp_path / "eval.txt"
+    text.write_text("the evaluation text of the interrupted run, long enough for a block or two. " * 20)
+    assert main(["evaluate", str(out), "--data", str(text), "--out", str(out), "--no-progress"]) == 0
+    assert read_manifest(out)["status"] == "running"  # still interrupted: evaluating it finished nothing
+    assert [p.split(":")[0] for p in validate_run(out)] == ["interrupted"]
+    assert (load_run(out).events("inference")["step"] == 7).all()  # at the checkpoint it evaluated
+    assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+    assert validate_run(out) == [] and read_manifest(out)["status"] == "finished"
