@@ -510,6 +510,7 @@ def summary(table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
         for target in ("span", "probe"):
             pair = agree[((agree["similarity"] == name) & (agree["other"] == target))
                          | ((agree["similarity"] == target) & (agree["other"] == name))]  # fmt: skip
-            entry[f"agrees_with_{target}"] = int((pair["agreement"] == AGREE).sum()) if name != target else np.nan
+            known = name != target and len(pair) > 0
+            entry[f"agrees_with_{target}"] = int((pair["agreement"] == AGREE).sum()) if known else np.nan
         out.append(entry)
     return pd.DataFrame(out)

@@ -22,6 +22,7 @@ COMMANDS = [
     "evaluate",
     "retrofit",
     "profile",
+    "head_similarity",
     "validate",
     "compact",
     "probe",
