@@ -33,6 +33,21 @@ def test_a_probed_run_without_a_model_is_compared_from_its_tables(tmp_path, caps
     assert "attention: real in" in out and "stability not measured" in out
     assert main(args) == 0  # again: the step's rows are replaced, not added
     assert len(load_run(run).table("head_similarity")) == len(table)
+    # exported: one row per (layer, similarity) of the method's procedure, in every format
+    out = tmp_path / "export"
+    for fmt, ext in (("csv", "csv"), ("md", "md"), ("latex", "tex")):
+        assert main(["export", str(run), "--table", "head_similarity", "--format", fmt, "--out", str(out)]) == 0
+        assert (out / f"head_similarity.{ext}").stat().st_size > 0
+    import pandas as pd
+
+    exported = pd.read_csv(out / "head_similarity.csv")
+    mine = hs.groupings(table)
+    mine = mine[mine["procedure"] == "method"]
+    assert len(exported) == len(mine)
+    for _, r in mine.iterrows():
+        e = exported[(exported["layer"] == r["layer"]) & (exported["similarity"] == r["similarity"])].iloc[0]
+        assert e["verdict"] == r["verdict"] and np.isclose(e["silhouette"], r["silhouette"], equal_nan=True)
+    assert "\\begin{table}" in (out / "head_similarity.tex").read_text()
 
 
 def test_errors_are_one_line(tmp_path, capsys):
