@@ -1,8 +1,8 @@
 """Routing with standardised head features: full_adaptive with feature_normalization none and zscore.
 
-    .venv/bin/python scripts/feature_normalization_experiment.py --out /tmp/fn --steps 1200 [--seeds 0,1]
+    .venv/bin/python scripts/feature_normalization_experiment.py --out runs/fn --steps 1500 [--seeds 0,1]
 
-Trains ``full_adaptive`` at the small preset for every seed, once with the paper's features
+Trains ``full_adaptive`` at the small preset (``--preset``) for every seed, once with the paper's features
 (``feature_normalization=none``) and once standardised across each layer's heads (``zscore``), two
 runs at a time on one thread each, keeping the final checkpoint (``aah-viz head-similarity`` can
 then measure the groups on held-out text). A run already finished in ``--out`` is not trained again,
@@ -34,7 +34,7 @@ MODES = ("none", "zscore")
 
 def train_command(out: Path, mode: str, seed: int, args) -> list[str]:
     return [
-        sys.executable, "-m", "aah_viz", "train", "--preset", "small", "--regime", "full_adaptive",
+        sys.executable, "-m", "aah_viz", "train", "--preset", args.preset, "--regime", "full_adaptive",
         "--seed", str(seed), "--steps", str(args.steps), "--batch-size", str(args.batch_size),
         "--eval-interval", str(args.eval_interval), "--eval-batches", str(args.eval_batches),
         "--keep-checkpoints", "1", "--threads", "1", "--detail", "light", "--no-progress",
@@ -107,7 +107,8 @@ def markdown(rows: list[dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the runs (created)")
-    parser.add_argument("--steps", type=int, default=1200, help="training steps per run (default: 1200)")
+    parser.add_argument("--preset", default="small", help="model size preset (default: small)")
+    parser.add_argument("--steps", type=int, default=1500, help="training steps per run (default: 1500)")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default: 0,1)")
     parser.add_argument("--batch-size", type=int, default=2, help="sequences per step (default: 2)")
     parser.add_argument("--eval-interval", type=int, default=200, help="evaluate every N steps (default: 200)")
