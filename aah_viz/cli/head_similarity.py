@@ -144,9 +144,9 @@ def _measure(args, run_dir: Path):
     if args.threads:
         torch.set_num_threads(args.threads)
     syntax_docs, coref_docs = ([], []) if args.no_probes else _probe_documents(args)
-    from instrumentation.head_measures import measure
+    from instrumentation import measure_heads
 
-    return measure(
+    return measure_heads(
         run_dir,
         model_dir=args.model,
         data=args.data,
