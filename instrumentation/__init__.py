@@ -38,6 +38,7 @@ _EXPORTS = {
     "write_inference": "instrumentation.evaluation",
     "inference_summary_json": "instrumentation.evaluation:summary_json",
     "profile_source": "instrumentation.evaluation",
+    "measure_heads": "instrumentation.head_measures:measure",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
     "import_gguf": "instrumentation.retrofit.gguf_import",

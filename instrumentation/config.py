@@ -40,6 +40,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "attention_backend": ("dense_masked", "banded", "flex", "flash"),
     "controller_training": ("none", "straight_through", "soft_mixture"),
     "churn_clamp": ("all", "bonus"),
+    "feature_normalization": ("none", "zscore"),
 }
 
 # The small-group merge scores a group against itself as -1 (method §5.6); with a merge threshold
@@ -127,6 +128,9 @@ class AAHConfig:
     # Speed, approximate: head and group moments (§4.1, §4.2) from every s-th token only (1: all,
     # the reference); the clustered features change slightly, see docs/model.md.
     feature_token_stride: int = 1
+    # Issue 26: the head features the adaptive build clusters, as they are (none: the paper) or
+    # standardised per feature across the layer's heads (zscore), see docs/model.md.
+    feature_normalization: str = "none"
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:

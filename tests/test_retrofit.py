@@ -290,3 +290,18 @@ def test_windows_beyond_the_models_positions_or_own_window_are_clamped_with_a_me
     with pytest.warns(UserWarning, match="exceed the model's own sliding window of 24 tokens"):
         handle = patch_model(mistral, "full_adaptive", windows=(8, 16, 32))
     assert handle.cfg.windows == (8, 16, 24)
+
+
+def test_feature_normalization_reaches_a_patched_model_as_a_config_key():
+    """patch_model's overrides carry the option: the patched layers cluster standardised features."""
+    model = tiny_model("llama", n_layer=1)
+    handle = patch_model(model, "full_adaptive", windows=(8, 16, 32), feature_normalization="zscore")
+    assert handle.cfg.to_dict()["feature_normalization"] == "zscore"
+    seen = []
+    handle.subscribe(lambda e: seen.append(e))
+    with torch.no_grad():
+        model(ids_of(32), use_cache=False)
+    clustered = [e.head_features for e in seen if e.updated and e.head_features is not None]
+    assert clustered
+    for features in clustered:  # standardised across the heads: every feature centred
+        assert torch.allclose(features.mean(dim=0), torch.zeros(9), atol=1e-5)

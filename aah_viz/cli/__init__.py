@@ -23,6 +23,7 @@ COMMANDS = [
     "evaluate",
     "retrofit",
     "profile",
+    "head_similarity",
     "validate",
     "compact",
     "probe",
