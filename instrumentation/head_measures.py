@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from aah_viz.analysis.head_inputs import bucket_distance_mass, probe_inputs, span_from_mass
 from aah_viz.analysis.head_similarity import HeadInput
 from aah_viz.errors import ConfigError
+from aah_viz.probes.head_inputs import bucket_distance_mass, probe_inputs, span_from_mass
 from instrumentation.backends.dense_masked import dense_masked_attention
 from instrumentation.backends.stats import bucket_head_stats
 from instrumentation.profile import distance_mass

@@ -24,7 +24,7 @@ its stability (the ARI between the groupings of two disjoint halves of the data,
 permutation null) and its agreement with every other similarity's grouping (ARI, permutation null).
 
 Pure numpy; the measurements come from ``instrumentation.head_measures`` or a run's tables
-(:mod:`aah_viz.analysis.head_inputs`).
+(:mod:`aah_viz.probes.head_inputs`).
 """
 
 from __future__ import annotations

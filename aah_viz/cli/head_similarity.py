@@ -77,14 +77,14 @@ def _check(args) -> None:
 
 
 def _has_model(run_dir: Path) -> bool:
-    from aah_viz.probes.target import adapters_of, checkpoints_of
+    from aah_viz.runlog.paths import list_adapters, list_checkpoints
 
-    return bool(checkpoints_of(run_dir) or adapters_of(run_dir))
+    return bool(list_checkpoints(run_dir) or list_adapters(run_dir))
 
 
 def run(args: argparse.Namespace) -> int:
-    from aah_viz.analysis import head_inputs
     from aah_viz.analysis import head_similarity as hs
+    from aah_viz.probes import head_inputs
     from aah_viz.runlog import load_run
 
     _check(args)
