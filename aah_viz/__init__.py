@@ -3,6 +3,7 @@
 The light side: it reads run directories, analyses them and draws them. It never imports torch.
 """
 
+from aah_viz._version import __version__
 from aah_viz.errors import (
     AAHVizError,
     ConfigError,
@@ -13,11 +14,10 @@ from aah_viz.errors import (
     UnsafePathError,
 )
 
-__version__ = "0.1.0"
-
 
 def load_run(path, **kwargs):
     """Open a run directory (see ``docs/log-format.md``); returns an :class:`aah_viz.runlog.Run`."""
+    # imported on first use: ``import aah_viz`` (and every ``aah_viz.errors`` import) stays free of pandas and pyarrow
     from aah_viz.runlog.reader import load_run as _load_run
 
     return _load_run(path, **kwargs)

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aah_viz.errors import ConfigError
+
 DEFAULT_PAIRS = 9
 MIN_PAIRS = 2
 MAX_WIDTH = 0.1  # a wider 95% interval is reported as untrustworthy
@@ -289,7 +291,5 @@ def resolve_clock(clock: str, device: str = "cpu") -> str:
 def check_pairs(pairs: int) -> int:
     """``--pairs`` as given, or a ``ConfigError`` when there are too few to form an interval."""
     if pairs < MIN_PAIRS:
-        from aah_viz.errors import ConfigError
-
         raise ConfigError(f"--pairs {pairs}: at least {MIN_PAIRS} pairs are needed for an interval")
     return pairs

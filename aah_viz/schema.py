@@ -216,9 +216,49 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
     },
 }
 
+# Written into a run by ``aah-viz head-similarity`` (aah_viz.analysis.head_similarity): per layer, the heads
+# grouped by each named similarity and two procedures, with validity, split-half stability and agreement
+HEAD_SIMILARITY_TABLES: dict[str, dict[str, pa.DataType]] = {
+    "head_similarity": {
+        "step": pa.int64(),  # the checkpoint step measured (0 for a model folder or a probed model)
+        "layer": pa.int16(),
+        "similarity": pa.string(),  # method, zscore, attention, span, probe
+        "procedure": pa.string(),  # method (the method's level-0 procedure) or complete (linkage, same count)
+        "other": pa.string(),  # agreement rows: the other similarity; null on grouping rows
+        "n_heads": pa.int16(),
+        "n_groups": pa.int16(),
+        "origin": pa.string(),  # natural, forced_bipartition, complete_linkage
+        "threshold": pa.float32(),  # the method's threshold the procedure used
+        "sim_min": pa.float32(),  # pairwise similarity of the layer's heads under this similarity
+        "sim_median": pa.float32(),
+        "sim_max": pa.float32(),
+        "silhouette": pa.float32(),  # of the grouping, on 1 - similarity
+        "null_mean": pa.float32(),  # random groupings with the same group sizes
+        "null_p95": pa.float32(),
+        "null_p_value": pa.float32(),
+        "refit_mean": pa.float32(),  # structureless heads grouped into the same number of groups
+        "refit_p95": pa.float32(),
+        "refit_p_value": pa.float32(),
+        "verdict": pa.string(),  # real, chance, undefined
+        "stability_ari": pa.float64(),  # ARI of the groupings of two disjoint halves of the data
+        "stability_null_p95": pa.float64(),
+        "stability_p_value": pa.float64(),
+        "stability": pa.string(),  # stable, unstable, undefined
+        "ari": pa.float64(),  # agreement rows: ARI of the two similarities' groupings
+        "ari_null_mean": pa.float64(),
+        "ari_null_p95": pa.float64(),
+        "ari_p_value": pa.float64(),
+        "agreement": pa.string(),  # agree, chance, undefined
+        "labels": LIST_INT,  # grouping rows: every head's group; empty on agreement rows
+        "source": pa.string(),  # what the similarity was measured on, in words
+        "reason": pa.string(),  # why something is undefined ("; "-separated)
+    },
+}
+
 # Summaries the run writer derives from the rows it is given, so that no figure has to scan every
 # head row of a long run. A run whose manifest says ``"update_summaries": true`` has them from its
 # first step; readers compute the same rows on the fly for any other run.
+MANIFEST_FLAG = "update_summaries"  # the manifest field saying so
 SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
     # one row per (layer, routing update), compared with the layer's previous update
     "updates": {
@@ -245,7 +285,7 @@ SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
     },
 }
 
-ALL_TABLES = {**TABLES, **PROBE_TABLES, **SUMMARY_TABLES}
+ALL_TABLES = {**TABLES, **PROBE_TABLES, **HEAD_SIMILARITY_TABLES, **SUMMARY_TABLES}
 
 
 def group_column(level: int) -> str:

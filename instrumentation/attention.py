@@ -8,6 +8,7 @@ executes the chosen windows with an attention backend (``dense_masked`` is the r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -36,19 +37,41 @@ __all__ = ["AAHAttention", "CausalSelfAttention", "RoutingState", "SubscriptionH
 
 
 def _full_causal(
-    q, k, v, *, dropout_p: float, training: bool, window: int | None, need_probs: bool, scale: float | None = None
+    q,
+    k,
+    v,
+    *,
+    dropout_p: float,
+    training: bool,
+    window: int | tuple[int, ...] | None,
+    need_probs: bool,
+    scale: float | None = None,
+    mask: torch.Tensor | None = None,
 ):
-    """Plain causal (optionally banded) attention for the baseline modules."""
+    """Plain causal (optionally banded) attention for the baseline modules; a tuple window gives
+    each head its own band; ``mask`` as ``attend``'s."""
     B, H, T, D = q.shape
-    if need_probs:
+    per_head = list(window) if isinstance(window, tuple) else [window or T] * H
+    if need_probs or mask is not None:
         res = dense_masked_attention(
-            q, k, v, [window or T] * H, dropout_p=dropout_p, training=training, scale=scale, need_probs=True
+            q,
+            k,
+            v,
+            per_head,
+            dropout_p=dropout_p,
+            training=training,
+            scale=scale,
+            need_probs=need_probs,
+            mask=mask,
         )
         return res.out, res.probs
     p = dropout_p if training else 0.0
-    if window is None or window >= T:
+    if max(per_head) >= T and min(per_head) >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale), None
-    allowed = MASK_CACHE.get(T, window, q.device)
+    if len(set(per_head)) == 1:
+        allowed = MASK_CACHE.get(T, per_head[0], q.device)
+    else:
+        allowed = torch.stack([MASK_CACHE.get(T, min(w, T), q.device) for w in per_head])  # (H, T, T)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
@@ -91,7 +114,15 @@ class CausalSelfAttention(nn.Module, Hookable):
 
     def executed_windows(self, seq_len: int | None = None) -> list[int]:
         T = seq_len or self.last_seq_len or self.cfg.block_size
+        if isinstance(self.window, tuple):
+            return [min(w, T) for w in self.window]
         return [T if self.window is None else self.window] * self.n_head
+
+    def band_windows(self) -> list[int | None]:
+        """Each head's band in tokens, None for full causal attention (what cached decoding keeps to)."""
+        if isinstance(self.window, tuple):
+            return list(self.window)
+        return [self.window] * self.n_head
 
     def forward(self, x: torch.Tensor, need_probs: bool = False):
         B, T, C = x.shape
@@ -99,8 +130,12 @@ class CausalSelfAttention(nn.Module, Hookable):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), probs
 
-    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None):
-        """Attention of per-head ``q, k, v`` (B, H, T, D): ``(y (B, H, T, D), probs or None)``."""
+    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
+        """Attention of per-head ``q, k, v`` (B, H, T, D): ``(y (B, H, T, D), probs or None)``.
+
+        ``mask`` (boolean, broadcastable to (B, H, T, T); True where a query may see a key) restricts
+        the band further: the padding of another model's batch (``instrumentation.retrofit``).
+        """
         T = q.shape[2]
         y, probs = _full_causal(
             q,
@@ -111,12 +146,17 @@ class CausalSelfAttention(nn.Module, Hookable):
             window=self.window,
             need_probs=need_probs,
             scale=scale,
+            mask=mask,
         )
         self.last_seq_len = T
         if self._subscribers:
             wins = self.executed_windows(T)
-            cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
-            idx = torch.zeros(self.n_head, dtype=torch.long, device=q.device)
+            if isinstance(self.window, tuple):  # per-head bands: indices into the candidate windows
+                cand = tuple(self.cfg.windows)
+                idx = torch.tensor([cand.index(w) if w in cand else -1 for w in wins], device=q.device)
+            else:
+                cand = tuple(self.cfg.windows) if self.cfg.enabled else (wins[0],)
+                idx = torch.zeros(self.n_head, dtype=torch.long, device=q.device)
             self._emit(
                 RoutingEvent(
                     layer=self.layer_index,
@@ -127,7 +167,7 @@ class CausalSelfAttention(nn.Module, Hookable):
                     in_warmup=False,
                     training=self.training,
                     window_idx=idx,
-                    windows=torch.full((self.n_head,), wins[0], dtype=torch.long, device=q.device),
+                    windows=torch.tensor(wins, dtype=torch.long, device=q.device),
                     seq_len=T,
                     candidate_windows=cand,
                     backend="sdpa",
@@ -189,15 +229,31 @@ class AAHAttention(nn.Module, Hookable):
 
     def reset_routing_state(self) -> None:
         self.state = RoutingState(control_enabled=self.cfg.apply_window_control)
+        self.last_decision = None
+
+    def _executed_idx(self) -> torch.Tensor | None:
+        """Window indices executed last: the routing state's, else those of the last forward (an evaluation
+        forward of a layer without routing state decides on a scratch copy and keeps only this)."""
+        if self.state.executed_idx is not None:
+            return self.state.executed_idx
+        return None if self.last_decision is None else self.last_decision.executed
 
     def executed_windows(self, seq_len: int | None = None) -> list[int]:
         """Windows (tokens) executed by the last forward; the warm-up choice before any forward."""
         T = seq_len or self.last_seq_len or self.cfg.block_size
         if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
             return [T] * self.n_head  # the fast path always runs full causal attention
-        if self.state.executed_idx is not None:
-            return [self.windows[i] for i in self.state.executed_idx.tolist()]
+        idx = self._executed_idx()
+        if idx is not None:
+            return [self.windows[i] for i in idx.tolist()]
         return [self.windows[full_window_index(self.windows, T)]] * self.n_head
+
+    def band_windows(self) -> list[int | None]:
+        """Each head's band in tokens, None for full causal attention: the windows of the last forward,
+        which cached decoding keeps to (a candidate window is a band at any length)."""
+        if not (self.cfg.apply_window_control or self.cfg.build_hierarchy):
+            return [None] * self.n_head
+        return list(self.executed_windows())
 
     # ------------------------------------------------------------- checkpointed state
     def get_extra_state(self) -> dict:
@@ -230,12 +286,15 @@ class AAHAttention(nn.Module, Hookable):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y)), probs
 
-    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None):
+    def attend(self, q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
         """Route and execute per-head ``q, k, v`` (B, H, T, D): ``(y (B, H, T, D), probs or None)``.
 
         ``scale`` multiplies the scores (default ``D^-1/2``). Training forwards (and evaluation
         forwards with ``eval_mutates_routing``) run the state machine and keep its new state;
         other evaluation forwards execute the current windows and leave routing untouched.
+        ``mask`` (boolean, broadcastable to (B, H, T, T); True where a query may see a key: the
+        padding of another model's batch) restricts every head's window further; such a forward
+        executes with the ``dense_masked`` backend, the one that takes a mask.
         """
         self.last_seq_len = q.shape[2]
         mutate = self._mutates()
@@ -266,14 +325,15 @@ class AAHAttention(nn.Module, Hookable):
                 window=None,
                 need_probs=need_probs,
                 scale=scale,
+                mask=mask,
             )
-            stats, backend, work, fallback = None, "sdpa", None, None
+            stats, backend, work, fallback = None, "sdpa" if mask is None else "dense_masked", None, None
         else:
             want_stats = mutate and (
                 not self.cfg.stats_on_update_only or stats_read_next(self.state, self.step, self.cfg)
             )
             y, probs, stats, backend, work, fallback = self._execute(
-                q, k, v, decision, need_probs, need_stats=want_stats, scale=scale
+                q, k, v, decision, need_probs, need_stats=want_stats, scale=scale, mask=mask
             )
         if mutate:
             self.state = self.state.with_stats(stats)
@@ -293,7 +353,7 @@ class AAHAttention(nn.Module, Hookable):
         return y, probs
 
     # ------------------------------------------------------------- execution (§10)
-    def _execute(self, q, k, v, decision: RouteDecision, need_probs: bool, need_stats: bool, scale=None):
+    def _execute(self, q, k, v, decision: RouteDecision, need_probs: bool, need_stats: bool, scale=None, mask=None):
         """Run the executed windows: (y, probs, (H, 3) stats, backend name, realised work, fallback reason)."""
         cfg = self.cfg
         executed = decision.executed
@@ -306,13 +366,17 @@ class AAHAttention(nn.Module, Hookable):
             and self.state.score_inputs is not None
         )
         if trainable:
-            fn, _, _ = self._backend(q.device, True)
+            fn, name = self._backend(q.device, True)[0], cfg.attention_backend
+            if mask is not None:
+                fn, name = functools.partial(dense_masked_attention, mask=mask), "dense_masked"
             y, stats = mixture_attention(fn, q, k, v, self.state, self.networks, cfg, executed, scale)
-            probs = dense_masked_attention(q, k, v, wins, scale=scale, need_probs=True).probs if need_probs else None
-            return y, probs, stats, f"{cfg.attention_backend}+{cfg.controller_training}", None, None
-        if need_probs:  # attention maps: the reference backend, which forms the probabilities anyway
+            probs = None
+            if need_probs:
+                probs = dense_masked_attention(q, k, v, wins, scale=scale, need_probs=True, mask=mask).probs
+            return y, probs, stats, f"{name}+{cfg.controller_training}", None, None
+        if need_probs or mask is not None:  # the reference backend: it forms the probabilities and takes a mask
             fn, reason = dense_masked_attention, None
-            extra = dict(need_probs=True)
+            extra = dict(need_probs=need_probs, mask=mask)
         else:
             fn, _, reason = self._backend(q.device, self.training)
             extra = {}

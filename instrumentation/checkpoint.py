@@ -8,15 +8,18 @@ A checkpoint is one ``torch.save`` of plain containers and tensors, so it loads 
      "step": S,                      # the last completed step; a resume starts at S + 1
      "config": cfg.to_dict(),
      "rng": {"torch": ByteTensor, "cuda": [ByteTensor, ...]},
-     "controller_init": [tensors]}   # the controller weights at step 0 (for weight drift)
+     "controller_init": [tensors],   # the controller weights at step 0 (for weight drift)
+     "run_uid": "..."}               # the manifest's run_uid: whose checkpoint this is
+
+A resume trusts a checkpoint only when it is the run's own (``check_belongs``): its run id, its
+step and its config agree with the run and the file name.
 
 Files are written to a temporary name, fsynced and renamed, so a killed process never leaves a
-half-written checkpoint under a real name.
+half-written checkpoint under a real name. Names, listing and pruning: ``aah_viz.runlog.paths``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,13 +27,20 @@ from typing import Any
 import torch
 
 from aah_viz.errors import RunLogError
+from aah_viz.runlog.paths import atomic_path, checkpoint_path, list_checkpoints, prune_checkpoints
 
-CHECKPOINT_DIR = "checkpoints"
-_NAME = re.compile(r"^step-(\d{8})\.pt$")
-
-
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINT_DIR / f"step-{int(step):08d}.pt"
+__all__ = [
+    "check_belongs",
+    "checkpoint_path",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "refusal",
+    "rng_state",
+    "save_checkpoint",
+    "set_rng_state",
+]
 
 
 def rng_state() -> dict[str, Any]:
@@ -66,38 +76,9 @@ def save_checkpoint(
         "rng": rng_state(),
     }
     payload.update(extra or {})
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         torch.save(payload, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
     return path
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint of the run, in step order."""
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.iterdir():
-        match = _NAME.match(entry.name)
-        if match and entry.is_file():
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
 
 
 def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
@@ -122,6 +103,34 @@ def refusal(path: str | Path, err: Exception) -> str | None:
     )
 
 
+def check_belongs(payload: dict[str, Any], path: str | Path, step: int, manifest: dict) -> None:
+    """Refuse (RunLogError, with the reason) a checkpoint that is not the run's own of ``step``: another
+    run's (run id), another step than its name says, or another config than the run records."""
+    from aah_viz.runlog.manifest import to_jsonable
+
+    remedy = "remove it to resume from the checkpoint before it"
+    held = payload.get("step")
+    if not isinstance(held, int) or held != step:
+        raise RunLogError(
+            f"checkpoint {path} holds step {held!r}, not step {step} as its name says: it is not this run's checkpoint "
+            f"of step {step}; {remedy}"
+        )
+    ours, theirs = manifest.get("run_uid"), payload.get("run_uid")
+    if ours is not None and theirs is not None and ours != theirs:
+        raise RunLogError(
+            f"checkpoint {path} belongs to another run (run {theirs}; this run is {ours}): resuming from it would "
+            f"continue that run's weights; {remedy}"
+        )
+    recorded = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    saved = to_jsonable(payload.get("config") or {})
+    for key in sorted(set(recorded) | set(saved)):
+        if recorded.get(key) != saved.get(key):
+            raise RunLogError(
+                f"checkpoint {path} was written with config {key}={saved.get(key)!r}, but the run records "
+                f"{key}={recorded.get(key)!r}: it is not this run's checkpoint; {remedy}"
+            )
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``; a damaged or refused file raises RunLogError naming it."""
     path = Path(path)
@@ -141,11 +150,3 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         if key not in payload:
             raise RunLogError(f"checkpoint {path} has no {key!r} entry; it was not written by aah-viz train")
     return payload
-
-
-def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
-    """Remove all but the newest ``keep_last`` checkpoints (keep_last <= 0 keeps everything)."""
-    if keep_last <= 0:
-        return
-    for _, path in list_checkpoints(run_dir)[:-keep_last]:
-        path.unlink(missing_ok=True)

@@ -40,6 +40,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "attention_backend": ("dense_masked", "banded", "flex", "flash"),
     "controller_training": ("none", "straight_through", "soft_mixture"),
     "churn_clamp": ("all", "bonus"),
+    "feature_normalization": ("none", "zscore"),
 }
 
 # The small-group merge scores a group against itself as -1 (method §5.6); with a merge threshold
@@ -111,6 +112,8 @@ class AAHConfig:
     # --- baselines outside the reference (sliding_window, local_global_layers) ---
     static_window: int = 0  # > 0: plain attention with this causal band in every local layer, no routing
     global_every: int = 0  # with static_window: every N-th layer (1-based) is global (full causal)
+    # per layer, per head: a causal band of its own (the head_windows baseline, e.g. from a profile)
+    static_head_windows: tuple[tuple[int, ...], ...] = ()
 
     # --- named, non-default deviations from the reference (method §15; see docs/model.md) ---
     controller_training: str = "none"  # §15.1 / §9: none (reference), straight_through, soft_mixture
@@ -125,6 +128,9 @@ class AAHConfig:
     # Speed, approximate: head and group moments (§4.1, §4.2) from every s-th token only (1: all,
     # the reference); the clustered features change slightly, see docs/model.md.
     feature_token_stride: int = 1
+    # Issue 26: the head features the adaptive build clusters, as they are (none: the paper) or
+    # standardised per feature across the layer's heads (zscore), see docs/model.md.
+    feature_normalization: str = "none"
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -133,6 +139,7 @@ class AAHConfig:
         ):
             _fail("windows", f"must be a list of integers (tokens), got {self.windows!r}")
         self.windows = tuple(int(w) for w in self.windows)
+        self.static_head_windows = _head_windows(self.static_head_windows)
         validate(self)
 
     @property
@@ -178,6 +185,7 @@ class AAHConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["windows"] = list(self.windows)
+        d["static_head_windows"] = [list(row) for row in self.static_head_windows]
         return d
 
     @classmethod
@@ -250,6 +258,17 @@ AAHConfig.__init__ = _refuse_unknown_keys(AAHConfig.__init__)
 
 def _fail(key: str, message: str) -> None:
     raise ConfigError(f"config key {key!r}: {message}")
+
+
+def _head_windows(value: Any) -> tuple[tuple[int, ...], ...]:
+    """``static_head_windows`` as nested tuples of ints (a manifest or checkpoint holds lists)."""
+    try:
+        rows = tuple(tuple(row) for row in value)
+    except TypeError:
+        rows = None
+    if rows is None or not all(isinstance(w, int) and not isinstance(w, bool) for row in rows for w in row):
+        _fail("static_head_windows", f"must be one list of integer windows per layer, got {value!r}")
+    return tuple(tuple(int(w) for w in row) for row in rows)
 
 
 def _check_types(cfg: AAHConfig) -> None:
@@ -353,6 +372,26 @@ def validate(cfg: AAHConfig) -> None:
             "is a plain-attention baseline; it needs enabled=False (use regime='sliding_window' "
             "or 'local_global_layers')",
         )
+    _check_head_windows(cfg)
+
+
+def _check_head_windows(cfg: AAHConfig) -> None:
+    rows = cfg.static_head_windows
+    if cfg.regime == "head_windows" and not rows:
+        _fail("static_head_windows", "regime 'head_windows' needs one window per head of every layer")
+    if not rows:
+        return
+    if cfg.enabled or cfg.static_window:
+        _fail("static_head_windows", "is a plain-attention baseline; use regime='head_windows' (no routing)")
+    shape = (len(rows), {len(r) for r in rows})
+    if shape != (cfg.n_layer, {cfg.n_head}):
+        _fail(
+            "static_head_windows",
+            f"needs {cfg.n_layer} layers x {cfg.n_head} heads, got {len(rows)} layers of {sorted(shape[1])} heads",
+        )
+    bad = sorted({w for r in rows for w in r if not 1 <= w <= cfg.block_size})
+    if bad:
+        _fail("static_head_windows", f"windows {bad} are outside 1..block_size={cfg.block_size}")
 
 
 def windows_for(seq_len: int) -> tuple[int, ...]:
@@ -509,6 +548,12 @@ REGIMES: dict[str, Regime] = {
         "layers alternate a local window (parameter static_window) and full attention, Gemma-style; no routing",
         dict(_PLAIN, global_every=2),
         parameter="static_window",
+        source="new baseline",
+    ),
+    "head_windows": Regime(
+        "every head its own causal window (static_head_windows, e.g. the smallest candidate holding 95% of its "
+        "attention mass from aah-viz profile), MoA- and DuoAttention-style; no routing",
+        dict(_PLAIN),
         source="new baseline",
     ),
 }

@@ -13,6 +13,7 @@ batches the uninterrupted run would have seen, with no loader state in the check
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,13 @@ def _text_file_tokens(path: Path) -> np.ndarray:
             f"{path}: not UTF-8 text (byte {err.start}); convert the file to UTF-8 plain text first"
         ) from err
     return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
+
+
+def file_identity(path: str | Path) -> dict:
+    """What tells a training text apart: its resolved path, its size and its SHA-256 (a resume checks them)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    return {"path": str(path.resolve()), "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
 
 
 def _synthetic_tokens(n_docs: int, seed: int) -> np.ndarray:

@@ -19,27 +19,9 @@ import numpy as np
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.runlog.paths import list_adapters, list_checkpoints
 from instrumentation.data import cut_blocks
 from instrumentation.inference import eval_batches, inference_pass
-
-ADAPTER_DIR = "adapters"
-
-
-def adapter_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / ADAPTER_DIR / f"step-{int(step):08d}.safetensors"
-
-
-def list_adapters(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every adapter of a retrofit run, in step order."""
-    folder = Path(run_dir) / ADAPTER_DIR
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.glob("step-*.safetensors"):
-        stem = entry.name[len("step-") : -len(".safetensors")]
-        if stem.isdigit():
-            found.append((int(stem), entry))
-    return sorted(found)
 
 
 def _pick(found: list[tuple[int, Path]], step: int | None, what: str, source: Path) -> tuple[int, Path]:
@@ -82,13 +64,16 @@ def load_for_evaluation(
     overrides: dict | None = None,
     adapter: str | Path | None = None,
     device: str = "cpu",
+    base_model: str | Path | None = None,
 ) -> Loaded:
-    """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model."""
-    from instrumentation.checkpoint import list_checkpoints
+    """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model; ``base_model``
+    points a retrofit run at its base model folder where it is not where the run records it."""
     from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
-    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
+    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, run_base_model, text_tokens
 
     source = Path(source)
+    if base_model is not None and not list_adapters(source):
+        raise ConfigError(f"--model names the base model of a run of aah-viz retrofit; {source} is not one")
     if list_checkpoints(source):
         from instrumentation.data import load_token_stream
         from instrumentation.probe_extract import load_aah_checkpoint
@@ -99,9 +84,7 @@ def load_for_evaluation(
         return Loaded(model, model, step, lambda p: load_token_stream(p), source, "run", seed)
     if list_adapters(source):
         manifest = _read_manifest(source)
-        base = manifest.get("base_model")
-        if not base:
-            raise RunLogError(f"{source}: its manifest names no base_model; it was not written by aah-viz retrofit")
+        base = run_base_model(source, manifest, base_model)
         step, path = _pick(list_adapters(source), checkpoint, "adapter", source)
         model = load_causal_lm(base, device)
         handle = load_adapter(model, path)
@@ -114,13 +97,14 @@ def load_for_evaluation(
             source,
             "retrofit_run",
             manifest.get("seed"),
-            {"base_model": str(base)},
+            {"base_model": str(base.resolve())},
         )
     if is_model_dir(source):
         model = load_causal_lm(source, device)
         if adapter is not None:
             handle = load_adapter(model, adapter)
         else:
+            torch.manual_seed(0)  # never-trained AAH parameters: as `aah-viz retrofit --seed 0` starts them
             handle = patch_model(model, regime, tuple(windows or PAPER_WINDOWS), **(overrides or {}))
         vocab = int(model.config.vocab_size)
         return Loaded(
@@ -225,11 +209,13 @@ def write_result(
     out: str | Path, loaded: Loaded, kind: str, detail: dict, *, tables: dict | None = None, overwrite: bool = False
 ) -> Path:
     """An event ``kind`` with ``detail`` and the rows of ``tables`` ({table: rows}) at the loaded step,
-    appended to the source run when ``out`` is it, else in a new run that names its source."""
+    appended to the source run when ``out`` is it, else as step 0 of a new one-step run that names its
+    source and the source's step (``evaluation_of``, ``evaluation_of_step``)."""
     out = Path(out)
     step = int(loaded.step or 0)
     if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
         from aah_viz.runlog import RunWriter
+        from aah_viz.runlog.manifest import STATUSES
 
         before = _read_manifest(out).get("status")
         writer = RunWriter.resume(out, keep_through_step=None)
@@ -238,11 +224,14 @@ def write_result(
                 writer.append(table, rows)
             writer.event(step, kind, **detail)
         finally:
-            writer.close(before if before in ("finished", "failed", "imported") else "finished")
+            # an interrupted run stays interrupted (and resumable): appending a result finishes nothing
+            writer.close(before if before in STATUSES else "finished")
         return out
     from instrumentation.recorder import RoutingRecorder
 
-    extra = {"evaluation_of": str(loaded.source), **loaded.extra}
+    extra = {"evaluation_of": str(loaded.source), "evaluation_of_step": loaded.step, **loaded.extra}
+    step = 0  # the new run holds this one step; the source's step is in the manifest and the detail
+    tables = {name: {**rows, "step": [step] * len(rows["step"])} for name, rows in (tables or {}).items()}
     rec = RoutingRecorder(
         loaded.routed,
         out,
@@ -256,7 +245,7 @@ def write_result(
     ).attach()
     try:
         rec.step(step, tokens=detail.get("tokens"))
-        for table, rows in (tables or {}).items():
+        for table, rows in tables.items():
             rec.writer.append(table, rows)
         rec.event(step, kind, **detail)
     except BaseException:

@@ -92,14 +92,14 @@ def inference_pass(
         with mode, sub, torch.no_grad():
             for x, y in batches:
                 logits = logits_fn(model, x)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), reduction="sum")
-                losses.append(loss)
+                nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), reduction="none")
+                losses.append(nll.view(y.shape).sum(dim=1))  # per sequence (block): the unit of resampling
                 tokens += int(y.numel())
                 lengths.append(int(x.shape[1]))
                 seen.close_forward(routed)
                 if progress is not None:
                     progress(1)
-            total = float(torch.stack(losses).sum()) if losses else math.nan  # one sync, at the end
+            block_nll = torch.cat(losses).tolist() if losses else []  # one sync, at the end
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - started
@@ -107,8 +107,10 @@ def inference_pass(
         model.train(was_training)
     if not losses:
         raise ConfigError("the evaluation data gave no batch: use a longer text or a shorter --seq-len")
-    detail = summarise(cfg, seen.rows, lengths, seen.work, total / tokens, tokens, elapsed, _peak_memory_mb(device))
+    loss = math.fsum(block_nll) / tokens
+    detail = summarise(cfg, seen.rows, lengths, seen.work, loss, tokens, elapsed, _peak_memory_mb(device))
     detail["routing_updates"] = seen.updates
+    detail["block_nll"] = block_nll
     return detail
 
 

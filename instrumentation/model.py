@@ -39,8 +39,11 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
-def layer_window(cfg: AAHConfig, layer_index: int) -> int | None:
-    """The fixed window of a plain layer: None = full causal (baseline, or a global layer)."""
+def layer_window(cfg: AAHConfig, layer_index: int) -> int | tuple[int, ...] | None:
+    """The fixed window of a plain layer: None = full causal (baseline, or a global layer); a tuple
+    gives each head its own (``static_head_windows``)."""
+    if cfg.static_head_windows:
+        return tuple(cfg.static_head_windows[layer_index])
     if not cfg.static_window:
         return None
     if cfg.global_every and (layer_index + 1) % cfg.global_every == 0:

@@ -280,13 +280,9 @@ def load_retrofit_adapter(adapter, run_dir, device: str = "cpu", with_start_toke
     adapters, probed as patched (AAH routing frozen as saved)."""
     from aah_viz.runlog import read_manifest
     from instrumentation.retrofit import load_adapter
-    from instrumentation.retrofit.load import load_causal_lm
+    from instrumentation.retrofit.load import load_causal_lm, run_base_model
 
-    base = read_manifest(run_dir).get("base_model")
-    if not base or not (Path(base) / "config.json").is_file():
-        raise InputFormatError(
-            f"run {run_dir} names no base model folder that exists here (manifest base_model {base!r})"
-        )
+    base = run_base_model(run_dir, read_manifest(run_dir))
     model = load_causal_lm(base, device)
     load_adapter(model, adapter)
     try:

@@ -1,7 +1,8 @@
 """What each head needs: its attention mass by distance under full attention (``aah-viz profile``).
 
-Every attention layer of the model is run with full causal attention (routing bypassed, the
-model's own scaling), and per head the mass at distance d = mean over (batch, query) of
+Every batch runs once routed (frozen, as ``evaluate`` runs it: the windows each head executes) and
+once with every attention layer at full causal attention (routing bypassed, the model's own
+scaling), and per head the mass at distance d = mean over (batch, query) of
 P[t, t-d] is accumulated. From it: the share of the mass inside each candidate window (a window
 W covers distances 0..W-1, the band the backends execute) and the smallest window that keeps 95%
 and 99% of it. Beside the window routing executes, this shows where routing cuts what a head
@@ -43,9 +44,9 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
     layers = routed.attention_layers()
 
     def make(layer):
-        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None):
+        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
             T = q.shape[2]
-            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True)
+            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True, mask=mask)
             mass = distance_mass(res.probs)
             prev = sink.get(layer.layer_index)
             if prev is not None and prev.shape[1] < mass.shape[1]:
@@ -67,17 +68,19 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
 def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | None = None) -> tuple[dict, dict]:
     """Rows of the ``head_spans`` table and a summary detail, from full-attention forwards over ``batches``."""
     sink: dict[int, torch.Tensor] = {}
-    executed = routed.current_windows().numpy()
     n = 0
     was = model.training
     model.eval()
     try:
-        with full_attention_capture(routed, sink), torch.no_grad():
+        with routed.routing_mode("frozen"), torch.no_grad():
             for x, _ in batches:
-                logits_fn(model, x)
+                logits_fn(model, x)  # routed as evaluate runs it: what each head executes on this batch
+                with full_attention_capture(routed, sink):
+                    logits_fn(model, x)
                 n += 1
     finally:
         model.train(was)
+    executed = routed.current_windows().numpy()  # the last batch's (a never-trained model decides per forward)
     cands = [int(w) for w in routed.cfg.windows]
     rows: dict[str, list] = {k: [] for k in ("step", "layer", "head", "window", "mass_share")}
     rows.update(needed_95=[], needed_99=[], executed_window=[])

@@ -84,7 +84,13 @@ def check_device(device: str) -> None:
     """One line for a device this machine does not have (instead of torch's traceback later)."""
     import torch
 
-    kind = str(device).split(":")[0]
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(
+            f"--device {device!r} is not a device torch knows; allowed here: cpu"
+            + (", cuda" * torch.cuda.is_available())
+        ) from None
     if kind == "cpu":
         return
     if kind == "cuda":
@@ -176,3 +182,31 @@ def _comparable(value, recorded):
 def _flag(key: str) -> str:
     flags = {"lr_warmup_steps": "--lr-warmup", "val_fraction": "val_fraction"}
     return flags.get(key, "--" + key.replace("_", "-"))
+
+
+def check_same_data(data, recorded) -> None:
+    """On ``--resume``, the training text must be the file the run started with (size and SHA-256 recorded in
+    the manifest's ``data``); a relative ``--data`` that now resolves elsewhere, or an edited file, is refused."""
+    from pathlib import Path
+
+    from instrumentation.data import SYNTHETIC, file_identity
+
+    if str(data) == SYNTHETIC or not isinstance(recorded, dict) or not recorded.get("sha256"):
+        return  # the synthetic corpus is fixed by n_docs and data_seed; older runs recorded no hash
+    then = {k: recorded.get(k) for k in ("path", "bytes", "sha256")}
+    here = Path(data).resolve()
+    now = file_identity(here) if here.is_file() else None
+    if now is not None and (now["bytes"], now["sha256"]) == (then["bytes"], then["sha256"]):
+        return
+    started = f"{then['path']} ({then['bytes']} bytes, sha256 {str(then['sha256'])[:16]}...)"
+    if now is None or str(here) != then["path"]:
+        missing = ", which does not exist" if now is None else ", another file"
+        raise ConfigError(
+            f"--resume: the training data {str(data)!r} now resolves to {here}{missing}; the run started with "
+            f"{started}: resume from the folder the run was started in, with that file in place"
+        )
+    raise ConfigError(
+        f"--resume: the training data {here} changed since the run started (then {then['bytes']} bytes, sha256 "
+        f"{str(then['sha256'])[:16]}...; now {now['bytes']} bytes, sha256 {now['sha256'][:16]}...): a resumed run "
+        "must see the same text; restore the file, or start a new run"
+    )

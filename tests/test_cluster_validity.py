@@ -215,8 +215,9 @@ def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
 def test_the_stability_export_carries_the_recorded_shares(tmp_path):
     from aah_viz.export import build_table
     from aah_viz.runlog import load_run
+    from aah_viz.runlog.columns import rows_to_arrow
+    from aah_viz.runlog.segment_io import write_segment
     from aah_viz.runlog.synthetic import make_synthetic_run
-    from aah_viz.runlog.writer import rows_to_arrow, write_segment
 
     shares = {}
     for seed in (0, 1):

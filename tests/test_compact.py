@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from aah_viz.cli import main
-from aah_viz.errors import RunLockedError
+from aah_viz.errors import RunLockedError, RunLogError
 from aah_viz.runlog import RunWriter, generations, load_run, paths, validate_run
 from aah_viz.runlog.compact import compact_run
 from aah_viz.runlog.synthetic import make_synthetic_run
@@ -149,10 +149,12 @@ def test_compaction_is_refused_while_a_writer_holds_the_run(small_run):
     assert compact_run(small_run)["heads"]["after"] == 1
 
 
-def test_unreadable_segments_are_left_as_they_are(small_run):
+def test_unreadable_segments_are_left_as_they_are_when_forced(small_run):
     bad = paths.list_segments(small_run / "heads")[4]
     bad.write_bytes(b"not parquet")
-    report = compact_run(small_run)
+    with pytest.raises(RunLogError, match=f"is damaged, so it is not compacted .*{bad.name}: unreadable segment"):
+        compact_run(small_run)
+    report = compact_run(small_run, force=True)
     assert report["heads"]["left"] == [bad.name] and report["heads"]["after"] == 2
     run = load_run(small_run)
     assert sorted(run.table("heads")["step"].unique()) == [s for s in range(12) if s != 4]
@@ -204,3 +206,20 @@ def test_compact_cli(small_run, tmp_path, capsys):
     assert main(["compact", str(small_run), "--min-segments", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("aah-viz: error:") for line in err)
+
+
+def test_a_damaged_run_is_not_compacted_without_force(small_run, capsys):
+    """Duplicated rows stay visible as two segments until the user decides; merged they would be for good."""
+    seg = paths.list_segments(small_run / "heads")[3]
+    copy = small_run / "heads" / "part-99999999999999999999-000000.parquet"
+    copy.write_bytes(seg.read_bytes())
+    listed = {t: sorted(p.name for p in paths.list_segments(small_run / t)) for t in TABLES}
+    assert main(["compact", str(small_run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "is damaged, so it is not compacted" in err and "heads: 16 rows share a (step, layer, head) key" in err
+    assert "--force" in err
+    assert {t: sorted(p.name for p in paths.list_segments(small_run / t)) for t in TABLES} == listed
+    assert main(["compact", str(small_run), "--no-progress", "--force"]) == 0
+    assert len(paths.list_segments(small_run / "heads")) == 1
+    assert any("16 rows share a (step, layer, head) key" in p for p in validate_run(small_run))

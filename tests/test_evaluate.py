@@ -93,6 +93,10 @@ def test_reference_eval_lets_evaluation_change_routing(trained, tmp_path):
     assert detail["routing_updates"] == detail["n_batches"] * 2  # two layers
     manifest = load_run(frozen).manifest
     assert manifest["evaluation_of"] == str(run)
+    # a new run from the step-7 checkpoint holds that one evaluation as its step 0, and validates
+    assert manifest["evaluation_of_step"] == 7 and kept["checkpoint_step"] == 7
+    assert set(load_run(frozen).table("heads")["step"]) == {0}
+    assert validate_run(frozen) == [] and validate_run(out) == []
 
 
 def test_evaluate_a_hugging_face_model_folder(tmp_path):

@@ -178,10 +178,31 @@ def _axis_titles(fig) -> list[str]:
     return out
 
 
-def test_registry_names_every_required_kind_and_each_builds(runs):
+@pytest.fixture(scope="module")
+def frontier_run(tmp_path_factory):
+    """A frontier run as aah-viz frontier writes one: an inference event per configuration."""
+    from aah_viz.runlog import RunWriter, make_manifest
+
+    root = tmp_path_factory.mktemp("frontier") / "fr"
+    manifest = make_manifest(
+        run_id="fr", regime="frontier", seed=0, config={"kind": "frontier"}, windows=[8, 16, 32],
+        seq_len=32, n_layer=2, n_head=4, max_depth=1,
+    )  # fmt: skip
+    w = RunWriter.create(root, manifest)
+    rows = [("unpatched", "unpatched", 1.0, 40.0), ("sliding_window_8", "sliding_window", 0.25, 44.0)]
+    rows += [("sliding_window_16", "sliding_window", 0.5, 46.0), ("full_adaptive_adapted", "adapted", 0.3, 41.0)]
+    for i, (name, family, acr, nll) in enumerate(rows):
+        nlls = [nll + d for d in (-1.0, 0.5, 1.5, -0.5)]
+        w.event(0, "inference", configuration=name, family=family, acr=acr, acr_causal=acr, block_nll=nlls,
+                tokens_per_block=32, speed_vs_unpatched={"median": 1.0 + i, "ci95": [1.0, 2.0]})  # fmt: skip
+    w.close("finished")
+    return load_run(root)
+
+
+def test_registry_names_every_required_kind_and_each_builds(runs, frontier_run):
     assert REQUIRED_KINDS <= set(FIGURE_KINDS)
     for kind in FIGURE_KINDS:
-        fig = build_figure(kind, runs)
+        fig = build_figure(kind, [frontier_run] if kind == "frontier" else runs)
         assert fig.data, kind
         assert payload_bytes(fig) < 5_000_000, kind
 
@@ -300,3 +321,27 @@ def test_coverage_shows_realised_work_and_the_cost_table_labels_the_estimate():
     assert table["FLOPs ratio (analytic estimate)"] == pytest.approx(last["flops_ratio_est"])
     steps = model_wide[model_wide["name"] == "step_time_s"]["value"]
     assert table["step time, median (s, measured)"] == pytest.approx(steps.median())
+
+
+def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_front(frontier_run, runs):
+    from aah_viz.analysis.frontier import run_frontier_table
+
+    table = run_frontier_table(frontier_run).set_index("configuration")
+    fig = build_figure("frontier", [frontier_run])
+    points = {}
+    for trace in fig.data:
+        if trace.mode == "markers":
+            for name, x, y, up, down in zip(
+                trace.text, trace.x, trace.y, trace.error_y.array, trace.error_y.arrayminus
+            ):
+                points[name] = (x, y, y + up, y - down)
+    assert set(points) == set(table.index)
+    for name, (x, y, hi, lo) in points.items():
+        row = table.loc[name]
+        assert (x, y, hi, lo) == pytest.approx((row["acr"], row["ppl"], row["ppl_hi"], row["ppl_lo"]))
+    (front,) = [t for t in fig.data if t.name == "Pareto front"]
+    on_front = table[table["pareto"]].sort_values("acr")
+    assert list(front.x) == pytest.approx(list(on_front["acr"]))
+    assert set(on_front.index) == {"unpatched", "sliding_window_8", "full_adaptive_adapted"}
+    with pytest.raises(AAHVizError, match="holds no frontier"):
+        build_figure("frontier", runs)  # a training run

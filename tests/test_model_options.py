@@ -174,3 +174,56 @@ def test_feature_token_stride_trains_a_tiny_model():
     model, events = run(steps=4, feature_token_stride=3)
     updates = [e for e in events if e.updated and e.head_features is not None]
     assert updates and all(torch.isfinite(e.head_features).all() for e in updates)
+
+
+def test_zscore_features_are_standardised_per_feature_across_heads():
+    """normalize_features against the textbook z-score in numpy; a constant feature becomes 0."""
+    import numpy as np
+
+    from instrumentation.routing.features import normalize_features
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(12, 9, generator=g) + 0.5
+    x[:, 7] = 0.25  # a feature every head shares (e.g. the zero previous-forward columns)
+    assert normalize_features(x, "none") is x
+    z = normalize_features(x, "zscore").numpy()
+    a = x.numpy().astype(np.float64)
+    std = a.std(axis=0)
+    std[7] = 1.0  # constant: centred to exactly 0
+    expected = (a - a.mean(axis=0)) / std
+    assert np.allclose(z, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="feature_normalization"):
+        normalize_features(x, "l2")
+
+
+def test_zscore_option_clusters_the_standardised_features_and_the_default_does_not():
+    """The first update (EMA = the raw features) clusters zscore(features) under the option; the
+    level-0 groups are the clustering routine's on exactly those rows."""
+    from instrumentation.routing.clustering import cluster
+    from instrumentation.routing.features import normalize_features
+
+    q, k, v, prev = _qkv_and_stats()
+    raw = _first_update(1, q, k, v, prev)
+    z = _first_update(1, q, k, v, prev, feature_normalization="zscore")
+    assert torch.equal(z.head_features, normalize_features(raw.head_features, "zscore"))
+    expected = cluster(
+        z.head_features, threshold=0.72, allow_forced_bipartition=True, min_group_size=3, churn_penalty=0.02
+    )
+    assert z.tree[0].groups == expected.groups
+    assert raw.head_features.min() > 0  # the paper's features: raw magnitudes
+
+
+def test_feature_normalization_is_validated_by_name():
+    from aah_viz.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="feature_normalization.*none, zscore"):
+        AAHConfig.from_preset("tiny", feature_normalization="minmax")
+    assert AAHConfig.from_preset("tiny").feature_normalization == "none"
+
+
+def test_feature_normalization_trains_a_tiny_model():
+    _, events = run(steps=4, feature_normalization="zscore")
+    updates = [e for e in events if e.updated and e.head_features is not None]
+    assert updates
+    for e in updates:  # what was clustered: every feature centred across the heads
+        assert torch.allclose(e.head_features.mean(dim=0), torch.zeros(9), atol=1e-5)

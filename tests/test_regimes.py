@@ -57,6 +57,7 @@ def test_registry_covers_the_issue_list():
         "no_parent_constraint",
         "sliding_window",
         "local_global_layers",
+        "head_windows",
     }
 
 

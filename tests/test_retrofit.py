@@ -248,9 +248,60 @@ def test_the_recorder_records_a_patched_model(tmp_path):
             seen.append(handle.current_windows().clone())
             rec.step(step, loss=1.0)
     run = load_run(tmp_path / "run")
+    assert run.manifest["config"]["bias"] is False  # Qwen3's MLP linears have no bias
     heads = run.table("heads")
     assert set(heads["step"]) == set(range(7))
     for step in (0, 6):
         rows = heads[heads["step"] == step].sort_values(["layer", "head"])
         assert rows["window"].tolist() == seen[step].reshape(-1).tolist()
     assert len(run.table("tree")) > 0
+
+
+def test_the_config_records_the_models_own_mlp_bias():
+    model = tiny_model("llama")
+    assert patch_model(model, "full_attention", windows=(32,)).cfg.bias is False
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=8,
+        mlp_bias=True,
+    )
+    biased = transformers.LlamaForCausalLM(config)
+    assert patch_model(biased, "full_attention", windows=(32,)).cfg.bias is True
+
+
+def test_windows_beyond_the_models_positions_or_own_window_are_clamped_with_a_message():
+    model = tiny_model("llama")
+    model.config.max_position_embeddings = 64
+    with pytest.warns(UserWarning, match="windows 512, 1024, 2048, 4096 exceed the model's 64 positions"):
+        handle = patch_model(model, "full_adaptive")  # the paper's windows by default
+    assert handle.cfg.windows == (64,) and handle.cfg.block_size == 64
+    handle.unpatch()
+    with pytest.warns(UserWarning, match="clamped to 64"):
+        handle = patch_model(model, "full_adaptive", windows=(16, 32, 128))
+    assert handle.cfg.windows == (16, 32, 64)
+    handle.unpatch()
+    with pytest.raises(ConfigError, match="block_size 128 exceeds the model's 64 positions"):
+        patch_model(model, "full_adaptive", windows=(16, 32), block_size=128)
+    mistral = tiny_model("mistral")
+    mistral.config.sliding_window = 24  # its mask keeps every query within 24 tokens
+    with pytest.warns(UserWarning, match="exceed the model's own sliding window of 24 tokens"):
+        handle = patch_model(mistral, "full_adaptive", windows=(8, 16, 32))
+    assert handle.cfg.windows == (8, 16, 24)
+
+
+def test_feature_normalization_reaches_a_patched_model_as_a_config_key():
+    """patch_model's overrides carry the option: the patched layers cluster standardised features."""
+    model = tiny_model("llama", n_layer=1)
+    handle = patch_model(model, "full_adaptive", windows=(8, 16, 32), feature_normalization="zscore")
+    assert handle.cfg.to_dict()["feature_normalization"] == "zscore"
+    seen = []
+    handle.subscribe(lambda e: seen.append(e))
+    with torch.no_grad():
+        model(ids_of(32), use_cache=False)
+    clustered = [e.head_features for e in seen if e.updated and e.head_features is not None]
+    assert clustered
+    for features in clustered:  # standardised across the heads: every feature centred
+        assert torch.allclose(features.mean(dim=0), torch.zeros(9), atol=1e-5)

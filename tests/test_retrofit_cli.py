@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from aah_viz.cli import main  # noqa: E402
+from aah_viz.export.reference import HEATMAP_COLUMNS  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.retrofit import load_adapter, read_adapter  # noqa: E402
 
@@ -73,9 +74,13 @@ def test_retrofit_adapts_records_and_saves_adapters(base, tmp_path):
     # the controller moved away from its initialisation (it is what adapts)
     assert any(not torch.equal(p, q) for p, q in zip(handle.parameters(), handle.controller_initial_parameters()))
     with open(csv_path) as fh:
-        rows = list(csv.DictReader(fh))
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert tuple(reader.fieldnames) == HEATMAP_COLUMNS  # the reference's heatmap, as import-reference reads it
     assert len(rows) == 2 * 4
-    assert [int(r["window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["final_window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["selected_window_size"]) for r in rows] == last["window"].tolist()
+    assert [int(r["final_window_idx"]) for r in rows] == [[8, 16, 32].index(w) for w in last["window"]]
 
 
 def test_probe_reads_a_retrofit_run_through_its_adapter(base, tmp_path):
@@ -134,11 +139,13 @@ def test_aah_plus_head_trains_and_stores_the_head(base, tmp_path):
 def test_evaluate_a_retrofit_run(base, tmp_path):
     out = tmp_path / "run"
     assert retrofit(base, out, "--steps", "2") == 0
-    assert main(["evaluate", str(out), "--data", str(base / "text.txt"), "--out", str(out), "--no-progress"]) == 0
+    args = ["evaluate", str(out), "--data", str(base / "text.txt"), "--out", str(out), "--no-progress"]
+    assert main(args + ["--threads", "1"]) == 0
     ev = load_run(out).events()
     (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "inference", "detail"]]
     assert detail["checkpoint_step"] == 1 and detail["tokens_per_s"] > 0
     assert 0 < detail["acr"] <= 1
+    assert detail["threads"] == 1 == torch.get_num_threads()
 
 
 def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
@@ -149,7 +156,9 @@ def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
         "paper_mix_vs_unpatched",
         "live_routing_vs_unpatched",
         "full_attention_patch_vs_unpatched",
+        "soft_mixture_step_vs_unpatched",
     }
+    assert doc["soft_mixture_backends_seen"] == ["banded+soft_mixture"]  # the step retrofit trains with
     for name, fig in doc["ratios"].items():
         raw = doc["raw_s"][name][doc["clock"]]
         side = name.removesuffix("_vs_unpatched")
@@ -265,3 +274,93 @@ def test_torchrun_two_ranks_one_run_identical_windows(base, tmp_path):
     heads = run.table("heads")
     assert sorted(heads["step"].unique()) == list(range(6)) and not heads.duplicated(["step", "layer", "head"]).any()
     assert (heads["window"] < 32).any()  # routing narrowed windows, so agreement means something
+
+
+def _event(run_dir, kind):
+    ev = load_run(run_dir).events()
+    (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == kind, "detail"]]
+    return detail
+
+
+def test_evaluate_and_profile_of_a_later_adapter_write_runs_that_validate(base, tmp_path):
+    """A new --out run holds one step (0) and names the source's step; validate and the dashboard accept it."""
+    from aah_viz.runlog.damage import damage_warnings
+
+    run = tmp_path / "run"
+    assert retrofit(base, run, "--steps", "3") == 0  # its adapter is at step 2
+    data = str(base / "text.txt")
+    evaluated, profiled = tmp_path / "evaluated", tmp_path / "profiled"
+    assert main(["evaluate", str(run), "--data", data, "--out", str(evaluated), "--batches", "1", "--no-progress"]) == 0
+    assert main(["profile", str(run), "--data", data, "--out", str(profiled), "--batches", "1"]) == 0
+    for out, kind in ((evaluated, "inference"), (profiled, "profile")):
+        assert validate_run(out) == []
+        r = load_run(out)
+        assert damage_warnings(r) == []
+        assert set(r.table("heads")["step"]) == {0}
+        assert r.manifest["evaluation_of"] == str(run) and r.manifest["evaluation_of_step"] == 2
+        assert _event(out, kind)["checkpoint_step"] == 2
+    assert set(load_run(profiled).table("head_spans")["step"]) == {0}
+
+
+def test_a_never_trained_model_folder_records_the_windows_it_executed(base, tmp_path):
+    """A patched folder without routing state decides its windows at each forward: the run records those
+    (the heads table, the profile's executed windows), not the full windows it never executed."""
+    data = str(base / "text.txt")
+    model = str(base / "qwen")
+    evaluated, profiled = tmp_path / "evaluated", tmp_path / "profiled"
+    common = ["--data", data, "--windows", "8,16,32", "--batches", "1"]
+    assert main(["evaluate", model, *common, "--out", str(evaluated), "--no-progress"]) == 0
+    assert main(["profile", model, *common, "--out", str(profiled)]) == 0
+    executed = _event(evaluated, "inference")["windows"]  # from the routing events of the forward
+    assert any(w < 32 for row in executed for w in row)  # routing narrowed windows: the check means something
+    heads = load_run(evaluated).table("heads").sort_values(["layer", "head"])
+    assert heads["window"].tolist() == [w for row in executed for w in row]
+    spans = load_run(profiled).table("head_spans")
+    spans = spans[spans["window"] == 8].sort_values(["layer", "head"])
+    assert spans["executed_window"].tolist() == [w for row in executed for w in row]
+
+
+def test_a_moved_retrofit_run_finds_its_base_model_or_takes_model(base, tmp_path):
+    """The base model is recorded relative to the run: run and model moved together still load; a model
+    moved alone is named as the user gave it, and --model points at its new place."""
+    root = tmp_path / "project"
+    shutil.copytree(base / "qwen", root / "models" / "qwen")
+    run = root / "runs" / "r"
+    args = ["retrofit", str(root / "models" / "qwen"), "--data", str(base / "text.txt"), "--out", str(run)]
+    assert main(args + ["--windows", "8,16,32", "--steps", "1", "--no-progress", "--threads", "1"]) == 0
+    assert load_run(run).manifest["base_model"] == "../../models/qwen"
+    moved = tmp_path / "moved"
+    shutil.move(root, moved)
+    data = str(base / "text.txt")
+    run = moved / "runs" / "r"
+    evaluate = ["evaluate", str(run), "--data", data, "--batches", "1", "--no-progress"]
+    assert main(evaluate + ["--out", str(tmp_path / "e1")]) == 0
+    shutil.move(moved / "models" / "qwen", tmp_path / "elsewhere")
+    assert main(evaluate + ["--out", str(tmp_path / "e2")]) == 2
+    assert main(evaluate + ["--out", str(tmp_path / "e3"), "--model", str(tmp_path / "elsewhere")]) == 0
+    assert _event(tmp_path / "e3", "inference")["checkpoint_step"] == 0
+
+
+def test_a_moved_base_model_is_one_clear_line(base, tmp_path, capsys):
+    root = tmp_path / "project"
+    shutil.copytree(base / "qwen", root / "qwen")
+    run = tmp_path / "run"
+    args = ["retrofit", str(root / "qwen"), "--data", str(base / "text.txt"), "--out", str(run)]
+    assert main(args + ["--windows", "8,16,32", "--steps", "1", "--no-progress", "--threads", "1"]) == 0
+    shutil.rmtree(root)
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--data", str(base / "text.txt"), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert str(root / "qwen") in err and "--model" in err
+    assert main(["profile", str(tmp_path / "run"), "--data", "x", "--out", str(tmp_path / "p"), "--model", "nope"]) == 2
+    assert "--model nope is not a Hugging Face model folder" in capsys.readouterr().err
+
+
+def test_default_windows_beyond_the_models_positions_are_clamped_and_said(base, tmp_path, capsys):
+    """The base model has 128 positions: the paper's default windows (up to 4096) become 128, with a message."""
+    out = tmp_path / "out"
+    args = ["evaluate", str(base / "qwen"), "--data", str(base / "text.txt"), "--out", str(out), "--batches", "1"]
+    with pytest.warns(UserWarning, match="windows 512, 1024, 2048, 4096 exceed the model's 128 positions"):
+        assert main(args + ["--no-progress"]) == 0
+    detail = _event(out, "inference")
+    assert detail["seq_len"] == 128 and detail["window_frac"] == {"128": 1.0}

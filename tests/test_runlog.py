@@ -116,6 +116,8 @@ def example_rows(step):
         for col, typ in columns.items():
             if pa.types.is_string(typ):
                 row[col] = ["x"]
+            elif pa.types.is_list(typ):
+                row[col] = [[1, 0]]
             elif pa.types.is_floating(typ):
                 row[col] = [0.5]
             elif pa.types.is_boolean(typ):

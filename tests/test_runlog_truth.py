@@ -87,7 +87,10 @@ def test_validate_reports_a_finished_run_that_stops_short_or_recorded_nothing(ru
         for seg in run_paths.list_segments(empty / table):
             seg.unlink()
     edit_manifest(empty, steps=None)
-    assert validate_run(empty) == ["the run is finished but every table is empty: nothing was recorded"]
+    assert validate_run(empty) == [
+        "manifest.json: field 'last_step' is 1 but the tables hold no step; the manifest does not describe this run",
+        "the run is finished but every table is empty: nothing was recorded",
+    ]
 
 
 def test_validate_reports_rows_lost_to_a_set_aside_segment(run):
@@ -151,3 +154,78 @@ def test_damage_warnings_name_set_aside_segments_and_the_missing_steps(run):
     assert f"heads: {len(lost)} steps missing ({lost[0]}-{lost[-1]})" in " ".join(notes)
     # the independent full check agrees on the steps
     assert any(f"{len(lost)} steps missing: {lost[0]}-{lost[-1]}" in p for p in validate_run(run))
+
+
+def test_validate_costs_nothing_per_planned_step(run):
+    import tracemalloc
+
+    edit_manifest(run, steps=10**15)  # finished, 20 steps recorded, 10**15 planned
+    tracemalloc.start()
+    try:
+        problems = validate_run(run)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "manifest.json: field 'steps' must be in [0, 1000000000000], got 1000000000000000" in problems
+    assert f"heads: {10**15 - 20} steps missing: 20-{10**15 - 1}" in problems
+    assert peak < 64 * 2**20, f"validate allocated {peak / 2**20:.0f} MiB"
+
+
+def test_missing_ranges_agree_with_a_set_difference():
+    from aah_viz.runlog.validate import missing_ranges
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        end = int(rng.integers(0, 40))
+        steps = np.unique(rng.integers(-3, 45, size=int(rng.integers(1, 30))))
+        absent = sorted(set(range(end + 1)) - set(steps.tolist()))
+        ranges = missing_ranges(steps, end)
+        assert [s for lo, hi in ranges for s in range(lo, hi + 1)] == absent
+        assert all(b[0] > a[1] + 1 for a, b in zip(ranges, ranges[1:]))  # maximal, in order
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"last_step": 10**9}, "field 'last_step' is 1000000000 but the tables' last step is 19"),
+        ({"last_step": 7}, "field 'last_step' is 7 but the tables' last step is 19"),
+        ({"n_layer": 10**9}, "field 'n_layer' is 1000000000 but the heads table has 2 distinct layers"),
+        ({"n_layer": 5}, "field 'n_layer' is 5 but the heads table has 2 distinct layers"),
+        ({"n_head": 3}, "field 'n_head' is 3 but the heads table has 4 distinct heads"),
+        ({"steps": 12}, "heads: rows up to step 19 but the manifest plans 12 steps"),
+    ],
+)
+def test_a_manifest_that_contradicts_its_tables_is_damage_with_the_reason(run, changes, said, capsys):
+    edit_manifest(run, **changes)
+    assert main(["validate", str(run)]) == 2
+    out = capsys.readouterr().out
+    assert said in out, out
+
+
+def test_a_live_writers_manifest_may_lag_behind_its_rows_but_never_lead(run):
+    writer = RunWriter.resume(run)
+    try:
+        edit_manifest(run, status="running", last_step=15)  # a flush not yet in the manifest
+        assert validate_run(run) == []
+        edit_manifest(run, last_step=25)
+        assert validate_run(run) == [
+            "manifest.json: field 'last_step' is 25 but the tables' last step is 19; the manifest does not describe "
+            "this run"
+        ]
+    finally:
+        writer.closed = True
+        writer._lock.release()
+
+
+def test_duplicated_steps_are_found_from_the_footers_as_validate_finds_them_from_the_rows(run):
+    from aah_viz.runlog.damage import damage_warnings, repeated_step_ranges
+
+    assert repeated_step_ranges(np.array([[0, 4], [5, 9], [3, 6], [20, 30], [25, 26]])) == [(3, 6), (25, 26)]
+    seg = run_paths.list_segments(run / "heads")[1]  # steps 5-9
+    (run / "heads" / "part-99999999999999999999-000000.parquet").write_bytes(seg.read_bytes())
+    assert "heads: 5 steps recorded more than once (5-9): duplicated rows that the charts count twice; aah-viz " \
+        "validate names the files" in damage_warnings(load_run(run))  # fmt: skip
+    heads = load_run(run).table("heads")
+    twice = sorted(heads[heads.duplicated(["step", "layer", "head"])]["step"].unique())
+    assert twice == [5, 6, 7, 8, 9]  # the rows agree
+    assert any(p.startswith("heads: 80 rows share a (step, layer, head) key") for p in validate_run(run))

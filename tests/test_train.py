@@ -364,7 +364,19 @@ def test_cuda_without_cuda_is_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "CUDA is not available" in err
 
 
-def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrupted_run(tmp_path):
+def runs_page_warnings(logs: Path, monkeypatch) -> str:
+    """The text of the warning boxes on the dashboard's Runs page (streamlit's AppTest) over ``logs``."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(logs / "no-reference"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=240)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return "\n".join(w.value.replace("\\", "") for w in at.warning)  # Markdown escapes off: the text shown
+
+
+def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrupted_run(tmp_path, monkeypatch):
     ref = tmp_path / "ref"
     assert train_cli(ref, *OWN) == 0
     out = tmp_path / "terminated"
@@ -377,7 +389,11 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     assert "stopped by SIGTERM after step 9" in err and "Traceback" not in err
     run = load_run(out)
     assert run.manifest["status"] == "failed"
-    assert validate_run(out) == []  # closed, nothing missing: not an interrupted run
+    # closed, nothing missing: not an interrupted run, but not a finished one either; validate and the Runs page
+    # say where it stopped and how to go on
+    said = f"stopped at step 9 by a signal (SIGTERM); resume with aah-viz train --out {out} --resume"
+    assert validate_run(out) == [said]
+    assert f"Run terminated: {said}" in runs_page_warnings(tmp_path, monkeypatch)
     assert ckpt.latest_checkpoint(out)[0] == 9  # no work lost: the stop step has its checkpoint
     assert run.table("events").query("kind == 'terminated'")["step"].tolist() == [9]
     assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
@@ -387,3 +403,162 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
     assert heads[cols].equals(ref_heads[cols])
     assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_from_step_0_on_resume(tmp_path):
+    """Default --checkpoint-interval 0: the only checkpoint is the last step's, so a kill before it leaves none."""
+    ref = tmp_path / "ref"
+    assert train_cli(ref, "--steps", "8") == 0
+    out = tmp_path / "killed"
+    _kill_after(3, out, "--steps", "8")
+    assert ckpt.list_checkpoints(out) == []
+    assert validate_run(out) == [
+        "interrupted: status is 'running' but no process is writing the run (it stopped after step 3, before its "
+        f"first checkpoint); aah-viz train --out {out} --resume starts it again from step 0, dropping the rows "
+        "recorded so far"
+    ]
+    # exactly the command validate names, twice: the second says the run is finished and changes nothing
+    for _ in range(2):
+        assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+        assert validate_run(out) == []
+    run, heads, loss = _rows(out)
+    _, ref_heads, ref_loss = _rows(ref)
+    assert run.manifest["status"] == "finished" and run.manifest["resumes"][-1]["keep_through_step"] == -1
+    assert run.manifest["resumes"][-1]["dropped_rows"]["heads"] == 4 * 24  # steps 0-3 of 2 layers x 12 heads
+    assert list(loss["step"]) == list(range(8))
+    cols = ["step", "layer", "head", "window_idx", "window", "group_l0"]
+    assert heads[cols].equals(ref_heads[cols])
+    assert np.allclose(loss["value"], ref_loss["value"], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- a resume trusts only the run's own files
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two finished 6-step runs of one config, seeds 3 and 4, with checkpoints of steps 1, 3 and 5."""
+    root = tmp_path_factory.mktemp("two")
+    for seed in ("3", "4"):
+        args = ["--steps", "6", "--seed", seed, "--checkpoint-interval", "2", "--keep-checkpoints", "5"]
+        assert train_cli(root / f"s{seed}", *args) == 0
+    return root / "s3", root / "s4"
+
+
+def _extend_is_refused(run, capsys, *said) -> None:
+    """Extending ``run`` (which resumes from its newest checkpoint) exits 2 with one line and changes nothing."""
+    before = _snapshot(run)
+    assert main(["train", "--out", str(run), "--resume", "--steps", "8", "--no-progress", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for words in said:
+        assert words in err, err
+    assert _snapshot(run) == before
+
+
+def test_a_checkpoint_of_another_run_or_step_or_config_is_refused_with_the_reason(two_runs, tmp_path, capsys):
+    import shutil
+
+    mine, other = two_runs
+    run = tmp_path / "run"
+    newest = ckpt.checkpoint_path(run, 5)
+    cases = {
+        "another run": lambda: shutil.copy(ckpt.checkpoint_path(other, 5), newest),
+        "another step": lambda: shutil.copy(ckpt.checkpoint_path(mine, 3), newest),
+    }
+    uid = read_manifest(mine)["run_uid"]
+    said = {
+        "another run": [f"belongs to another run (run {read_manifest(other)['run_uid']}; this run is {uid})"],
+        "another step": ["holds step 3, not step 5 as its name says", "remove it"],
+    }
+    for case, plant in cases.items():
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(mine, run)
+        plant()
+        _extend_is_refused(run, capsys, str(newest), *said[case])
+    # a checkpoint from before run ids (none recorded) is still checked against the run's config
+    payload = torch.load(ckpt.checkpoint_path(mine, 5), weights_only=True)
+    del payload["run_uid"]
+    payload["config"] = dict(payload["config"], warmup_steps=payload["config"]["warmup_steps"] + 7)
+    torch.save(payload, newest)
+    warm = read_manifest(mine)["config"]["warmup_steps"]
+    _extend_is_refused(run, capsys, f"written with config warmup_steps={warm + 7}, but the run records "
+                       f"warmup_steps={warm}")  # fmt: skip
+    # the run's own checkpoint: the extension goes ahead
+    shutil.copy(ckpt.checkpoint_path(mine, 5), newest)
+    assert main(["train", "--out", str(run), "--resume", "--steps", "8", "--no-progress", "--threads", "1"]) == 0
+    assert validate_run(run) == [] and read_manifest(run)["last_step"] == 7
+
+
+def test_a_changed_text_or_a_relative_data_path_that_resolves_elsewhere_is_refused(tmp_path, monkeypatch, capsys):
+    started, elsewhere = tmp_path / "started", tmp_path / "elsewhere"
+    started.mkdir()
+    elsewhere.mkdir()
+    text = "The cat sat on the mat and looked at the dog. " * 200
+    (started / "corpus.txt").write_text(text, encoding="utf-8")
+    (elsewhere / "corpus.txt").write_text(text.upper(), encoding="utf-8")  # same name and size, other text
+    run = tmp_path / "run"
+    monkeypatch.chdir(started)
+    assert train_cli(run, "--steps", "4", "--data", "corpus.txt", "--checkpoint-interval", "2") == 0
+    data = read_manifest(run)["data"]
+    raw = (started / "corpus.txt").read_bytes()
+    import hashlib
+
+    assert data["path"] == str(started / "corpus.txt") and data["bytes"] == len(raw)
+    assert data["sha256"] == hashlib.sha256(raw).hexdigest()
+    monkeypatch.chdir(elsewhere)
+    _extend_is_refused(run, capsys, f"'corpus.txt' now resolves to {elsewhere / 'corpus.txt'}, another file",
+                       f"the run started with {started / 'corpus.txt'} ({len(raw)} bytes")  # fmt: skip
+    monkeypatch.chdir(started)
+    (started / "corpus.txt").write_text(text + "An edit.", encoding="utf-8")
+    _extend_is_refused(run, capsys, f"the training data {started / 'corpus.txt'} changed since the run started")
+    (started / "corpus.txt").write_bytes(raw)
+    assert main(["train", "--out", str(run), "--resume", "--steps", "6", "--no-progress", "--threads", "1"]) == 0
+    assert validate_run(run) == []
+
+
+def test_train_out_on_a_folder_of_runs_is_refused_naming_them(tmp_path, capsys):
+    from aah_viz.runlog import discover_runs
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    logs = tmp_path / "logs"
+    make_synthetic_run(logs / "a", n_layer=2, n_head=4, steps=2)
+    make_synthetic_run(logs / "group" / "b", n_layer=2, n_head=4, steps=2)
+    before = _snapshot(logs)
+    assert train_cli(logs, "--steps", "2") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"aah-viz: error: {logs} holds runs (a, group/b); a run written there would hide them from every tool: "
+        f"give the new run a folder of its own, e.g. --out {logs / 'NAME'}"
+    )
+    assert _snapshot(logs) == before and not (logs / ".writer.lock").exists()
+    assert discover_runs(logs) == [logs / "a", logs / "group" / "b"]
+
+
+def test_an_unknown_device_is_named_as_such_by_train_and_evaluate(finished_run, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat. " * 100, encoding="utf-8")
+    before = _snapshot(finished_run)
+    commands = [
+        ["train", "--out", str(tmp_path / "new"), "--steps", "2", "--no-progress"],
+        ["evaluate", str(finished_run), "--data", str(text), "--out", str(tmp_path / "ev"), "--no-progress"],
+        ["evaluate", str(finished_run), "--data", str(text), "--out", str(finished_run), "--no-progress"],
+    ]
+    for argv in commands:
+        assert main([*argv, "--device", "xyz"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == "aah-viz: error: --device 'xyz' is not a device torch knows; allowed here: cpu" + (
+            ", cuda" * torch.cuda.is_available()
+        ), err
+    assert _snapshot(finished_run) == before  # the good checkpoint is not called unreadable, nor touched
+    assert not (tmp_path / "new").exists() and not (tmp_path / "ev").exists()
+
+
+def test_evaluating_an_interrupted_run_into_itself_leaves_it_interrupted_and_resumable(tmp_path):
+    out = tmp_path / "killed"
+    _kill_after(9, out, "--steps", "16", "--checkpoint-interval", "4")
+    text = tmp_path / "eval.txt"
+    text.write_text("the evaluation text of the interrupted run, long enough for a block or two. " * 20)
+    assert main(["evaluate", str(out), "--data", str(text), "--out", str(out), "--no-progress"]) == 0
+    assert read_manifest(out)["status"] == "running"  # still interrupted: evaluating it finished nothing
+    assert [p.split(":")[0] for p in validate_run(out)] == ["interrupted"]
+    assert (load_run(out).events("inference")["step"] == 7).all()  # at the checkpoint it evaluated
+    assert main(["train", "--out", str(out), "--resume", "--no-progress", "--threads", "1"]) == 0
+    assert validate_run(out) == [] and read_manifest(out)["status"] == "finished"

@@ -188,12 +188,41 @@ def assess_partition(
 
     The partition is ``real`` only when its silhouette is above both 95th percentiles.
     """
+    if features is None:
+        labels = dense_labels(labels)
+        return _without_features(origin, int(labels.size), int(labels.max()) + 1 if labels.size else 0, threshold)
+
+    def structureless(rng: np.random.Generator) -> np.ndarray:
+        heads = structureless_heads(features, refit_samples, rng)
+        return heads @ heads.transpose(0, 2, 1)
+
+    return judge_partition(
+        cosine_similarity(features), labels, structureless, threshold=threshold, origin=origin,
+        null_samples=null_samples, seed=seed,
+    )  # fmt: skip
+
+
+def judge_partition(
+    sim: np.ndarray,
+    labels,
+    structureless,
+    *,
+    threshold: float,
+    origin: str = "natural",
+    null_samples: int = DEFAULT_NULL_SAMPLES,
+    seed: int = 0,
+) -> Validity:
+    """The verdict of :func:`assess_partition` for any similarity of the heads.
+
+    ``sim`` is the (n, n) similarity (distance = 1 - sim), ``structureless(rng)`` returns the
+    (R, n, n) similarities of R sets of structureless heads. The generator seeded by ``seed`` draws
+    the permutations first, then hands itself to ``structureless``.
+    """
     labels = dense_labels(labels)
     n = int(labels.size)
     k = int(labels.max()) + 1 if n else 0
-    if features is None or n == 0:
+    if n == 0:
         return _without_features(origin, n, k, threshold)
-    sim = cosine_similarity(features)
     lo, mid, hi = similarity_spread(sim)
     base = dict(origin=origin, n_heads=n, n_groups=k, threshold=float(threshold), sim_min=lo, sim_median=mid,
                 sim_max=hi)  # fmt: skip
@@ -203,8 +232,7 @@ def assess_partition(
     rng = np.random.default_rng(seed)
     permuted = np.stack([rng.permutation(labels) for _ in range(null_samples)])
     null = _null_facts(observed, silhouettes(cosine_distance(sim), permuted))
-    heads = structureless_heads(features, refit_samples, rng)
-    surrogate = cosine_distance(heads @ heads.transpose(0, 2, 1))
+    surrogate = cosine_distance(structureless(rng))
     refit = _null_facts(observed, silhouettes(surrogate, complete_linkage_labels(surrogate, k)))
     verdict = REAL if observed > max(null[1], refit[1]) + 1e-12 else CHANCE
     return Validity(**base, silhouette=observed, null_mean=null[0], null_p95=null[1], null_p_value=null[2],

@@ -10,10 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from aah_viz.analysis.stability import group_columns
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis.stability import SUMMARY_COLUMNS, Matrices, group_columns, summarize_updates
 from aah_viz.analysis.windows import last_value
-from aah_viz.schema import group_column
+from aah_viz.schema import MANIFEST_FLAG, PROBE_TABLES, TABLES, group_column
 
 HEAD_BASE = ["step", "layer", "head", "window_idx", "window"]
 
@@ -36,8 +38,6 @@ def _unique_sorted(arrow_col) -> np.ndarray:
 def segment_step_bounds(run, table: str) -> np.ndarray:
     """(segments, 2) smallest and largest step of each segment of ``table``, from the Parquet footers'
     statistics: no row is read."""
-    import pyarrow.parquet as pq
-
     if table not in run.tables():
         return np.zeros((0, 2), dtype=np.int64)
     out = []
@@ -89,16 +89,12 @@ def recorded_steps(run) -> np.ndarray:
 
 def has_summaries(run) -> bool:
     """Whether the run's writer kept per-update summaries from its first step (the ``updates`` table)."""
-    from aah_viz.runlog.summaries import MANIFEST_FLAG
-
     return bool(run.manifest.get(MANIFEST_FLAG)) and "updates" in run.tables()
 
 
 def update_summaries(run, columns=None, layers=None) -> pd.DataFrame:
     """One row per (layer, routing update): the ``updates`` table when the run has it, else the same
     rows computed from the head rows at routing updates (older runs)."""
-    from aah_viz.analysis.stability import SUMMARY_COLUMNS, Matrices, summarize_updates
-
     columns = list(columns) if columns is not None else list(SUMMARY_COLUMNS)
     if has_summaries(run):
         filters = None if layers is None else pc.field("layer").isin([int(x) for x in layers])
@@ -199,9 +195,6 @@ def cluster_validity(run) -> pd.DataFrame:
     similarity range of each level-0 build): the other measures are missing and the verdict is
     ``undefined``.
     """
-    from aah_viz.analysis import cluster_validity as cv
-    from aah_viz.schema import TABLES
-
     columns = list(TABLES["cluster_validity"])
     if "cluster_validity" in run.tables():
         return run.table("cluster_validity").reindex(columns=columns)
@@ -305,8 +298,6 @@ def run_overview(run) -> dict:
 
 def probe_tables(run) -> dict[str, pd.DataFrame]:
     """The probe tables this run has on disk (``probe_heads``, ``probe_relations``, ...)."""
-    from aah_viz.schema import PROBE_TABLES
-
     present = set(run.tables())
     return {name: run.table(name) for name in PROBE_TABLES if name in present}
 

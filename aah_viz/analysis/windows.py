@@ -92,9 +92,9 @@ def binned_series(frame: pd.DataFrame, x: str, y: str, max_points: int = 1000, b
 
     The bin's x is the mean x of its rows, so an unbinned series (fewer rows than bins) is unchanged.
     """
+    frame = frame.dropna(subset=[y])  # a series of NaN only (a damaged run) draws nothing
     if frame.empty:
         return frame[[c for c in (by, x, y) if c]].copy()
-    frame = frame.dropna(subset=[y])
     groups = [(None, frame)] if by is None else list(frame.groupby(by, sort=True, dropna=False))
     parts = []
     for key, part in groups:

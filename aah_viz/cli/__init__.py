@@ -3,7 +3,8 @@
 Each subcommand lives in its own module of this package and exposes ``register(subparsers)``,
 which adds its parser and sets ``func`` (called with the parsed namespace, returns an exit code).
 Benchmarks are ``aah-viz bench NAME`` and live in ``bench_NAME`` modules exposing the same.
-Subcommands that need torch import it inside ``func``, so ``aah-viz --help`` works without it.
+Subcommands import what they run inside ``func``: ``aah-viz --help`` starts fast and works without
+torch. These imports only defer loading; ``tests/test_layers.py`` counts them like any other.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-from aah_viz import __version__
+from aah_viz._version import __version__
 from aah_viz.errors import AAHVizError
 
 COMMANDS = [
@@ -22,6 +23,7 @@ COMMANDS = [
     "evaluate",
     "retrofit",
     "profile",
+    "head_similarity",
     "validate",
     "compact",
     "probe",
@@ -31,8 +33,9 @@ COMMANDS = [
     "figure",
     "import_reference",
     "import_gguf",
+    "frontier",
 ]
-BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "probe"]
+BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 
 
 def _load(module_name: str):

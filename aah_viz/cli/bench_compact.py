@@ -41,7 +41,7 @@ def _reader(path: Path, frames: dict, name: str):
 
 
 def run(args) -> int:
-    from aah_viz.runlog import paths
+    from aah_viz.runlog import load_run
     from aah_viz.runlog.compact import compact_run
     from aah_viz.runlog.synthetic import make_synthetic_run
 
@@ -64,8 +64,8 @@ def run(args) -> int:
         result = {
             "clock": clock,
             "ratios": doc["ratios"],
-            "segments_before": len(paths.list_segments(before / "heads")),
-            "files_after": len(paths.list_segments(after / "heads")),
+            "segments_before": len(load_run(before).segments("heads")),
+            "files_after": len(load_run(after).segments("heads")),
             "head_rows": len(frames["after"]),
             "read_heads_seconds_before": round(seconds["before"], 4),
             "read_heads_seconds_after": round(seconds["after"], 4),

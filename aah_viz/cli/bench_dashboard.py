@@ -79,7 +79,7 @@ def _peak_rss_mb() -> float:
 def _summaries_ignored(run_dir: Path, ignored: bool) -> None:
     """Flip the manifest's summary flag: readers then compute what the summaries hold from the rows."""
     from aah_viz.runlog.manifest import read_manifest, write_manifest
-    from aah_viz.runlog.summaries import MANIFEST_FLAG
+    from aah_viz.schema import MANIFEST_FLAG
 
     m = read_manifest(run_dir)
     m[MANIFEST_FLAG] = not ignored

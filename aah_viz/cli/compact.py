@@ -12,8 +12,9 @@ def register(subparsers) -> None:
         help="merge each table's many small segments into a few files (same rows, faster reads)",
         description="Rewrite every table of each run as a few large Parquet files holding the same rows in the "
         "same order. Safe while others read the run (a reader sees the old segments or the new ones, never both) "
-        "and after a crash at any point (run it again to finish). Refused while a process writes the run. "
-        "Unreadable segments are left as they are. See docs/log-format.md.",
+        "and after a crash at any point (run it again to finish). Refused while a process writes the run, and for "
+        "a run aah-viz validate finds damaged unless --force (then unreadable segments are left as they are). "
+        "See docs/log-format.md.",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directory to compact")
     parser.add_argument(
@@ -22,6 +23,12 @@ def register(subparsers) -> None:
         default=2,
         metavar="N",
         help="compact only tables with at least N segments (default 2)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compact a run that aah-viz validate finds damaged (refused by default: merged into one file, "
+        "duplicated rows or a lost segment's gap could no longer be told apart)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -36,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--min-segments must be an integer >= 2, got {args.min_segments}")
     results = {}
     for path in args.runs:
-        results[path] = compact_run(path, min_segments=args.min_segments, progress=not args.no_progress)
+        results[path] = compact_run(
+            path, min_segments=args.min_segments, progress=not args.no_progress, force=args.force
+        )
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

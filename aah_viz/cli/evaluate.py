@@ -88,20 +88,41 @@ def register(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the measured figures as JSON")
+    add_source_options(p)
     add_model_options(p)
     p.set_defaults(func=run)
+
+
+def add_source_options(p) -> None:
+    """Options of commands that load a source to run it (evaluate and profile)."""
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the base model folder of a retrofit run, where it is not where the run records it (default: the "
+        "folder its manifest names)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; on a shared machine fewer threads can be faster)",
+    )
 
 
 def load_model(args):
     """The model ``--source`` names (run, checkpoint, model folder, adapter), as evaluate and profile load it."""
     from aah_viz.torch_import import require_torch
 
-    require_torch()
-    from instrumentation import load_for_evaluation
+    torch = require_torch()
+    from instrumentation import check_device, load_for_evaluation
 
+    check_device(args.device)  # an unknown device is the argument's fault, never the checkpoint's
+    if args.threads:
+        torch.set_num_threads(int(args.threads))
     return load_for_evaluation(
         args.source,
         checkpoint=args.checkpoint,
+        base_model=args.model,
         regime=args.regime,
         windows=args.windows,
         overrides=model_overrides(args),
@@ -123,6 +144,9 @@ def run(args) -> int:
         reference_eval=args.reference_eval,
         progress=not args.no_progress,
     )
+    from aah_viz.torch_import import require_torch
+
+    detail["threads"] = require_torch().get_num_threads()  # tokens_per_s depends on it
     out = write_inference(args.out, loaded, detail, overwrite=args.overwrite)
     if args.json:
         print(inference_summary_json(detail))

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "all")
+TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "head_similarity", "all")
 
 
 def register(subparsers) -> None:
@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         "export",
         help="export paper tables (CSV, Markdown, LaTeX booktabs) with seed statistics",
         description="Write tables built from run directories into --out: training (the paper's Table 1 layout), "
-        "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes. "
+        "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes, "
+        "head_similarity (written by aah-viz head-similarity). "
         "With --by regime, runs of a regime are summarised (mean, std, n, 95% bootstrap interval); with "
         "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
         "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
@@ -115,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
                 extra = {"part": part} if part else {}
                 if name == "windows":
                     extra["source"] = args.windows_source
-                table = T.build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
+                if name == "head_similarity":  # its own module (aah_viz.export.head_similarity)
+                    from aah_viz.export import head_similarity
+
+                    table = head_similarity.build_tables(members)[0]
+                else:
+                    table = T.build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
                 stem = f"probes_{part}" if part else name
                 written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
 

@@ -27,7 +27,7 @@ def run(args) -> int:
     from aah_viz.torch_import import require_torch
 
     require_torch()
-    from instrumentation.retrofit.gguf_import import import_gguf
+    from instrumentation import import_gguf
 
     summary = import_gguf(args.gguf_file, args.out_dir, progress=not args.no_progress)
     if args.json:

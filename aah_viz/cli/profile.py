@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aah_viz.cli.evaluate import add_model_options, load_model
+from aah_viz.cli.evaluate import add_model_options, add_source_options, load_model
 
 
 def register(subparsers) -> None:
@@ -24,6 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--batches", type=int, default=4, help="batches to profile (default: 4)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="accepted for symmetry; profiling prints one line")
+    add_source_options(p)
     add_model_options(p)
     p.set_defaults(func=run)
 

@@ -7,15 +7,20 @@ one step, one layer, sampled or binned steps before returning.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import queries
+from aah_viz.analysis.windows import run_bucket_fractions
+from aah_viz.dashboard import providers
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import data
 from aah_viz.runlog import discover_runs, load_run, resolve_under
+from aah_viz.runlog.damage import damage_warnings
 
 
 def open_run(root: str, key: str):
@@ -42,8 +47,6 @@ def overview(root: str, key: str, token: int) -> dict:
     try:
         run = open_run(root, key)
         row = queries.run_overview(run)
-        from aah_viz.runlog.damage import damage_warnings
-
         row["warnings"] = list(run.warnings) + damage_warnings(run)
         return row
     except AAHVizError as err:
@@ -65,8 +68,6 @@ def tree_steps(root: str, key: str, token: int, layer: int):
 @st.cache_data(show_spinner=False)
 def recorded_steps(root: str, key: str, token: int):
     """Steps to pick from where windows never change (no routing): segment boundaries, from the footers."""
-    import numpy as np
-
     bounds = queries.segment_step_bounds(open_run(root, key), "heads")
     return np.unique(bounds.ravel()).astype(np.int64)
 
@@ -139,8 +140,6 @@ def probe_points(root: str, key: str, token: int, probe: str, metric: str) -> pd
 @st.cache_data(show_spinner=False)
 def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
     """Share of (layer, head) slots at each candidate window at the run's last step."""
-    from aah_viz.analysis.windows import run_bucket_fractions
-
     run = open_run(root, key)
     shares = run_bucket_fractions(data.branch_data(run)["per_layer"])
     return {int(w): float(v) for w, v in shares.items()}
@@ -149,10 +148,6 @@ def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
 @st.cache_resource(show_spinner="Importing the reference's published results ...")
 def reference_runs(reference_dir: str, stamp: float) -> tuple[str, list[str]]:
     """Import the reference CSVs once per process into a private folder; (folder, run keys)."""
-    import tempfile
-
-    from aah_viz.dashboard import providers
-
     out = tempfile.mkdtemp(prefix="aah-viz-reference-")
     written = providers.import_reference(reference_dir, out)
     base = Path(out).resolve()
@@ -173,8 +168,6 @@ def training(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def update_steps(root: str, key: str, token: int, layer: int | None = None):
     """Sorted routing-update steps (of one layer, or of any layer); empty without routing."""
-    import numpy as np
-
     ups = queries.update_steps(open_run(root, key))
     if layer is not None:
         ups = ups[ups["layer"] == int(layer)]

@@ -1,4 +1,4 @@
-"""Small helpers the pages share: error boxes, charts with downloads and head clicks, plain text."""
+"""Small helpers the pages share: error boxes, charts with downloads, plain text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import re
 import pandas as pd
 import streamlit as st
 
+from aah_viz.dashboard import providers
 from aah_viz.errors import AAHVizError
+from aah_viz.figures.tabular import figure_frame
 
 EXPORT_WIDTH = 1100  # px of a downloaded figure: wide enough for every title and legend
 FIGURE_MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
@@ -49,16 +51,12 @@ def _file_stem(name: str) -> str:
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
-    from aah_viz.dashboard import providers
-
     height = fig.layout.height or 500
     return providers.figure_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
 
 
 def downloads(fig, key: str, name: str, data: pd.DataFrame | None = None, where=None) -> None:
     """PNG, SVG and PDF of the figure (rendered through Kaleido only when clicked) and its data as CSV."""
-    from aah_viz.figures.tabular import figure_frame
-
     target = where or st
     stem = _file_stem(name)
     with target.popover("Download", icon=":material/download:", key=f"{key}_dl"):
@@ -102,18 +100,3 @@ def chart(fig, key: str, name: str | None = None, data: pd.DataFrame | None = No
         selection_mode="points",
     )
     downloads(fig, key, name or key, data)
-
-
-def head_clicked(points: list[dict]) -> None:
-    """A click on a head cell (customdata [layer, head, ...]) selects that layer and head."""
-    from aah_viz.dashboard import state
-
-    for p in points:
-        cd = p.get("customdata")
-        if isinstance(cd, dict):  # a numpy customdata row arrives as {"0": layer, "1": head, ...}
-            cd = [cd.get("0"), cd.get("1")]
-        if isinstance(cd, (list, tuple)) and len(cd) >= 2 and cd[0] is not None and cd[1] is not None:
-            layer, head = int(cd[0]), int(cd[1])
-            if layer >= 0 and head >= 0:  # group nodes of the hierarchy carry -1
-                state.select(layer=layer, head=head)
-                return

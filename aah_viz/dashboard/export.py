@@ -8,6 +8,7 @@ from aah_viz.dashboard import cache, providers, state
 from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
+from aah_viz.figures.tabular import figure_frame
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 MIME = {
@@ -117,8 +118,6 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
 
     def make_bytes() -> bytes:  # runs only when the button is clicked
         if fmt == "csv":
-            from aah_viz.figures.tabular import figure_frame
-
             return figure_frame(fig).to_csv(index=False).encode()
         return figure_bytes(fig, fmt)
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from aah_viz.analysis.hierarchy import tree_summary
 from aah_viz.dashboard import cache, state, validity
-from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
 
@@ -91,7 +91,7 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
         override=window_override(m),
         collapsed=dropped,
     )
-    chart(fig, key="hier_fig", name=f"hierarchy-L{layer}-step{d['step']}", on_select=head_clicked)
+    chart(fig, key="hier_fig", name=f"hierarchy-L{layer}-step{d['step']}", on_select=state.head_clicked)
     st.caption(
         "Squares are groups (named level and index: g2 on the level 1 row is 'level 1, group 2'), circles heads "
         "(L3H5 = layer 3, head 5); colour = the window a group chose or a head executes. Outlines: red = scored "

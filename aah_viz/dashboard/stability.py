@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import cache, state, validity
-from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
+from aah_viz.dashboard import cache, head_similarity, state, validity
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
@@ -63,10 +63,11 @@ def render() -> None:
                 ),
                 key="stab_switch",
                 name="switch-rate",
-                on_select=head_clicked,
+                on_select=state.head_clicked,
             )
             st.caption("Click a head to select it on every page.", help=help_text("switch_rate"))
     validity.section(root, key, token)
+    head_similarity.section(root, key, token)
     st.subheader("Controller health: does routing learn at all?")
     if not has_controller(m):
         st.info(f"The {plain(m.get('regime'))} regime has no window controller: nothing here to learn.")

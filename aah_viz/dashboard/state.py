@@ -15,9 +15,12 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import streamlit as st
 
-from aah_viz.dashboard import cache
+from aah_viz.analysis.queries import nearest
+from aah_viz.dashboard import cache, config
+from aah_viz.dashboard import summary as run_summary
 from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError, UnsafePathError
 from aah_viz.runlog import resolve_under
@@ -44,8 +47,6 @@ def init(logs_root: Path, reference_dir: Path | None) -> None:
 
 def logs_root() -> str:
     if LOGS_ROOT not in st.session_state:  # a page opened on its own (tests): use the configured default
-        from aah_viz.dashboard import config
-
         init(config.logs_root(), config.reference_dir())
     return st.session_state[LOGS_ROOT]
 
@@ -164,6 +165,19 @@ def select(**values) -> None:
         sel[name] = value
     if "run" in values:
         st.session_state[CURRENT] = values["run"]
+
+
+def head_clicked(points: list[dict]) -> None:
+    """A click on a head cell (customdata [layer, head, ...]) selects that layer and head."""
+    for p in points:
+        cd = p.get("customdata")
+        if isinstance(cd, dict):  # a numpy customdata row arrives as {"0": layer, "1": head, ...}
+            cd = [cd.get("0"), cd.get("1")]
+        if isinstance(cd, (list, tuple)) and len(cd) >= 2 and cd[0] is not None and cd[1] is not None:
+            layer, head = int(cd[0]), int(cd[1])
+            if layer >= 0 and head >= 0:  # group nodes of the hierarchy carry -1
+                select(layer=layer, head=head)
+                return
 
 
 def _int_or_none(text) -> int | None:
@@ -294,10 +308,6 @@ def pick_head(n_head: int, where=None) -> int | None:
 
 def pick_step(steps, label: str, where=None, help: str | None = None) -> int | None:
     """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one."""
-    import numpy as np
-
-    from aah_viz.analysis.queries import nearest
-
     steps = np.asarray(steps, dtype=np.int64)
     target = where or st
     if len(steps) == 0:
@@ -366,8 +376,6 @@ def open_run(title: str, summary: bool = True) -> Opened | None:
     root, tok = logs_root(), token(key)
     manifest = cache.manifest(root, key, tok)
     if summary:
-        from aah_viz.dashboard import summary as run_summary
-
         run_summary.header(root, key, tok, manifest)
     show_run_warnings(key)
     return Opened(key, root, tok, manifest)

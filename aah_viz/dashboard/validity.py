@@ -10,6 +10,7 @@ from aah_viz.analysis import cluster_validity as cv
 from aah_viz.dashboard import cache, state
 from aah_viz.dashboard.common import chart
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
 from aah_viz.dashboard.summary import register_banner
 from aah_viz.figures import validity as vfig
 
@@ -29,7 +30,11 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> N
         return
     text = cv.groups_in_doubt(cache.validity(root, key, token)["validity"])
     if text:
-        st.warning(text + " See Stability → are the head groups real?", icon="⚠️")
+        st.warning(
+            text + " See Stability → are the head groups real?, and Stability → "
+            f"{HEAD_SIMILARITY_TITLE.lower()} for the similarities that do give real groups.",
+            icon="⚠️",
+        )
 
 
 def section(root: str, key: str, token: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, head_clicked, plain
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
@@ -45,7 +45,7 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
             ),
             key="win_heatmap",
             name=f"windows-step{hm['step']}",
-            on_select=head_clicked,
+            on_select=state.head_clicked,
         )
         st.caption("Click a head to select it on every page (the Hierarchy page highlights it).")
     with right:

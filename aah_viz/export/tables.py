@@ -276,15 +276,13 @@ def _check_opts(name: str, by: str, layout: str, part: str) -> None:
 
 def unfinished_notes(runs) -> list[str]:
     """One note naming the runs whose values are not final: still training, interrupted or failed."""
-    from aah_viz.runlog import lock
-
     described = []
     for run in runs:
         status = run.status
         if status in ("finished", "imported") or run.manifest.get("imported"):
             continue
         if status == "running":
-            status = "still training" if lock.holder(run.path) else "interrupted"
+            status = "still training" if run.being_written() else "interrupted"
         last, steps = run.manifest.get("last_step"), run.manifest.get("steps")
         where = f" at step {last}" + (f" of {steps}" if steps else "") if last is not None else ""
         described.append(f"{run.run_id} ({status}{where})")

@@ -3,7 +3,8 @@
 Every registered builder is ``builder(runs: list[Run], **opts) -> go.Figure``: it reads what it
 needs from the runs (single-run figures use ``runs[0]``), reduces it, and plots. The dashboard
 uses the same pieces with caching in between; ``aah-viz figure --kind NAME`` uses the registry.
-Options per kind are listed in ``FIGURE_OPTIONS``.
+Options per kind are listed in ``FIGURE_OPTIONS``. Each builder imports its modules when it is
+called, so the registry alone (``aah-viz figure --list``) imports none of them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
         "metric": "probe metric (default: first logged)",
     },
     "regime_summary": {"metrics": "comma-separated per-run metrics (default final_loss,final_acr)"},
+    "frontier": {},
 }
 
 
@@ -219,6 +221,17 @@ def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr"
     return compare.regime_metric_figure(per_run, list(metrics), title="regimes: mean ± sd over seeds")
 
 
+def build_frontier(runs, **_) -> go.Figure:
+    from aah_viz.analysis.frontier import run_frontier_table
+    from aah_viz.figures import frontier
+
+    run = _first(runs)
+    table = run_frontier_table(run)
+    if table.empty:
+        raise AAHVizError(f"{run.path} holds no frontier (aah-viz frontier writes one)")
+    return frontier.frontier_figure(table, title=_title(run, "perplexity against ACR"))
+
+
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "training_curves": build_training_curves,
     "hierarchy": build_hierarchy,
@@ -234,6 +247,7 @@ FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "probe_heatmap": build_probe_heatmap,
     "window_vs_probe": build_window_vs_probe,
     "regime_summary": build_regime_summary,
+    "frontier": build_frontier,
 }
 
 

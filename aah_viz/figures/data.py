@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.analysis import queries, stability, windows
+from aah_viz.analysis.hierarchy import head_states, moved_heads
 
 MAX_TIMELINE_COLUMNS = 400
 MAX_SERIES_POINTS = 1000
@@ -43,8 +44,6 @@ def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
 def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
     """Tree rows of one layer at the routing update nearest ``step`` (default: the last), the heads'
     executed windows, and the heads that moved (group-mates or window) since the previous update."""
-    from aah_viz.analysis.hierarchy import head_states, moved_heads
-
     steps = queries.tree_steps(run, layer)
     chosen = _pick_step(steps, step)
     if chosen is None:

@@ -12,7 +12,7 @@ import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
 
-from aah_viz.analysis.hierarchy import tree_layout
+from aah_viz.analysis.hierarchy import collapse_repeated_levels, head_id, tree_graph, tree_layout
 from aah_viz.figures import style
 
 JOINT = "#d62728"
@@ -242,8 +242,6 @@ def window_override(manifest_or_config: dict) -> str | None:
 
 def tree_for(d: dict, n_head: int, windows: list[int], collapse: bool = True) -> tuple[nx.DiGraph, list[int]]:
     """The drawn tree of ``data.hierarchy_data``'s result: moved heads marked, repeated levels collapsed."""
-    from aah_viz.analysis.hierarchy import collapse_repeated_levels, head_id, tree_graph
-
     g = tree_graph(d["tree"], n_head, windows, d["head_windows"])
     for h in d.get("moved", ()):
         if head_id(h) in g:

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from aah_viz.figures import style
+from aah_viz.figures.windows import _cell_overlay, _outline_cell
 
 
 def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -141,8 +142,6 @@ def switch_rate_figure(
             ygap=1,
         )
     )
-    from aah_viz.figures.windows import _cell_overlay, _outline_cell
-
     fig.data[0].hoverinfo = "skip"
     fig.add_trace(
         _cell_overlay(

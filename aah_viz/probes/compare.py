@@ -38,6 +38,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from aah_viz.analysis import queries
+from aah_viz.errors import RunLogError
 from aah_viz.probes.agreement import scores as batched_scores
 
 METRIC_NAMES = ("ari", "nmi", "v_measure")
@@ -549,9 +551,6 @@ def compare_run(
 ) -> dict[str, pd.DataFrame]:
     """The ``comparisons`` and ``window_association`` tables of one run (an opened
     ``aah_viz.runlog.Run``) at a probed step."""
-    from aah_viz.analysis import queries
-    from aah_viz.errors import RunLogError
-
     probe_heads = run.table("probe_heads")
     if probe_heads.empty:
         raise RunLogError(f"run {run.path} has no probe_heads table; run `aah-viz probe {run.path}` first")

@@ -1,79 +1,19 @@
-"""Write probe and comparison tables into an existing run directory.
+"""Probe and comparison tables into an existing run directory.
 
-Probing happens on a finished (or interrupted) run, so these tables are added as their own
-segments without reopening the run writer: ``<run>/<table>/part-probe-<n>.parquet`` in the
-contract's column types, under the run's writer lock (a run still being trained is refused).
-Re-probing the same step replaces that step's earlier probe rows in one generation
-(``runlog.generations``): a reader sees the old rows or the new ones, never both; segments that
-also hold other steps are rewritten without that step. Nothing else in the run is touched.
+They go in as the rows of the probed step, replacing that step's earlier probe rows, through the
+run log (:func:`aah_viz.runlog.rewrite.rewrite_step`): nothing here knows segments, locks or
+generation records.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, paths
-from aah_viz.runlog.lock import WriterLock
-from aah_viz.runlog.writer import rows_to_arrow
-from aah_viz.schema import MANIFEST
-
-PROBE_SEGMENT = re.compile(r"^part-probe-(\d+)\.parquet$")
-
-
-def _next_number(directory: Path) -> int:
-    """After every probe segment on disk or in the generation record: names are never reused."""
-    names = [p.name for p in directory.glob("part-probe-*.parquet")] + sorted(generations.recorded_names(directory))
-    numbers = [int(m.group(1)) for name in names if (m := PROBE_SEGMENT.match(name))]
-    return max(numbers, default=0) + 1
-
-
-def _without_step(segment: Path, step: int):
-    """(holds ``step``, the segment's rows of other steps or None); unreadable segments are left alone."""
-    try:
-        table = pq.read_table(segment)
-    except Exception:  # noqa: BLE001 - an unreadable segment is left alone, never deleted here
-        return False, None
-    if "step" not in table.column_names:
-        return False, None
-    is_step = pc.equal(table.column("step"), int(step))
-    if not pc.any(is_step).as_py():
-        return False, None
-    rest = table.filter(pc.invert(is_step))
-    return True, (rest if rest.num_rows else None)
+from aah_viz.runlog.rewrite import rewrite_step
 
 
 def write_probe_tables(run_dir, tables: dict[str, pd.DataFrame], step: int) -> list[Path]:
     """Append each non-empty table as one atomic segment; then drop older probe segments of ``step``."""
-    run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST).is_file():
-        raise RunLogError(f"{run_dir} is not a run directory (no {MANIFEST}); give a run written by aah-viz train")
-    arrow = {}
-    for name, frame in tables.items():  # convert everything first: a type error writes nothing
-        paths.check_table_name(name)
-        if frame is None or len(frame) == 0:
-            continue
-        arrow[name] = rows_to_arrow(name, frame)
-    written = []
-    with WriterLock.acquire(run_dir, "writing probe tables"):
-        for name, table in arrow.items():
-            directory = run_dir / name
-            directory.mkdir(parents=True, exist_ok=True)
-            generations.finish(directory)
-            number = _next_number(directory)
-            new, replaces = [], []
-            for old in paths.list_segments(directory):
-                holds, rest = _without_step(old, step)
-                if holds:
-                    replaces.append(old.name)
-                    if rest is not None:  # the other steps' rows keep their place before the new ones
-                        new.append((f"part-probe-{number:06d}.parquet", [rest]))
-                        number += 1
-            new.append((f"part-probe-{number:06d}.parquet", [table]))
-            written += generations.replace_segments(directory, new, replaces)[-1:]
-    return written
+    return rewrite_step(run_dir, tables, step, purpose="writing probe tables")

@@ -5,17 +5,14 @@ Light side: this only looks at paths and run tables; loading the model is the CL
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from aah_viz.errors import RunLogError
+from aah_viz.runlog.paths import CHECKPOINT_SUFFIX, list_adapters, list_checkpoints, step_of
 from aah_viz.schema import MANIFEST
-
-CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
-ADAPTER_NAME = re.compile(r"^step-(\d{8})\.safetensors$")  # aah-viz retrofit's checkpoints (adapters/)
 
 
 @dataclass
@@ -26,19 +23,6 @@ class ProbeTarget:
     step: int | None  # the checkpoint's step (from its name), None for Hugging Face
 
 
-def checkpoints_of(run_dir: Path, folder: str = "checkpoints", name=CHECKPOINT_NAME) -> list[tuple[int, Path]]:
-    where = Path(run_dir) / folder
-    if not where.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in where.iterdir() if (m := name.match(p.name)) and p.is_file()]
-    return sorted(found)
-
-
-def adapters_of(run_dir: Path) -> list[tuple[int, Path]]:
-    """The adapters a retrofit run saved (``adapters/step-XXXXXXXX.safetensors``), in step order."""
-    return checkpoints_of(run_dir, "adapters", ADAPTER_NAME)
-
-
 def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
     path = Path(text)
     if not path.exists():
@@ -46,9 +30,9 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
             f"{path} does not exist; give a run directory, a checkpoint (.pt) or a Hugging Face model folder"
         )
     if path.is_dir() and (path / MANIFEST).is_file():
-        found, kind = checkpoints_of(path), "aah"
-        if not found and adapters_of(path):
-            found, kind = adapters_of(path), "retrofit"
+        found, kind = list_checkpoints(path), "aah"
+        if not found and list_adapters(path):
+            found, kind = list_adapters(path), "retrofit"
         if not found:
             raise RunLogError(
                 f"run {path} has no checkpoints (checkpoints/step-XXXXXXXX.pt, or adapters/ of aah-viz retrofit); "
@@ -63,9 +47,8 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
             chosen = match[0]
         return ProbeTarget(kind, chosen[1], path, chosen[0])
     if path.is_file() and path.suffix == ".pt":
-        m = CHECKPOINT_NAME.match(path.name)
         run_dir = path.parent.parent if (path.parent.parent / MANIFEST).is_file() else None
-        return ProbeTarget("aah", path, run_dir, int(m.group(1)) if m else None)
+        return ProbeTarget("aah", path, run_dir, step_of(path.name, CHECKPOINT_SUFFIX))
     if path.is_dir() and (path / "config.json").is_file():
         return ProbeTarget("hf", path, None, None)
     raise RunLogError(

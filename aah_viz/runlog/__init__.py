@@ -4,18 +4,12 @@
 still being written; ``validate_run`` lists what is wrong with one. No torch here.
 """
 
+from aah_viz.runlog.columns import table_schema
 from aah_viz.runlog.manifest import make_manifest, read_manifest
 from aah_viz.runlog.paths import discover_runs, resolve_under
 from aah_viz.runlog.reader import Run, load_run
-from aah_viz.runlog.writer import RunWriter, table_schema
-
-
-def validate_run(run_dir, **kwargs):
-    """Problems of a run directory, one string each; an empty list means valid."""
-    from aah_viz.runlog.validate import validate_run as _validate_run
-
-    return _validate_run(run_dir, **kwargs)
-
+from aah_viz.runlog.validate import validate_run
+from aah_viz.runlog.writer import RunWriter
 
 __all__ = [
     "Run",

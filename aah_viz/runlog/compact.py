@@ -5,8 +5,9 @@ footer read and a file open each. Compaction rewrites a table as a few files of 
 ``ROWS_PER_FILE`` rows (row groups of ``ROW_GROUP_ROWS``), the rows in the same order, and swaps
 them in as one generation (``generations.replace_segments``): a reader at any moment sees the
 old segments or the new ones, never both or neither, and a crash at any point loses nothing.
-It holds the run's writer lock, so it never runs beside a writer. Segments that cannot be read,
-or whose column types conflict with the others, are left as they are.
+It holds the run's writer lock, so it never runs beside a writer. It refuses a run that
+``validate`` finds damaged unless forced; forced, segments that cannot be read, or whose column
+types conflict with the others, are left as they are.
 """
 
 from __future__ import annotations
@@ -17,31 +18,48 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, paths
 from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, utc_now, write_manifest
+from aah_viz.runlog.validate import damage
 
 ROWS_PER_FILE = 4_000_000
 ROW_GROUP_ROWS = 256 * 1024
 
 
-def compact_run(run_dir: str | os.PathLike, *, min_segments: int = 2, progress: bool = False) -> dict:
+def compact_run(
+    run_dir: str | os.PathLike, *, min_segments: int = 2, progress: bool = False, force: bool = False
+) -> dict:
     """Compact every table of ``run_dir`` that has at least ``min_segments`` segments.
 
     Returns ``{table: {"before": n, "after": m, "rows": r, "left": [names left as they were]}}``.
-    Raises :class:`~aah_viz.errors.RunLockedError` while another process writes the run."""
+    Raises :class:`~aah_viz.errors.RunLockedError` while another process writes the run, and
+    :class:`~aah_viz.errors.RunLogError` for a run ``validate`` finds damaged (duplicated rows, steps
+    missing, unreadable or set-aside segments, ...) unless ``force``: merged into one file, the damage
+    could no longer be told from the rows around it."""
     run_dir = Path(run_dir)
     check_version(read_manifest(run_dir), run_dir)
     with WriterLock.acquire(run_dir, "compacting the run"):
+        if not force:
+            _refuse_damage(run_dir)
         return compact_locked(run_dir, min_segments=min_segments, progress=progress)
+
+
+def _refuse_damage(run_dir: Path) -> None:
+    found = damage(run_dir)
+    if found:
+        more = f" (and {len(found) - 1} more: aah-viz validate lists them)" if len(found) > 1 else ""
+        raise RunLogError(
+            f"run {run_dir} is damaged, so it is not compacted (the damage would be merged into one file for "
+            f"good): {found[0]}{more}; repair it, or pass --force to compact it as it is"
+        )
 
 
 def compact_locked(run_dir: Path, *, min_segments: int = 2, durable: bool = True, progress: bool = False) -> dict:
     """:func:`compact_run` for a caller that already holds the run's writer lock."""
-    from aah_viz.runlog.writer import new_session
-
     run_dir = Path(run_dir)
-    session = new_session(run_dir)
+    session = generations.new_session(run_dir)
     report = {}
     tables = paths.list_table_dirs(run_dir)
     for table in _bar(tables, progress, "compacting"):

@@ -21,12 +21,16 @@ or rolls back (delete the new ones); every writer calls it under the run's lock 
 pandas, pyarrow and DuckDB reading a folder directly do not know the record: during step 4 of a
 swap (or after a writer died there) they may see both sets. ``aah-viz validate`` reports such a
 folder and ``aah-viz compact`` finishes the swap.
+
+New segments are named by :func:`new_session`, whose ids sort after every name on disk or in the
+record, so no swap ever reuses a name a reader may still hold.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,18 +42,17 @@ RECORD = "_generations.json"
 KEEP = 8  # generations remembered: a reader whose listing is older than 8 swaps could see duplicates
 
 
-def read_record(directory: str | os.PathLike) -> tuple[list[dict], str | None]:
-    """(generations, warning): the folder's swaps, oldest first; a damaged record gives a warning."""
-    path = Path(directory) / RECORD
+def _load(directory: Path) -> tuple[list[dict], str | None]:
+    """The record's generations as written (names unchecked), or ([], why it cannot be used)."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads((directory / RECORD).read_bytes())
     except FileNotFoundError:
         return [], None
     except (OSError, ValueError) as err:
-        return [], f"{Path(directory).name}/{RECORD} cannot be read ({type(err).__name__}); segments may repeat"
+        return [], f"{directory.name}/{RECORD} cannot be read ({type(err).__name__}); segments may repeat"
     gens = data.get("generations") if isinstance(data, dict) else None
     if not isinstance(gens, list) or not all(_well_formed(g) for g in gens):
-        return [], f"{Path(directory).name}/{RECORD} is not a generation record; segments may repeat"
+        return [], f"{directory.name}/{RECORD} is not a generation record; segments may repeat"
     return gens, None
 
 
@@ -57,6 +60,36 @@ def _well_formed(gen) -> bool:
     return isinstance(gen, dict) and all(
         isinstance(gen.get(k), list) and all(isinstance(n, str) for n in gen[k]) for k in ("added", "replaces")
     )
+
+
+def _foreign(gens: list[dict]) -> list[str]:
+    return [n for gen in gens for key in ("added", "replaces") for n in gen[key] if not paths.SEGMENT_RE.fullmatch(n)]
+
+
+def foreign_names(directory: str | os.PathLike) -> list[str]:
+    """Names in the folder's record that are not segment files of that folder (``../../x``, ``a/b``)."""
+    return _foreign(_load(Path(directory))[0])
+
+
+def foreign_message(directory: str | os.PathLike, names: list[str]) -> str:
+    folder = Path(directory).name
+    shown = ", ".join(repr(n)[:80] for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (
+        f"{folder}/{RECORD} names {shown}, not a segment file of {folder}/: the run is damaged (a run's files "
+        "must stay inside it); readers ignore the record and writers refuse the run"
+    )
+
+
+def read_record(directory: str | os.PathLike) -> tuple[list[dict], str | None]:
+    """(generations, warning): the folder's swaps, oldest first; a damaged record gives a warning.
+
+    A record that names anything but segment files of its own folder is ignored whole: no such name
+    is ever hidden, renamed or deleted."""
+    gens, warning = _load(Path(directory))
+    foreign = _foreign(gens)
+    if foreign:
+        return [], foreign_message(directory, foreign)
+    return gens, warning
 
 
 def hidden_names(listed: set[str], generations: list[dict]) -> set[str]:
@@ -160,3 +193,17 @@ def recorded_names(directory: str | os.PathLike) -> set[str]:
     """Every segment name the record mentions: a new segment must not reuse one."""
     generations, _ = read_record(directory)
     return {name for gen in generations for key in ("added", "replaces") for name in gen[key]}
+
+
+def new_session(run_dir: Path) -> str:
+    """A session id that sorts after every earlier one of this run (time in ns, bumped past every
+    segment name on disk or in a generation record, so no name is ever reused)."""
+    session = time.time_ns()
+    existing = 0
+    for table in paths.list_table_dirs(run_dir):
+        names = [seg.name for seg in paths.list_segments(run_dir / table)]
+        for name in names + sorted(recorded_names(run_dir / table)):
+            match = paths.SEGMENT_RE.match(name)
+            if match and match["session"].isdigit():
+                existing = max(existing, int(match["session"]))
+    return f"{max(session, existing + 1):020d}"

@@ -7,6 +7,10 @@ holds a line describing the holder (pid, host, command, start time) so a refused
 who holds the run. The file itself is never deleted: deleting a lock file lets two processes
 lock two different files of the same name. Readers never take the lock; ``holder`` only asks
 whether a live writer holds it.
+
+The lock is the one file written in place, so it is opened without following a symbolic link and
+must be a plain file with no other name (a hard link); and a writer refuses a run whose files lead
+outside it (``containment.escapes``) before it writes anything.
 """
 
 from __future__ import annotations
@@ -14,19 +18,21 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
 
-from aah_viz.errors import RunLockedError
+from aah_viz.errors import RunLockedError, UnsafePathError
+from aah_viz.runlog import containment
 from aah_viz.runlog.manifest import utc_now
+from aah_viz.runlog.paths import CLOEXEC, LOCK_NAME, NOFOLLOW
 
 try:  # POSIX; elsewhere every writer is allowed (documented in docs/log-format.md)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-LOCK_NAME = ".writer.lock"
 # a reader asking `holder` holds a shared lock for a few microseconds; a writer that meets it tries again
 ACQUIRE_ATTEMPTS = 40
 ACQUIRE_PAUSE_S = 0.025
@@ -64,7 +70,7 @@ class WriterLock:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         path = lock_path(run_dir)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(run_dir, path)
         if fcntl is None:  # pragma: no cover
             return cls(fd, path)
         for attempt in range(ACQUIRE_ATTEMPTS):
@@ -80,6 +86,11 @@ class WriterLock:
                         f"wait for it to finish or stop it, then try again"
                     ) from None
                 time.sleep(ACQUIRE_PAUSE_S)
+        escapes = containment.escapes(run_dir)
+        if escapes:
+            os.close(fd)
+            more = f" (and {len(escapes) - 1} more: aah-viz validate lists them)" if len(escapes) > 1 else ""
+            raise UnsafePathError(f"run {run_dir} is not written: {escapes[0]}{more}")
         os.ftruncate(fd, 0)
         os.pwrite(fd, (_describe_self(purpose) + "\n").encode(), 0)
         return cls(fd, path)
@@ -102,6 +113,25 @@ class WriterLock:
         self.release()
 
 
+def _open_lock(run_dir: Path, path: Path) -> int:
+    """The lock file's descriptor: never through a symbolic link, and only a plain file of its own."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC | getattr(os, "O_NONBLOCK", 0), 0o644)
+    except OSError:
+        if not path.is_symlink():
+            raise
+        raise UnsafePathError(f"run {run_dir} is not written: {containment.lock_link_note(run_dir)}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "has another name (a hard link)" if stat.S_ISREG(info.st_mode) else "is not a plain file"
+        raise UnsafePathError(
+            f"run {run_dir} is not written: {LOCK_NAME} {what}; writing the lock would change that file too: "
+            f"remove {path}, then try again"
+        )
+    return fd
+
+
 def _read(fd: int) -> str:
     try:
         return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
@@ -113,7 +143,7 @@ def holder(run_dir: str | os.PathLike) -> str | None:
     """A description of the live writer of ``run_dir``, or None when no process holds the lock."""
     path = lock_path(run_dir)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     try:

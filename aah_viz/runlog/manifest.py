@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas
+import pyarrow
 
+from aah_viz._version import __version__
 from aah_viz.errors import RunLogError, SchemaVersionError
 from aah_viz.runlog.paths import atomic_write_bytes, manifest_path
 from aah_viz.schema import (
@@ -50,17 +53,12 @@ def utc_now() -> str:
 
 def software_versions() -> dict[str, str]:
     """Versions of the packages that shape the run; torch only when the caller already imported it."""
-    import pandas
-    import pyarrow
-
-    import aah_viz
-
     versions = {
         "python": platform.python_version(),
         "numpy": np.__version__,
         "pandas": pandas.__version__,
         "pyarrow": pyarrow.__version__,
-        "aah_viz": aah_viz.__version__,
+        "aah_viz": __version__,
     }
     torch = sys.modules.get("torch")  # never import it here: the light side runs without torch
     if torch is not None and getattr(torch, "__version__", None):

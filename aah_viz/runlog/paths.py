@@ -3,19 +3,30 @@
 Segment files are ``<run>/<table>/part-<session>-<seq>.parquet``. Anything whose name starts
 with ``.`` or ``_`` is invisible to readers (pyarrow, pandas and DuckDB's ``*.parquet`` glob):
 temporary files are ``.part-...parquet.tmp`` and quarantined segments ``_part-...parquet.corrupt``.
+
+Model files: ``aah-viz train`` keeps ``<run>/checkpoints/step-XXXXXXXX.pt``, ``aah-viz retrofit``
+``<run>/adapters/step-XXXXXXXX.safetensors`` with ``step-XXXXXXXX.optimizer.pt`` beside each
+(XXXXXXXX: the step, eight digits). Every file here is written under a hidden temporary name and
+renamed (``atomic_path``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 from aah_viz.errors import RunLogError, UnsafePathError
-from aah_viz.schema import MANIFEST
+from aah_viz.schema import ALL_TABLES, MANIFEST
 
 SEGMENT_RE = re.compile(r"^part-(?P<session>[0-9A-Za-z]+)-(?P<seq>\d+)\.parquet$")
+LOCK_NAME = ".writer.lock"  # the writer's lock (aah_viz.runlog.lock)
+# Flags that keep a write from going through a symbolic link (0 where the system has none)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 TABLE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 TEMP_PREFIX = ".part-"
 TEMP_SUFFIX = ".tmp"
@@ -94,8 +105,6 @@ def list_temp_files(directory: str | os.PathLike, prefix: str = TEMP_PREFIX) -> 
 def list_table_dirs(run_dir: str | os.PathLike) -> list[str]:
     """Names of the table folders of a run, sorted: sub-folders named like a table that are a
     contract table or hold segment files (so ``checkpoints/`` and the like are not tables)."""
-    from aah_viz.schema import ALL_TABLES
-
     try:
         entries = list(os.scandir(run_dir))
     except (FileNotFoundError, NotADirectoryError):
@@ -140,22 +149,43 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
-    """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
+def create_exclusive(path: str | os.PathLike) -> int:
+    """A descriptor for writing a new file at ``path``. ``O_EXCL`` fails when anything is there already,
+    a symbolic link included (and ``O_NOFOLLOW`` says so twice), so nothing is ever written through a
+    link planted under the name."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC, 0o644)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Path]:
+    """A hidden temporary name to write ``path`` under: renamed to ``path`` when the block ends (the
+    file fsynced first, the folder after, when ``durable``), removed when it raises. A reader sees
+    the old file or the new one, never a partial one."""
     path = Path(path)
     tmp = path.with_name(temp_name(path.name))
+    os.close(create_exclusive(tmp))  # ours, a plain file: the caller writes into it, the rename replaces
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
+        yield tmp
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> None:
+    """Write ``path`` so that a reader sees either the old or the new content, never a partial file."""
+    with atomic_path(path, durable=durable) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | NOFOLLOW | CLOEXEC)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -221,3 +251,100 @@ def discover_runs(root: str | os.PathLike) -> list[Path]:
             except OSError:
                 continue
     return sorted(found)
+
+
+def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> list[Path]:
+    """Run directories inside ``folder`` (not ``folder`` itself), at most ``depth`` levels down and at most
+    ``limit`` of them: enough to tell that a folder holds runs without walking a whole disk."""
+    found: list[Path] = []
+    level = [Path(folder)]
+    for _ in range(depth):
+        below = []
+        for current in level:
+            try:
+                entries = sorted(os.scandir(current), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = current / entry.name
+                if (path / MANIFEST).is_file():
+                    found.append(path)
+                    if len(found) >= limit:
+                        return found
+                else:
+                    below.append(path)
+        level = below
+    return found
+
+
+# ---------------------------------------------------------------------------- model files
+CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routing state of a step
+ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
+CHECKPOINT_SUFFIX = ".pt"
+ADAPTER_SUFFIX = ".safetensors"
+OPTIMIZER_SUFFIX = ".optimizer.pt"  # beside each adapter: its optimizer and RNG state
+STEP_FILE_RE = re.compile(r"^step-(?P<step>\d{8})(?P<suffix>\..+)$")
+
+
+def step_file_name(step: int, suffix: str) -> str:
+    """``step-XXXXXXXX<suffix>``: the step (the last completed one) in eight digits."""
+    return f"step-{int(step):08d}{suffix}"
+
+
+def step_of(name: str, suffix: str) -> int | None:
+    """The step a file name ``step-XXXXXXXX<suffix>`` carries; None for any other name."""
+    match = STEP_FILE_RE.match(name)
+    return int(match["step"]) if match and match["suffix"] == suffix else None
+
+
+def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/checkpoints/step-XXXXXXXX.pt`` (``run_dir`` "" gives the path inside the run)."""
+    return Path(run_dir) / CHECKPOINT_DIR / step_file_name(step, CHECKPOINT_SUFFIX)
+
+
+def adapter_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/adapters/step-XXXXXXXX.safetensors``."""
+    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, ADAPTER_SUFFIX)
+
+
+def adapter_optimizer_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """``<run>/adapters/step-XXXXXXXX.optimizer.pt``: the optimizer and RNG state of an adapter's step."""
+    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, OPTIMIZER_SUFFIX)
+
+
+def _list_steps(folder: Path, suffix: str) -> list[tuple[int, Path]]:
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = [(step, folder / e.name) for e in entries if (step := step_of(e.name, suffix)) is not None and e.is_file()]
+    return sorted(found)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint of a run, in step order (temporary files are hidden)."""
+    return _list_steps(Path(run_dir) / CHECKPOINT_DIR, CHECKPOINT_SUFFIX)
+
+
+def list_adapters(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every adapter of a retrofit run, in step order."""
+    return _list_steps(Path(run_dir) / ADAPTER_DIR, ADAPTER_SUFFIX)
+
+
+def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` checkpoints (keep_last <= 0 keeps everything)."""
+    if keep_last <= 0:
+        return
+    for _, path in list_checkpoints(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def prune_adapters(run_dir: str | os.PathLike, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` adapters with their optimizer files (<= 0 keeps everything)."""
+    if keep_last <= 0:
+        return
+    for step, path in list_adapters(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+        adapter_optimizer_path(run_dir, step).unlink(missing_ok=True)

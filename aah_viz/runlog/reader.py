@@ -25,9 +25,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, paths
+from aah_viz.runlog import generations, lock, paths
+from aah_viz.runlog.columns import column_type, table_schema
 from aah_viz.runlog.manifest import check_manifest, check_version, read_manifest
-from aah_viz.runlog.writer import column_type, table_schema
 from aah_viz.schema import SCHEMA_VERSION, parse_version
 
 
@@ -88,6 +88,10 @@ class Run:
     @property
     def config(self) -> dict:
         return dict(self.manifest.get("config") or {})
+
+    def being_written(self) -> bool:
+        """Whether a live process holds the run's writer lock now (a ``running`` run that is not was interrupted)."""
+        return lock.holder(self.path) is not None
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, regime={self.regime!r}, seed={self.seed!r}, status={self.status!r})"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aah_viz.errors import UnsafePathError
 from aah_viz.runlog import paths
 
 COMPRESSION = "zstd"
@@ -21,14 +22,18 @@ def _dictionary_columns(schema: pa.Schema) -> list[str]:
 
 
 def write_temp(directory: Path, name: str, tables, *, durable: bool = True, row_group_rows: int | None = None) -> Path:
-    """Write ``tables`` (one pyarrow Table, or several of one schema) to a hidden temporary file
-    for the segment ``name``; the caller renames it. Returns the temporary path."""
+    """Write ``tables`` (one pyarrow Table, or several of one schema) to a new hidden temporary file
+    for the segment ``name`` (created exclusively, never through a link); the caller renames it.
+    Returns the temporary path."""
+    if directory.is_symlink():  # writers refuse such a run (containment); never write through one anyway
+        raise UnsafePathError(f"{directory} is a symbolic link; aah-viz writes no segment through a link")
     directory.mkdir(parents=True, exist_ok=True)
     tables = [tables] if isinstance(tables, pa.Table) else list(tables)
     tmp = directory / paths.temp_name(name)
     schema = tables[0].schema
+    fd = paths.create_exclusive(tmp)
     try:
-        with open(tmp, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:
             with pq.ParquetWriter(
                 fh, schema, compression=COMPRESSION, use_dictionary=_dictionary_columns(schema) or False
             ) as out:

@@ -15,9 +15,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aah_viz.analysis.stability import Matrices, summarize_updates
+from aah_viz.runlog.reader import load_run
 from aah_viz.schema import SUMMARY_TABLES, group_column
-
-MANIFEST_FLAG = "update_summaries"
 
 
 def summary_table(frame: pd.DataFrame) -> pa.Table:
@@ -52,9 +52,6 @@ class UpdateSummarizer:
 
     def prime(self, run_dir: Path) -> None:
         """Load the carry (last two updates per layer) of a resumed run from its files."""
-        from aah_viz.analysis.stability import Matrices
-        from aah_viz.runlog.reader import load_run
-
         run = load_run(run_dir)
         if "updates" not in run.tables():
             return
@@ -73,8 +70,6 @@ class UpdateSummarizer:
 
     def observe(self, heads: pa.Table) -> pa.Table | None:
         """Summary rows for the routing updates among ``heads`` rows (None when there are none)."""
-        from aah_viz.analysis.stability import Matrices, summarize_updates
-
         if "raw_idx" not in heads.column_names or self.n_head <= 0:
             return None
         update_rows = heads.filter(pc.is_valid(heads.column("raw_idx")))

@@ -21,8 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from aah_viz.coverage import band_pairs, effective_windows
+from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.manifest import make_manifest
-from aah_viz.runlog.writer import RunWriter, rows_to_arrow
+from aah_viz.runlog.paths import checkpoint_path
+from aah_viz.runlog.writer import RunWriter
 
 FEATURE_DIM = 9
 SIM_THRESHOLD = 0.72  # the paper's level-0 similarity threshold
@@ -494,7 +496,7 @@ def _events_table(sim, steps, warmup, eval_interval) -> pa.Table:
         rows_step.append(int(steps - 1))
         rows_layer.append(-1)
         rows_kind.append("checkpoint")
-        rows_detail.append(json.dumps({"path": f"checkpoints/step-{steps - 1:07d}.pt"}))
+        rows_detail.append(json.dumps({"path": checkpoint_path("", steps - 1).as_posix()}))
     step = np.asarray(rows_step, dtype=np.int64)
     order = np.argsort(step, kind="stable")
     layer = np.asarray(rows_layer, dtype=np.int64)[order]

@@ -1,36 +1,48 @@
 """``validate_run``: everything that can be wrong with a run directory, one message per problem.
 
-Checks: the manifest (fields, types, ranges, schema version); every segment readable; required
+Checks: the manifest (fields, types, ranges, schema version); files that lead outside the run
+(links, generation records naming other files); every segment readable; required
 columns and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
 stray files that would break ``pd.read_parquet(folder)``; segments set aside as unreadable and
 half-done segment swaps; value ranges (layer, head, window index, window = windows[window_idx],
-branch fractions) and the manifest's layer and head counts against ``heads``; duplicated keys in
-``heads``, ``branch`` and ``scalars``; missing steps, steps beyond the planned ones and empty
-tables of a finished run; a ``running`` run that no live writer holds (interrupted);
-``events.detail`` as JSON objects; and ACR scalars against what the ``heads`` table implies
-(method section 11.1).
+branch fractions) and the manifest's layer and head counts against ``heads``, its ``last_step``
+against the tables; duplicated keys in ``heads``, ``branch`` and ``scalars``; model-wide scalars
+with no finite value; missing steps (as ranges: nothing is allocated per planned step), steps
+beyond the planned ones and empty tables of a finished run; ``events.detail`` as JSON objects; and
+ACR scalars against what the ``heads`` table implies (method section 11.1).
+
+Some problems say where a run stands rather than that it is damaged (:class:`Notice`): a
+``running`` run that no live writer holds (interrupted), a failed run a signal stopped, a segment
+swap for the next writer to finish. :func:`damage` leaves them out (``compact`` refuses damage).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz import coverage
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, lock, paths
+from aah_viz.runlog import containment, generations, lock, paths
+from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
-from aah_viz.runlog.writer import GROUP_COLUMN_RE
-from aah_viz.schema import ALL_TABLES, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
+from aah_viz.schema import ALL_TABLES, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
 MAX_EXAMPLES = 3
+
+
+class Notice(str):
+    """A problem that says where a run stands, not that its files are damaged: interrupted, stopped by a
+    signal, a segment swap left for the next writer to finish. Compaction goes ahead on such a run."""
 
 
 # ---------------------------------------------------------------------- the check
@@ -42,18 +54,50 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
         check_version(manifest, run_dir)
     except RunLogError as err:
         return [str(err)]
-    problems = manifest_problems(manifest)
+    problems = manifest_problems(manifest) + containment.escapes(run_dir)
     max_depth = manifest.get("max_depth") if isinstance(manifest.get("max_depth"), int) else 0
     kept: dict[str, pd.DataFrame] = {}
+    last_steps = []
     for table in paths.list_table_dirs(run_dir):
-        frame, table_problems = _check_table(run_dir, table, max_depth)
+        frame, table_problems, last = _check_table(run_dir, table, max_depth)
         problems += table_problems
         if frame is not None:
             kept[table] = frame
+        if last is not None:
+            last_steps.append(last)
     problems += set_aside_problems(run_dir, manifest)
     problems += _check_values(manifest, kept)
+    problems += _check_last_step(manifest, max(last_steps, default=None))
     problems += _check_completeness(run_dir, manifest, kept)
-    return problems
+    return list(dict.fromkeys(problems))  # a problem found twice (a record's, by the table check too) once
+
+
+def damage(run_dir: str | os.PathLike) -> list[str]:
+    """The problems of :func:`validate_run` that are damage: all but the :class:`Notice` ones."""
+    return [p for p in validate_run(run_dir) if not isinstance(p, Notice)]
+
+
+def resume_command(run_dir: str | os.PathLike, manifest: dict) -> str:
+    """The command that continues ``run_dir``."""
+    if isinstance(manifest.get("retrofit"), dict):
+        return "the same aah-viz retrofit command with --resume"
+    return f"aah-viz train --out {shlex.quote(str(run_dir))} --resume"
+
+
+def stop_notice(run_dir: str | os.PathLike, manifest: dict, events: pd.DataFrame | None, last: int | None):
+    """A failed run that a signal stopped at its last recorded step (a ``terminated`` event there): where
+    it stopped and how to continue it. None for any other run."""
+    if manifest.get("status") != STATUS_FAILED or events is None or not len(events) or last is None:
+        return None
+    stops = events[events["kind"] == "terminated"]
+    if not len(stops) or int(stops["step"].max()) != last:
+        return None
+    try:
+        signal = json.loads(stops.loc[stops["step"].idxmax(), "detail"]).get("signal")
+    except (TypeError, ValueError, AttributeError):
+        signal = None
+    named = f" ({signal})" if isinstance(signal, str) and signal.isidentifier() else ""
+    return Notice(f"stopped at step {last} by a signal{named}; resume with {resume_command(run_dir, manifest)}")
 
 
 def set_aside_problems(run_dir: Path, manifest: dict) -> list[str]:
@@ -80,31 +124,31 @@ def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.Data
     if status == STATUS_IMPORTED or manifest.get("imported"):
         return []  # published tables: the steps are the ones the paper reports
     problems = []
-    if status == STATUS_RUNNING:
-        if lock.holder(run_dir) is None:
-            last = _last(tables)
-            problems.append(
-                "interrupted: status is 'running' but no process is writing the run "
-                f"(it stopped after step {last}); resume it (aah-viz train --out {run_dir} --resume)"
-            )
+    if status == STATUS_RUNNING and lock.holder(run_dir) is None:
+        problems.append(_interrupted(run_dir, manifest, _last(tables)))
+    stopped = stop_notice(run_dir, manifest, tables.get("events"), _last(tables))
+    if stopped:
+        problems.append(stopped)
     heads, scalars = tables.get("heads"), tables.get("scalars")
+    planned = manifest.get("steps") if isinstance(manifest.get("steps"), int) else None
     if status == STATUS_FINISHED:
         if not any(len(frame) for frame in tables.values()):
             problems.append("the run is finished but every table is empty: nothing was recorded")
-        elif heads is None or not len(heads):
+        elif (heads is None or not len(heads)) and manifest.get("steps") is not None:
+            # a run that plans no steps (a frontier of evaluations) records events, not steps
             problems.append("heads: the run is finished but the table has no rows")
     source = heads if heads is not None and len(heads) else scalars
     if source is None or not len(source):
         return problems
     steps = np.unique(source["step"].dropna().to_numpy(dtype=np.int64))
-    planned = manifest.get("steps") if isinstance(manifest.get("steps"), int) else None
-    end = steps[-1]
+    end = int(steps[-1])
     if status == STATUS_FINISHED and planned is not None and planned > 0:
         end = max(end, planned - 1)
-    missing = np.setdiff1d(np.arange(0, end + 1), steps)
-    if len(missing):
+    gaps = missing_ranges(steps, end)
+    if gaps:
         name = "heads" if source is heads else "scalars"
-        problems.append(f"{name}: {len(missing)} step{'s' if len(missing) > 1 else ''} missing: {_ranges(missing)}")
+        count = sum(hi - lo + 1 for lo, hi in gaps)
+        problems.append(f"{name}: {count} step{'s' if count > 1 else ''} missing: {_ranges(gaps)}")
     if planned is not None and steps[-1] >= planned:
         problems.append(
             f"heads: rows up to step {steps[-1]} but the manifest plans {planned} steps (0..{planned - 1}); "
@@ -113,24 +157,56 @@ def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.Data
     return problems
 
 
-def _last(tables: dict[str, pd.DataFrame]):
+def _interrupted(run_dir: Path, manifest: dict, last) -> Notice:
+    said = "interrupted: status is 'running' but no process is writing the run"
+    command = resume_command(run_dir, manifest)
+    trained = isinstance(manifest.get("train"), dict)  # a run of aah-viz train: it resumes from a checkpoint
+    if last is not None and trained and not paths.list_checkpoints(run_dir):
+        return Notice(
+            f"{said} (it stopped after step {last}, before its first checkpoint); {command} starts it again from "
+            "step 0, dropping the rows recorded so far"
+        )
+    return Notice(f"{said} (it stopped after step {'none' if last is None else last}); resume it ({command})")
+
+
+def _check_last_step(manifest: dict, on_disk: int | None) -> list[str]:
+    """The manifest's ``last_step`` against the largest step any table holds. A live writer's manifest
+    may lag behind its newest segments, never lead them; a closed run's says exactly where it ended."""
+    claimed, status = manifest.get("last_step"), manifest.get("status")
+    if not isinstance(claimed, int) or isinstance(claimed, bool) or status == STATUS_IMPORTED:
+        return []
+    if on_disk is None:
+        return [f"manifest.json: field 'last_step' is {claimed} but the tables hold no step; the manifest does "
+                "not describe this run"]  # fmt: skip
+    if claimed > on_disk or (claimed != on_disk and status in (STATUS_FINISHED, STATUS_FAILED)):
+        return [f"manifest.json: field 'last_step' is {claimed} but the tables' last step is {on_disk}; the "
+                "manifest does not describe this run"]  # fmt: skip
+    return []
+
+
+def _last(tables: dict[str, pd.DataFrame]) -> int | None:
+    """The last step the run recorded (heads, else scalars), or None."""
     for name in ("heads", "scalars"):
         frame = tables.get(name)
         if frame is not None and len(frame):
             return int(frame["step"].max())
-    return "none"
+    return None
 
 
-def _ranges(values: np.ndarray, shown: int = 5) -> str:
-    """``10-14, 20, 31-33`` for sorted integers (the first ``shown`` runs, then a count)."""
-    runs, start = [], values[0]
-    for prev, cur in zip(values, values[1:]):
-        if cur != prev + 1:
-            runs.append((start, prev))
-            start = cur
-    runs.append((start, values[-1]))
-    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:shown])
-    return text + (f" and {len(runs) - shown} more ranges" if len(runs) > shown else "")
+def missing_ranges(steps: np.ndarray, end: int) -> list[tuple[int, int]]:
+    """Inclusive ranges of ``0..end`` that the sorted distinct ``steps`` do not hold. The work is per
+    recorded step, never per planned one: a manifest planning 10**15 steps costs nothing more."""
+    inside = steps[(steps >= 0) & (steps <= end)]
+    before = np.concatenate(([-1], inside))
+    after = np.concatenate((inside, [end + 1]))
+    gap = after - before > 1
+    return [(int(lo) + 1, int(hi) - 1) for lo, hi in zip(before[gap], after[gap])]
+
+
+def _ranges(ranges: list[tuple[int, int]], shown: int = 5) -> str:
+    """``10-14, 20, 31-33`` for inclusive ranges (the first ``shown``, then a count)."""
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:shown])
+    return text + (f" and {len(ranges) - shown} more ranges" if len(ranges) > shown else "")
 
 
 _KEEP_COLUMNS = {
@@ -142,9 +218,11 @@ _KEEP_COLUMNS = {
 }
 
 
-def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFrame | None, list[str]]:
+def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFrame | None, list[str], int | None]:
+    """(the columns the value checks read, the table's problems, its largest step)."""
     directory = run_dir / table
     problems = []
+    last = None
     for stray in paths.list_stray_files(directory):
         problems.append(
             f"{table}/{stray.name}: not a .parquet segment; it breaks pd.read_parquet('{table}'): "
@@ -160,9 +238,11 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
     stale, orphans = generations.unfinished(directory)
     if stale or orphans:
         problems.append(
-            f"{table}: a segment swap (compaction or re-probe) was interrupted: {len(stale) + len(orphans)} "
-            f"files pandas would read twice ({', '.join((stale + orphans)[:MAX_EXAMPLES])}); "
-            f"aah-viz compact finishes it"
+            Notice(
+                f"{table}: a segment swap (compaction or re-probe) was interrupted: {len(stale) + len(orphans)} "
+                f"files pandas would read twice ({', '.join((stale + orphans)[:MAX_EXAMPLES])}); "
+                f"aah-viz compact finishes it"
+            )
         )
     keep = _KEEP_COLUMNS.get(table, [])
     parts, names = [], []
@@ -189,6 +269,9 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
                 problems.append(f"{where}: column {name!r} has type {schema.field(name).type}, expected int16")
         if "step" in schema.names and data.column("step").null_count:
             problems.append(f"{where}: {data.column('step').null_count} rows without a step")
+        if "step" in schema.names and pa.types.is_integer(schema.field("step").type):
+            top = pc.max(data.column("step")).as_py()
+            last = top if last is None or (top is not None and top > last) else last
         if keep and all(c in schema.names for c in keep):
             part = data.select(keep)
             types = {c: required.get(c, part.schema.field(c).type) for c in keep}
@@ -199,10 +282,10 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
             parts.append(part.append_column("_file", pa.array(np.full(part.num_rows, len(names), np.int32))))
             names.append(seg.name)
     if not parts:
-        return None, problems
+        return None, problems, last
     frame = pa.concat_tables(parts).to_pandas()
     frame["_file"] = pd.Categorical.from_codes(frame["_file"].to_numpy(), categories=names)
-    return frame, problems
+    return frame, problems, last
 
 
 def _check_values(manifest: dict, tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -218,6 +301,7 @@ def _check_values(manifest: dict, tables: dict[str, pd.DataFrame]) -> list[str]:
     scalars = tables.get("scalars")
     if scalars is not None and len(scalars):
         problems += _duplicates(scalars, ["step", "layer", "name"], "scalars")
+        problems += _no_finite_value(scalars)
         if heads is not None and len(heads):
             problems += _check_acr(manifest, heads, scalars)
     events = tables.get("events")
@@ -256,6 +340,23 @@ def _check_heads(heads: pd.DataFrame, n_layer, n_head, windows) -> list[str]:
                 f"(first: {_example(heads[bad])}; files: {_files(heads[bad])})"
             )
     return problems
+
+
+def _no_finite_value(scalars: pd.DataFrame) -> list[str]:
+    """Model-wide scalars whose every value is NaN or infinite: recorded, but no number to show."""
+    model = scalars[scalars["layer"].isna()]
+    if not len(model):
+        return []
+    finite = pd.Series(np.isfinite(model["value"].to_numpy(dtype=np.float64)), index=model.index)
+    any_finite = finite.groupby(model["name"].astype(str)).any()
+    empty = sorted(any_finite[~any_finite].index)
+    if not empty:
+        return []
+    shown = ", ".join(repr(n) for n in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    return [
+        f"scalars: {len(empty)} model-wide scalar{'s' * (len(empty) > 1)} hold no finite value, only NaN or "
+        f"infinity ({shown}; files: {_files(model[model['name'].astype(str).isin(empty)])}); the run is damaged"
+    ]
 
 
 def _check_branch(branch: pd.DataFrame, n_layer) -> list[str]:
@@ -368,8 +469,7 @@ def implied_acr(heads: pd.DataFrame, seq_len: int, n_head: int, n_layer: int, w_
 def _compare(joined: pd.DataFrame, what: str) -> list[str]:
     if not len(joined):
         return []
-    joined = joined[joined["value"].notna()]
-    diff = (joined["value"] - joined["expected"]).abs()
+    diff = (joined["value"] - joined["expected"]).abs()  # a NaN where the heads imply a value disagrees too
     bad = joined[~(diff <= ACR_TOLERANCE)]
     if not len(bad):
         return []

@@ -9,170 +9,32 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import secrets
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, paths
+from aah_viz.runlog.columns import rows_to_arrow
+from aah_viz.runlog.compact import compact_locked
 from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
 from aah_viz.runlog.segment_io import write_segment
-from aah_viz.runlog.summaries import MANIFEST_FLAG, UpdateSummarizer, margin_summary
-from aah_viz.schema import ALL_TABLES, MANIFEST, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
-
-GROUP_COLUMN_RE = re.compile(r"^group_l(\d+)$")
-GROUP_TYPE = pa.int16()
-
-
-def column_type(table: str, column: str) -> pa.DataType | None:
-    """The contract type of a column, or None for a column the schema does not name."""
-    known = ALL_TABLES.get(table, {})
-    if column in known:
-        return known[column]
-    if table == "heads" and GROUP_COLUMN_RE.match(column):
-        return GROUP_TYPE
-    return None
-
-
-def table_schema(table: str, max_depth: int = 0) -> pa.Schema:
-    """Required columns of ``table`` (``heads`` with ``group_l0..group_l{max_depth-1}``)."""
-    fields = [pa.field(name, typ) for name, typ in ALL_TABLES.get(table, {}).items()]
-    if table == "heads":
-        fields += [pa.field(f"group_l{i}", GROUP_TYPE) for i in range(max_depth)]
-    return pa.schema(fields)
-
-
-def _is_array_like(value: Any) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray)) or (
-        hasattr(value, "__array__") and not np.isscalar(value) and getattr(value, "ndim", 1) > 0
-    )
-
-
-def _to_array(table: str, column: str, value: Any, n: int, target: pa.DataType | None) -> pa.Array:
-    try:
-        return _convert(table, column, value, n, target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError) as err:
-        raise RunLogError(
-            f"table {table!r}: column {column!r} cannot be stored as {target or 'a Parquet column'} "
-            f"({str(err).splitlines()[0][:200]}); see docs/log-format.md for the column types"
-        ) from None
-
-
-def _convert(table: str, column: str, value: Any, n: int, target: pa.DataType | None) -> pa.Array:
-    # NaN stands for null only where the column cannot hold NaN (integers, strings, lists);
-    # in float columns NaN stays NaN, as in numpy.
-    nan_is_null = target is None or not pa.types.is_floating(target)
-    if isinstance(value, (pa.Array, pa.ChunkedArray)):
-        arr = value
-    elif not _is_array_like(value):  # a scalar: one value for every row
-        if isinstance(value, dict):
-            value = json.dumps(to_jsonable(value))
-        if isinstance(value, (int, float, bool, np.number, np.bool_)) and not isinstance(value, str):
-            arr = pa.array(np.full(n, value), type=target, from_pandas=nan_is_null)
-        elif value is None:
-            arr = pa.nulls(n, type=target) if target is not None else pa.nulls(n)
-        else:
-            arr = pa.array([value] * n, type=target)
-    elif isinstance(value, np.ndarray) or (
-        hasattr(value, "dtype") and isinstance(value.dtype, np.dtype) and hasattr(value, "to_numpy")
-    ):
-        np_value = value if isinstance(value, np.ndarray) else value.to_numpy()
-        if np_value.ndim == 1 and np_value.dtype.kind in "iufb":
-            arr = pa.array(np_value, type=target, from_pandas=nan_is_null and np_value.dtype.kind == "f")
-        elif np_value.ndim == 2 and target is not None and pa.types.is_list(target):
-            flat = pa.array(np_value.reshape(-1), type=target.value_type)
-            arr = pa.ListArray.from_arrays(pa.array(np.arange(len(np_value) + 1) * np_value.shape[1], pa.int32()), flat)
-        else:
-            data = (
-                [x.tolist() if isinstance(x, np.ndarray) else x for x in np_value.tolist()]
-                if np_value.dtype == object
-                else np_value.tolist()
-            )
-            arr = pa.array(data, type=target, from_pandas=nan_is_null)
-    elif hasattr(value, "dtype") and hasattr(value, "array"):  # pandas Series with an extension dtype
-        arr = pa.array(value, type=target, from_pandas=True)
-    else:
-        data = [x.tolist() if isinstance(x, np.ndarray) else x for x in value]
-        arr = pa.array(data, type=target, from_pandas=nan_is_null)
-    if len(arr) != n:
-        raise RunLogError(f"table {table!r}: column {column!r} has {len(arr)} rows, the other columns {n}")
-    if target is not None and arr.type != target:
-        try:
-            arr = arr.cast(target)  # safe cast: overflow raises
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-            raise RunLogError(
-                f"table {table!r}: column {column!r} cannot be stored as {target} ({err}); "
-                f"see docs/log-format.md for the column types"
-            ) from None
-    return arr
-
-
-def rows_to_arrow(table: str, rows: Any, max_depth: int = 0, remembered: dict | None = None) -> pa.Table:
-    """Rows (dict of columns, DataFrame or pyarrow Table) as a Table in the contract's types.
-
-    Missing contract columns become nulls; unknown columns are kept with the type they first had.
-    """
-    if isinstance(rows, pa.RecordBatch):
-        rows = pa.Table.from_batches([rows])
-    if isinstance(rows, pa.Table):
-        columns = {name: rows.column(name) for name in rows.column_names}
-        n = rows.num_rows
-    elif hasattr(rows, "columns") and hasattr(rows, "iloc"):  # pandas DataFrame
-        columns = {str(c): rows[c] for c in rows.columns}
-        n = len(rows)
-    elif isinstance(rows, Mapping):
-        columns = dict(rows)
-        lengths = {len(v) for v in columns.values() if _is_array_like(v)}
-        if len(lengths) > 1:
-            detail = {k: len(v) for k, v in columns.items() if _is_array_like(v)}
-            raise RunLogError(f"table {table!r}: columns have different lengths {detail}")
-        n = lengths.pop() if lengths else 1
-    else:
-        raise RunLogError(
-            f"table {table!r}: rows must be a dict of columns, a DataFrame or a "
-            f"pyarrow Table, got {type(rows).__name__}"
-        )
-    if "step" not in columns:
-        raise RunLogError(f"table {table!r}: rows need a 'step' column")
-    remembered = remembered if remembered is not None else {}
-    arrays: dict[str, pa.Array] = {}
-    for name, value in columns.items():
-        target = column_type(table, name) or remembered.get(name)
-        arr = _to_array(table, name, value, n, target)
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
-        if target is None and not pa.types.is_null(arr.type):
-            remembered[name] = arr.type
-        arrays[name] = arr
-    schema = table_schema(table, max_depth)
-    ordered = {}
-    for field in schema:
-        ordered[field.name] = arrays.pop(field.name) if field.name in arrays else pa.nulls(n, type=field.type)
-    for name in sorted(arrays):
-        ordered[name] = arrays[name]
-    return pa.table(ordered)
-
-
-def new_session(run_dir: Path) -> str:
-    """A session id that sorts after every earlier one of this run (time in ns, bumped past every
-    segment name on disk or in a generation record, so no name is ever reused)."""
-    session = time.time_ns()
-    existing = 0
-    for table in paths.list_table_dirs(run_dir):
-        names = [seg.name for seg in paths.list_segments(run_dir / table)]
-        for name in names + sorted(generations.recorded_names(run_dir / table)):
-            match = paths.SEGMENT_RE.match(name)
-            if match and match["session"].isdigit():
-                existing = max(existing, int(match["session"]))
-    return f"{max(session, existing + 1):020d}"
+from aah_viz.runlog.summaries import UpdateSummarizer, margin_summary
+from aah_viz.schema import (
+    ALL_TABLES,
+    MANIFEST,
+    MANIFEST_FLAG,
+    STATUS_FAILED,
+    STATUS_FINISHED,
+    STATUS_IMPORTED,
+    STATUS_RUNNING,
+)
 
 
 def _clean_leftovers(run_dir: Path) -> None:
@@ -202,7 +64,7 @@ class RunWriter:
         self.path = Path(run_dir)
         self.manifest = manifest
         self._lock = _lock
-        self.session = new_session(self.path)
+        self.session = generations.new_session(self.path)
         self._seq = 0
         self._buffers: dict[str, list[pa.Table]] = {}
         self._buffered_rows: dict[str, int] = {}
@@ -227,6 +89,7 @@ class RunWriter:
             raise RunLogError("RunWriter.create needs a manifest from aah_viz.runlog.make_manifest(...)")
         if run_dir.exists() and not run_dir.is_dir():
             raise RunLogError(f"{run_dir} exists and is not a folder; choose another --out")
+        _refuse_a_folder_of_runs(run_dir)
         lock = WriterLock.acquire(run_dir, "writing a new run")
         try:
             has_segments = any(paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir))
@@ -239,6 +102,7 @@ class RunWriter:
                 _remove_run_contents(run_dir)
             _clean_leftovers(run_dir)
             manifest = dict(manifest)
+            manifest.setdefault("run_uid", secrets.token_hex(8))  # tells this run from any other (checkpoints)
             manifest["status"] = STATUS_RUNNING
             manifest.setdefault("last_step", None)
             manifest.setdefault(MANIFEST_FLAG, True)  # a new run gets per-update summaries from its first step
@@ -254,9 +118,12 @@ class RunWriter:
 
         Affected segments are rewritten atomically; leftover temporary files are deleted; a
         segment that cannot be read is set aside as ``_<name>.corrupt`` (kept, never read).
-        ``keep_through_step=None`` keeps every row. Records a ``resume`` event.
+        ``keep_through_step=None`` keeps every row, ``-1`` none (the run starts again from step 0).
+        Records a ``resume`` event.
         """
         run_dir = Path(run_dir)
+        if keep_through_step is not None and (isinstance(keep_through_step, bool) or keep_through_step < -1):
+            raise RunLogError(f"keep_through_step must be a step >= -1 (-1 keeps no row), got {keep_through_step!r}")
         manifest = read_manifest(run_dir)
         check_version(manifest, run_dir)
         lock = WriterLock.acquire(run_dir, "resuming the run")
@@ -309,6 +176,7 @@ class RunWriter:
         if writer._summarizer is not None:
             writer._summarizer.prime(run_dir)
         step = keep_through_step if keep_through_step is not None else (max_kept if max_kept is not None else 0)
+        step = max(step, 0)  # keep_through_step -1 (a restart from no checkpoint): the event opens step 0
         writer.event(step, "resume", keep_through_step=keep_through_step, dropped_rows=dropped, set_aside=set_aside)
         writer.flush()
         return writer
@@ -421,8 +289,6 @@ class RunWriter:
         try:
             self.flush()
             if status == STATUS_FINISHED and self.compact_on_close is not None:
-                from aah_viz.runlog.compact import compact_locked
-
                 compact_locked(self.path, min_segments=self.compact_on_close + 1, durable=self.durable)
         finally:
             try:
@@ -456,6 +322,20 @@ class RunWriter:
 
 
 _CONSTRUCT = object()
+
+
+def _refuse_a_folder_of_runs(run_dir: Path) -> None:
+    """A run written into a folder that holds runs would hide them: every tool stops at a run's folder."""
+    if not run_dir.is_dir() or (run_dir / MANIFEST).exists():
+        return
+    inside = paths.runs_below(run_dir)
+    if inside:
+        names = ", ".join(p.relative_to(run_dir).as_posix() for p in inside[:5])
+        more = " and more" if len(inside) > 5 else ""
+        raise RunLogError(
+            f"{run_dir} holds runs ({names}{more}); a run written there would hide them from every tool: "
+            f"give the new run a folder of its own, e.g. --out {run_dir / 'NAME'}"
+        )
 
 
 def _remove_run_contents(run_dir: Path) -> None:

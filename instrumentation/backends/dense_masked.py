@@ -39,6 +39,17 @@ def assemble_heads(parts: list[torch.Tensor], buckets: list[list[int]], batch: i
     return stacked.index_select(1, inverse.to(stacked.device))
 
 
+def restrict(band: torch.Tensor, mask: torch.Tensor, heads: list[int], batch: int, n_heads: int) -> torch.Tensor:
+    """(B * |heads|, T, T) band AND ``mask`` (broadcastable to (B, H, T, T)) for one bucket of heads; a row
+    left empty allows every key (finite softmax for padding queries)."""
+    m = mask.expand(batch, n_heads if mask.shape[1] != 1 else 1, *mask.shape[2:])
+    if m.shape[1] != 1:
+        m = m.index_select(1, torch.as_tensor(heads, device=m.device))
+    m = m.expand(batch, len(heads), *m.shape[2:]).reshape(batch * len(heads), *m.shape[2:])
+    allowed = band & m
+    return allowed | ~allowed.any(dim=-1, keepdim=True)
+
+
 def dense_masked_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -50,11 +61,15 @@ def dense_masked_attention(
     need_stats: bool = False,
     scale: float | None = None,
     need_probs: bool = False,
+    mask: torch.Tensor | None = None,
 ) -> AttentionResult:
     """Band-masked attention over the full score matrix, heads bucketed by window.
 
     ``need_probs`` also returns the (B, H, T, T) attention probabilities (before dropout), the
-    attention maps of ``AAHTransformer(..., return_attentions=True)``.
+    attention maps of ``AAHTransformer(..., return_attentions=True)``. ``mask`` (boolean, broadcastable
+    to (B, H, T, T), True where a query may see a key: a padding mask) further restricts every head's
+    band; a query row it leaves without any key attends to all keys instead of producing NaN (its
+    output is a padding position's, which no other position reads).
     """
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
@@ -64,9 +79,11 @@ def dense_masked_attention(
     parts, prob_parts = [], []
     for window, heads in buckets:
         qb, kb, vb = (fold_heads(x, heads) for x in (q, k, v))
-        mask = MASK_CACHE.get(seq_len, window, q.device)
+        allowed = MASK_CACHE.get(seq_len, window, q.device)
+        if mask is not None:
+            allowed = restrict(allowed, mask, heads, batch, n_heads)
         scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if need_probs:
             prob_parts.append(probs)

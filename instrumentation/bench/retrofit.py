@@ -12,7 +12,11 @@ model runs regime ``full_adaptive`` with the banded backend.
 - ``live_routing_vs_unpatched``: routing live in training mode (a control update every
   ``control_interval`` steps, as in adaptation), the windows it chose are reported;
 - ``full_attention_patch_vs_unpatched``: the patch in regime ``full_attention`` (what the patch
-  itself costs when every head attends fully).
+  itself costs when every head attends fully);
+- ``soft_mixture_step_vs_unpatched``: the step ``aah-viz retrofit`` trains with by default: routing
+  live in training mode, ``controller_training="soft_mixture"`` (every layer runs all K candidate
+  windows and mixes them), gradients for the AAH parameters only (``--train aah``), against the
+  unpatched model's forward + backward with gradients for all its parameters.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from instrumentation.bench.attention import paper_mix
 from instrumentation.config import windows_for
 
 
-def _execute_windows(handle, per_head: list[int]) -> None:
+def execute_windows(handle, per_head: list[int]) -> None:
     """Make every AAH layer of ``handle`` execute ``per_head`` windows (frozen evaluation keeps them)."""
     cands = list(handle.cfg.windows)
     idx = torch.tensor([cands.index(w) for w in per_head], dtype=torch.long)
@@ -78,17 +82,26 @@ def bench_retrofit(
     windows = tuple(int(w) for w in windows)
     if seq_len < 2 or max(windows) > seq_len:
         raise ConfigError(f"bench retrofit: windows must lie in 1..{seq_len} and --seq-len be >= 2")
-    variants = ("unpatched", "paper_mix", "live_routing", "full_attention_patch")
+    variants = ("unpatched", "paper_mix", "live_routing", "full_attention_patch", "soft_mixture_step")
+    live = ("live_routing", "soft_mixture_step")
     models = {name: _qwen3(seed, n_layer, n_head, n_kv, head_dim, vocab, seq_len).to(device) for name in variants}
     handles = {
         "paper_mix": patch_model(models["paper_mix"], "full_adaptive", windows, attention_backend=backend),
         "live_routing": patch_model(models["live_routing"], "full_adaptive", windows, attention_backend=backend),
         "full_attention_patch": patch_model(models["full_attention_patch"], "full_attention", windows),
+        "soft_mixture_step": patch_model(
+            models["soft_mixture_step"],
+            "full_adaptive",
+            windows,
+            attention_backend=backend,
+            controller_training="soft_mixture",
+        ),
     }
+    handles["soft_mixture_step"].train_parameters("aah")  # aah-viz retrofit's default --train
     mix = paper_mix(seq_len, n_head)
-    _execute_windows(handles["paper_mix"], mix)
+    execute_windows(handles["paper_mix"], mix)
     for name, model in models.items():
-        model.train(name == "live_routing")  # eval forwards keep the frozen mix; dropout is 0 in all of them
+        model.train(name in live)  # eval forwards keep the frozen mix; dropout is 0 in all of them
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(vocab, (batch, seq_len + 1), generator=gen).to(device)
     x, y = ids[:, :-1], ids[:, 1:]
@@ -97,7 +110,7 @@ def bench_retrofit(
     def step(name):
         def run():
             model = models[name]
-            if name == "live_routing":
+            if name in live:
                 handles[name].prepare_step(steps[name])
             steps[name] += 1
             logits = model(input_ids=x, use_cache=False).logits
@@ -116,6 +129,9 @@ def bench_retrofit(
     seen = []
     with handles["live_routing"].subscribe(lambda ev: seen.append((ev.backend, ev.realised_work))):
         step("live_routing")()
+    mixed = []
+    with handles["soft_mixture_step"].subscribe(lambda ev: mixed.append(ev.backend)):
+        step("soft_mixture_step")()
     executed = handles["live_routing"].current_windows().tolist()
     flat = [w for row in executed for w in row]
     works = [float(w) for _, w in seen if w is not None]
@@ -140,5 +156,6 @@ def bench_retrofit(
     doc["live_routing_window_share"] = {str(w): flat.count(w) / len(flat) for w in windows}
     doc["live_routing_causal_coverage"] = causal_coverage(flat, seq_len)
     doc["backends_seen"] = sorted({b for b, _ in seen if b})
+    doc["soft_mixture_backends_seen"] = sorted({b for b in mixed if b})
     doc["realised_work_mean"] = sum(works) / len(works) if works else None
     return doc

@@ -2,10 +2,12 @@
 
 ``patch_model(model, regime, windows, **overrides)`` patches every self-attention in place and
 returns a ``RetrofitHandle`` (also ``model.aah_routing``); ``save_adapter`` / ``load_adapter``
-store and restore the AAH parameters and routing state.
+store and restore the AAH parameters and routing state; ``WindowedKVCache`` is the key/value cache
+bounded per head by the windows, for ``generate``.
 """
 
 from instrumentation.retrofit.adapter import load_adapter, read_adapter, save_adapter
+from instrumentation.retrofit.kv_cache import WindowedKVCache, cache_bytes
 from instrumentation.retrofit.patch import (
     PAPER_WINDOWS,
     TRAIN_CHOICES,
@@ -21,7 +23,9 @@ __all__ = [
     "PAPER_WINDOWS",
     "TRAIN_CHOICES",
     "RetrofitHandle",
+    "WindowedKVCache",
     "attention_modules",
+    "cache_bytes",
     "load_adapter",
     "patch_model",
     "patch_with_config",

@@ -1,18 +1,18 @@
 """``aah-viz retrofit``: adapt a patched pretrained model on a text with the recorder attached.
 
-The loop is ``aah-viz train``'s (``instrumentation.train``): the same learning-rate schedule,
-deterministic batch order, evaluation, checkpoint cadence, resume and ``torchrun`` data parallelism
-with routing inputs averaged over ranks. What differs: the model is a Hugging Face model folder
-patched by ``patch_model``; only the chosen parameters train (``--train aah``: the AAH parameters,
-as the reference's adaptation; ``aah+head``; ``all``); checkpoints are adapters (safetensors) plus
-the optimizer state beside them (loaded with ``weights_only=True``). The AAH controller receives a
-gradient only through a differentiable routing mode: ``controller_training`` defaults to
+The loop is ``aah-viz train``'s (``instrumentation.training.loop``): the same learning-rate schedule,
+deterministic batch order, evaluation, checkpoint cadence, stop on SIGTERM, refusal of a non-finite
+loss and ``torchrun`` data parallelism with routing inputs averaged over ranks. What differs: the
+model is a Hugging Face model folder patched by ``patch_model``; only the chosen parameters train
+(``--train aah``: the AAH parameters, as the reference's adaptation; ``aah+head``; ``all``), with a
+gradient-norm clip; checkpoints are adapters (safetensors) plus the optimizer state beside them
+(loaded with ``weights_only=True``; names in ``aah_viz.runlog.paths``). The AAH controller receives
+a gradient only through a differentiable routing mode: ``controller_training`` defaults to
 ``soft_mixture`` here (the reference adaptation's soft routing over all candidate windows).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,23 +20,23 @@ from pathlib import Path
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.runlog.paths import (
+    ADAPTER_DIR,
+    adapter_optimizer_path,
+    adapter_path,
+    atomic_path,
+    list_adapters,
+    prune_adapters,
+)
 from instrumentation import data as data_mod
-from instrumentation.evaluation import ADAPTER_DIR, adapter_path, list_adapters
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
 from instrumentation.retrofit.diagnostics import write_diagnostics_csv
-from instrumentation.retrofit.load import load_causal_lm, text_tokens
+from instrumentation.retrofit.load import load_causal_lm, recorded_model_path, text_tokens
 from instrumentation.retrofit.patch import PAPER_WINDOWS, patch_model
-from instrumentation.train import (
-    _progress,
-    _set_lr,
-    average_gradients,
-    default_lr_warmup,
-    init_distributed,
-    lr_multiplier,
-    ranks_agree,
-    routing_sync,
-)
+from instrumentation.training.distributed import Dist, broadcast, process_group
+from instrumentation.training.loop import Loop, Recording, run_loop
+from instrumentation.training.schedule import default_lr_warmup
 
 
 @dataclass
@@ -70,24 +70,15 @@ class RetrofitConfig:
     diagnostics_csv: str | None = None  # the reference's per-(layer, head) windows of the last forward
 
 
-def _optimizer_path(run_dir: Path, step: int) -> Path:
-    return adapter_path(run_dir, step).with_suffix(".optimizer.pt")
-
-
 def _save(run_dir: Path, step: int, handle, optimizer, base_names: list[str], keep: int) -> Path:
     from instrumentation.checkpoint import rng_state
 
     path = adapter_path(run_dir, step)
-    opt = _optimizer_path(run_dir, step)
-    tmp = opt.with_name(f".{opt.name}.tmp-{os.getpid()}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": int(step)}, tmp)
-    os.replace(tmp, opt)
+    with atomic_path(adapter_optimizer_path(run_dir, step)) as tmp:
+        torch.save({"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": int(step)}, tmp)
     save_adapter(handle, path, base_parameters=base_names, step=int(step))  # last: it marks the step complete
-    if keep > 0:
-        for _, old in list_adapters(run_dir)[:-keep]:
-            old.unlink(missing_ok=True)
-            _optimizer_path(run_dir, int(old.name[5:13])).unlink(missing_ok=True)
+    prune_adapters(run_dir, keep)
     return path
 
 
@@ -98,41 +89,23 @@ def _base_names(model, handle, params) -> list[str]:
     return [n for n, p in model.named_parameters() if id(p) in wanted]
 
 
-@torch.no_grad()
-def _validation_loss(model, handle, splits, n_batches: int, batch_size: int, device) -> float | None:
-    from instrumentation.inference import model_logits
-
-    was = model.training
-    model.eval()
-    routing_sync.paused = True
-    losses = []
-    try:
-        for x, y in data_mod.validation_batches(splits, n_batches, batch_size, device=device):
-            logits = model_logits(model, x)
-            losses.append(
-                float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1)))
-            )
-    finally:
-        routing_sync.paused = False
-        model.train(was)
-    return sum(losses) / len(losses) if losses else None
-
-
 def adapt(rc: RetrofitConfig) -> dict:
     """Adapt, record and checkpoint one retrofit run; returns a small summary."""
-    from instrumentation.inference import model_logits
-
     if rc.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {rc.steps}")
     if rc.threads:
         torch.set_num_threads(int(rc.threads))
-    dist = init_distributed(rc.device)
-    device = rc.device
-    if device.startswith("cuda") and dist.active:
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', dist.rank))}"
-        torch.cuda.set_device(device)
-    out = Path(rc.out)
     t0 = time.perf_counter()
+    with process_group(rc.device) as (dist, device):
+        summary = _adapt(rc, dist, device)
+    return dict(summary, seconds=round(time.perf_counter() - t0, 3))
+
+
+def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
+    from instrumentation.checkpoint import set_rng_state
+    from instrumentation.inference import model_logits
+
+    out = Path(rc.out)
     model = load_causal_lm(rc.model_dir, device)
     keep_through, first_step, resume_state = None, 0, None
     torch.manual_seed(rc.seed)  # the AAH parameters start identical on every rank
@@ -143,7 +116,7 @@ def adapt(rc: RetrofitConfig) -> dict:
         if found:
             step, path = found[-1]
             handle = load_adapter(model, path)
-            resume_state = torch.load(_optimizer_path(out, step), map_location=device, weights_only=True)
+            resume_state = torch.load(adapter_optimizer_path(out, step), map_location=device, weights_only=True)
             keep_through, first_step = step, step + 1
         else:
             keep_through = -1
@@ -156,13 +129,9 @@ def adapt(rc: RetrofitConfig) -> dict:
         raise ConfigError(f"--train {rc.train}: nothing to train in regime {cfg.regime}; use --train all")
     base_names = _base_names(model, handle, params)
     if dist.active:
-        with torch.no_grad():
-            for p in params:
-                torch.distributed.broadcast(p.data, src=0)
+        broadcast(params)
     optimizer = torch.optim.AdamW(params, lr=rc.lr, weight_decay=rc.weight_decay)
     if resume_state is not None:
-        from instrumentation.checkpoint import set_rng_state
-
         optimizer.load_state_dict(resume_state["optimizer"])
         set_rng_state(resume_state["rng"])
     T = int(rc.seq_len or cfg.block_size)
@@ -171,10 +140,43 @@ def adapt(rc: RetrofitConfig) -> dict:
     lr_warmup = rc.lr_warmup_steps if rc.lr_warmup_steps is not None else default_lr_warmup(rc.steps)
     args = {k: v for k, v in asdict(rc).items() if k not in ("progress", "out")}
     args.update(world_size=dist.world_size, seq_len=T, lr_warmup_steps=lr_warmup, windows=list(rc.windows))
-    recorder = RoutingRecorder(
-        handle,
-        out,
-        rc.detail,
+
+    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = model_logits(model, x)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+
+    def save(step: int, rec: RoutingRecorder) -> None:
+        _save(out, step, handle, optimizer, base_names, rc.keep_checkpoints)
+
+    loop = Loop(
+        module=model,
+        routed=handle,
+        loss=loss,
+        optimizer=optimizer,
+        params=params,
+        splits=splits,
+        batch_size=rc.batch_size,
+        seed=rc.seed,
+        dist=dist,
+        device=device,
+        steps=rc.steps,
+        first_step=first_step,
+        lr=rc.lr,
+        lr_warmup=lr_warmup,
+        eval_interval=rc.eval_interval,
+        eval_batches=rc.eval_batches,
+        checkpoint_interval=rc.checkpoint_interval,
+        keep_checkpoints=rc.keep_checkpoints,
+        checkpoint_path=lambda step: adapter_path(out, step),
+        save_checkpoint=save,
+        resume_hint="the same aah-viz retrofit command with --resume",
+        progress=rc.progress,
+        progress_desc=f"retrofit {cfg.regime}",
+        grad_clip=rc.grad_clip,
+    )
+    recording = Recording(
+        run_dir=out,
+        detail=rc.detail,
         flush_every=rc.flush_every,
         resume_from_step=keep_through if rc.resume else None,
         seed=rc.seed,
@@ -182,66 +184,23 @@ def adapt(rc: RetrofitConfig) -> dict:
         steps=rc.steps,
         data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train},
         overwrite=rc.overwrite,
-        rank=dist.rank,
-        manifest_extra={"retrofit": args, "base_model": str(Path(rc.model_dir).resolve())},
+        manifest_extra={
+            "retrofit": args,
+            "base_model": recorded_model_path(rc.model_dir, out),  # relative to the run where possible
+            "base_model_as_given": str(rc.model_dir),
+        },
         backend={"requested": cfg.attention_backend},
     )
-    sync = routing_sync(handle, dist.world_size)
-    last_loss, last_val, divergent = None, None, []
-    with sync, recorder as rec:
-        bar = _progress(rc.steps, first_step, rc.progress and dist.rank == 0, f"retrofit {cfg.regime}")
-        try:
-            for step in range(first_step, rc.steps):
-                lr = rc.lr * lr_multiplier(step, lr_warmup, rc.steps)
-                _set_lr(optimizer, lr)
-                model.train()
-                handle.prepare_step(step)
-                x, y = data_mod.training_batch(
-                    splits, step, rc.batch_size, seed=rc.seed, rank=dist.rank, world_size=dist.world_size, device=device
-                )
-                optimizer.zero_grad(set_to_none=True)
-                logits = model_logits(model, x)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-                loss.backward()
-                if dist.active:
-                    average_gradients(params, dist.world_size)
-                if rc.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(params, rc.grad_clip)
-                optimizer.step()
-                rec.step(step, loss=loss, lr=lr, tokens=rc.batch_size * T * dist.world_size)
-                if dist.active and not ranks_agree(handle, device):
-                    divergent.append(step)
-                    rec.event(step, "rank_divergence", routing_sync="mean")
-                last = step == rc.steps - 1
-                if dist.rank == 0 and ((step + 1) % rc.eval_interval == 0 or last):
-                    last_val = _validation_loss(model, handle, splits, rc.eval_batches, rc.batch_size, device)
-                    if last_val is not None:
-                        rec.eval(step, val_loss=last_val, n_batches=rc.eval_batches)
-                due = rc.checkpoint_interval > 0 and (step + 1) % rc.checkpoint_interval == 0
-                if rc.keep_checkpoints != 0 and (due or last) and dist.rank == 0:
-                    rec.checkpoint(step, adapter_path(out, step))
-                    _save(out, step, handle, optimizer, base_names, rc.keep_checkpoints)
-                bar.update(1)
-                if step % 10 == 0 or last:
-                    last_loss = float(loss.detach())
-                    bar.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
-        finally:
-            bar.close()
-        if dist.active:
-            rec.update_manifest(distributed={"world_size": dist.world_size, "divergent_steps": divergent[:100]})
+    done = run_loop(loop, recording)
     if rc.diagnostics_csv and dist.rank == 0:
         write_diagnostics_csv(handle, rc.diagnostics_csv)
-    if dist.initialised_here:
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
     return {
         "run_dir": str(out),
         "first_step": first_step,
         "last_step": rc.steps - 1,
-        "final_loss": last_loss,
-        "final_val_loss": last_val,
+        "final_loss": done.last_loss,
+        "final_val_loss": done.last_val,
         "adapters": str(out / ADAPTER_DIR),
-        "seconds": round(time.perf_counter() - t0, 3),
     }
 
 

@@ -9,7 +9,6 @@ Loading parses JSON and reads tensors; nothing is unpickled.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 from torch import nn
 
 from aah_viz.errors import ConfigError
+from aah_viz.runlog.paths import atomic_path
 from instrumentation.config import AAHConfig
 from instrumentation.retrofit.patch import RetrofitHandle, patch_with_config, routing_handle
 
@@ -66,9 +66,8 @@ def save_adapter(
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
     return path
 
 

@@ -7,18 +7,49 @@ downloaded. Text is tokenised with the folder's own tokenizer when it has one, e
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from aah_viz.errors import ConfigError, InputFormatError
+from aah_viz.errors import ConfigError, InputFormatError, RunLogError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def is_model_dir(path: str | Path) -> bool:
     return (Path(path) / "config.json").is_file()
+
+
+def recorded_model_path(model_dir: str | Path, run_dir: str | Path) -> str:
+    """How a run records its base model folder: relative to the run folder where a relative path exists
+    (the two then move together), else absolute."""
+    target = Path(model_dir).resolve()
+    try:
+        return os.path.relpath(target, Path(run_dir).resolve())
+    except ValueError:  # another drive (Windows)
+        return str(target)
+
+
+def run_base_model(run_dir: str | Path, manifest: dict, override: str | Path | None = None) -> Path:
+    """The base model folder of a retrofit run: ``override`` (``--model``) if given, else the manifest's
+    ``base_model`` (relative to the run folder, or absolute as older runs record it)."""
+    if override is not None:
+        if not is_model_dir(override):
+            raise ConfigError(f"--model {override} is not a Hugging Face model folder (no config.json)")
+        return Path(override)
+    recorded = manifest.get("base_model")
+    if not recorded:
+        raise RunLogError(f"{run_dir}: its manifest names no base_model; it was not written by aah-viz retrofit")
+    path = Path(run_dir) / recorded  # an absolute record stays as it is
+    if is_model_dir(path):
+        return path
+    given = manifest.get("base_model_as_given") or recorded
+    raise ConfigError(
+        f"{run_dir}: the base model it was adapted from ({given}) is not at {path} any more; "
+        "give --model DIR to point at the base model folder"
+    )
 
 
 def load_causal_lm(model_dir: str | Path, device: str = "cpu", dtype: str | None = None) -> torch.nn.Module:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ from aah_viz.errors import ConfigError
 from instrumentation.attention import AAHAttention, CausalSelfAttention
 from instrumentation.config import AAHConfig
 from instrumentation.model import layer_window
+from instrumentation.retrofit.decode import windowed_attention
+from instrumentation.retrofit.masks import allowed_keys
 from instrumentation.routed_layers import RoutedLayers
 
 PAPER_WINDOWS = (512, 1024, 2048, 4096)
@@ -57,14 +60,18 @@ def retrofit_config(
 ) -> AAHConfig:
     """The ``AAHConfig`` of a patched model: its shape, the regime, then ``overrides`` (any config key).
 
-    ``block_size`` defaults to the largest window (the paper's setting: T = 4096 = max window);
-    there is no warm-up (the pretrained model's routing starts at its first forward, as in the
-    reference patch); execution defaults to the ``banded`` backend.
+    Windows beyond the model's positions or its own sliding window are clamped to that limit, with a
+    warning (``fit_windows``). ``block_size`` defaults to the largest window (the paper's setting:
+    T = 4096 = max window); there is no warm-up (the pretrained model's routing starts at its first
+    forward, as in the reference patch); execution defaults to the ``banded`` backend.
     """
     mods = attention_modules(model)
     hf = model.config
     n_q, _, head_dim = _heads(mods[0], hf)
-    windows = tuple(int(w) for w in windows)
+    windows = fit_windows(tuple(int(w) for w in windows), hf)
+    limit = window_limit(hf)
+    if limit is not None and int(overrides.get("block_size", 0) or 0) > limit[0]:
+        raise ConfigError(f"block_size {overrides['block_size']} exceeds {limit[1]}")
     shape = dict(
         vocab_size=int(hf.vocab_size),
         n_layer=len(mods),
@@ -72,6 +79,7 @@ def retrofit_config(
         n_embd=n_q * head_dim,
         n_ff=int(getattr(hf, "intermediate_size", 0) or 4 * hf.hidden_size),
         dropout=float(getattr(hf, "attention_dropout", 0.0) or 0.0),
+        bias=bool(getattr(hf, "mlp_bias", False)),  # the model's MLP linears (Llama's mlp_bias; none elsewhere)
         windows=windows,
         block_size=max(windows),
         warmup_steps=0,
@@ -79,6 +87,33 @@ def retrofit_config(
     )
     name = str(getattr(hf, "_name_or_path", "") or getattr(hf, "model_type", "hf")) or "hf"
     return AAHConfig.from_shape(shape, name, regime, **overrides)
+
+
+def window_limit(hf_config) -> tuple[int, str] | None:
+    """The longest window the model can execute as trained, and why: its positions
+    (``max_position_embeddings``) or its own sliding window (Mistral; Qwen2 with sliding layers),
+    which stays in the mask the model builds."""
+    limits = []
+    positions = getattr(hf_config, "max_position_embeddings", None)
+    if positions:
+        limits.append((int(positions), f"the model's {int(positions)} positions (max_position_embeddings)"))
+    sliding = getattr(hf_config, "sliding_window", None)
+    layer_types = getattr(hf_config, "layer_types", None)
+    if sliding and (layer_types is None or "sliding_attention" in layer_types):
+        limits.append((int(sliding), f"the model's own sliding window of {int(sliding)} tokens"))
+    return min(limits) if limits else None
+
+
+def fit_windows(windows: tuple[int, ...], hf_config) -> tuple[int, ...]:
+    """``windows`` with those beyond the model's limit (``window_limit``) clamped to it, with a warning."""
+    limit = window_limit(hf_config)
+    if limit is None or max(windows) <= limit[0]:
+        return windows
+    over = [w for w in windows if w > limit[0]]
+    warnings.warn(
+        f"windows {', '.join(map(str, over))} exceed {limit[1]}: clamped to {limit[0]}", UserWarning, stacklevel=3
+    )
+    return tuple(sorted({min(w, limit[0]) for w in windows}))
 
 
 def _rotary(module: nn.Module):
@@ -113,19 +148,17 @@ def _attentions_requested(kwargs) -> bool:
 
 
 def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, **kwargs):
-    """The replacement forward: the model's projections, norms and rotary; the project's attention.
+    """The replacement forward: the model's projections, norms, rotary and mask; the project's attention.
 
-    A cache that already holds tokens (cached generation after the prompt) runs the model's own
-    forward, as the reference patch does; the prompt itself is routed and fills the cache.
+    A forward on an empty cache (or none) routes and executes its windows together with the model's
+    attention mask (padding), then stores its keys and values; a forward whose cache already holds
+    tokens (the decode steps of ``generate``) attends over the cached keys, each head within the window
+    the prompt's forward executed (``decode.windowed_attention``), and does not route.
     """
     spec = self._aah_spec
-    cache = _cache_of(kwargs)
-    if cache is not None and cache.get_seq_length(self.layer_idx) > 0:
-        return spec.original(
-            hidden_states, position_embeddings=position_embeddings, attention_mask=attention_mask, **kwargs
-        )
     if position_embeddings is None:
         raise ConfigError(f"{type(self).__name__}: patched attention needs the model's position_embeddings (cos, sin)")
+    cache = _cache_of(kwargs)
     B, T, _ = hidden_states.shape
     shape = (B, T, -1, spec.head_dim)
     q = self.q_proj(hidden_states).view(shape)
@@ -136,15 +169,54 @@ def _patched_forward(self, hidden_states: torch.Tensor, position_embeddings=None
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     cos, sin = position_embeddings
     q, k = spec.rotary(q, k, cos, sin)
-    if cache is not None:
-        k, v = cache.update(k, v, self.layer_idx)
-    if spec.groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
-        k = k.repeat_interleave(spec.groups, dim=1)
-        v = v.repeat_interleave(spec.groups, dim=1)
-    want_probs = _attentions_requested(kwargs)
-    y, probs = self.aah.attend(q, k, v, need_probs=want_probs, scale=spec.scaling)
+    past = 0 if cache is None else cache.get_seq_length(self.layer_idx)
+    if past > 0:
+        y = _decode(self, q, k, v, cache, attention_mask)
+        probs = None
+    else:
+        mask = allowed_keys(attention_mask, T)
+        want_probs = _attentions_requested(kwargs)
+        y, probs = self.aah.attend(
+            q,
+            _per_query_head(k, spec.groups),
+            _per_query_head(v, spec.groups),
+            need_probs=want_probs,
+            scale=spec.scaling,
+            mask=mask,
+        )
+        if cache is not None:
+            _store(self, cache, k, v)
     y = y.transpose(1, 2).reshape(B, T, -1)
     return self.o_proj(y), probs
+
+
+def _per_query_head(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Grouped-query attention: each key/value head serves ``groups`` query heads (the model's ``repeat_kv``)."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _store(module, cache, k, v) -> None:
+    """The prompt's keys and values into ``cache``: per head as far as its window reaches (``WindowedKVCache``),
+    else whole (``Cache.update``)."""
+    from instrumentation.retrofit.kv_cache import WindowedKVCache, kv_reach
+
+    if isinstance(cache, WindowedKVCache):
+        cache.fill(module.layer_idx, k, v, kv_reach(module.aah.band_windows(), k.shape[1]))
+    else:
+        cache.update(k, v, module.layer_idx)
+
+
+def _decode(module, q, k, v, cache, attention_mask) -> torch.Tensor:
+    """New queries over the cached keys, each head within the window the prompt's forward executed."""
+    from instrumentation.retrofit.kv_cache import WindowedKVCache
+
+    if isinstance(cache, WindowedKVCache):
+        kv = cache.extend(module.layer_idx, k, v)
+    else:
+        keys, values = cache.update(k, v, module.layer_idx)
+        kv = [(list(range(keys.shape[1])), keys, values)]
+    allowed = allowed_keys(attention_mask, q.shape[2])
+    return windowed_attention(q, kv, module.aah.band_windows(), scale=module._aah_spec.scaling, allowed=allowed)
 
 
 class _Spec:
@@ -220,12 +292,18 @@ class RetrofitHandle(RoutedLayers):
         self.patched = False
 
     def diagnostics_rows(self) -> list[dict[str, Any]]:
-        """One row per (layer, head) of the last forward: executed window index and size, layer ACR."""
+        """The reference's heatmap rows of the last forward, one per (layer, head): the executed window
+        index and size (``selected_*`` and ``final_*`` alike, as in the reference), the raw level-0
+        argmax before the parent clamp (``pre_clamp_window_idx``; the executed index where that forward
+        computed none), and the layer's ACR."""
         rows = []
         cands = list(self.cfg.windows)
         for li, layer in enumerate(self.attention_layers()):
             T = layer.last_seq_len or self.cfg.block_size
             wins = layer.executed_windows(T)
+            idx = [cands.index(w) if w in cands else -1 for w in wins]
+            decision = getattr(layer, "last_decision", None)
+            raw = idx if decision is None or decision.raw_head_idx is None else decision.raw_head_idx.tolist()
             acr = coverage.acr(wins, T)
             for h, w in enumerate(wins):
                 rows.append(
@@ -233,9 +311,11 @@ class RetrofitHandle(RoutedLayers):
                         regime=self.cfg.regime,
                         layer_id=li,
                         head_id=h,
-                        window_idx=cands.index(w) if w in cands else -1,
-                        window_size=int(w),
-                        seq_len=int(T),
+                        selected_window_idx=idx[h],
+                        selected_window_size=int(w),
+                        pre_clamp_window_idx=int(raw[h]),
+                        final_window_idx=idx[h],
+                        final_window_size=int(w),
                         ACR=acr,
                     )
                 )

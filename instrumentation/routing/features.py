@@ -122,6 +122,27 @@ def pooled_group_features(
         return torch.stack(rows)
 
 
+ZSCORE_STD_FLOOR = 1e-6  # a feature that (almost) does not vary across the heads carries no direction
+
+
+def normalize_features(features: torch.Tensor, mode: str = "none") -> torch.Tensor:
+    """The head features the adaptive build clusters (``feature_normalization``, issue 26).
+
+    ``none`` (the paper): as they are. ``zscore``: each of the 9 features standardised across the
+    layer's heads (mean 0, population std 1; a feature with std below ``ZSCORE_STD_FLOOR`` becomes 0),
+    so cosine similarity compares how heads differ from the layer's typical head instead of the
+    shared, always positive magnitudes that make every pair of raw rows nearly parallel.
+    """
+    if mode == "none":
+        return features
+    if mode != "zscore":
+        raise ValueError(f"unknown feature_normalization {mode!r}; allowed: none, zscore")
+    x = features.detach().float()
+    std = x.std(dim=0, correction=0, keepdim=True)
+    centred = x - x.mean(dim=0, keepdim=True)
+    return torch.where(std >= ZSCORE_STD_FLOOR, centred / std.clamp_min(ZSCORE_STD_FLOOR), torch.zeros_like(x))
+
+
 def ema_update(ema: torch.Tensor | None, current: torch.Tensor, alpha: float) -> torch.Tensor:
     """Feature EMA of §4.3: alpha weights the old value; first use (or a shape change) copies."""
     current = current.detach().float()

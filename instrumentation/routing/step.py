@@ -20,7 +20,7 @@ from instrumentation.events import ClusterFacts, TreeLevel
 from instrumentation.routing.clustering import labels_from_groups
 from instrumentation.routing.controller import RoutingNetworks, make_networks, score_level, single_level_inputs
 from instrumentation.routing.decide import decide, networks_device
-from instrumentation.routing.features import ema_update, head_features, pooled_group_features
+from instrumentation.routing.features import ema_update, head_features, normalize_features, pooled_group_features
 from instrumentation.routing.hierarchy import (
     Hierarchy,
     build_hierarchy,
@@ -150,12 +150,15 @@ def _upper_kwargs(cfg) -> dict:
 def _adaptive_build(inp: RoutingInputs, state: RoutingState, cfg) -> tuple[Hierarchy, torch.Tensor, float, dict]:
     """Per-head features -> EMA -> full hierarchy with churn against the cached labels (§5.8).
 
-    Returns the hierarchy, the EMA features, the group change rate (0.0 on the first clustering,
-    as in the reference) and the state changes; a re-clustering drops the pooled-feature cache.
+    Returns the hierarchy, the features it clustered (the EMA, standardised across the heads under
+    ``feature_normalization="zscore"``), the group change rate (0.0 on the first clustering, as in
+    the reference) and the state changes; a re-clustering drops the pooled-feature cache. The EMA
+    itself always smooths the raw features.
     """
     ema = ema_update(state.ema, _head_features(inp, state, cfg), cfg.ema_alpha)
+    clustered = normalize_features(ema, cfg.feature_normalization)
     hier = build_hierarchy(
-        ema,
+        clustered,
         sim_threshold=cfg.sim_threshold,
         prev_labels=state.cached_labels,
         churn_penalty=cfg.churn_penalty,
@@ -166,7 +169,7 @@ def _adaptive_build(inp: RoutingInputs, state: RoutingState, cfg) -> tuple[Hiera
     if state.cached_labels is not None:
         new = labels_from_groups(hier.levels[0].groups, len(state.cached_labels))
         change = sum(a != b for a, b in zip(new, state.cached_labels)) / len(new)
-    return hier, ema, change, dict(ema=ema, pooled_cache=None, pooled_cache_step=None)
+    return hier, clustered, change, dict(ema=ema, pooled_cache=None, pooled_cache_step=None)
 
 
 def _level0_source(inp: RoutingInputs, state: RoutingState, cfg):

@@ -1,0 +1,93 @@
+"""``aah-viz frontier``: perplexity against compute for one pretrained model, every configuration on the same blocks."""
+
+from __future__ import annotations
+
+import json
+
+from aah_viz.cli.evaluate import windows_arg
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "frontier",
+        help="perplexity against compute (ACR) of a pretrained model: static windows, per-head profiled windows, "
+        "AAH zero-shot and adapted, all on the same held-out blocks",
+        description="Split --data by lines into an adaptation text and a held-out evaluation text (its last "
+        "--eval-share of characters), then evaluate on the same held-out blocks: the unpatched model, the "
+        "full-attention patch, a static sliding window at each candidate window, every head at the smallest "
+        "candidate window keeping 95% of its attention mass (profiled on the adaptation text), the AAH regimes "
+        "zero-shot, and, with --adapt-steps, after that many steps of aah-viz retrofit on the adaptation text "
+        "(each a retrofit run beside --out). Every configuration is an inference event of the run in --out: "
+        "perplexity with a bootstrap interval over blocks, ACR, causal coverage, realised work, and speed as a "
+        "paired ratio to the unpatched model. Run it again with the same settings to continue after an "
+        "interruption. aah-viz export --table frontier and the dashboard's Frontier view read it. "
+        "See docs/real-model.md.",
+    )
+    p.add_argument("model_dir", help="a local Hugging Face model folder (aah-viz import-gguf makes one from GGUF)")
+    p.add_argument("--data", required=True, help="plain-text (UTF-8) file: adaptation text, then held-out text")
+    p.add_argument("--out", required=True, help="run directory for the frontier (continued when it exists)")
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per block T (default: 512)")
+    p.add_argument("--windows", type=windows_arg, default=None, help="candidate windows (default: T/8, T/4, T/2, T)")
+    p.add_argument(
+        "--adapt-steps", type=int, default=0, help="retrofit steps per AAH regime; 0: no adapted rows (default: 0)"
+    )
+    p.add_argument(
+        "--regimes",
+        default="full_adaptive,grouping_off,fixed_random_grouping",
+        help="AAH regimes, comma-separated (default: full_adaptive,grouping_off,fixed_random_grouping)",
+    )
+    p.add_argument("--eval-blocks", type=int, default=32, help="held-out blocks every configuration sees (default: 32)")
+    p.add_argument(
+        "--eval-share", type=float, default=0.1, help="share of the text held out for evaluation (default: 0.1)"
+    )
+    p.add_argument(
+        "--profile-blocks", type=int, default=8, help="adaptation blocks the per-head profile reads (default: 8)"
+    )
+    p.add_argument("--timing-pairs", type=int, default=5, help="paired forwards per speed ratio (default: 5)")
+    p.add_argument("--adapt-lr", type=float, default=1e-4, help="peak learning rate of the adaptation (default: 1e-4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--overwrite", action="store_true", help="start the frontier in --out afresh")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the frontier table as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from aah_viz.torch_import import require_torch
+
+    require_torch()
+    from instrumentation import FrontierConfig, run_frontier
+
+    fc = FrontierConfig(
+        model_dir=args.model_dir,
+        data=args.data,
+        out=args.out,
+        seq_len=args.seq_len,
+        windows=args.windows,
+        adapt_steps=args.adapt_steps,
+        regimes=tuple(r.strip() for r in args.regimes.split(",") if r.strip()),
+        eval_blocks=args.eval_blocks,
+        eval_share=args.eval_share,
+        profile_blocks=args.profile_blocks,
+        timing_pairs=args.timing_pairs,
+        adapt_lr=args.adapt_lr,
+        seed=args.seed,
+        threads=args.threads,
+        device=args.device,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    result = run_frontier(fc)
+    table = result["table"]
+    if args.json:
+        print(json.dumps(json.loads(table.to_json(orient="records")), indent=2))
+        return 0
+    shown = table[["configuration", "ppl", "ppl_lo", "ppl_hi", "acr", "acr_causal", "speed_vs_unpatched", "pareto"]]
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(
+        f"frontier written to {result['run_dir']} ({result['configurations']} configurations); "
+        f"aah-viz export {result['run_dir']} --table frontier --format md"
+    )
+    return 0

@@ -1,0 +1,61 @@
+"""Do head groups mean anything? The section that shows a run's ``head_similarity`` table: which
+similarities give real, stable groups in which layers, and whether they agree with span and probe."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis import head_similarity as hs
+from aah_viz.dashboard import cache
+from aah_viz.dashboard.common import chart
+from aah_viz.figures import head_similarity as hfig
+
+TITLE = "Do head groups mean anything?"
+ANCHOR = "do-head-groups-mean-anything"  # Streamlit's anchor of the section's subheader (the banner links to it)
+SUMMARY_COLUMNS = {
+    "similarity": "similarity",
+    "layers": "layers",
+    "real": "real",
+    "stable": "stable",
+    "real_and_stable": "real and stable",
+    "agrees_with_span": "agrees with span",
+    "agrees_with_probe": "agrees with probe",
+}
+
+
+@st.cache_data(show_spinner=False)
+def table(root: str, key: str, token: int) -> pd.DataFrame:
+    run = cache.open_run(root, key)
+    return run.table("head_similarity") if "head_similarity" in run.tables() else pd.DataFrame()
+
+
+def section(root: str, key: str, token: int) -> None:
+    """The grid of verdicts, the agreement with span and probe, and the per-similarity counts."""
+    st.subheader(TITLE, anchor=ANCHOR)
+    t = table(root, key, token)
+    if t.empty:
+        st.info(
+            "No head_similarity table in this run. `aah-viz head-similarity RUN` groups the heads by five "
+            "similarities (the method's features, standardised features, attention by distance, span, probe "
+            "scores) and judges every grouping (docs/head-groups.md)."
+        )
+        return
+    procedure = st.radio(
+        "grouping procedure",
+        hs.PROCEDURES,
+        horizontal=True,
+        key="hsim_procedure",
+        format_func=lambda p: "the method's (threshold)" if p == "method" else "complete linkage (same count)",
+    )
+    chart(hfig.verdict_figure(t, procedure, "which similarities give real, stable head groups"),
+          key="hsim_verdicts", name="head-similarity")  # fmt: skip
+    st.caption(
+        "Real: the grouping's silhouette beats both validity nulls (random groupings of the same sizes, and "
+        "structureless heads grouped alike). Stable: the groupings of two disjoint halves of the data agree "
+        "beyond chance (ARI, p <= 0.05)."
+    )
+    chart(hfig.agreement_figure(t, procedure, "do they agree with what heads do?"), key="hsim_agree",
+          name="head-similarity-agreement")  # fmt: skip
+    st.dataframe(hs.summary(t, procedure).rename(columns=SUMMARY_COLUMNS)[list(SUMMARY_COLUMNS.values())],
+                 hide_index=True, width="stretch", key="hsim_summary")  # fmt: skip

@@ -1,0 +1,81 @@
+"""The ``head_similarity`` export: per run, layer and similarity, whether the heads form real, stable
+groups and whether those agree with the span and probe groupings (``aah-viz head-similarity``).
+
+Self-contained: ``records`` turns a run's ``head_similarity`` table into rows, ``build_tables`` makes the
+exportable :class:`~aah_viz.export.tables.Table` (CSV, Markdown, LaTeX through ``export.formats``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis import head_similarity as hs
+
+NAME = "head_similarity"
+ID_COLUMNS = ["run", "layer", "similarity", "verdict", "stability"]
+VALUE_COLUMNS = ["groups", "silhouette", "chance", "stability_ari", "ari_span", "ari_probe"]
+NOTES = [
+    "groups: found by the method's level-0 procedure at its threshold; silhouette on 1 - similarity; "
+    "chance: the larger 95th percentile of the two validity nulls (real: silhouette above it).",
+    "stability_ari: ARI between the groupings of two disjoint halves of the data (stable: p <= 0.05 "
+    "against a permutation null); ari_span, ari_probe: ARI with the span and probe groupings of the layer.",
+]
+
+
+def _pair_ari(agree: pd.DataFrame, layer, a: str, b: str) -> float:
+    if a == b:
+        return np.nan
+    rows = agree[(agree["layer"] == layer) & (((agree["similarity"] == a) & (agree["other"] == b))
+                                              | ((agree["similarity"] == b) & (agree["other"] == a)))]  # fmt: skip
+    return float(rows["ari"].iloc[0]) if len(rows) else np.nan
+
+
+def records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
+    """One row per (layer, similarity) of one run's ``head_similarity`` table at its newest step."""
+    if table is None or table.empty:
+        return pd.DataFrame(columns=ID_COLUMNS + VALUE_COLUMNS)
+    table = table[(table["step"] == table["step"].max()) & (table["procedure"] == procedure)]
+    agree = hs.agreements(table)
+    rows = []
+    for _, r in hs.groupings(table).iterrows():
+        rows.append(
+            {
+                "run": run_id,
+                "layer": int(r["layer"]),
+                "similarity": r["similarity"],
+                "verdict": r["verdict"],
+                "stability": r["stability"],
+                "groups": r["n_groups"],
+                "silhouette": r["silhouette"],
+                "chance": cv.chance_bar(r.to_dict()),
+                "stability_ari": r["stability_ari"],
+                "ari_span": _pair_ari(agree, r["layer"], r["similarity"], "span"),
+                "ari_probe": _pair_ari(agree, r["layer"], r["similarity"], "probe"),
+            }
+        )
+    frame = pd.DataFrame(rows, columns=ID_COLUMNS + VALUE_COLUMNS)
+    order = {s: i for i, s in enumerate(hs.SIMILARITIES)}
+    return frame.sort_values(["layer", "similarity"], key=lambda c: c.map(order) if c.name == "similarity" else c)
+
+
+def build_tables(runs, *, procedure: str = "method", **_opts) -> list:
+    """The export table of ``runs`` (``aah_viz.runlog.Run``); runs without the table add no rows."""
+    from aah_viz.export.tables import Table
+
+    frames = [records(str(run.run_id), run.table(NAME) if NAME in run.tables() else None, procedure) for run in runs]
+    df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    return [
+        Table(
+            name=NAME,
+            df=df.reset_index(drop=True),
+            caption="Head groups under each similarity: validity, split-half stability, agreement with span and probe",
+            label="tab:head_similarity",
+            notes=list(NOTES),
+            id_columns=list(ID_COLUMNS),
+            value_columns=list(VALUE_COLUMNS),
+            decimals={c: (0 if c == "groups" else 3) for c in VALUE_COLUMNS},
+            empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
+        )
+    ]

@@ -1,0 +1,71 @@
+"""Perplexity against ACR for a frontier run: one point per configuration, intervals, the Pareto front."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from aah_viz.figures import style
+
+PPL = "perplexity (95% interval over blocks)"
+# one mark per family of configurations, so a reader tells baselines from AAH at a glance
+FAMILY_STYLE = {
+    "unpatched": ("unpatched model", "star", "rgb(0,0,0)"),
+    "patch": ("full-attention patch", "x", "rgb(90,90,90)"),
+    "sliding_window": ("static sliding window", "square", "rgb(31,119,180)"),
+    "head_windows": ("profiled per-head windows (95% mass)", "diamond", "rgb(44,160,44)"),
+    "zero_shot": ("AAH, untrained controller", "circle-open", "rgb(255,127,14)"),
+    "adapted": ("AAH, adapted", "circle", "rgb(214,39,40)"),
+}
+
+
+def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
+    """``table``: ``aah_viz.analysis.frontier.frontier_table`` rows. The front joins the points no
+    other configuration beats on both ACR and perplexity."""
+    fig = go.Figure()
+    for family, (label, symbol, color) in FAMILY_STYLE.items():
+        rows = table[table["family"] == family]
+        if rows.empty:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=rows["acr"],
+                y=rows["ppl"],
+                mode="markers",
+                name=label,
+                marker=dict(symbol=symbol, size=11, color=color, line=dict(width=1, color=color)),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=rows["ppl_hi"] - rows["ppl"],
+                    arrayminus=rows["ppl"] - rows["ppl_lo"],
+                    thickness=1.2,
+                ),
+                text=rows["configuration"],
+                customdata=rows[["ppl_lo", "ppl_hi", "acr_causal"]].to_numpy(),
+                hovertemplate="%{text}<br>perplexity %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
+                "<br>ACR %{x:.3f}, causal coverage %{customdata[2]:.3f}<extra></extra>",
+            )
+        )
+    front = table[table["pareto"]].sort_values("acr")
+    if len(front) > 1:
+        fig.add_trace(
+            go.Scatter(
+                x=front["acr"],
+                y=front["ppl"],
+                mode="lines",
+                name="Pareto front",
+                line=dict(color="rgba(0,0,0,0.45)", dash="dot", width=1.5),
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        template=style.TEMPLATE,
+        title=title or None,
+        xaxis_title=style.ACR,
+        yaxis_title=PPL,
+        legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0),
+        margin=dict(l=70, r=20, t=50 if title else 20, b=120),
+        height=520,
+    )
+    return fig

@@ -1,0 +1,208 @@
+"""``aah-viz frontier``: every configuration on the same held-out blocks, checked against independent sums."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aah_viz.analysis.frontier import block_resamples, frontier_table, pareto_front, perplexity_interval
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- pure analysis
+def test_perplexity_and_its_interval_over_blocks():
+    nll = [40.0, 44.0, 38.0, 50.0, 41.0]
+    ppl, lo, hi = perplexity_interval(nll, 16)
+    assert ppl == pytest.approx(math.exp(sum(nll) / 80))
+    # the interval is the percentile interval of exp(mean NLL) over the same seeded block draws
+    idx = block_resamples(5)
+    draws = [math.exp(sum(nll[i] for i in row) / 80) for row in idx]
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(draws, [0.025, 0.975])))
+    assert lo < ppl < hi
+    assert perplexity_interval([40.0] * 5, 16)[1:] == pytest.approx((math.exp(2.5), math.exp(2.5)))
+    with pytest.raises(ValueError):
+        perplexity_interval([], 16)
+
+
+def test_pareto_front_against_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        cost, loss = rng.integers(0, 5, 12).astype(float), rng.integers(0, 5, 12).astype(float)
+        cost[rng.integers(0, 12)] = np.nan
+        front = pareto_front(cost, loss)
+        for i in range(12):
+            if np.isnan(cost[i]):
+                assert not front[i]
+                continue
+            beaten = any(
+                not np.isnan(cost[j])
+                and cost[j] <= cost[i]
+                and loss[j] <= loss[i]
+                and (cost[j], loss[j]) != (cost[i], loss[i])
+                for j in range(12)
+            )
+            assert front[i] == (not beaten)
+
+
+def test_frontier_table_shares_block_draws_and_marks_the_front():
+    details = [
+        {"configuration": "a", "block_nll": [30.0, 31.0, 29.0], "tokens_per_block": 8, "acr": 1.0},
+        {"configuration": "b", "block_nll": [33.0, 32.0, 30.0], "tokens_per_block": 8, "acr": 0.25},
+        {"configuration": "c", "block_nll": [35.0, 36.0, 37.0], "tokens_per_block": 8, "acr": 0.5},
+        {"configuration": None, "detail": "not a frontier row"},
+    ]
+    table = frontier_table(details).set_index("configuration")
+    assert list(table.index) == ["a", "b", "c"]
+    assert table["pareto"].to_dict() == {"a": True, "b": True, "c": False}
+    assert table.loc["a", "ppl"] == pytest.approx(math.exp(90 / 24))
+
+
+# --------------------------------------------------------------------------- end to end
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+T = 32
+WINDOWS = (4, 8, 16, 32)
+TEXT = "\n".join(f"line {i}: the quick brown fox jumps over the lazy dog, number {i * 7 % 13}." for i in range(400))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> Path:
+    config = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("frontier") / "llama"
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    return folder
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aah_viz", *args], cwd=REPO, capture_output=True, text=True, timeout=900
+    )
+
+
+def _frontier(llama: Path, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _cli(
+        "frontier", str(llama), "--data", str(data), "--out", str(out), "--seq-len", str(T),
+        "--eval-blocks", "3", "--profile-blocks", "2", "--timing-pairs", "2", "--threads", "1", "--no-progress",
+        *extra,
+    )  # fmt: skip
+
+
+def _details(run: Path) -> dict[str, dict]:
+    from aah_viz.runlog import load_run
+
+    events = load_run(run).events("inference")
+    rows = [json.loads(d) if isinstance(d, str) else d for d in events["detail"]]
+    return {d["configuration"]: d for d in rows}
+
+
+def _causal_coverage(w: int, t: int) -> float:
+    return sum(min(i + 1, w) for i in range(t)) / (t * (t + 1) / 2)
+
+
+def test_a_frontier_evaluates_every_configuration_on_the_same_blocks_and_continues(llama, tmp_path):
+    from aah_viz.runlog import load_run, validate_run
+    from instrumentation.data import cut_blocks
+    from instrumentation.frontier import split_text
+
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    blocker = tmp_path / "fr-grouping_off"
+    blocker.write_text("a file where the adaptation run of grouping_off would go")  # the first call fails there
+    first = _frontier(llama, data, out, "--adapt-steps", "2", "--regimes", "full_adaptive,grouping_off")
+    assert first.returncode != 0
+    done = _details(out)
+    assert "full_adaptive_adapted" in done and "grouping_off_adapted" not in done
+    assert load_run(out).manifest["status"] == "failed"
+
+    blocker.unlink()
+    second = _frontier(llama, data, out, "--adapt-steps", "2", "--regimes", "full_adaptive,grouping_off", "--json")
+    assert second.returncode == 0, second.stderr
+    events = load_run(out).events("inference")
+    names = [json.loads(d)["configuration"] if isinstance(d, str) else d["configuration"] for d in events["detail"]]
+    expected = ["unpatched", "full_attention", "sliding_window_4", "sliding_window_8", "sliding_window_16"]
+    expected += ["head_windows_p95", "full_adaptive_zero_shot", "grouping_off_zero_shot"]
+    expected += ["full_adaptive_adapted", "grouping_off_adapted"]
+    assert sorted(names) == sorted(expected) and len(names) == len(set(names))  # nothing evaluated twice
+    assert validate_run(out) == []
+    assert not (out / "inputs").exists()  # the split texts go once the frontier is finished
+    table = {row["configuration"]: row for row in json.loads(second.stdout)}
+    assert set(table) == set(expected)
+
+    details = _details(out)
+    # the unpatched row, recomputed here on the same held-out blocks
+    _, held_out, _ = split_text(data, 0.1)
+    blocks = cut_blocks(np.frombuffer(held_out.encode(), dtype=np.uint8).astype(np.int64), T)[:3]
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama, local_files_only=True).eval()
+    with torch.no_grad():
+        x = torch.from_numpy(blocks)
+        logits = model(x[:, :-1], use_cache=False).logits
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none").sum(1)
+    assert details["unpatched"]["block_nll"] == pytest.approx(nll.tolist(), rel=1e-5)
+    assert details["full_attention"]["block_nll"] == pytest.approx(nll.tolist(), rel=1e-5)
+    for w in (4, 8, 16):
+        row = details[f"sliding_window_{w}"]
+        assert row["acr"] == pytest.approx(w / T) and row["acr_causal"] == pytest.approx(_causal_coverage(w, T))
+        assert row["windows"] == [[w] * 4] * 2
+    # every head at the smallest candidate holding 95% of its profiled mass
+    spans = load_run(out).table("head_spans")
+    first_window = spans[spans["window"] == WINDOWS[0]].sort_values(["layer", "head"])
+    needed = first_window["needed_95"].to_numpy().reshape(2, 4)
+    want = [[min(w for w in WINDOWS if w >= n) for n in row] for row in needed]
+    assert details["head_windows_p95"]["windows"] == want
+    for row in details.values():
+        assert len(row["block_nll"]) == 3 and row["tokens_per_block"] == T
+        assert row["speed_vs_unpatched"]["median"] > 0
+    adapted = details["full_adaptive_adapted"]
+    assert adapted["adapt_steps"] == 2 and adapted["routing"] == "frozen"
+    run_dir = tmp_path / adapted["adapt_run"]
+    assert validate_run(run_dir) == [] and list((run_dir / "adapters").glob("step-*.safetensors"))
+
+
+def test_bad_input_is_one_line_and_leaves_no_run(llama, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("too short\nfor a block\n")
+    empty_model = tmp_path / "no-weights"
+    empty_model.mkdir()
+    (empty_model / "config.json").write_text((llama / "config.json").read_text())
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    cases = [
+        (llama, short, (), "too short"),
+        (empty_model, data, (), "cannot load the model"),
+        (llama, data, ("--regimes", "sliding_window"), "give AAH regimes with a controller"),
+    ]
+    for i, (model, text, extra, fragment) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        proc = _frontier(model, text, out, *extra)
+        assert proc.returncode == 2, proc.stderr
+        assert fragment in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not out.exists()
+
+
+def test_a_frontier_with_other_settings_is_refused(llama, tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    assert _frontier(llama, data, out, "--regimes", "grouping_off").returncode == 0
+    before = _details(out)
+    again = _frontier(llama, data, out, "--regimes", "full_adaptive")
+    assert again.returncode == 2 and "other settings (regimes)" in again.stderr
+    assert _details(out).keys() == before.keys()

@@ -1,0 +1,93 @@
+"""The head-similarity view: figure data from the table, and the Stability page's section (AppTest on a
+real run directory with the table written by the command)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis import head_similarity as hs
+from aah_viz.cli import main
+from aah_viz.figures import head_similarity as hfig
+from aah_viz.runlog import load_run
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("logs")
+    shutil.copytree(SAMPLE, root / "run")
+    args = ["head-similarity", str(root / "run"), "--no-progress", "--agreement-samples", "99", "--null-samples", "50"]
+    assert main(args) == 0
+    shutil.copytree(SAMPLE, root / "bare")  # no head_similarity table
+    return root
+
+
+def _table(logs):
+    return load_run(logs / "run").table("head_similarity")
+
+
+def test_the_grid_classes_are_the_rows_verdicts(logs):
+    table = _table(logs)
+    grid = hfig.verdict_grid(table, "method")
+    rows = hs.groupings(table)
+    rows = rows[rows["procedure"] == "method"]
+    assert len(grid) == len(rows)
+    for _, r in rows.iterrows():
+        cell = grid[(grid["similarity"] == r["similarity"]) & (grid["layer"] == r["layer"])].iloc[0]
+        if r["verdict"] == cv.UNDEFINED:
+            assert cell["cls"] == 0
+        else:  # no halves in a table-only run: real only or chance
+            assert cell["cls"] == (3 if r["verdict"] == cv.REAL else 1)
+    assert [
+        hfig.cell_class(v, s) for v, s in [(cv.REAL, hs.STABLE), (cv.CHANCE, hs.STABLE), (cv.REAL, hs.UNSTABLE)]
+    ] == [
+        4,
+        2,
+        3,
+    ]
+
+
+def test_the_agreement_grid_is_the_agreement_rows(logs):
+    table = _table(logs)
+    grid = hfig.agreement_grid(table, "probe", "method")
+    pairs = hs.agreements(table)
+    pairs = pairs[(pairs["procedure"] == "method") & (pairs["other"] == "probe")]
+    assert len(grid) == len(pairs) and set(grid["similarity"]) == {"attention"}
+    assert np.allclose(grid.sort_values("layer")["ari"], pairs.sort_values("layer")["ari"], equal_nan=True)
+    fig = hfig.agreement_figure(table)
+    assert len(fig.data) == 1  # no span grouping in a run that was not profiled: the probe panel only
+    assert hfig.verdict_figure(table.iloc[0:0]).layout.annotations[0].text.startswith("no head_similarity table")
+
+
+def _stability_page(logs, monkeypatch, run: str) -> AppTest:
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["run"] = run
+    at.run()
+    at.switch_page("aah_viz/dashboard/stability.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, monkeypatch):
+    at = _stability_page(logs, monkeypatch, "run")
+    assert any(s.value == "Do head groups mean anything?" for s in at.subheader)
+    summary = next(df.value for df in at.dataframe if "real and stable" in df.value.columns)
+    assert set(summary["similarity"]) == {"attention", "probe"}
+    banners = [w.value for w in at.warning if "mostly not clusters" in w.value]
+    assert banners and "do head groups mean anything?" in banners[0]
+    next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()
+    assert not at.exception
+    bare = _stability_page(logs, monkeypatch, "bare")
+    assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)
