@@ -525,3 +525,18 @@ def test_the_relation_figure_names_each_direction_of_a_causal_probe(fixture_run)
     assert len(labels) == len(set(labels)) == len(rel)  # nmod has a row per direction, each its own line
     assert {"nmod (dependent to head)", "nmod (head to dependent)"} <= set(labels)
     assert set(relations_view(rel)["direction"]) == {"dependent_to_head", "head_to_dependent"}
+
+
+def test_head_similarities_and_comparisons_read_a_causal_probes_scores(fixture_run):
+    from aah_viz.probes.compare import wide_probe_heads
+    from aah_viz.probes.head_inputs import probe_inputs
+
+    _, result = fixture_run
+    heads = result.probe_heads.assign(step=0)
+    causal_metrics = {
+        f"{r}:{d}" for r, d in zip(result.probe_relations["relation"], result.probe_relations["direction"])
+    }
+    wide = wide_probe_heads(heads, 1, 4)
+    assert {m for p, m in wide.columns if p == "syntax"} == causal_metrics
+    values, columns = probe_inputs(heads, 1, 4)["probe"]
+    assert set(columns) == causal_metrics and values.shape == (1, 4, len(causal_metrics))

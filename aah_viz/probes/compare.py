@@ -41,6 +41,7 @@ import pandas as pd
 from aah_viz.analysis import queries
 from aah_viz.errors import RunLogError
 from aah_viz.probes.agreement import scores as batched_scores
+from aah_viz.probes.syntax_causal import SYNTAX_DIRECTIONS
 
 METRIC_NAMES = ("ari", "nmi", "v_measure")
 COMPARISON_COLUMNS = [
@@ -152,7 +153,7 @@ def wide_probe_heads(probe_heads: pd.DataFrame, n_layer: int, n_head: int) -> pd
     metric = ph["metric"].astype(str)
     syntax = (
         (ph["probe"] == "syntax")
-        & metric.str.contains(r":(?:dep2head|head2dep|dependent_to_head|head_to_dependent)$")
+        & metric.str.contains(f":(?:{'|'.join(SYNTAX_DIRECTIONS)})$")
         & ~metric.str.startswith("all:")
     )
     coref = (ph["probe"] == "coref") & metric.str.startswith("acc:")

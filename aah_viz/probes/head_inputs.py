@@ -1,7 +1,8 @@
 """The per-head measurements the head similarities read, from a run's tables or from raw masses.
 
 - ``probe``: every head's probe scores, from ``probe_heads`` (``aah-viz probe``): the syntactic
-  accuracy per relation and direction (``REL:dep2head``, ``REL:head2dep``) and the coreference
+  accuracy per relation and direction (``REL:dep2head``, ``REL:head2dep``; a causal model's
+  ``REL:dependent_to_head``, ``REL:head_to_dependent``) and the coreference
   accuracy per antecedent-distance bucket (``acc:BUCKET``); a score a head lacks is nan;
 - ``distance``: every head's share of attention per distance bucket, from the probe's ``distance``
   rows (on the probe inputs, under the windows the heads executed) or from a full-attention mass;
@@ -21,8 +22,9 @@ import pandas as pd
 
 from aah_viz.analysis.head_similarity import HeadInput
 from aah_viz.probes.distance import DISTANCE_EDGES, distance_labels
+from aah_viz.probes.syntax_causal import SYNTAX_DIRECTIONS
 
-SYNTAX_METRIC = re.compile(r"^(?!all:).+:(dep2head|head2dep)$")
+SYNTAX_METRIC = re.compile(f"^(?!all:).+:({'|'.join(SYNTAX_DIRECTIONS)})$")
 COREF_METRIC = re.compile(r"^acc:")
 
 

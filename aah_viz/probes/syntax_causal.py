@@ -27,6 +27,7 @@ from aah_viz.corpus.document import Document
 from aah_viz.probes.syntax import (
     DEFAULT_BOOT,
     DEFAULT_MIN_COUNT,
+    DIRECTIONS,
     MAX_OFFSET,
     POSITIONAL_SHARE,
     RELATION_COLUMNS,
@@ -39,6 +40,7 @@ from aah_viz.probes.syntax import (
 )
 
 CAUSAL_DIRECTIONS = ("dependent_to_head", "head_to_dependent")
+SYNTAX_DIRECTIONS = DIRECTIONS + CAUSAL_DIRECTIONS  # every direction a probe_heads syntax metric can end in
 BACKWARD_OFFSETS = (-3, -2, -1)
 BACKWARD = "backward"  # the positional profile's name: one prediction per word, looking back
 
