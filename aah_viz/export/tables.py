@@ -22,6 +22,7 @@ import pandas as pd
 from aah_viz.errors import AAHVizError, RunLogError
 from aah_viz.export import records, stats
 from aah_viz.export.paper_columns import PAPER_INFERENCE, PAPER_TRAINING
+from aah_viz.regimes import paper_rank
 from aah_viz.runlog import discover_runs, load_run
 
 TABLE_NAMES = ("training", "inference", "windows", "stability", "probes")
@@ -292,7 +293,7 @@ def unfinished_notes(runs) -> list[str]:
 
 
 def _sorted_runs(runs) -> list:
-    return sorted(runs, key=lambda r: (records.regime_rank(r.regime), r.seed if r.seed is not None else -1, r.run_id))
+    return sorted(runs, key=lambda r: (paper_rank(r.regime), r.seed if r.seed is not None else -1, r.run_id))
 
 
 def _records_for(name: str, runs, windows, wcols, *, part: str, source: str):
@@ -758,7 +759,7 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         "n_paired",
         "paired_perm_p",
     ]
-    cmp = cmp.sort_values("regime", key=lambda col: col.map(records.regime_rank), kind="stable").reset_index(drop=True)
+    cmp = cmp.sort_values("regime", key=lambda col: col.map(paper_rank), kind="stable").reset_index(drop=True)
     df = cmp[["regime", "baseline"] + values + ["perm_method", "note"]]
     caption = (
         f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "

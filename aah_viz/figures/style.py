@@ -6,6 +6,8 @@ import numpy as np
 import plotly.colors as pcolors
 import plotly.graph_objects as go
 
+from aah_viz.regimes import REGIMES
+
 STEP = "training step"
 LAYER = "layer"
 HEAD = "head"
@@ -111,44 +113,9 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     return base_layout(fig, title, height=300)
 
 
-# Regimes in a fixed order, so a regime has the same colour on every page and in every export
-# (paper regimes first, then the ablations); an unknown regime gets a colour from its name.
-KNOWN_REGIMES = (
-    "full_attention",
-    "grouping_off",
-    "full_adaptive",
-    "shallow_freeze",
-    "deep_practical_reuse",
-    "control_off",
-    "fixed_window",
-    "fixed_random_grouping",
-    "freeze_after_warmup",
-    "shuffle_post_select",
-    "random_uniform",
-    "independent_scoring",
-    "no_feature_ema",
-    "no_parent_constraint",
-    "sliding_window",
-    "local_global_layers",
-)
-REGIME_PALETTE = (
-    "#444444",
-    "#8c564b",
-    "#1f77b4",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#ff7f0e",
-    "#17becf",
-    "#bcbd22",
-    "#e377c2",
-    "#7f7f7f",
-    "#393b79",
-    "#637939",
-    "#ad494a",
-    "#8c6d31",
-    "#7b4173",
-)
+# a regime has one colour on every page and in every export (aah_viz.regimes); an unknown regime gets
+# one of the same palette from its name
+REGIME_PALETTE = tuple(r.color for r in REGIMES.values())
 SEED_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SEED_SYMBOLS = ("circle", "square", "triangle-up", "diamond", "cross", "x")
 
@@ -156,8 +123,8 @@ SEED_SYMBOLS = ("circle", "square", "triangle-up", "diamond", "cross", "x")
 def regime_color(regime: str | None) -> str:
     """The colour of a regime, the same on every page (unknown regimes: a stable colour from the name)."""
     name = str(regime or "")
-    if name in KNOWN_REGIMES:
-        return REGIME_PALETTE[KNOWN_REGIMES.index(name)]
+    if name in REGIMES:
+        return REGIMES[name].color
     import zlib
 
     return REGIME_PALETTE[zlib.crc32(name.encode()) % len(REGIME_PALETTE)]
