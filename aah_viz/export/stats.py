@@ -81,28 +81,44 @@ def summarize(
     return Summary(mean, float(arr.std(ddof=1)), n, lo, hi, level)
 
 
+def summaries_by_group(
+    df: pd.DataFrame,
+    value_columns: Sequence[str],
+    *,
+    by: str | Sequence[str] = "regime",
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = DEFAULT_SEED,
+) -> list[tuple[dict, dict[str, Summary]]]:
+    """Per group (the column ``by``, or several), in order of first appearance: its key columns and
+    ``n`` (the number of rows, i.e. runs), and the :func:`summarize` of each value column (text that
+    is not a number counts as missing)."""
+    keys = [by] if isinstance(by, str) else list(by)
+    out = []
+    for key, part in df.groupby(keys, sort=False, dropna=False):
+        ident = {**dict(zip(keys, key)), "n": int(len(part))}
+        cols = {
+            col: summarize(pd.to_numeric(part[col], errors="coerce").tolist(), n_boot=n_boot, seed=seed)
+            for col in value_columns
+        }
+        out.append((ident, cols))
+    return out
+
+
 def group_summaries(
     df: pd.DataFrame,
     value_columns: Sequence[str],
     *,
-    by: str = "regime",
+    by: str | Sequence[str] = "regime",
     n_boot: int = DEFAULT_BOOT,
     seed: int = DEFAULT_SEED,
 ) -> pd.DataFrame:
-    """One row per group with ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` and ``n``.
-
-    ``n`` is the number of rows (runs) in the group; a column whose values are missing in some
-    runs gets its own ``<col>_n``.
-    """
+    """:func:`summaries_by_group` as one wide frame: per group its keys, ``n``, and ``<col>``,
+    ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high``, ``<col>_n`` (the finite values counted)."""
     rows = []
-    for key, part in df.groupby(by, sort=False, dropna=False):
-        row: dict = {by: key, "n": int(len(part))}
-        for col in value_columns:
-            s = summarize(part[col].tolist(), n_boot=n_boot, seed=seed)
-            row[col] = s.mean
-            row[f"{col}_std"] = s.std
-            row[f"{col}_ci_low"] = s.ci_low
-            row[f"{col}_ci_high"] = s.ci_high
+    for ident, cols in summaries_by_group(df, value_columns, by=by, n_boot=n_boot, seed=seed):
+        row = dict(ident)
+        for col, s in cols.items():
+            row.update({col: s.mean, f"{col}_std": s.std, f"{col}_ci_low": s.ci_low, f"{col}_ci_high": s.ci_high})
             row[f"{col}_n"] = s.n
         rows.append(row)
     return pd.DataFrame(rows)

@@ -532,21 +532,15 @@ def _id_columns(name: str, by: str, part: str) -> list[str]:
 
 
 def _group(df, keys, values, *, n_boot, seed):
-    """Means with std / bootstrap interval frames, one row per group (keys first, then n)."""
-    rows, unc_rows, lo_rows, hi_rows = [], [], [], []
-    for key, part in df.groupby(keys, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        ident = dict(zip(keys, key))
-        row, u, lo, hi = {**ident, "n": int(len(part))}, {}, {}, {}
-        for col in values:
-            s = stats.summarize(pd.to_numeric(part[col], errors="coerce").tolist(), n_boot=n_boot, seed=seed)
-            row[col], u[col], lo[col], hi[col] = s.mean, s.std, s.ci_low, s.ci_high
-        rows.append(row)
-        unc_rows.append(u)
-        lo_rows.append(lo)
-        hi_rows.append(hi)
-    out = pd.DataFrame(rows)
-    return out, pd.DataFrame(unc_rows), pd.DataFrame(lo_rows), pd.DataFrame(hi_rows)
+    """Means (keys first, then n), and the std and bootstrap interval frames, one row per group
+    (four frames: a value column may itself be named like another's interval, ``delta_ci_low``)."""
+    groups = stats.summaries_by_group(df, values, by=keys, n_boot=n_boot, seed=seed)
+    means = pd.DataFrame([{**ident, **{c: s.mean for c, s in cols.items()}} for ident, cols in groups])
+    std, lo, hi = (
+        pd.DataFrame([{c: getattr(s, field) for c, s in cols.items()} for _, cols in groups])
+        for field in ("std", "ci_low", "ci_high")
+    )
+    return means, std, lo, hi
 
 
 def _paper_layout(name, by, df, unc, lo, hi, exact_src, wcols):
