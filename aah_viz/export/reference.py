@@ -79,7 +79,6 @@ HEATMAP_COLUMNS = (
 PAPER_SHAPE = {"n_layer": 16, "n_head": 12, "n_embd": 1536, "n_ff": 6144}
 PAPER_MAX_DEPTH = {"full_attention": 0, "grouping_off": 0, "shallow_freeze": 1}
 # Qwen3-4B retrofit (method section 14): 36 layers x 32 query heads, adaptation at 1,024 tokens
-QWEN_SHAPE = {"n_layer": 36, "n_head": 32}
 QWEN_SEQ_LEN = 1024
 QWEN_WINDOWS = (512, 1024, 2048, 4096)
 

@@ -14,16 +14,10 @@ HEAD = "head"
 WINDOW = "window (tokens)"
 ACR = "ACR (Σ T·w / H·T²)"
 COVERAGE = "causal-pair coverage (attended causal pairs / all causal pairs)"
-REALISED = "realised work (score elements computed / all causal pairs)"
 LOSS = "training loss (nats)"
 VAL_LOSS = "validation loss (nats)"
 LOSS_BOTH = "loss (nats; train and validation)"
 BUCKET_SHARE = "share of heads (heads at window / heads in layer)"
-RUN_BUCKET_SHARE = "share of (layer, head) slots (slots at window / all slots)"
-ARI = "ARI vs previous update (level-0 partitions; 1 = same)"
-GROUP_SWITCH = "heads switching group (heads / H)"
-WINDOW_SWITCH = "heads switching window (heads / H)"
-TOPOLOGY = "layers with a topology change (layers / update bin)"
 SWITCH_RATE = "window switches per update (switches / updates − 1)"
 GRAD_NORM = "controller gradient norm (L2)"
 WEIGHT_DRIFT = "controller weight drift (L2 distance from init)"
@@ -83,11 +77,6 @@ def discrete_window_scale(windows: list[int]) -> tuple[list, float, float]:
         scale.append([bounds[i], colors[w]])
         scale.append([bounds[i + 1], colors[w]])
     return scale, zmin, zmax
-
-
-def two_lines(axis_title: str) -> str:
-    """An axis title with its denominator on a second line, for short panels."""
-    return axis_title.replace(" (", "<br>(", 1)
 
 
 def base_layout(fig: go.Figure, title: str, height: int | None = None, width_chars: int = 70) -> go.Figure:

@@ -122,10 +122,6 @@ def offset_baseline_counts(docs: list[Document], labels: str = "full") -> dict[s
     return table
 
 
-def _sentence_of_words(doc: Document) -> np.ndarray:
-    return np.repeat(np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences]).astype(np.int64)
-
-
 def bootstrap_delta(
     sentence: np.ndarray, diff: np.ndarray, n_boot: int, rng: np.random.Generator, level: float = 0.95
 ) -> tuple[float, float]:
