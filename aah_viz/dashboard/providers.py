@@ -10,7 +10,7 @@ import pandas as pd
 
 
 def table_names() -> tuple[str, ...]:
-    from aah_viz.export.tables import TABLE_NAMES
+    from aah_viz.export.kinds import TABLE_NAMES
 
     return tuple(TABLE_NAMES)
 
