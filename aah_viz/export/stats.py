@@ -104,18 +104,12 @@ def summaries_by_group(
     return out
 
 
-def group_summaries(
-    df: pd.DataFrame,
-    value_columns: Sequence[str],
-    *,
-    by: str | Sequence[str] = "regime",
-    n_boot: int = DEFAULT_BOOT,
-    seed: int = DEFAULT_SEED,
-) -> pd.DataFrame:
-    """:func:`summaries_by_group` as one wide frame: per group its keys, ``n``, and ``<col>``,
-    ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high``, ``<col>_n`` (the finite values counted)."""
+def group_summaries(df: pd.DataFrame, value_columns: Sequence[str], **options) -> pd.DataFrame:
+    """:func:`summaries_by_group` (``options``: by, n_boot, seed) as one wide frame: per group its keys,
+    ``n``, and ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high``, ``<col>_n`` (the finite
+    values counted). A value column named like another's interval is overwritten by it here."""
     rows = []
-    for ident, cols in summaries_by_group(df, value_columns, by=by, n_boot=n_boot, seed=seed):
+    for ident, cols in summaries_by_group(df, value_columns, **options):
         row = dict(ident)
         for col, s in cols.items():
             row.update({col: s.mean, f"{col}_std": s.std, f"{col}_ci_low": s.ci_low, f"{col}_ci_high": s.ci_high})
