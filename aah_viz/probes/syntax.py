@@ -199,11 +199,6 @@ class SyntaxScorer:
         names, counts = np.unique(relation.astype(str), return_counts=True) if len(relation) else ([], [])
         return {str(r): int(c) for r, c in zip(names, counts)}
 
-    def accuracy(self, relation: str) -> np.ndarray:
-        """(2, n_heads) accuracy of every head and direction on one relation."""
-        rel, _, hits, _ = self._links()
-        return hits[rel == relation].mean(axis=0)
-
     def included_relations(self, min_count: int) -> list[str]:
         return sorted(r for r, n in self.count.items() if n >= min_count and not is_excluded(r))
 
