@@ -62,8 +62,3 @@ def flops_ratio_est(acr_value: float, *, seq_len: int, n_embd: int, n_ff: int) -
     """
     r = float(seq_len) / (2.0 * n_embd + n_ff)
     return (float(acr_value) * r + 1.0) / (r + 1.0)
-
-
-def flops_reduction_pct(acr_value: float, *, seq_len: int, n_embd: int, n_ff: int) -> float:
-    """100 * (1 - flops_ratio_est)."""
-    return 100.0 * (1.0 - flops_ratio_est(acr_value, seq_len=seq_len, n_embd=n_embd, n_ff=n_ff))

@@ -1,4 +1,4 @@
-"""Lazy access to the torch side, with one clear message when it is not installed."""
+"""Lazy access to the torch side and the other optional extras, with one clear message when one is missing."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ INSTALL_HINT = (
     "install the model side with: pip install 'aah-viz[torch]' (in a checkout: pip install -e '.[torch]'); "
     "torch==2.13.0, the CPU build"
 )
+NO_TORCH = f"this command needs PyTorch, which is not installed; {INSTALL_HINT}"
+# optional dependency -> the extra of pyproject.toml that installs it
+EXTRAS = {"torch": "torch", "transformers": "hf", "accelerate": "hf", "lightning": "lightning", "kaleido": "export"}
 
 
 def require_torch():
@@ -15,5 +18,18 @@ def require_torch():
     try:
         import torch
     except ImportError as err:  # pragma: no cover - exercised in the no-torch test
-        raise MissingDependencyError(f"this command needs PyTorch, which is not installed; {INSTALL_HINT}") from err
+        raise MissingDependencyError(NO_TORCH) from err
     return torch
+
+
+def missing_extra(err: ModuleNotFoundError) -> MissingDependencyError | None:
+    """The one-line error for a missing optional dependency, or None when the missing module is none of
+    them (a module of this project or a required dependency: a bug or a broken install, to be shown whole)."""
+    name = (err.name or "").split(".")[0]
+    if name == "torch":
+        return MissingDependencyError(NO_TORCH)
+    if name in EXTRAS:
+        return MissingDependencyError(
+            f"this command needs {name}, which is not installed; install it with: pip install 'aah-viz[{EXTRAS[name]}]'"
+        )
+    return None

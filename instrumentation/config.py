@@ -573,25 +573,3 @@ def regimes_table() -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-# What the reference GPTConfig uses when a key is absent (method §3 "default" column); our dataclass
-# defaults are the paper values instead. Kept for documentation and for from_reference_dict users.
-REFERENCE_DEFAULTS: dict[str, Any] = dict(
-    enabled=False,
-    windows=(64, 128, 256, 512),
-    control_interval=100,
-    sim_threshold=0.7,
-    super_threshold=0.7,
-    max_depth=6,
-    churn_penalty=0.05,
-    min_group_size=2,
-    warmup_steps=0,
-    w_min=64,
-    resolution_ema_alpha=0.0,
-    upper_cluster_metric="cosine",
-    controller_input_mode="base",
-    controller_pairwise_mode="none",
-    joint_hidden_dim=0,
-    fixed_hierarchy_seed=1337,
-)

@@ -17,9 +17,17 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from aah_viz.cli import main
-from aah_viz.export import build_table, build_tables, collect_runs, render
+from aah_viz.export import (
+    MixedConfigError,
+    build_table,
+    build_tables,
+    collect_runs,
+    comparison_table,
+    difference_curve_table,
+    factorial_table,
+    render,
+)
 from aah_viz.export.formats import latex_document
-from aah_viz.export.tables import MixedConfigError, comparison_table, difference_curve_table, factorial_table
 from aah_viz.runlog import RunWriter
 from aah_viz.runlog.synthetic import make_synthetic_run
 
@@ -610,3 +618,30 @@ def test_a_table_with_unfinished_runs_says_so_under_it(tmp_path):
         assert "Not finished" not in (tmp_path / "out2" / "training.md").read_text()
     finally:
         writer.close("finished")
+
+
+# ------------------------------------------------------------------ the registry of table kinds
+
+
+def test_a_new_table_kind_is_one_entry_of_the_registry(runs_root, runs, monkeypatch):
+    from aah_viz.export import kinds
+
+    def final_steps(runs, windows, **_):
+        recs = [{**kinds.records.identity(r), "last_step": float(r.manifest["last_step"])} for r in runs]
+        return kinds.Rows(recs, ["last_step"], "The last recorded step of each run.")
+
+    monkeypatch.setitem(kinds.TABLE_KINDS, "last_steps", kinds.TableKind(final_steps))
+    per_run = build_table("last_steps", runs)
+    expected = {p.name: json.loads((p / "manifest.json").read_text())["last_step"] for p in runs_root.iterdir()}
+    assert dict(zip(per_run.df["run"], per_run.df["last_step"])) == expected
+    per_regime = build_table("last_steps", runs, by="regime")
+    assert list(per_regime.df["regime"]) == list(SEEDS)  # the paper's order
+    assert list(per_regime.df["n"]) == [len(s) for s in SEEDS.values()]
+    assert per_regime.label == "tab:aah-last_steps" and "| last_step |" in render(per_regime, "md")
+
+
+def test_the_cli_offers_every_table_kind():
+    from aah_viz.cli.export import TABLE_CHOICES
+    from aah_viz.export.kinds import TABLE_NAMES
+
+    assert TABLE_CHOICES == (*TABLE_NAMES, "all")

@@ -181,22 +181,9 @@ def _axis_titles(fig) -> list[str]:
 @pytest.fixture(scope="module")
 def frontier_run(tmp_path_factory):
     """A frontier run as aah-viz frontier writes one: an inference event per configuration."""
-    from aah_viz.runlog import RunWriter, make_manifest
+    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
 
-    root = tmp_path_factory.mktemp("frontier") / "fr"
-    manifest = make_manifest(
-        run_id="fr", regime="frontier", seed=0, config={"kind": "frontier"}, windows=[8, 16, 32],
-        seq_len=32, n_layer=2, n_head=4, max_depth=1,
-    )  # fmt: skip
-    w = RunWriter.create(root, manifest)
-    rows = [("unpatched", "unpatched", 1.0, 40.0), ("sliding_window_8", "sliding_window", 0.25, 44.0)]
-    rows += [("sliding_window_16", "sliding_window", 0.5, 46.0), ("full_adaptive_adapted", "adapted", 0.3, 41.0)]
-    for i, (name, family, acr, nll) in enumerate(rows):
-        nlls = [nll + d for d in (-1.0, 0.5, 1.5, -0.5)]
-        w.event(0, "inference", configuration=name, family=family, acr=acr, acr_causal=acr, block_nll=nlls,
-                tokens_per_block=32, speed_vs_unpatched={"median": 1.0 + i, "ci95": [1.0, 2.0]})  # fmt: skip
-    w.close("finished")
-    return load_run(root)
+    return load_run(make_synthetic_frontier_run(tmp_path_factory.mktemp("frontier") / "fr"))
 
 
 def test_registry_names_every_required_kind_and_each_builds(runs, frontier_run):

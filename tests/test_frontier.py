@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from aah_viz.analysis.frontier import block_resamples, frontier_table, pareto_front, perplexity_interval
@@ -206,3 +207,42 @@ def test_a_frontier_with_other_settings_is_refused(llama, tmp_path):
     again = _frontier(llama, data, out, "--regimes", "full_adaptive")
     assert again.returncode == 2 and "other settings (regimes)" in again.stderr
     assert _details(out).keys() == before.keys()
+
+
+def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path):
+    """`aah-viz export --table frontier`: one row per configuration, the numbers of the frontier table
+    recomputed here from the run's events (perplexity = exp(total nll / tokens))."""
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
+
+    run = load_run(make_synthetic_frontier_run(tmp_path / "fr", seed=3))
+    for fmt in ("csv", "md", "latex"):
+        assert main(["export", str(run.path), "--table", "frontier", "--format", fmt, "--out", str(tmp_path / "o")]) == 0
+    got = pd.read_csv(tmp_path / "o" / "frontier.csv").set_index("configuration")
+    events = run.events("inference")
+    assert len(got) == len(events) == 4
+    for detail in events["detail"]:
+        d = json.loads(detail)
+        want = math.exp(sum(d["block_nll"]) / (d["tokens_per_block"] * len(d["block_nll"])))
+        row = got.loc[d["configuration"]]
+        assert row["ppl"] == pytest.approx(want, rel=1e-9)
+        assert row["ppl_lo"] < row["ppl"] < row["ppl_hi"]
+        assert row["acr"] == pytest.approx(d["acr"])
+    acr, ppl = got["acr"].to_numpy(), got["ppl"].to_numpy()
+    dominated = [any(acr[j] <= acr[i] and ppl[j] <= ppl[i] and (acr[j], ppl[j]) != (acr[i], ppl[i])
+                     for j in range(len(got))) for i in range(len(got))]  # fmt: skip
+    assert list(got["pareto"]) == [not d for d in dominated]
+    assert "\\begin{table}" in (tmp_path / "o" / "frontier.tex").read_text()
+    assert "sliding_window_8" in (tmp_path / "o" / "frontier.md").read_text()
+
+
+def test_export_all_leaves_out_tables_the_runs_were_never_measured_for(tmp_path):
+    from aah_viz.cli import main
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    make_synthetic_run(tmp_path / "r", n_layer=2, n_head=4, steps=20)
+    assert main(["export", str(tmp_path / "r"), "--table", "all", "--out", str(tmp_path / "o")]) == 0
+    written = {p.stem for p in (tmp_path / "o").iterdir()}
+    assert {"training", "inference", "windows", "stability"} <= written
+    assert not written & {"frontier", "head_similarity"}

@@ -41,6 +41,40 @@ def test_single_value_has_no_spread():
     assert stats.summarize([float("nan"), None, 2.0]).n == 1
 
 
+def test_group_summaries_by_one_or_several_keys_match_numpy_in_order_of_appearance():
+    df = pd.DataFrame(
+        {
+            "regime": ["b", "a", "b", "a", "b"],
+            "layer": [0, 0, 0, 1, 1],
+            "x": [1.0, 2.0, 3.0, 4.0, "n/a"],
+        }
+    )
+    by_regime = stats.group_summaries(df, ["x"], by="regime", seed=5)
+    assert list(by_regime["regime"]) == ["b", "a"] and list(by_regime["n"]) == [3, 2]
+    assert list(by_regime["x_n"]) == [2, 2]  # text is no number
+    assert by_regime["x"].tolist() == [np.mean([1.0, 3.0]), np.mean([2.0, 4.0])]
+    assert by_regime["x_std"].tolist() == [np.std([1.0, 3.0], ddof=1), np.std([2.0, 4.0], ddof=1)]
+    assert (by_regime.loc[0, "x_ci_low"], by_regime.loc[0, "x_ci_high"]) == stats.bootstrap_ci([1.0, 3.0], seed=5)
+
+    cells = stats.group_summaries(df, ["x"], by=["regime", "layer"])
+    assert [tuple(r) for r in cells[["regime", "layer", "n"]].itertuples(index=False)] == [
+        ("b", 0, 2),
+        ("a", 0, 1),
+        ("a", 1, 1),
+        ("b", 1, 1),
+    ]
+    assert cells["x"].tolist()[:3] == [2.0, 2.0, 4.0] and math.isnan(cells["x"].iloc[3])
+    assert math.isnan(cells["x_std"].iloc[1])  # one run: no spread
+
+
+def test_a_value_column_named_like_another_columns_interval_keeps_its_own_summary():
+    df = pd.DataFrame({"regime": ["a", "a", "a"], "delta": [0.1, 0.3, 0.2], "delta_ci_low": [-1.0, -2.0, -3.0]})
+    [(ident, cols)] = stats.summaries_by_group(df, ["delta", "delta_ci_low"], seed=2)
+    assert ident == {"regime": "a", "n": 3}
+    assert (cols["delta"].ci_low, cols["delta"].ci_high) == stats.bootstrap_ci([0.1, 0.3, 0.2], seed=2)
+    assert cols["delta_ci_low"].mean == np.mean([-1.0, -2.0, -3.0])
+
+
 def test_welch_matches_scipy():
     ours = stats.welch_t_test(A, B)
     ref = sps.ttest_ind(A, B, equal_var=False)

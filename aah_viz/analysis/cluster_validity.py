@@ -56,10 +56,6 @@ class Validity:
     refit_p_value: float
     verdict: str
 
-    @property
-    def beats_null(self) -> bool:
-        return self.verdict == REAL
-
     def as_row(self) -> dict:
         return asdict(self)
 

@@ -1,4 +1,4 @@
-"""Runs grouped by regime: mean, sample standard deviation and count over seeds."""
+"""Regime summaries (``aah_viz.export.stats.group_summaries``) as text for display."""
 
 from __future__ import annotations
 
@@ -6,22 +6,8 @@ import numpy as np
 import pandas as pd
 
 
-def regime_summary(per_run: pd.DataFrame, value_columns: list[str]) -> pd.DataFrame:
-    """One row per regime with ``n``, ``<col>`` (mean) and ``<col>_std`` (sample std, NaN for n = 1)."""
-    rows = []
-    for regime, part in per_run.groupby("regime", sort=True, dropna=False):
-        row = {"regime": regime, "n": int(len(part))}
-        for col in value_columns:
-            values = pd.to_numeric(part[col], errors="coerce").to_numpy(dtype=np.float64)
-            values = values[np.isfinite(values)]
-            row[col] = float(values.mean()) if values.size else np.nan
-            row[f"{col}_std"] = float(values.std(ddof=1)) if values.size > 1 else np.nan
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def mean_pm(summary: pd.DataFrame, value_columns: list[str], digits: int = 4) -> pd.DataFrame:
-    """The summary as display strings ``mean ± sd`` (``mean (n = 1)`` without a spread)."""
+    """A summary's ``<col>`` and ``<col>_std`` as display strings ``mean ± sd`` (the mean alone without a spread)."""
     out = summary[["regime", "n"]].copy()
     for col in value_columns:
         texts = []

@@ -98,11 +98,6 @@ class Matrices:
     def __len__(self) -> int:
         return len(self.layer)
 
-    def consecutive(self) -> tuple[np.ndarray, np.ndarray]:
-        """Row indices (prev, cur) of consecutive updates of the same layer."""
-        cur = np.flatnonzero(self.layer[1:] == self.layer[:-1]) + 1
-        return cur - 1, cur
-
 
 def update_frame(heads: pd.DataFrame, n_head: int, mats: Matrices | None = None) -> pd.DataFrame:
     """One row per (layer, routing update) comparing it with the layer's previous update.

@@ -4,7 +4,10 @@ Each subcommand lives in its own module of this package and exposes ``register(s
 which adds its parser and sets ``func`` (called with the parsed namespace, returns an exit code).
 Benchmarks are ``aah-viz bench NAME`` and live in ``bench_NAME`` modules exposing the same.
 Subcommands import what they run inside ``func``: ``aah-viz --help`` starts fast and works without
-torch. These imports only defer loading; ``tests/test_layers.py`` counts them like any other.
+torch. These imports only defer loading; ``tests/test_layers.py`` counts them like any other. A
+missing optional extra (torch, transformers, ...) is one line saying how to install it, while a
+module of the project that cannot be imported is an error with its traceback, never a command
+that quietly goes missing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 
 from aah_viz._version import __version__
 from aah_viz.errors import AAHVizError
+from aah_viz.torch_import import missing_extra
 
 COMMANDS = [
     "regimes",
@@ -38,15 +42,6 @@ COMMANDS = [
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 
 
-def _load(module_name: str):
-    try:
-        return importlib.import_module(f"aah_viz.cli.{module_name}")
-    except ModuleNotFoundError as err:  # a command not built yet must not break the others
-        if err.name == f"aah_viz.cli.{module_name}":
-            return None
-        raise
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aah-viz",
@@ -55,10 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = _load(name)
-        if module is not None:
-            module.register(sub)
+    for name in COMMANDS:  # a module that fails to import fails the command line: no command goes missing
+        importlib.import_module(f"aah_viz.cli.{name}").register(sub)
     bench = sub.add_parser(
         "bench",
         help="benchmarks that print ratios as JSON (side by side, interleaved, medians)",
@@ -66,9 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     for name in BENCHES:
-        module = _load(f"bench_{name}")
-        if module is not None:
-            module.register(bench_sub)
+        importlib.import_module(f"aah_viz.cli.bench_{name}").register(bench_sub)
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
     return parser
 
@@ -84,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(func(args) or 0)
     except AAHVizError as err:
         print(f"aah-viz: error: {err}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as err:
+        missing = missing_extra(err)
+        if missing is None:
+            raise  # a module of this project went missing: a bug, with its traceback
+        print(f"aah-viz: error: {missing}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("aah-viz: interrupted", file=sys.stderr)

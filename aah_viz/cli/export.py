@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "head_similarity", "all")
+TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "head_similarity", "frontier", "all")
 
 
 def register(subparsers) -> None:
@@ -15,7 +15,8 @@ def register(subparsers) -> None:
         help="export paper tables (CSV, Markdown, LaTeX booktabs) with seed statistics",
         description="Write tables built from run directories into --out: training (the paper's Table 1 layout), "
         "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes, "
-        "head_similarity (written by aah-viz head-similarity). "
+        "head_similarity (written by aah-viz head-similarity), frontier (perplexity against ACR, written by "
+        "aah-viz frontier; with 'all', these two only where the runs hold them). "
         "With --by regime, runs of a regime are summarised (mean, std, n, 95% bootstrap interval); with "
         "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
         "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
@@ -82,52 +83,53 @@ def _write(out_dir: Path, stem: str, text: str, fmt: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from aah_viz.errors import AAHVizError
-    from aah_viz.export import tables as T
+    from aah_viz.export.comparisons import comparison_table, difference_curve_table, factorial_table
     from aah_viz.export.formats import render
+    from aah_viz.export.kinds import PROBE_PARTS, TABLE_KINDS
+    from aah_viz.export.runs import check_same_config, collect_runs, config_label, split_by_config
+    from aah_viz.export.tables import build_tables
 
     if args.n_boot < 100:
         raise AAHVizError(f"--n-boot must be at least 100 for a 95% interval, got {args.n_boot}")
-    runs = T.collect_runs(args.runs)
+    runs = collect_runs(args.runs)
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise AAHVizError(f"--out {out_dir} exists and is not a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in TABLE_CHOICES if n != "all"] if args.table == "all" else [args.table]
+    own_table_kinds = {n for n, k in TABLE_KINDS.items() if k.own_table is not None}
     written: list[Path] = []
-    groups = T.split_by_config(runs) if args.allow_mixed else {T.check_same_config(runs): runs}
+    groups = split_by_config(runs) if args.allow_mixed else {check_same_config(runs): runs}
     multi = len(groups) > 1
     if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
         present = ", ".join(sorted({str(r.regime) for r in runs}))
         raise AAHVizError(f"--baseline {args.baseline!r} matches no run; regimes present: {present}")
     for cfg, members in groups.items():
-        suffix = f"_{T.config_label(cfg)}" if multi else ""
+        suffix = f"_{config_label(cfg)}" if multi else ""
         baseline = args.baseline if any(str(r.regime) == args.baseline for r in members) else None
         if args.baseline and baseline is None:
             print(
-                f"aah-viz: note: configuration {T.config_label(cfg)} has no {args.baseline} run; "
+                f"aah-viz: note: configuration {config_label(cfg)} has no {args.baseline} run; "
                 "no comparisons written for it",
                 file=sys.stderr,
             )
         opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline)
         for name in names:
             layout = args.layout if name in ("training", "inference") else "toolkit"
-            parts = T.PROBE_PARTS if name == "probes" else (None,)
+            parts = PROBE_PARTS if name == "probes" else (None,)
             for part in parts:
                 extra = {"part": part} if part else {}
                 if name == "windows":
                     extra["source"] = args.windows_source
-                if name == "head_similarity":  # its own module (aah_viz.export.head_similarity)
-                    from aah_viz.export import head_similarity
-
-                    table = head_similarity.build_tables(members)[0]
-                else:
-                    table = T.build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
+                table = build_tables(name, members, allow_mixed=True, layout=layout, **extra, **opts)[0]
+                if args.table == "all" and table.is_empty and name in own_table_kinds:
+                    continue  # a table these runs were never measured for, not an empty result
                 stem = f"probes_{part}" if part else name
                 written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
 
         def labelled(table):  # one label per table, also across configurations
             if multi:
-                table.label = f"{table.label}:{T.config_label(cfg).lower()}"
+                table.label = f"{table.label}:{config_label(cfg).lower()}"
             return table
 
         if baseline:
@@ -135,19 +137,19 @@ def run(args: argparse.Namespace) -> int:
                 _write(
                     out_dir,
                     f"comparison{suffix}",
-                    render(labelled(T.comparison_table(members, baseline, seed=args.seed)), args.fmt),
+                    render(labelled(comparison_table(members, baseline, seed=args.seed)), args.fmt),
                     args.fmt,
                 )
             )
             for regime in sorted({str(r.regime) for r in members} - {baseline}):
-                curve = labelled(T.difference_curve_table(members, regime, baseline, seed=args.seed))
+                curve = labelled(difference_curve_table(members, regime, baseline, seed=args.seed))
                 written.append(_write(out_dir, f"difference_{regime}{suffix}", render(curve, args.fmt), args.fmt))
         if args.factorial:
             written.append(
                 _write(
                     out_dir,
                     f"factorial{suffix}",
-                    render(labelled(T.factorial_table(members, seed=args.seed)), args.fmt),
+                    render(labelled(factorial_table(members, seed=args.seed)), args.fmt),
                     args.fmt,
                 )
             )

@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
         raise AAHVizError(
             f"figure kind {args.kind!r} takes no option(s) {unknown}; it takes {', '.join(known) or 'none'}"
         )
+    from aah_viz.export.runs import collect_runs
     from aah_viz.export.static import find_browser, write_figure
-    from aah_viz.export.tables import collect_runs
 
     find_browser()  # fail before reading runs when no browser is installed
     runs = collect_runs(args.runs)

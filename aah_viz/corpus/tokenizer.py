@@ -35,18 +35,3 @@ class ByteTokenizer:
     def decode(self, ids) -> str:
         """Bytes back to text; invalid UTF-8 sequences (e.g. a cut character) become U+FFFD."""
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
-
-
-def token_spans_for_chars(offsets: list[tuple[int, int]], n_chars: int) -> list[tuple[int, int]]:
-    """For each character, the half-open token range ``[first, last + 1)`` that covers it.
-
-    Characters no token covers get ``(-1, -1)``. Used to map word character spans to tokens.
-    """
-    first = [-1] * n_chars
-    last = [-1] * n_chars
-    for token, (start, end) in enumerate(offsets):
-        for char in range(max(start, 0), min(end, n_chars)):
-            if first[char] < 0:
-                first[char] = token
-            last[char] = token
-    return [(f, l + 1) if f >= 0 else (-1, -1) for f, l in zip(first, last)]

@@ -124,11 +124,6 @@ def set_selected(keys: list[str]) -> None:
     st.session_state[SELECTED] = list(keys)
 
 
-def any_running(keys=None) -> bool:
-    views = overviews()
-    return any(views.get(k, {}).get("status") == "running" for k in (keys if keys is not None else views))
-
-
 def label(key: str) -> str:
     o = cache.overview(logs_root(), key, token(key))
     if "error" in o:

@@ -14,13 +14,11 @@ import streamlit as st
 from aah_viz.dashboard import cache
 from aah_viz.dashboard.common import plain
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.regimes import NO_CHOICE_MODES, REGIMES
 
 # fn(root, key, token, manifest) -> None; draws st.warning / st.info boxes for the run, or nothing
 Banner = Callable[[str, str, int, dict], None]
 BANNERS: list[Banner] = []
-
-NO_CONTROLLER_REGIMES = {"full_attention", "sliding_window", "local_global_layers"}
-NO_CHOICE_MODES = {"fixed_window", "random_uniform"}
 
 
 def register_banner(fn: Banner) -> Banner:
@@ -34,7 +32,8 @@ def has_controller(manifest: dict) -> bool:
     """Whether a window controller chooses this run's windows (no: full attention, static windows,
     fixed or random window ablations)."""
     cfg = manifest.get("config") or {}
-    if manifest.get("regime") in NO_CONTROLLER_REGIMES or cfg.get("enabled") is False:
+    regime = REGIMES.get(str(manifest.get("regime")))
+    if (regime is not None and not regime.controller) or cfg.get("enabled") is False:
         return False
     return cfg.get("window_ablation_mode", "adaptive") not in NO_CHOICE_MODES
 

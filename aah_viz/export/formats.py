@@ -1,4 +1,4 @@
-"""Render a :class:`~aah_viz.export.tables.Table` as CSV, Markdown or LaTeX (booktabs).
+"""Render a :class:`~aah_viz.export.table.Table` as CSV, Markdown or LaTeX (booktabs).
 
 CSV keeps full precision (Python's shortest round-trip repr, or the original published string of
 an imported cell) and adds ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` columns when the

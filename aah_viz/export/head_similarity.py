@@ -62,7 +62,7 @@ def records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.D
 
 def build_tables(runs, *, procedure: str = "method", **_opts) -> list:
     """The export table of ``runs`` (``aah_viz.runlog.Run``); runs without the table add no rows."""
-    from aah_viz.export.tables import Table
+    from aah_viz.export.table import Table
 
     frames = [records(str(run.run_id), run.table(NAME) if NAME in run.tables() else None, procedure) for run in runs]
     df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]

@@ -17,32 +17,7 @@ import pandas as pd
 from aah_viz import coverage
 from aah_viz.analysis import cluster_validity, queries
 from aah_viz.analysis.stability import update_frame
-
-# the paper's row order and display names (Table 1 / 2); other regimes follow alphabetically
-REGIME_ORDER = [
-    "full_attention",
-    "grouping_off",
-    "full_adaptive",
-    "shallow_freeze",
-    "deep_practical_reuse",
-]
-REGIME_DISPLAY = {
-    "full_attention": "Pure baseline",
-    "grouping_off": "grouping_off",
-    "full_adaptive": "Full adaptive",
-    "shallow_freeze": "Shallow freeze",
-    "deep_practical_reuse": "Deep practical reuse",
-}
-# (grouping, hierarchy, joint scorer) descriptions of the paper's Table 1
-REGIME_DESCRIPTION = {
-    "full_attention": ("off", "none", "off"),
-    "grouping_off": ("off", "none", "off"),
-    "full_adaptive": ("adaptive learned", "adaptive", "wide joint"),
-    "shallow_freeze": ("learned frozen", "frozen", "wide joint"),
-    "deep_practical_reuse": ("cached level-0", "reuse", "wide joint"),
-    "independent_scoring": ("adaptive learned", "adaptive", "independent"),
-    "control_off": ("adaptive learned", "adaptive (not executed)", "wide joint"),
-}
+from aah_viz.regimes import REGIMES
 
 # inference metrics: names in an ``inference`` event's detail (and the eval extras)
 INFERENCE_KEYS = (
@@ -58,23 +33,21 @@ INFERENCE_KEYS = (
 )
 
 
-def regime_rank(regime: Any) -> tuple[int, str]:
-    name = str(regime)
-    return (REGIME_ORDER.index(name), name) if name in REGIME_ORDER else (len(REGIME_ORDER), name)
-
-
 def display_name(run) -> str:
     ref = run.manifest.get("reference") or {}
     if isinstance(ref, dict) and ref.get("method"):
         return str(ref["method"])
-    return REGIME_DISPLAY.get(str(run.regime), str(run.regime))
+    row = REGIMES.get(str(run.regime))
+    return row.title if row else str(run.regime)
 
 
 def descriptions(run) -> tuple[str, str, str]:
+    """(grouping, hierarchy, joint scorer) as the paper's Table 1 describes the run's regime."""
     ref = run.manifest.get("reference") or {}
     if isinstance(ref, dict) and all(k in ref for k in ("grouping", "hierarchy", "joint_scorer")):
         return (str(ref["grouping"]), str(ref["hierarchy"]), str(ref["joint_scorer"]))
-    return REGIME_DESCRIPTION.get(str(run.regime), ("", "", ""))
+    row = REGIMES.get(str(run.regime))
+    return (row.described if row else None) or ("", "", "")
 
 
 def identity(run) -> dict:

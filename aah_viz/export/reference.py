@@ -37,6 +37,7 @@ import numpy as np
 from aah_viz import coverage
 from aah_viz.errors import AAHVizError, InputFormatError
 from aah_viz.export.paper_columns import TABLE1_SCALARS, TABLE2_KEYS
+from aah_viz.regimes import paper_rank, regime_named, slug
 from aah_viz.runlog import RunWriter, make_manifest
 from aah_viz.runlog.paths import resolve_under
 from aah_viz.schema import STATUS_IMPORTED
@@ -74,20 +75,10 @@ HEATMAP_COLUMNS = (
     "ACR",
 )
 
-METHOD_REGIME = {
-    "pure baseline": "full_attention",
-    "full attention": "full_attention",
-    "grouping_off": "grouping_off",
-    "grouping off": "grouping_off",
-    "full adaptive": "full_adaptive",
-    "shallow freeze": "shallow_freeze",
-    "deep practical reuse": "deep_practical_reuse",
-}
 # the shape of the paper's 4096-token suite (method section 16), recorded for the manifest
 PAPER_SHAPE = {"n_layer": 16, "n_head": 12, "n_embd": 1536, "n_ff": 6144}
 PAPER_MAX_DEPTH = {"full_attention": 0, "grouping_off": 0, "shallow_freeze": 1}
 # Qwen3-4B retrofit (method section 14): 36 layers x 32 query heads, adaptation at 1,024 tokens
-QWEN_SHAPE = {"n_layer": 36, "n_head": 32}
 QWEN_SEQ_LEN = 1024
 QWEN_WINDOWS = (512, 1024, 2048, 4096)
 
@@ -181,20 +172,15 @@ def _int(path: Path, row: dict, col: str) -> int:
 
 def regime_of(method: str, variant: str | None = None) -> str:
     """Our regime name for a published method (``variant`` such as ``main_4096_full_adaptive`` wins)."""
-    if variant:
-        m = re.match(r"^main_\d+_(.+)$", variant.strip())
-        if m:
-            name = _slug(m.group(1))
-            return "full_attention" if name == "pure_baseline" else name
-    key = method.strip().lower()
-    if key in METHOD_REGIME:
-        return METHOD_REGIME[key]
-    return _slug(key)
+    m = re.match(r"^main_\d+_(.+)$", variant.strip()) if variant else None
+    name = _slug(m.group(1) if m else method)
+    known = regime_named(name)
+    return known.name if known else name
 
 
 def _slug(text: str) -> str:
     """A regime name safe as part of a folder name: lower-case letters, digits and underscores."""
-    return re.sub(r"[^a-z0-9]+", "_", str(text).strip().lower()).strip("_") or "unknown"
+    return slug(text) or "unknown"
 
 
 def _method(methods: dict, name: str, regime: str) -> _Method:
@@ -615,9 +601,7 @@ def import_reference(
     for rid in targets:
         _run_dir(out, rid, overwrite)
     written = []
-    from aah_viz.export.records import regime_rank
-
-    for entry in sorted(methods.values(), key=lambda e: regime_rank(e.regime)):
+    for entry in sorted(methods.values(), key=lambda e: paper_rank(e.regime)):
         written.append(_paper_run(entry, out, overwrite, training_step))
     for path_csv, rows in heatmaps:
         written.append(_qwen_run(path_csv, rows, out, overwrite, qwen_seq_len))

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtr  # Student t CDF; scipy.stats is heavier to import
 
+from aah_viz.regimes import FACTOR_LABELS, FACTORS, regime_named
+
 NO_VARIANCE = "n = 1, no variance estimate"
 DEFAULT_BOOT = 2000
 DEFAULT_SEED = 0
@@ -79,28 +81,38 @@ def summarize(
     return Summary(mean, float(arr.std(ddof=1)), n, lo, hi, level)
 
 
-def group_summaries(
+def summaries_by_group(
     df: pd.DataFrame,
     value_columns: Sequence[str],
     *,
-    by: str = "regime",
+    by: str | Sequence[str] = "regime",
     n_boot: int = DEFAULT_BOOT,
     seed: int = DEFAULT_SEED,
-) -> pd.DataFrame:
-    """One row per group with ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` and ``n``.
+) -> list[tuple[dict, dict[str, Summary]]]:
+    """Per group (the column ``by``, or several), in order of first appearance: its key columns and
+    ``n`` (the number of rows, i.e. runs), and the :func:`summarize` of each value column (text that
+    is not a number counts as missing)."""
+    keys = [by] if isinstance(by, str) else list(by)
+    out = []
+    for key, part in df.groupby(keys, sort=False, dropna=False):
+        ident = {**dict(zip(keys, key)), "n": int(len(part))}
+        cols = {
+            col: summarize(pd.to_numeric(part[col], errors="coerce").tolist(), n_boot=n_boot, seed=seed)
+            for col in value_columns
+        }
+        out.append((ident, cols))
+    return out
 
-    ``n`` is the number of rows (runs) in the group; a column whose values are missing in some
-    runs gets its own ``<col>_n``.
-    """
+
+def group_summaries(df: pd.DataFrame, value_columns: Sequence[str], **options) -> pd.DataFrame:
+    """:func:`summaries_by_group` (``options``: by, n_boot, seed) as one wide frame: per group its keys,
+    ``n``, and ``<col>``, ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high``, ``<col>_n`` (the finite
+    values counted). A value column named like another's interval is overwritten by it here."""
     rows = []
-    for key, part in df.groupby(by, sort=False, dropna=False):
-        row: dict = {by: key, "n": int(len(part))}
-        for col in value_columns:
-            s = summarize(part[col].tolist(), n_boot=n_boot, seed=seed)
-            row[col] = s.mean
-            row[f"{col}_std"] = s.std
-            row[f"{col}_ci_low"] = s.ci_low
-            row[f"{col}_ci_high"] = s.ci_high
+    for ident, cols in summaries_by_group(df, value_columns, **options):
+        row = dict(ident)
+        for col, s in cols.items():
+            row.update({col: s.mean, f"{col}_std": s.std, f"{col}_ci_low": s.ci_low, f"{col}_ci_high": s.ci_high})
             row[f"{col}_n"] = s.n
         rows.append(row)
     return pd.DataFrame(rows)
@@ -304,89 +316,12 @@ def _paired_differences(a: pd.DataFrame, b: pd.DataFrame, metric: str) -> list[f
 
 # --- factorial view -----------------------------------------------------------------------
 
-FACTORS = ("grouping", "hierarchy_refresh", "freeze", "joint_scoring", "window_control")
-FACTOR_LABELS = {
-    "grouping": "grouping (heads clustered into groups)",
-    "hierarchy_refresh": "hierarchy refresh (upper levels rebuilt at each routing update)",
-    "freeze": "freeze (level-0 partition fixed after it is first built)",
-    "joint_scoring": "joint sibling scoring",
-    "window_control": "window control (decisions executed)",
-}
-# Factor levels of the named regimes (method section 13). None: the factor does not apply
-# (no grouping means no hierarchy to refresh or freeze). "other" collects flags outside the
-# five factors, so that a regime is only ever compared with one equal in everything else.
-REGIME_FACTORS: dict[str, dict] = {
-    "full_attention": {
-        "grouping": None,
-        "hierarchy_refresh": None,
-        "freeze": None,
-        "joint_scoring": None,
-        "window_control": 0,
-    },
-    "grouping_off": {"grouping": 0, "hierarchy_refresh": None, "freeze": None, "joint_scoring": 0, "window_control": 1},
-    "full_adaptive": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 1},
-    "shallow_freeze": {"grouping": 1, "hierarchy_refresh": 0, "freeze": 1, "joint_scoring": 1, "window_control": 1},
-    "deep_practical_reuse": {
-        "grouping": 1,
-        "hierarchy_refresh": 1,
-        "freeze": 1,
-        "joint_scoring": 1,
-        "window_control": 1,
-    },
-    "independent_scoring": {
-        "grouping": 1,
-        "hierarchy_refresh": 1,
-        "freeze": 0,
-        "joint_scoring": 0,
-        "window_control": 1,
-    },
-    "control_off": {"grouping": 1, "hierarchy_refresh": 1, "freeze": 0, "joint_scoring": 1, "window_control": 0},
-    "freeze_after_warmup": {
-        "grouping": 1,
-        "hierarchy_refresh": 0,
-        "freeze": 1,
-        "joint_scoring": 1,
-        "window_control": 1,
-        "other": "passthrough",
-    },
-    "fixed_random": {
-        "grouping": 1,
-        "hierarchy_refresh": 0,
-        "freeze": 1,
-        "joint_scoring": 1,
-        "window_control": 1,
-        "other": "random_partition",
-    },
-    "no_feature_ema": {
-        "grouping": 1,
-        "hierarchy_refresh": 1,
-        "freeze": 0,
-        "joint_scoring": 1,
-        "window_control": 1,
-        "other": "no_feature_ema",
-    },
-    "no_parent_constraint": {
-        "grouping": 1,
-        "hierarchy_refresh": 1,
-        "freeze": 0,
-        "joint_scoring": 1,
-        "window_control": 1,
-        "other": "no_parent_constraint",
-    },
-}
-
 
 def regime_factors(regime: str) -> dict | None:
-    """The factor levels of a named regime, or None for a regime outside the factorial design."""
-    key = str(regime).strip().lower().replace("-", "_").replace(" ", "_")
-    aliases = {
-        "pure_baseline": "full_attention",
-        "fixed_random_grouping": "fixed_random",
-        "full_attn": "full_attention",
-    }
-    key = aliases.get(key, key)
-    found = REGIME_FACTORS.get(key)
-    return None if found is None else {"other": "", **found}
+    """The factor levels of a named regime (method section 13), or None for a regime outside the factorial
+    design; ``other`` names the flags outside the five factors (``aah_viz.regimes``)."""
+    row = regime_named(regime)
+    return None if row is None or row.factors is None else {"other": "", **row.factors}
 
 
 def _differs_only_in(fa: Mapping, fb: Mapping, factor: str) -> bool:

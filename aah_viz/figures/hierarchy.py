@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from aah_viz.analysis.hierarchy import collapse_repeated_levels, head_id, tree_graph, tree_layout
 from aah_viz.figures import style
+from aah_viz.regimes import WINDOW_OVERRIDES
 
 JOINT = "#d62728"
 NOT_EXECUTED = "#ff7f0e"
@@ -237,7 +238,7 @@ def window_override(manifest_or_config: dict) -> str | None:
     """The ablation that overrides the controller's chosen windows, if the run has one."""
     cfg = manifest_or_config.get("config", manifest_or_config) or {}
     mode = cfg.get("window_ablation_mode")
-    return mode if mode in ("fixed_window", "random_uniform", "shuffle_post_select") else None
+    return mode if mode in WINDOW_OVERRIDES else None
 
 
 def tree_for(d: dict, n_head: int, windows: list[int], collapse: bool = True) -> tuple[nx.DiGraph, list[int]]:

@@ -6,22 +6,18 @@ import numpy as np
 import plotly.colors as pcolors
 import plotly.graph_objects as go
 
+from aah_viz.regimes import REGIMES
+
 STEP = "training step"
 LAYER = "layer"
 HEAD = "head"
 WINDOW = "window (tokens)"
 ACR = "ACR (Σ T·w / H·T²)"
 COVERAGE = "causal-pair coverage (attended causal pairs / all causal pairs)"
-REALISED = "realised work (score elements computed / all causal pairs)"
 LOSS = "training loss (nats)"
 VAL_LOSS = "validation loss (nats)"
 LOSS_BOTH = "loss (nats; train and validation)"
 BUCKET_SHARE = "share of heads (heads at window / heads in layer)"
-RUN_BUCKET_SHARE = "share of (layer, head) slots (slots at window / all slots)"
-ARI = "ARI vs previous update (level-0 partitions; 1 = same)"
-GROUP_SWITCH = "heads switching group (heads / H)"
-WINDOW_SWITCH = "heads switching window (heads / H)"
-TOPOLOGY = "layers with a topology change (layers / update bin)"
 SWITCH_RATE = "window switches per update (switches / updates − 1)"
 GRAD_NORM = "controller gradient norm (L2)"
 WEIGHT_DRIFT = "controller weight drift (L2 distance from init)"
@@ -83,11 +79,6 @@ def discrete_window_scale(windows: list[int]) -> tuple[list, float, float]:
     return scale, zmin, zmax
 
 
-def two_lines(axis_title: str) -> str:
-    """An axis title with its denominator on a second line, for short panels."""
-    return axis_title.replace(" (", "<br>(", 1)
-
-
 def base_layout(fig: go.Figure, title: str, height: int | None = None, width_chars: int = 70) -> go.Figure:
     """Template, margins and a title wrapped to fit (each extra title line gets its own top margin)."""
     title = wrap_title(title or "", width_chars)
@@ -111,44 +102,9 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     return base_layout(fig, title, height=300)
 
 
-# Regimes in a fixed order, so a regime has the same colour on every page and in every export
-# (paper regimes first, then the ablations); an unknown regime gets a colour from its name.
-KNOWN_REGIMES = (
-    "full_attention",
-    "grouping_off",
-    "full_adaptive",
-    "shallow_freeze",
-    "deep_practical_reuse",
-    "control_off",
-    "fixed_window",
-    "fixed_random_grouping",
-    "freeze_after_warmup",
-    "shuffle_post_select",
-    "random_uniform",
-    "independent_scoring",
-    "no_feature_ema",
-    "no_parent_constraint",
-    "sliding_window",
-    "local_global_layers",
-)
-REGIME_PALETTE = (
-    "#444444",
-    "#8c564b",
-    "#1f77b4",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#ff7f0e",
-    "#17becf",
-    "#bcbd22",
-    "#e377c2",
-    "#7f7f7f",
-    "#393b79",
-    "#637939",
-    "#ad494a",
-    "#8c6d31",
-    "#7b4173",
-)
+# a regime has one colour on every page and in every export (aah_viz.regimes); an unknown regime gets
+# one of the same palette from its name
+REGIME_PALETTE = tuple(r.color for r in REGIMES.values())
 SEED_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SEED_SYMBOLS = ("circle", "square", "triangle-up", "diamond", "cross", "x")
 
@@ -156,8 +112,8 @@ SEED_SYMBOLS = ("circle", "square", "triangle-up", "diamond", "cross", "x")
 def regime_color(regime: str | None) -> str:
     """The colour of a regime, the same on every page (unknown regimes: a stable colour from the name)."""
     name = str(regime or "")
-    if name in KNOWN_REGIMES:
-        return REGIME_PALETTE[KNOWN_REGIMES.index(name)]
+    if name in REGIMES:
+        return REGIMES[name].color
     import zlib
 
     return REGIME_PALETTE[zlib.crc32(name.encode()) % len(REGIME_PALETTE)]

@@ -143,10 +143,6 @@ def modal_offsets(counts: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray
     return modal - MAX_OFFSET, share
 
 
-def _sentence_of_words(doc: Document) -> np.ndarray:
-    return np.repeat(np.arange(len(doc.sentences)), [len(s.words) for s in doc.sentences]).astype(np.int64)
-
-
 def bootstrap_delta(
     sentence: np.ndarray, diff: np.ndarray, n_boot: int, rng: np.random.Generator, level: float = 0.95
 ) -> tuple[float, float]:
@@ -219,11 +215,6 @@ class SyntaxScorer:
         relation = self._links()[0]
         names, counts = np.unique(relation.astype(str), return_counts=True) if len(relation) else ([], [])
         return {str(r): int(c) for r, c in zip(names, counts)}
-
-    def accuracy(self, relation: str) -> np.ndarray:
-        """(2, n_heads) accuracy of every head and direction on one relation."""
-        rel, _, hits, _ = self._links()
-        return hits[rel == relation].mean(axis=0)
 
     def included_relations(self, min_count: int) -> list[str]:
         return sorted(r for r, n in self.count.items() if n >= min_count and not is_excluded(r))

@@ -461,11 +461,6 @@ def implied_coverage(
     return per_layer, model
 
 
-def implied_acr(heads: pd.DataFrame, seq_len: int, n_head: int, n_layer: int, w_min: float = 0):
-    """ACR per (step, layer) and model-wide per step implied by ``heads`` (method section 11.1)."""
-    return implied_coverage(heads, seq_len, n_head, n_layer, w_min, "acr")
-
-
 def _compare(joined: pd.DataFrame, what: str) -> list[str]:
     if not len(joined):
         return []

@@ -12,11 +12,12 @@ import warnings
 from collections.abc import Callable
 
 from aah_viz.errors import ConfigError
+from instrumentation.config import CHOICES
 
 from .result import AttentionResult, HeadStats
 from .windows import acr, band_pairs, bucket_heads, causal_coverage, causal_pairs, clamp_window
 
-BACKENDS = ("dense_masked", "banded", "flex", "flash")
+BACKENDS = CHOICES["attention_backend"]
 FALLBACK = "banded"
 
 __all__ = [

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, paired_report, pairs_of, resolve_clock, round_robin, timed
-from instrumentation.backends import get_backend
+from instrumentation.backends import BACKENDS, get_backend
 from instrumentation.backends.windows import acr, causal_coverage
 
 PAPER_FRACTIONS = ((8, 10), (4, 2), (2, 2), (1, 2))  # (T / W, heads out of 16): Table 1, Full adaptive
@@ -173,11 +173,12 @@ def bench_attention(
     if dt is None:
         raise ConfigError(f"--dtype {dtype!r}: allowed values are float32, bfloat16, float16")
     windows = parse_mix(mix, seq_len, heads)
+    known = ["full", *BACKENDS]
     if backends is None:
-        backends = ["full", "dense_masked", "banded", "flex", "flash"]
-    unknown = [b for b in backends if b not in ("full", "dense_masked", "banded", "flex", "flash")]
+        backends = known
+    unknown = [b for b in backends if b not in known]
     if unknown:
-        raise ConfigError(f"--backends: unknown {unknown}; allowed values are full, dense_masked, banded, flex, flash")
+        raise ConfigError(f"--backends: unknown {unknown}; allowed values are {', '.join(known)}")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     q, k, v = (
         torch.randn(batch, heads, seq_len, head_dim, generator=gen).to(device=device, dtype=dt).requires_grad_(True)

@@ -252,10 +252,6 @@ class RetrofitHandle(RoutedLayers):
         for layer in self.attention_layers():
             yield from layer.parameters()
 
-    def named_aah_state(self) -> dict[str, Any]:
-        """``{layer index: the layer's state_dict}`` of the AAH layers (parameters and routing state)."""
-        return {i: layer.state_dict() for i, layer in enumerate(self.attention_layers())}
-
     def train_parameters(self, which: str = "aah") -> list[nn.Parameter]:
         """Set ``requires_grad`` for adaptation and return the trained parameters.
 

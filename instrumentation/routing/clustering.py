@@ -18,8 +18,7 @@ import torch
 from aah_viz.errors import ConfigError
 from instrumentation.config import CHOICES, SELF_MERGE_SCORE, merge_can_pick_itself
 
-METRICS = ("cosine", "centered_cosine", "cosine_normdiff", "l2")
-GROUP_FEATURE_MODES = ("mean", "mean_std", "mean_var", "mean_global_offset")
+METRICS = CHOICES["upper_cluster_metric"]
 NORM_EPS = 1e-6  # floor of every norm in a denominator
 TIE_EPS = 1e-8  # |delta| below this counts as a tie in the forced bipartition
 CHURN_CLAMPS = CHOICES["churn_clamp"]

@@ -15,7 +15,6 @@ import torch
 
 from instrumentation.routing.clustering import ClusterResult, aggregate_group_features, cluster, labels_from_groups
 
-STOP_REASONS = ("", "level0_collapsed", "upper_level_collapsed")
 LEVEL0_ONLY_KEYS = {
     "sim_threshold",
     "churn_penalty",
