@@ -59,7 +59,7 @@ class _Windows:
 
 
 def _peak_memory_mb(device: torch.device) -> float:
-    from instrumentation.recorder_model import peak_memory_mb
+    from instrumentation.recorder.model_state import peak_memory_mb
 
     return float(peak_memory_mb(device))
 

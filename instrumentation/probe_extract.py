@@ -78,9 +78,9 @@ class AAHAttentionSource:
 
 def load_aah_checkpoint(path, device: str = "cpu") -> AAHAttentionSource:
     """A checkpoint written by ``aah-viz train``, loaded with ``weights_only=True``."""
-    from instrumentation.checkpoint import load_checkpoint
     from instrumentation.config import AAHConfig
     from instrumentation.model import AAHTransformer
+    from instrumentation.training.checkpoint import load_checkpoint
 
     path = Path(path)
     if not path.is_file():
@@ -261,7 +261,7 @@ class HFAttentionSource:
 
 def _from_pretrained(auto_class, path, **kwargs):
     """``from_pretrained`` on a local folder; a refused pickle or unreadable folder is one line."""
-    from instrumentation.checkpoint import refusal
+    from instrumentation.training.checkpoint import refusal
 
     try:
         return auto_class.from_pretrained(path, local_files_only=True, **kwargs)

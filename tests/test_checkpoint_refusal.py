@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from aah_viz.cli import main  # noqa: E402
-from instrumentation import checkpoint as ckpt  # noqa: E402
+from instrumentation.training import checkpoint as ckpt  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -218,7 +218,9 @@ def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path)
 
     run = load_run(make_synthetic_frontier_run(tmp_path / "fr", seed=3))
     for fmt in ("csv", "md", "latex"):
-        assert main(["export", str(run.path), "--table", "frontier", "--format", fmt, "--out", str(tmp_path / "o")]) == 0
+        assert (
+            main(["export", str(run.path), "--table", "frontier", "--format", fmt, "--out", str(tmp_path / "o")]) == 0
+        )
     got = pd.read_csv(tmp_path / "o" / "frontier.csv").set_index("configuration")
     events = run.events("inference")
     assert len(got) == len(events) == 4

@@ -16,11 +16,11 @@ torch = pytest.importorskip("torch")
 
 from aah_viz.cli import main  # noqa: E402
 from aah_viz.runlog import load_run, read_manifest, validate_run  # noqa: E402
-from instrumentation import checkpoint as ckpt  # noqa: E402
 from instrumentation import data as data_mod  # noqa: E402
 from instrumentation.config import AAHConfig  # noqa: E402
 from instrumentation.model import AAHTransformer  # noqa: E402
-from instrumentation.train import lr_multiplier  # noqa: E402
+from instrumentation.training import checkpoint as ckpt  # noqa: E402
+from instrumentation.training.train import lr_multiplier  # noqa: E402
 
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ def _rows(run_dir):
 # the kill lands at the same point on any machine, past a checkpoint and before the next.
 KILL_AFTER_STEP = """
 import os, signal, sys
-from instrumentation import train
+from instrumentation.training import train
 record_step = train.RoutingRecorder.step
 def record_step_then_die(self, step, **kw):
     record_step(self, step, **kw)

@@ -71,7 +71,7 @@ class RetrofitConfig:
 
 
 def _save(run_dir: Path, step: int, handle, optimizer, base_names: list[str], keep: int) -> Path:
-    from instrumentation.checkpoint import rng_state
+    from instrumentation.training.checkpoint import rng_state
 
     path = adapter_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +102,8 @@ def adapt(rc: RetrofitConfig) -> dict:
 
 
 def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
-    from instrumentation.checkpoint import set_rng_state
     from instrumentation.inference import model_logits
+    from instrumentation.training.checkpoint import set_rng_state
 
     out = Path(rc.out)
     model = load_causal_lm(rc.model_dir, device)

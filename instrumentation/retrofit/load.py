@@ -67,7 +67,7 @@ def load_causal_lm(model_dir: str | Path, device: str = "cpu", dtype: str | None
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
     except Exception as err:  # noqa: BLE001 - a refused pickle is one line in our words
-        from instrumentation.checkpoint import refusal
+        from instrumentation.training.checkpoint import refusal
 
         refused = refusal(model_dir, err)
         if refused:

@@ -12,8 +12,8 @@ included), ``light`` (no feature rows and no logit vectors in ``tree``), ``minim
 ``scalars`` and the lifecycle events only).
 
 The hot path never forces a device sync: event tensors are staged as they arrive and become numpy
-rows only at flush time, on a writer thread (``recorder_payload``, ``aah_viz.runlog.rows``). The
-model is read through ``recorder_model``. ``detach`` always runs (context manager exit, exceptions
+rows only at flush time, on a writer thread (``payload``, ``aah_viz.runlog.rows``). The
+model is read through ``model_state``. ``detach`` always runs (context manager exit, exceptions
 included) and removes every subscription.
 """
 
@@ -30,8 +30,8 @@ import torch
 from aah_viz.errors import ConfigError
 from aah_viz.runlog import rows
 from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED
-from instrumentation import recorder_model as rm
-from instrumentation import recorder_payload as rp
+from instrumentation.recorder import model_state as rm
+from instrumentation.recorder import payload as rp
 
 DETAILS = ("full", "light", "minimal")
 DEFAULT_FLUSH_EVERY = 50
@@ -429,7 +429,7 @@ class RoutingRecorder:
         return payload
 
     def _write_payload(self, writer, p: dict) -> None:
-        """On the writer thread: host copies of one snapshot become rows (``recorder_payload``)."""
+        """On the writer thread: host copies of one snapshot become rows (``payload``)."""
         started = time.thread_time()
         try:
             if p["ready"] is not None:

@@ -8,7 +8,7 @@ checkpoints with routing state and the optimiser, exact resume, and data-paralle
 
 The loop itself, with its step numbering, stop on SIGTERM and non-finite-loss refusal, is
 ``instrumentation.training.loop`` (``aah-viz retrofit`` runs it too); this module builds the model,
-the data and the checkpoints (``instrumentation.checkpoint``) and plans a resume (``train_settings``).
+the data and the checkpoints (``instrumentation.training.checkpoint``) and plans a resume (``settings``).
 
 Data parallel (``torchrun --nproc_per_node N``): see ``instrumentation.training.distributed``;
 with ``routing_sync="mean"`` (the default when world_size > 1) the inputs of every routing decision
@@ -25,10 +25,10 @@ import torch
 
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.runlog.paths import checkpoint_path, prune_checkpoints
-from instrumentation import checkpoint as ckpt
 from instrumentation import data as data_mod
-from instrumentation import train_settings
 from instrumentation.recorder import RoutingRecorder
+from instrumentation.training import checkpoint as ckpt
+from instrumentation.training import settings
 from instrumentation.training.distributed import Dist, broadcast_model, process_group, routing_sync
 from instrumentation.training.loop import Loop, Recording, run_loop
 from instrumentation.training.schedule import default_lr_warmup, lr_multiplier
@@ -71,7 +71,7 @@ class TrainConfig:
     progress: bool = True
     overrides: dict = field(default_factory=dict)
     # Names of the run-defining fields the user set explicitly (the CLI fills it); None: those off
-    # the defaults. A resume takes every other field from the run (see train_settings).
+    # the defaults. A resume takes every other field from the run (see training.settings).
     explicit: frozenset | None = None
 
 
@@ -110,14 +110,14 @@ def resolve_backend(cfg, device: str) -> dict:
 
 
 def _plan_resume(tc: TrainConfig, out: Path):
-    """(the run's own settings, its newest checkpoint or None) for ``--resume``; see train_settings."""
+    """(the run's own settings, its newest checkpoint or None) for ``--resume``; see settings."""
     from aah_viz.runlog import read_manifest
 
     if not (out / "manifest.json").is_file():
         raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
     manifest = read_manifest(out)
     latest = ckpt.latest_checkpoint(out)
-    plan = train_settings.resume_settings(tc, manifest, latest[0] if latest else None)
+    plan = settings.resume_settings(tc, manifest, latest[0] if latest else None)
     return plan, manifest, latest
 
 
@@ -130,8 +130,8 @@ def _finished_note(out: Path, manifest: dict, steps: int) -> str:
 
 def train(tc: TrainConfig) -> TrainResult:
     """Train one run and record it into ``tc.out``; see the module docstring."""
-    train_settings.check_values(tc)
-    train_settings.check_device(tc.device)
+    settings.check_values(tc)
+    settings.check_device(tc.device)
     out = Path(tc.out)
     plan = manifest = latest = None
     if tc.resume:
@@ -160,7 +160,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
         payload = ckpt.load_checkpoint(latest[1], map_location=device) if latest else None
         if payload is not None:
             ckpt.check_belongs(payload, latest[1], latest[0], manifest)  # this run's own, of that step
-        train_settings.check_same_data(tc.data, manifest.get("data"))
+        settings.check_same_data(tc.data, manifest.get("data"))
     if payload is not None:
         cfg = AAHConfig.from_dict(payload["config"])
     elif tc.resume:

@@ -16,7 +16,7 @@ import torch
 
 from aah_viz.runlog import rows
 from aah_viz.schema import group_column
-from instrumentation.validity_rows import validity_columns
+from instrumentation.recorder.validity_rows import validity_columns
 
 
 def stage(value: torch.Tensor) -> torch.Tensor:

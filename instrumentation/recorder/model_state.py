@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from aah_viz.errors import ConfigError
-from instrumentation.recorder_payload import stage
+from instrumentation.recorder.payload import stage
 from instrumentation.routed_layers import grad_norm, weight_drift
 
 ROUTED_INTERFACE = (
