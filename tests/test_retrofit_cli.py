@@ -170,6 +170,24 @@ def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
     assert sum(doc["live_routing_window_share"].values()) == pytest.approx(1.0)
 
 
+def test_bench_retrofit_times_a_model_folder_in_its_own_shape(base, capsys):
+    cmd = ["bench", "retrofit", "--model", str(base / "qwen"), "--seq-len", "32", "--pairs", "2", "--json"]
+    assert main(cmd) == 0
+    doc = json.loads(capsys.readouterr().out)
+    config = transformers.AutoConfig.from_pretrained(base / "qwen")
+    shape = (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads, config.head_dim)
+    got = doc["config"]
+    assert (got["n_layer"], got["n_head"], got["n_kv_head"], got["head_dim"]) == shape  # not the 4x8x4x64 default
+    assert got["model"] == str(base / "qwen")
+    assert len(doc["paper_mix"]) == config.num_attention_heads
+    assert len(doc["live_routing_windows"]) == config.num_hidden_layers
+
+
+def test_bench_retrofit_refuses_a_folder_without_a_model(tmp_path, capsys):
+    assert main(["bench", "retrofit", "--model", str(tmp_path), "--seq-len", "32", "--pairs", "2"]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
 class _Texts(torch.utils.data.Dataset):
     def __init__(self, n, seq_len, vocab):
         self.ids = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""``aah-viz bench retrofit``: a patched random Qwen3 against the same model unpatched (forward + backward)."""
+"""``aah-viz bench retrofit``: a patched model (random Qwen3 or ``--model DIR``) against itself unpatched (forward + backward)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "retrofit",
-        help="patched (full_adaptive, banded) vs unpatched forward+backward of a random Qwen3 (JSON ratios)",
-        description="Build a random Qwen3 (no download) from one seed, patch copies with regime full_adaptive "
+        help="patched (full_adaptive, banded) vs unpatched forward+backward of a model (JSON ratios)",
+        description="Build a random Qwen3 (no download) from one seed, or load --model DIR, patch copies with regime full_adaptive "
         "(banded backend, candidate windows T/8, T/4, T/2, T): one executing the paper's window mix, one routing "
         "live, one running the soft-mixture step aah-viz retrofit trains with (all candidate windows mixed, "
         "gradients for the AAH parameters only); and one with full_attention; time forward + backward of each "
         "against the unpatched model in interleaved pairs. Prints the median per-pair ratios with bootstrap 95% "
         "intervals, the windows and their causal coverage as JSON.",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a Hugging Face model folder to time instead of the random Qwen3 (its own shape; --layers, --heads, "
+        "--kv-heads and --head-dim are then read from it)",
     )
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")
     p.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
@@ -63,6 +69,7 @@ def run(args) -> int:
             pairs=pairs,
             clock=resolve_clock(args.clock, args.device),
             device=args.device,
+            model_dir=args.model,
             progress=bar,
         )
     if args.json:

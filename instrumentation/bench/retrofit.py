@@ -1,7 +1,8 @@
 """A patched Hugging Face model against the same model unpatched (``aah-viz bench retrofit``).
 
 A random Qwen3 (4 layers, 8 query heads over 4 key/value heads, head dim 64 by default) is
-built from one seed for every variant. Each pair times forward + backward of the loss on one
+built from one seed for every variant, or every variant loads the same Hugging Face folder
+(``model_dir``: a real model's own shape, vocabulary and weights; token ids drawn from its vocabulary). Each pair times forward + backward of the loss on one
 batch for a patched variant and for the unpatched model, interleaved
 (``aah_viz.paired_timing``), and reports the median of the per-pair ratios with a bootstrap
 interval. Candidate windows are the paper's ratios scaled to T (T/8, T/4, T/2, T); the patched
@@ -72,6 +73,7 @@ def bench_retrofit(
     clock: str = "cpu",
     device: str = "cpu",
     seed: int = 0,
+    model_dir=None,
     progress=None,
 ) -> dict:
     """Paired ratios of forward+backward times, patched / unpatched, and what the patched model executed."""
@@ -84,7 +86,24 @@ def bench_retrofit(
         raise ConfigError(f"bench retrofit: windows must lie in 1..{seq_len} and --seq-len be >= 2")
     variants = ("unpatched", "paper_mix", "live_routing", "full_attention_patch", "soft_mixture_step")
     live = ("live_routing", "soft_mixture_step")
-    models = {name: _qwen3(seed, n_layer, n_head, n_kv, head_dim, vocab, seq_len).to(device) for name in variants}
+    if model_dir is not None:
+        from instrumentation.retrofit.load import load_causal_lm
+
+        def build():
+            model = load_causal_lm(model_dir, device)
+            model.config._attn_implementation = "sdpa"  # the unpatched model's fastest exact path
+            return model
+    else:
+
+        def build():
+            return _qwen3(seed, n_layer, n_head, n_kv, head_dim, vocab, seq_len).to(device)
+
+    models = {name: build() for name in variants}
+    shape = models["unpatched"].config
+    n_layer, n_head = shape.num_hidden_layers, shape.num_attention_heads
+    n_kv = getattr(shape, "num_key_value_heads", None) or n_head
+    head_dim = getattr(shape, "head_dim", None) or shape.hidden_size // n_head
+    vocab = shape.vocab_size
     handles = {
         "paper_mix": patch_model(models["paper_mix"], "full_adaptive", windows, attention_backend=backend),
         "live_routing": patch_model(models["live_routing"], "full_adaptive", windows, attention_backend=backend),
@@ -136,7 +155,7 @@ def bench_retrofit(
     flat = [w for row in executed for w in row]
     works = [float(w) for _, w in seen if w is not None]
     doc["config"] = dict(
-        model="random Qwen3",
+        model=str(model_dir) if model_dir is not None else "random Qwen3",
         seq_len=seq_len,
         n_layer=n_layer,
         n_head=n_head,
