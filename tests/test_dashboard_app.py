@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from aah_viz.figures.payload import figure_data
@@ -649,3 +650,42 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     at.switch_page(PAGE.format("runs")).run()
     named = [_rendered(w.value) for w in at.warning if "dmg" in w.value]
     assert named and all("Run dmg_*run*" in w and "<em>" not in w for w in named)
+
+
+def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configuration(monkeypatch, tmp_path):
+    """With a frontier run under the logs root the dashboard opens on the Frontier page: one point per
+    configuration at its ACR and perplexity (exp of the mean block loss, recomputed here), the table
+    beside it; without one, the Runs page comes first and Frontier says how to make one."""
+    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
+
+    root = tmp_path / "logs"
+    make_synthetic_run(root / "adaptive-s0", n_layer=2, n_head=4, steps=20, regime="full_adaptive", seed=0)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert [t.value for t in at.title] == ["Runs"]
+    goto(at, "frontier")
+    assert "aah-viz frontier" in at.info[0].value
+
+    run = load_run(make_synthetic_frontier_run(root / "fr", seed=1))
+    st.cache_data.clear()  # discovery is cached per 5-second slice; a new session must see the new run now
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Frontier"]
+    want = {}
+    for detail in run.events("inference")["detail"]:
+        d = json.loads(detail)
+        nll = np.asarray(d["block_nll"], dtype=float)
+        want[d["configuration"]] = (d["acr"], float(np.exp(nll.sum() / (d["tokens_per_block"] * len(nll)))))
+    points = {}
+    for trace in charts(at)[0]["data"]:
+        if trace.get("mode") == "markers":
+            for name, x, y in zip(trace["text"], trace["x"], trace["y"]):
+                points[name] = (x, y)
+    assert points.keys() == want.keys()
+    for name, (acr, ppl) in want.items():
+        assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
+    table = at.dataframe[0].value
+    assert sorted(table["configuration"]) == sorted(want)

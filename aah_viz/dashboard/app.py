@@ -11,14 +11,15 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, live, state, validity  # noqa: F401 (validity registers its banner)
+from aah_viz.dashboard import config, frontier, live, state, validity  # noqa: F401 (validity: its banner)
 from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent
-# (page module, title, url path); the first is the default page
+# (page module, title, url path); the first is the default page, or Frontier when a frontier run is there
 PAGES = [
     ("runs", "Runs", "runs"),
+    ("frontier", "Frontier", "frontier"),
     ("training", "Training", "training"),
     ("hierarchy", "Hierarchy", "hierarchy"),
     ("windows", "Windows", "windows"),
@@ -38,10 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     except AAHVizError as err:
         st.error(plain(err))
         st.stop()
+    first = "frontier" if frontier.frontier_keys() else PAGES[0][0]  # a real model's result comes first
     page = st.navigation(
         [
-            st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=i == 0)
-            for i, (module, title, url) in enumerate(PAGES)
+            st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=module == first)
+            for module, title, url in PAGES
         ]
     )
     with st.sidebar:

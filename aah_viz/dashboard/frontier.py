@@ -1,0 +1,75 @@
+"""Frontier: perplexity against compute for a pretrained model (``aah-viz frontier``), one point per
+configuration with its interval over blocks, the Pareto front marked, and the table behind it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis.frontier import run_frontier_table
+from aah_viz.dashboard import cache, state
+from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.figures.frontier import frontier_figure
+
+REGIME = "frontier"  # the regime a frontier run's manifest names
+SHOWN = {
+    "configuration": "configuration",
+    "ppl": "perplexity",
+    "ppl_lo": "low (95%)",
+    "ppl_hi": "high (95%)",
+    "acr": "ACR",
+    "acr_causal": "causal coverage",
+    "speed_vs_unpatched": "speed vs unpatched",
+    "adapt_steps": "adaptation steps",
+    "pareto": "Pareto",
+}
+
+
+def frontier_keys() -> list[str]:
+    views = state.overviews()
+    return [k for k in state.good_keys() if views[k].get("regime") == REGIME]
+
+
+@st.cache_data(show_spinner=False)
+def table(root: str, key: str, token: int) -> pd.DataFrame:
+    return run_frontier_table(cache.open_run(root, key))
+
+
+@guarded
+def render() -> None:
+    st.title("Frontier")
+    keys = frontier_keys()
+    if not keys:
+        st.info(
+            "No frontier run under the logs root. `aah-viz frontier MODEL_DIR --data TEXT --out RUN` evaluates a "
+            "pretrained model's configurations (unpatched, static windows, profiled per-head windows, AAH before "
+            "and after adaptation) on the same held-out blocks (docs/real-model.md)."
+        )
+        return
+    key = st.selectbox("Frontier run", keys, format_func=state.label, key="frontier_run")
+    root, tok = state.logs_root(), state.token(key)
+    t = table(root, key, tok)
+    manifest = cache.manifest(root, key, tok)
+    model = (manifest.get("config") or {}).get("model_dir", "")
+    if t.empty:
+        st.warning("This frontier run holds no evaluated configuration yet (resume it with the same command).")
+        return
+    blocks = int(t["n_blocks"].max())
+    st.caption(
+        plain(f"Model {model}; T = {manifest.get('seq_len')}; {blocks} held-out blocks, the same for every "
+              f"configuration; {len(t)} configurations.")  # fmt: skip
+    )
+    chart(frontier_figure(t), key="frontier_fig", name="frontier", data=t)
+    st.caption(
+        "Each point: perplexity over the held-out tokens with its 95% interval from a bootstrap over blocks "
+        "(the same resamples for every configuration, so differences are paired), at its ACR (mean key length "
+        "over T). The dotted line joins the Pareto front: configurations no other beats on both ACR and "
+        "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
+        "side in the same run."
+    )
+    shown = t[[c for c in SHOWN if c in t]].rename(columns=SHOWN).sort_values("ACR")
+    st.dataframe(shown, hide_index=True, width="stretch", key="frontier_table")
+
+
+if __name__ == "__main__":
+    render()
