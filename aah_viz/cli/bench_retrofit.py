@@ -13,9 +13,9 @@ def register(subparsers) -> None:
         "retrofit",
         help="patched (full_adaptive, banded) vs unpatched forward+backward of a model (JSON ratios)",
         description="Build a random Qwen3 (no download) from one seed, or load --model DIR, patch copies with regime "
-        "full_adaptive (banded backend, candidate windows T/8, T/4, T/2, T): one executing the paper's window mix, one routing "
-        "live, one running the soft-mixture step aah-viz retrofit trains with (all candidate windows mixed, "
-        "gradients for the AAH parameters only); and one with full_attention; time forward + backward of each "
+        "full_adaptive (banded backend, candidate windows T/8, T/4, T/2, T): one executing the paper's window mix, "
+        "one routing live, one running the soft-mixture step aah-viz retrofit trains with (all candidate windows "
+        "mixed, gradients for the AAH parameters only); and one with full_attention; time forward + backward of each "
         "against the unpatched model in interleaved pairs. Prints the median per-pair ratios with bootstrap 95% "
         "intervals, the windows and their causal coverage as JSON.",
     )

@@ -3,10 +3,10 @@
 A random Qwen3 (4 layers, 8 query heads over 4 key/value heads, head dim 64 by default) is
 built from one seed for every variant, or every variant loads the same Hugging Face folder
 (``model_dir``: a real model's own shape, vocabulary and weights; token ids drawn from its
-vocabulary). Each pair times forward + backward of the loss on one batch for a patched variant and for the unpatched model, interleaved
-(``aah_viz.paired_timing``), and reports the median of the per-pair ratios with a bootstrap
-interval. Candidate windows are the paper's ratios scaled to T (T/8, T/4, T/2, T); the patched
-model runs regime ``full_adaptive`` with the banded backend.
+vocabulary). Each pair times forward + backward of the loss on one batch for a patched variant
+and for the unpatched model, interleaved (``aah_viz.paired_timing``), and reports the median of
+the per-pair ratios with a bootstrap interval. Candidate windows are the paper's ratios scaled to
+T (T/8, T/4, T/2, T); the patched model runs regime ``full_adaptive`` with the banded backend.
 
 - ``paper_mix_vs_unpatched``: every layer executes the paper's Full-adaptive window mix (10 x T/8,
   2 x T/4, 2 x T/2, 2 x T per 16 heads, ``bench attention``'s ``paper_mix``), routing frozen as set;
