@@ -56,8 +56,10 @@ def render() -> None:
         return
     blocks = int(t["n_blocks"].max())
     st.caption(
-        plain(f"Model {model}; T = {manifest.get('seq_len')}; {blocks} held-out blocks, the same for every "
-              f"configuration; {len(t)} configurations.")  # fmt: skip
+        plain(
+            f"Model {model}; T = {manifest.get('seq_len')}; {blocks} held-out blocks, the same for every "
+            f"configuration; {len(t)} configurations."
+        )  # fmt: skip
     )
     chart(frontier_figure(t), key="frontier_fig", name="frontier", data=t)
     st.caption(
