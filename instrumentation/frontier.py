@@ -311,8 +311,8 @@ def run_frontier(fc: FrontierConfig) -> dict:
         head_windows = None
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(plan(fc)), initial=len(plan(fc)) - len(steps), desc="frontier", unit="config")
-        bar.disable = not fc.progress or bar.disable
+        done = len(plan(fc)) - len(steps)
+        bar = tqdm(total=len(plan(fc)), initial=done, desc="frontier", unit="config", disable=not fc.progress)
         try:
             for conf in steps:
                 bar.set_postfix_str(conf.name)

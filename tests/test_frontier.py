@@ -136,6 +136,7 @@ def test_a_frontier_evaluates_every_configuration_on_the_same_blocks_and_continu
     blocker.unlink()
     second = _frontier(llama, data, out, "--adapt-steps", "2", "--regimes", "full_adaptive,grouping_off", "--json")
     assert second.returncode == 0, second.stderr
+    assert "config/s" not in second.stderr and "frontier:" not in second.stderr  # --no-progress: no bar at all
     events = load_run(out).events("inference")
     names = [json.loads(d)["configuration"] if isinstance(d, str) else d["configuration"] for d in events["detail"]]
     expected = ["unpatched", "full_attention", "sliding_window_4", "sliding_window_8", "sliding_window_16"]
