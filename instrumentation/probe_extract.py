@@ -275,14 +275,16 @@ def _from_pretrained(auto_class, path, **kwargs):
         raise
 
 
-def load_retrofit_adapter(adapter, run_dir, device: str = "cpu", with_start_token: bool = True) -> HFAttentionSource:
-    """A run of ``aah-viz retrofit``: its base model (the manifest's ``base_model``) with one of its
-    adapters, probed as patched (AAH routing frozen as saved)."""
+def load_retrofit_adapter(
+    adapter, run_dir, device: str = "cpu", with_start_token: bool = True, base_model=None
+) -> HFAttentionSource:
+    """A run of ``aah-viz retrofit``: its base model (the manifest's ``base_model``, or ``base_model``
+    where the folder has moved) with one of its adapters, probed as patched (routing frozen as saved)."""
     from aah_viz.runlog import read_manifest
     from instrumentation.retrofit import load_adapter
     from instrumentation.retrofit.load import load_causal_lm, run_base_model
 
-    base = run_base_model(run_dir, read_manifest(run_dir))
+    base = run_base_model(run_dir, read_manifest(run_dir), base_model)
     model = load_causal_lm(base, device)
     load_adapter(model, adapter)
     try:

@@ -357,6 +357,10 @@ def test_a_moved_retrofit_run_finds_its_base_model_or_takes_model(base, tmp_path
     assert main(evaluate + ["--out", str(tmp_path / "e2")]) == 2
     assert main(evaluate + ["--out", str(tmp_path / "e3"), "--model", str(tmp_path / "elsewhere")]) == 0
     assert _event(tmp_path / "e3", "inference")["checkpoint_step"] == 0
+    probe = ["probe", str(run), "--no-progress", "--bootstrap", "5", "--max-docs", "2"]
+    assert main(probe) == 2  # the recorded base model is gone
+    assert main(probe + ["--model", str(tmp_path / "elsewhere")]) == 0
+    assert "probe_heads" in load_run(run).tables()
 
 
 def test_a_moved_base_model_is_one_clear_line(base, tmp_path, capsys):

@@ -101,6 +101,12 @@ def register(subparsers) -> None:
         help="feed the model its inputs shortest first, so that batches pad little (faster; the same scores, "
         "the model's float rounding may differ with the padded shapes)",
     )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the base model folder of a retrofit run, where it is not where the run records it "
+        "(default: the folder its manifest names)",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -184,7 +190,11 @@ def run(args: argparse.Namespace) -> int:
         source = load_aah_checkpoint(target.model_path, args.device)
     elif target.kind == "retrofit":
         source = load_retrofit_adapter(
-            target.model_path, target.run_dir, device=args.device, with_start_token=not args.no_start_token
+            target.model_path,
+            target.run_dir,
+            device=args.device,
+            with_start_token=not args.no_start_token,
+            base_model=args.model,
         )
     else:
         source = load_hf_model(target.model_path, device=args.device, with_start_token=not args.no_start_token)
