@@ -9,10 +9,8 @@ backend's realised work as JSON.
 
 from __future__ import annotations
 
-import json
-import sys
-
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs
+from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument
 
 
 def register(subparsers) -> None:
@@ -52,21 +50,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from aah_viz.torch_import import require_torch
-
-    torch = require_torch()
-    from tqdm import tqdm
-
+    torch_with_threads(args.threads)
     from instrumentation import bench_attention
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     else:
         backends = ["full", "dense_masked", "banded"] + (["flex", "flash"] if args.device.startswith("cuda") else [])
-    pairs = check_pairs(args.pairs)
-    with tqdm(total=pairs + 1, desc="bench attention", unit="round", file=sys.stderr, disable=None) as bar:
+    with pairs_bar("attention", args.pairs, unit="round") as (pairs, bar):
         result = bench_attention(
             seq_len=args.seq_len,
             heads=args.heads,
@@ -82,10 +73,9 @@ def run(args) -> int:
             progress=bar,
         )
     if args.json:
-        print(json.dumps(result, indent=2))
+        print_result(result)
         return 0
     summary = {key: {k: fig[k] for k in ("median", "ci95")} for key, fig in result["ratios"].items()}
-    print(json.dumps({"clock": result["clock"], "ratios": summary, "causal_coverage": result["causal_coverage"]}))
-    for line in result["warnings"]:
-        print(f"warning: {line}", file=sys.stderr)
+    short = {"clock": result["clock"], "ratios": summary, "causal_coverage": result["causal_coverage"]}
+    print_result({**short, "warnings": result["warnings"]}, keep=tuple(short), indent=None)
     return 0

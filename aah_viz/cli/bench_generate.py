@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
+from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, resolve_clock
 
 
 def register(subparsers) -> None:
@@ -49,17 +47,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from aah_viz.torch_import import require_torch
-
-    torch = require_torch()
-    from tqdm import tqdm
-
+    torch_with_threads(args.threads)
     from instrumentation import bench_generate
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    pairs = check_pairs(args.pairs)
-    with tqdm(total=pairs + 1, desc="bench generate", unit="pair", file=sys.stderr, disable=None) as bar:
+    with pairs_bar("generate", args.pairs) as (pairs, bar):
         doc = bench_generate(
             model_dir=args.model,
             prompt_len=args.prompt_len,
@@ -74,9 +65,5 @@ def run(args) -> int:
             device=args.device,
             progress=bar,
         )
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        keep = ("clock", "ratios", "decode_tokens_per_s", "kv_cache", "warnings")
-        print(json.dumps({k: doc[k] for k in keep}, indent=2))
+    print_result(doc, keep=None if args.json else ("clock", "ratios", "decode_tokens_per_s", "kv_cache", "warnings"))
     return 0

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
+from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, resolve_clock
 
 
 def register(subparsers) -> None:
@@ -44,19 +42,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from aah_viz.torch_import import require_torch
-
-    torch = require_torch()
-    from tqdm import tqdm
-
+    torch_with_threads(args.threads)
     from aah_viz.cli.evaluate import windows_arg
     from instrumentation import bench_retrofit
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     windows = windows_arg(args.windows) if args.windows else None
-    pairs = check_pairs(args.pairs)
-    with tqdm(total=pairs + 1, desc="bench retrofit", unit="pair", file=sys.stderr, disable=None) as bar:
+    with pairs_bar("retrofit", args.pairs) as (pairs, bar):
         doc = bench_retrofit(
             seq_len=args.seq_len,
             n_layer=args.layers,
@@ -72,9 +63,6 @@ def run(args) -> int:
             model_dir=args.model,
             progress=bar,
         )
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        keep = ("clock", "ratios", "paper_mix_causal_coverage", "live_routing_window_share", "warnings")
-        print(json.dumps({k: doc[k] for k in keep}, indent=2))
+    keep = ("clock", "ratios", "paper_mix_causal_coverage", "live_routing_window_share", "warnings")
+    print_result(doc, keep=None if args.json else keep)
     return 0

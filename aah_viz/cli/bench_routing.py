@@ -10,9 +10,7 @@ adds the update under the approximate ``feature_token_stride=S`` option, timed i
 
 from __future__ import annotations
 
-import json
-import sys
-
+from aah_viz.cli._bench import print_result, torch_with_threads
 from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
 
 
@@ -59,10 +57,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from aah_viz.errors import ConfigError
-    from aah_viz.torch_import import require_torch
 
-    torch = require_torch()
-    torch.set_num_threads(max(1, args.threads))
+    torch_with_threads(max(1, args.threads))
     from instrumentation import bench_routing
 
     try:
@@ -82,7 +78,5 @@ def run(args) -> int:
         backend=args.backend,
         feature_token_stride=args.feature_token_stride,
     )
-    print(json.dumps(result, indent=2))
-    for line in result["warnings"]:
-        print(f"warning: {line}", file=sys.stderr)
+    print_result(result)
     return 0

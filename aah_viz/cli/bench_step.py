@@ -10,10 +10,8 @@ of the per-round ratios with a bootstrap 95% interval.
 
 from __future__ import annotations
 
-import json
-import sys
-
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs
+from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.paired_timing import add_clock_argument, add_pairs_argument
 
 
 def register(subparsers) -> None:
@@ -50,24 +48,17 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from aah_viz.torch_import import require_torch
-
-    torch = require_torch()
-    from tqdm import tqdm
-
+    torch_with_threads(args.threads)
     from aah_viz.errors import ConfigError
     from instrumentation import bench_step
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     windows = None
     if args.windows:
         try:
             windows = [int(w) for w in args.windows.split(",") if w.strip()]
         except ValueError:
             raise ConfigError(f"--windows {args.windows!r}: expected comma-separated integers") from None
-    pairs = check_pairs(args.pairs)
-    with tqdm(total=pairs + 2, desc="bench step", unit="step", file=sys.stderr, disable=None) as bar:
+    with pairs_bar("step", args.pairs, extra=2, unit="step") as (pairs, bar):
         result = bench_step(
             preset=args.preset,
             seq_len=args.seq_len,
@@ -79,13 +70,6 @@ def run(args) -> int:
             dropout=args.dropout,
             progress=bar,
         )
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(
-            json.dumps(
-                {k: result[k] for k in ("clock", "ratios", "medians_s", "executed_causal_coverage", "warnings")},
-                indent=2,
-            )
-        )
+    keep = ("clock", "ratios", "medians_s", "executed_causal_coverage", "warnings")
+    print_result(result, keep=None if args.json else keep)
     return 0

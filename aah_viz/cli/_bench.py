@@ -1,0 +1,39 @@
+"""What every torch benchmark of ``aah-viz bench`` does before and after its body: torch with the
+asked-for threads, the pair count checked, a progress bar over the pairs, and the JSON printed with
+its warnings on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+
+from aah_viz.paired_timing import check_pairs
+
+
+def torch_with_threads(threads: int | None):
+    """torch, set to ``threads`` CPU threads when given (0 or None: torch's own choice)."""
+    from aah_viz.torch_import import require_torch
+
+    torch = require_torch()
+    if threads:
+        torch.set_num_threads(threads)
+    return torch
+
+
+@contextmanager
+def pairs_bar(name: str, pairs: int, extra: int = 1, unit: str = "pair"):
+    """``(pairs, bar)``: the checked pair count and a bar over the pairs and ``extra`` warm-up rounds."""
+    from tqdm import tqdm
+
+    pairs = check_pairs(pairs)
+    with tqdm(total=pairs + extra, desc=f"bench {name}", unit=unit, file=sys.stderr, disable=None) as bar:
+        yield pairs, bar
+
+
+def print_result(doc: dict, keep: tuple[str, ...] | None = None, indent: int | None = 2) -> None:
+    """The JSON document (only ``keep``'s keys when given) on stdout, each of its warnings on stderr."""
+    shown = doc if keep is None else {k: doc[k] for k in keep if k in doc}
+    print(json.dumps(shown, indent=indent))
+    for line in doc.get("warnings") or []:
+        print(f"warning: {line}", file=sys.stderr)

