@@ -92,3 +92,44 @@ def smollm2_dir(smollm2_gguf, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm2") / "model"
     import_gguf(smollm2_gguf, out, progress=False)
     return out
+
+
+# ---- a tiny Hugging Face model -------------------------------------------------------------------
+TINY_SHAPE = dict(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+
+
+def save_tiny_causal_lm(folder: Path, family: str = "llama", seed: int = 0, attn: str | None = None, **shape) -> Path:
+    """A random causal LM (``family``: llama, qwen3, mistral, qwen2) of 2 layers x 4 query heads over 2
+    key/value heads, head dim 8, 300 tokens (``shape`` overrides any of it), saved as a folder."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    config_class, model_class = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    }[family]
+    merged = {**TINY_SHAPE, **shape}
+    if family == "qwen3":
+        merged.setdefault("head_dim", merged["hidden_size"] // merged["num_attention_heads"])
+    config = config_class(**merged)
+    if attn is not None:
+        config._attn_implementation = attn
+    torch.manual_seed(seed)
+    model_class(config).eval().save_pretrained(folder)
+    return Path(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm():
+    """``save_tiny_causal_lm``: the builder of a tiny random causal LM folder (tests/conftest.py)."""
+    return save_tiny_causal_lm

@@ -99,21 +99,10 @@ def test_reference_eval_lets_evaluation_change_routing(trained, tmp_path):
     assert validate_run(frozen) == [] and validate_run(out) == []
 
 
-def test_evaluate_a_hugging_face_model_folder(tmp_path):
+def test_evaluate_a_hugging_face_model_folder(tmp_path, tiny_causal_lm):
     transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen3Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(config).eval()
-    model.save_pretrained(tmp_path / "qwen")
+    tiny_causal_lm(tmp_path / "qwen", family="qwen3")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "qwen").eval()
     data = tmp_path / "t.txt"
     data.write_text(TEXT[:400])
     out = tmp_path / "out"

@@ -75,20 +75,8 @@ TEXT = "\n".join(f"line {i}: the quick brown fox jumps over the lazy dog, number
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> Path:
-    config = transformers.LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("frontier") / "llama"
-    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
-    return folder
+def llama(tmp_path_factory, tiny_causal_lm) -> Path:
+    return tiny_causal_lm(tmp_path_factory.mktemp("frontier") / "llama")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -47,20 +47,9 @@ def test_needed_window_is_the_first_that_reaches_the_share():
     assert needed_window(mass, 0.99).tolist() == [4, 1]
 
 
-def test_profile_a_model_folder_matches_its_own_attention(tmp_path):
-    config = transformers.LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    model.save_pretrained(tmp_path / "llama")
+def test_profile_a_model_folder_matches_its_own_attention(tmp_path, tiny_causal_lm):
+    tiny_causal_lm(tmp_path / "llama", attn="eager")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "llama", attn_implementation="eager").eval()
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
     out = tmp_path / "spans"

@@ -22,20 +22,9 @@ TEXT = "Colourless green ideas sleep furiously. " * 60 + "A stitch in time saves
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def base(tmp_path_factory, tiny_causal_lm):
     root = tmp_path_factory.mktemp("retrofit")
-    config = transformers.Qwen3Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    transformers.Qwen3ForCausalLM(config).save_pretrained(root / "qwen")
+    tiny_causal_lm(root / "qwen", family="qwen3")
     (root / "text.txt").write_text(TEXT)
     return root
 

@@ -40,20 +40,10 @@ sys.exit(main(sys.argv[2:]))
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def base(tmp_path_factory, tiny_causal_lm):
     """A tiny random Llama saved as a Hugging Face folder, and a text to adapt it on."""
     root = tmp_path_factory.mktemp("retrofit-loop")
-    config = transformers.LlamaConfig(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(root / "llama")
+    tiny_causal_lm(root / "llama")
     (root / "text.txt").write_text(TEXT)
     return root
 
