@@ -25,28 +25,11 @@ import torch
 from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import DEFAULT_PAIRS, by_clock, interleave, paired_report, timed
 from instrumentation.bench.attention import paper_mix
+from instrumentation.bench.models import random_causal_lm
 from instrumentation.bench.retrofit import execute_windows
 from instrumentation.config import windows_for
 
 RATIO = "decode_tokens_per_s_windowed_vs_unpatched"
-
-
-def random_llama(seed: int, n_layer: int, n_head: int, n_kv: int, head_dim: int, vocab: int, positions: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=n_head * head_dim,
-        intermediate_size=3 * n_head * head_dim,
-        num_hidden_layers=n_layer,
-        num_attention_heads=n_head,
-        num_key_value_heads=n_kv,
-        head_dim=head_dim,
-        max_position_embeddings=positions,
-    )
-    config._attn_implementation = "sdpa"  # the unpatched model's fastest exact path on CPU and GPU
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval()
 
 
 def _shape(model) -> dict:
@@ -125,7 +108,8 @@ def bench_generate(
     def build():
         if model_dir is not None:
             return load_causal_lm(model_dir, device).eval()
-        return random_llama(seed, n_layer, n_head, n_kv, head_dim, vocab, prompt_len + new_tokens).to(device)
+        positions = prompt_len + new_tokens
+        return random_causal_lm("llama", seed, n_layer, n_head, n_kv, head_dim, vocab, positions).eval().to(device)
 
     unpatched, patched = build(), build()
     shape = _shape(unpatched)

@@ -29,6 +29,7 @@ from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import interleave, paired_report, timed
 from instrumentation.backends import causal_coverage
 from instrumentation.bench.attention import paper_mix
+from instrumentation.bench.models import random_causal_lm
 from instrumentation.config import windows_for
 
 
@@ -38,24 +39,6 @@ def execute_windows(handle, per_head: list[int]) -> None:
     idx = torch.tensor([cands.index(w) for w in per_head], dtype=torch.long)
     for layer in handle.aah_layers():
         layer.state = layer.state.replace(executed_idx=idx.clone())
-
-
-def _qwen3(seed: int, n_layer: int, n_head: int, n_kv: int, head_dim: int, vocab: int, seq_len: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=n_head * head_dim,
-        intermediate_size=3 * n_head * head_dim,
-        num_hidden_layers=n_layer,
-        num_attention_heads=n_head,
-        num_key_value_heads=n_kv,
-        head_dim=head_dim,
-        max_position_embeddings=max(seq_len, 128),
-    )
-    config._attn_implementation = "sdpa"  # the unpatched model's fastest exact path on CPU and GPU
-    torch.manual_seed(seed)
-    return Qwen3ForCausalLM(config)
 
 
 def bench_retrofit(
@@ -96,7 +79,7 @@ def bench_retrofit(
     else:
 
         def build():
-            return _qwen3(seed, n_layer, n_head, n_kv, head_dim, vocab, seq_len).to(device)
+            return random_causal_lm("qwen3", seed, n_layer, n_head, n_kv, head_dim, vocab, max(seq_len, 128)).to(device)
 
     models = {name: build() for name in variants}
     shape = models["unpatched"].config
