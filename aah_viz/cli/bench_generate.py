@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, resolve_clock
+from aah_viz.cli._bench import (
+    add_device_arguments,
+    add_random_model_arguments,
+    pairs_bar,
+    print_result,
+    torch_with_threads,
+)
+from aah_viz.paired_timing import resolve_clock
 
 
 def register(subparsers) -> None:
@@ -18,7 +24,6 @@ def register(subparsers) -> None:
         "a bootstrap 95 percent interval, the bytes each cache holds and the share the windows predict, as JSON. "
         "See docs/retrofit.md.",
     )
-    p.add_argument("--model", default=None, help="a Hugging Face model folder (default: a random Llama)")
     p.add_argument("--prompt-len", type=int, default=1024, help="prompt tokens T (default 1024)")
     p.add_argument(
         "--new-tokens",
@@ -27,21 +32,8 @@ def register(subparsers) -> None:
         help="tokens to generate; all but the first are timed decode steps (default 64)",
     )
     p.add_argument("--batch", type=int, default=1, help="prompts per batch (default 1)")
-    p.add_argument("--layers", type=int, default=4, help="decoder layers of the random Llama (default 4)")
-    p.add_argument("--heads", type=int, default=8, help="query heads of the random Llama (default 8)")
-    p.add_argument(
-        "--kv-heads",
-        type=int,
-        default=4,
-        help="key/value heads of the random Llama (default 4: grouped-query attention)",
-    )
-    p.add_argument("--head-dim", type=int, default=64, help="head dimension of the random Llama (default 64)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (default 1, steadier on shared cores; 0: torch's)"
-    )
-    add_pairs_argument(p)
-    add_clock_argument(p)
+    add_random_model_arguments(p, "Llama")
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print the whole JSON document (raw times included)")
     p.set_defaults(func=run)
 

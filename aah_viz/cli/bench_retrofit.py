@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
-from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, resolve_clock
+from aah_viz.cli._bench import (
+    add_device_arguments,
+    add_random_model_arguments,
+    pairs_bar,
+    print_result,
+    torch_with_threads,
+)
+from aah_viz.paired_timing import resolve_clock
 
 
 def register(subparsers) -> None:
@@ -17,26 +23,12 @@ def register(subparsers) -> None:
         "against the unpatched model in interleaved pairs. Prints the median per-pair ratios with bootstrap 95% "
         "intervals, the windows and their causal coverage as JSON.",
     )
-    p.add_argument(
-        "--model",
-        default=None,
-        help="a Hugging Face model folder to time instead of the random Qwen3 (its own shape; --layers, --heads, "
-        "--kv-heads and --head-dim are then read from it)",
-    )
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")
-    p.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
-    p.add_argument("--heads", type=int, default=8, help="query heads (default 8)")
-    p.add_argument("--kv-heads", type=int, default=4, help="key/value heads (default 4: grouped-query attention)")
-    p.add_argument("--head-dim", type=int, default=64, help="head dimension (default 64)")
+    add_random_model_arguments(p, "Qwen3")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     p.add_argument("--windows", default=None, help="comma-separated candidate windows (default T/8,T/4,T/2,T)")
     p.add_argument("--backend", default="banded", help="attention backend of the patched model (default banded)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (default 1, steadier on shared cores; 0: torch's)"
-    )
-    add_pairs_argument(p)
-    add_clock_argument(p)
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print only the JSON document")
     p.set_defaults(func=run)
 
