@@ -127,7 +127,7 @@ from aah_viz.figures import FIGURE_KINDS
 run = load_run(make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40))
 frontier = load_run(make_synthetic_frontier_run(sys.argv[1] + "_frontier"))
 for kind, build in FIGURE_KINDS.items():
-    build([frontier] if kind == "frontier" else [run])
+    build([frontier] if kind in ("frontier", "head_spans") else [run])
 assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
 print(len(names))
 """

@@ -189,7 +189,7 @@ def frontier_run(tmp_path_factory):
 def test_registry_names_every_required_kind_and_each_builds(runs, frontier_run):
     assert REQUIRED_KINDS <= set(FIGURE_KINDS)
     for kind in FIGURE_KINDS:
-        fig = build_figure(kind, [frontier_run] if kind == "frontier" else runs)
+        fig = build_figure(kind, [frontier_run] if kind in ("frontier", "head_spans") else runs)
         assert fig.data, kind
         assert payload_bytes(fig) < 5_000_000, kind
 

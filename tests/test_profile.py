@@ -95,7 +95,7 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
 
     from aah_viz.figures.data import head_spans_data
     from aah_viz.figures.payload import figure_data
-    from aah_viz.figures.windows import needed_vs_executed_figure
+    from aah_viz.figures.windows import needed_vs_executed_figure, span_grid, span_heatmaps_figure
 
     logs = tmp_path / "logs"
     run = logs / "tiny"
@@ -112,6 +112,16 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
     fig = needed_vs_executed_figure(spans, [8, 16, 32, 64])
     heads = [t for t in fig.data if t.name == "heads"][0]
     assert list(heads.x) == spans["needed_95"].tolist() and list(heads.y) == spans["executed_window"].tolist()
+    # the mass beyond each head's executed window: 1 - its share at that window, read here from the raw rows
+    grid = span_grid(spans)
+    for row in one.itertuples():
+        share = raw[(raw["layer"] == row.layer) & (raw["head"] == row.head) & (raw["window"] == row.executed_window)]
+        want = max(0.0, 1.0 - float(share["mass_share"].iloc[0]))  # a share summed to 1 + rounding: nothing cut
+        assert grid["cut"][row.layer, row.head] == pytest.approx(want, abs=1e-12)
+        assert grid["needed"][row.layer, row.head] == row.needed_95
+        assert grid["executed"][row.layer, row.head] == row.executed_window
+    panels = span_heatmaps_figure(spans, [8, 16, 32, 64])
+    assert [t.type for t in panels.data] == ["heatmap"] * 3
 
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
@@ -123,6 +133,8 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
     assert any("What each head needs" in s.value for s in at.subheader)
     cut = int((spans["executed_window"] < spans["needed_95"]).sum())
     assert any(f"{cut} of 24 heads lie below" in c.value for c in at.caption)
+    titles = [figure_data(el.proto.spec)["layout"].get("title", {}).get("text", "") for el in at.get("plotly_chart")]
+    assert any("cuts a head short" in t for t in titles)
     charts = [figure_data(c.proto.spec) for c in at.get("plotly_chart")]
     shown = [t for c in charts for t in c["data"] if t.get("name") == "heads"]
     assert len(shown) == 1

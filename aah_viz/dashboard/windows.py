@@ -172,6 +172,12 @@ def _needed(key: str, root: str, token: int, m: dict) -> None:
         f"From aah-viz profile (full-attention mass by distance, per head). {cut} of {len(spans)} heads lie below "
         "the diagonal: routing executes a window shorter than the one that keeps 95% of what the head attends to."
     )
+    chart(
+        wfig.span_heatmaps_figure(spans, m["windows"], "where routing cuts a head short, and by how much mass"),
+        key="win_span_grid",
+        name="head-spans",
+        data=spans,
+    )
 
 
 @guarded

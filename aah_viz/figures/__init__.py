@@ -44,6 +44,7 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     },
     "regime_summary": {"metrics": "comma-separated per-run metrics (default final_loss,final_acr)"},
     "frontier": {},
+    "head_spans": {},
 }
 
 
@@ -232,6 +233,17 @@ def build_frontier(runs, **_) -> go.Figure:
     return frontier.frontier_figure(table, title=_title(run, "perplexity against ACR"))
 
 
+def build_head_spans(runs, **_) -> go.Figure:
+    from aah_viz.figures import windows
+    from aah_viz.figures.data import head_spans_data
+
+    run = _first(runs)
+    spans = head_spans_data(run)
+    if spans.empty:
+        raise AAHVizError(f"{run.path} holds no head_spans table (aah-viz profile RUN --data TEXT --out RUN adds it)")
+    return windows.span_heatmaps_figure(spans, run.windows, _title(run, "95% span against executed window"))
+
+
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "training_curves": build_training_curves,
     "hierarchy": build_hierarchy,
@@ -248,6 +260,7 @@ FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "window_vs_probe": build_window_vs_probe,
     "regime_summary": build_regime_summary,
     "frontier": build_frontier,
+    "head_spans": build_head_spans,
 }
 
 

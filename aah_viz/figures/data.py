@@ -94,18 +94,20 @@ def window_heatmap_data(run, step: int | None = None) -> dict:
 
 def head_spans_data(run) -> pd.DataFrame:
     """One row per (layer, head) of the newest ``head_spans`` profile: needed_95, needed_99, executed_window
-    (empty when the run has never been profiled with ``aah-viz profile``)."""
-    cols = ["layer", "head", "needed_95", "needed_99", "executed_window"]
+    and mass_cut, the share of the head's attention mass beyond its executed window (NaN where the executed
+    window is not a profiled candidate); empty when the run has never been profiled (``aah-viz profile``)."""
+    cols = ["layer", "head", "needed_95", "needed_99", "executed_window", "mass_cut"]
     if "head_spans" not in run.tables():
         return pd.DataFrame(columns=cols)
     spans = run.table("head_spans")
     if spans is None or spans.empty:
         return pd.DataFrame(columns=cols)
     spans = spans[spans["step"] == spans["step"].max()]
+    at_executed = spans[spans["window"] == spans["executed_window"]].drop_duplicates(["layer", "head"], keep="last")
+    cut = at_executed.assign(mass_cut=(1.0 - at_executed["mass_share"]).clip(lower=0.0))[["layer", "head", "mass_cut"]]
+    heads = spans.drop_duplicates(["layer", "head"], keep="last").drop(columns=["mass_cut"], errors="ignore")
     return (
-        spans.drop_duplicates(["layer", "head"], keep="last")[cols]
-        .sort_values(["layer", "head"])
-        .reset_index(drop=True)
+        heads.merge(cut, on=["layer", "head"], how="left")[cols].sort_values(["layer", "head"]).reset_index(drop=True)
     )
 
 

@@ -307,3 +307,72 @@ def needed_vs_executed_figure(spans: pd.DataFrame, windows: list[int], title: st
         template=style.TEMPLATE,
     )
     return fig
+
+
+def span_grid(heads: pd.DataFrame) -> dict:
+    """Layer x head matrices from ``data.head_spans_data`` rows: ``needed`` (the 95% span), ``executed``
+    (the window routing runs) and ``cut`` (the share of attention mass beyond the executed window)."""
+    n_layer, n_head = int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1
+    grid = {name: np.full((n_layer, n_head), np.nan) for name in ("needed", "executed", "cut")}
+    for name, column in (("needed", "needed_95"), ("executed", "executed_window"), ("cut", "mass_cut")):
+        grid[name][heads["layer"], heads["head"]] = heads[column].astype(float)
+    return grid
+
+
+def span_heatmaps_figure(spans: pd.DataFrame, windows: list[int], title: str = "") -> go.Figure:
+    """Three layer x head panels from ``aah-viz profile`` (``data.head_spans_data`` rows): the span keeping
+    95% of each head's attention mass, the window routing executes, and the mass the executed window leaves
+    out (where routing cuts a head short, and by how much)."""
+    if spans.empty:
+        return style.empty_figure("no head_spans table: aah-viz profile RUN --data TEXT --out RUN adds it", title)
+    grid = span_grid(spans)
+    n_layer, n_head = grid["needed"].shape
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        shared_yaxes=True,
+        horizontal_spacing=0.06,
+        subplot_titles=("span keeping 95% of the mass", "executed window", "mass beyond the executed window"),
+    )
+    lo = float(np.log2(max(1.0, np.nanmin([np.nanmin(grid["needed"]), min(windows)]))))
+    hi = float(np.log2(max(np.nanmax(grid["needed"]), np.nanmax(grid["executed"]), max(windows))))
+    ticks = sorted({*windows, int(np.nanmax(grid["needed"]))})
+    bar = dict(title=dict(text="tokens"), tickvals=[float(np.log2(w)) for w in ticks], ticktext=[str(w) for w in ticks],
+               x=0.62, len=0.9)  # fmt: skip
+    for col, name in ((1, "needed"), (2, "executed")):
+        m = grid[name]
+        fig.add_trace(
+            go.Heatmap(
+                z=np.log2(m),
+                customdata=m,
+                x=list(range(n_head)),
+                y=list(range(n_layer)),
+                zmin=lo,
+                zmax=hi,
+                colorscale="Viridis",
+                showscale=col == 1,
+                colorbar=bar,
+                hovertemplate="layer %{y} head %{x}: %{customdata:.0f} tokens<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+    fig.add_trace(
+        go.Heatmap(
+            z=grid["cut"] * 100.0,
+            x=list(range(n_head)),
+            y=list(range(n_layer)),
+            zmin=0.0,
+            zmax=max(5.0, float(np.nanmax(grid["cut"], initial=0.0) * 100.0)),
+            colorscale="Reds",
+            colorbar=dict(title=dict(text="% mass cut"), x=1.0, len=0.9),
+            hovertemplate="layer %{y} head %{x}: %{z:.1f}% of the mass beyond the executed window<extra></extra>",
+        ),
+        row=1,
+        col=3,
+    )
+    fig.update_xaxes(title=style.HEAD)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title=style.LAYER, row=1, col=1)
+    fig.update_layout(template=style.TEMPLATE, title=title or None, height=max(360, 18 * n_layer + 160))
+    return fig

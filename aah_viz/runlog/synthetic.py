@@ -147,8 +147,35 @@ def make_synthetic_frontier_run(root: str | os.PathLike, seed: int = 0, n_blocks
             block_nll=(mean_nll + rng.normal(0.0, 1.0, n_blocks)).tolist(),
             speed_vs_unpatched={"median": 1.0 + 0.5 * i, "ci95": [0.9 + 0.5 * i, 1.1 + 0.5 * i]},
         )  # fmt: skip
+    writer.append("head_spans", _head_spans(rng, n_layer=2, n_head=4, windows=(8, 16, 32)))
     writer.close("finished")
     return Path(root)
+
+
+def _head_spans(rng, n_layer: int, n_head: int, windows) -> dict:
+    """``aah-viz profile`` rows: per head a share of mass that grows with the window (all of it at the
+    largest), its 95% and 99% spans, and a random executed candidate."""
+    rows = {c: [] for c in ("step", "layer", "head", "window", "mass_share", "needed_95", "needed_99")}
+    rows["executed_window"] = []
+    for layer in range(n_layer):
+        for head in range(n_head):
+            shares = np.sort(rng.uniform(0.5, 1.0, len(windows)))
+            shares[-1] = 1.0
+            needed = int(rng.randint(1, windows[-1] + 1))
+            executed = int(windows[rng.randint(len(windows))])
+            for w, share in zip(windows, shares):
+                for col, value in (
+                    ("step", 0),
+                    ("layer", layer),
+                    ("head", head),
+                    ("window", int(w)),
+                    ("mass_share", float(share)),
+                    ("needed_95", needed),
+                    ("needed_99", min(windows[-1], needed + 2)),
+                    ("executed_window", executed),
+                ):
+                    rows[col].append(value)  # fmt: skip
+    return rows
 
 
 # ---------------------------------------------------------------------- the simulation
