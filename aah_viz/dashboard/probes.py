@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import windows as wfig
@@ -138,7 +138,7 @@ def render() -> None:
     rel = tables.get("probe_relations")
     if rel is not None and not rel.empty and "context" in rel:
         last = rel[rel["step"] == rel["step"].max()].iloc[0]
-        st.caption(f"Syntax probed on {last['context']} inputs with {last['labels']} relation labels.")
+        st.caption(f"Syntax probed on {plain(last['context'])} inputs with {plain(last['labels'])} relation labels.")
     if ph is not None and not ph.empty:
         _heads_section(ph, m, root, key, token)
     if rel is not None and not rel.empty:
