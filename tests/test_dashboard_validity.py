@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.figures.payload import figure_data
@@ -66,7 +67,7 @@ def logs(tmp_path_factory):
 def _open(logs, monkeypatch, run: str, page: str) -> AppTest:
     root, _ = logs
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
     at.run()
     at.switch_page(f"aah_viz/dashboard/{page}.py").run()
