@@ -11,6 +11,7 @@ from aah_viz.dashboard import cache, state
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
+from aah_viz.figures import style
 from aah_viz.figures import windows as wfig
 from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS
 from aah_viz.probes.distance import needed_windows
@@ -57,9 +58,10 @@ def _heads_section(ph, m, root, key, token) -> None:
             wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"), key="probe_windows"
         )
     if headline == "score_minus_baseline":
+        below, above = style.scale_words(style.DIVERGING_SCALE)  # the words follow the heatmap's colours
         st.caption(
             "Per head: the mean over relations of its better direction's accuracy minus the relation's best "
-            "fixed-offset baseline; blue above the baseline, red below (0 = no better than a fixed offset)."
+            f"fixed-offset baseline; {above} above the baseline, {below} below (0 = no better than a fixed offset)."
         )
     with st.expander("Any probe metric per head", expanded=False):
         logged = set(ph["probe"].dropna().astype(str))
