@@ -7,12 +7,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S
 
 from aah_viz.figures import data
 from aah_viz.figures.validity import validity_figure
+from aah_viz.probes.compare import NO_GROUPS, degenerate_reasons
 from aah_viz.runlog import load_run
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "grouping_off_seed0"
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample_logs" / "grouping_off_seed0"
+
+
+def _page(name: str) -> str:
+    dashboard = REPO / "aah_viz" / "dashboard"
+    for path in (dashboard / "pages" / f"{name}.py", dashboard / f"{name}.py"):
+        if path.is_file():
+            return str(path.relative_to(REPO))
+    raise FileNotFoundError(name)
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +53,29 @@ def test_cluster_validity_spans_the_recorded_steps_and_says_why_there_is_no_silh
         for ref in (note.xref, note.yref):
             axis = (ref or "paper").split()[0]
             assert axis == "paper" or axis in drawn, (note.text, ref)
+
+
+def test_a_layer_of_ungrouped_heads_is_no_comparison():
+    rng = np.random.default_rng(0)
+    probe, windows = rng.integers(0, 3, 12), np.full(12, 64)
+    assert NO_GROUPS in degenerate_reasons(np.arange(12), probe, windows, n_features=5)
+    assert degenerate_reasons(np.repeat([0, 1, 2], 4), probe, windows, n_features=5) == []
+
+
+def test_the_probes_page_flags_comparisons_of_a_run_without_groups(grouping_off, tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(SAMPLE, tmp_path / "logs" / SAMPLE.name)  # the recorded table, written before the flag
+    assert not grouping_off.table("comparisons")["degenerate"].any()
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(tmp_path / "logs"))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(_page("probes")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = next(d.value for d in at.dataframe if "nmi" in d.value.columns)
+    table = getattr(table, "data", table)  # a Styler (grey rows) holds its frame in .data
+    assert len(table) and table["degenerate"].all()  # ARI 0 beside NMI 0.976 is no result
+    per_layer = table[table["layer"].notna()]
+    assert per_layer["reason"].str.contains(NO_GROUPS, regex=False).all()
+    assert (table.loc[table["layer"].isna(), "reason"] == "every layer degenerate").all()

@@ -13,7 +13,7 @@ from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import style
 from aah_viz.figures import windows as wfig
-from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS
+from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, flag_without_groups
 from aah_viz.probes.distance import needed_windows
 
 HOW_TO = (
@@ -104,6 +104,7 @@ def _comparison_section(tables) -> None:
     if comp is None or comp.empty:
         st.info("No head-group comparison yet: `aah-viz compare RUN` writes it.")
         return
+    comp = flag_without_groups(comp)  # tables written before the case was flagged
     st.subheader("Head groups against the probes")
     st.caption(
         "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
