@@ -14,6 +14,7 @@ from aah_viz.figures import probes as pfig
 from aah_viz.figures import style
 from aah_viz.figures import windows as wfig
 from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, flag_without_groups
+from aah_viz.probes.coref_reach import reach_note
 from aah_viz.probes.distance import needed_windows
 
 HOW_TO = (
@@ -125,6 +126,9 @@ def _comparison_section(tables) -> None:
         st.dataframe(
             _grey_degenerate(assoc.reset_index(drop=True)), hide_index=True, width="stretch", key="probe_assoc"
         )
+        note = reach_note(assoc)
+        if note:
+            st.caption(note)
 
 
 @guarded
