@@ -37,6 +37,7 @@ def _file_stem(name: str) -> str:
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
+    fig = without_links(fig)  # an SVG or PDF would keep a link as a live one
     height = fig.layout.height or 500
     return providers.figure_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
 
