@@ -26,7 +26,7 @@ from browser_harness import (
     streamlit_app,
     wait_selector,
 )
-from waiting import PATIENCE_MS, until, waiting_for
+from waiting import PATIENCE_MS, TEST_S, until, waiting_for
 
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
@@ -42,7 +42,7 @@ PAGES = [
 ]
 N_LAYER, N_HEAD, STEPS = 3, 8, 120
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 
 
 @pytest.fixture(scope="module")

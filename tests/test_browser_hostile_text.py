@@ -17,6 +17,7 @@ from urllib.parse import quote, urljoin, urlparse
 import pandas as pd
 import pytest
 from browser_harness import ARTIFACTS, chromium, need_chromium, new_page, open_page, streamlit_app
+from waiting import TEST_S
 
 PAGES = [
     ("", "Runs"),
@@ -40,7 +41,7 @@ HOSTILE = f"{LINKS} {BARE} {HTML} {DIRECTIVES}"
 HOSTILE_KEY = "www.evil.example me@evil.example [x](https:evil.example) :red[RED] :material/home:"
 INVISIBLE = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 
 
 def _hostile_run(logs: Path) -> Path:

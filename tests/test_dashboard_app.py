@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
@@ -26,7 +26,7 @@ APP = str(REPO / "app.py")
 PAGE = "aah_viz/dashboard/{}.py"
 N_LAYER, N_HEAD, STEPS = 3, 6, 120
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.cli import main
 from aah_viz.dashboard.app import PAGE_DIR, PAGES
@@ -20,7 +20,7 @@ from aah_viz.runlog.synthetic import make_synthetic_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 def open_every_page(root: Path, monkeypatch, tmp_path) -> AppTest:

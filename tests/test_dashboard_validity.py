@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.figures.payload import figure_data
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 N_LAYER, N_HEAD = 2, 8
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 def _write_validity(run: Path, origin: str, verdict: str, rng) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import head_similarity as hs
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from browser_harness import (
     wait_healthy,
     wait_selector,
 )
-from waiting import COMMAND_S, PATIENCE_S, waiting_for
+from waiting import COMMAND_S, PATIENCE_S, TEST_S, waiting_for
 
 import aah_viz
 
@@ -44,7 +44,7 @@ NOT_SOURCE = shutil.ignore_patterns(
 )
 TOP_LEVEL = {"aah_viz", "instrumentation"}
 
-pytestmark = [pytest.mark.package, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.package, pytest.mark.timeout(TEST_S)]
 
 
 def _run(cmd, *, cwd, env=None, check=True, timeout=COMMAND_S) -> subprocess.CompletedProcess:

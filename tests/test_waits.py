@@ -3,7 +3,8 @@
 A short deadline makes a test depend on the machine's speed: on a loaded machine (load 12-19 on 2
 cores) a one-minute wait for a page failed a correct dashboard. This reads every test module and
 finds the waits whose deadline is a number under five minutes: a ``timeout=`` (Playwright's in
-milliseconds), an AppTest ``default_timeout=``, a ``time.monotonic() + N`` deadline. A short wait
+milliseconds), an AppTest ``default_timeout=``, a ``time.monotonic() + N`` deadline; and a whole
+test's ``pytest.mark.timeout`` under half an hour (it holds several waits). A short wait
 is allowed only as a probe whose running out is caught on the spot (inside ``try``), and pauses
 between polls (``wait_for_timeout``, ``sleep``) are not deadlines.
 """
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from waiting import PATIENCE_S, GaveUp, until, waiting_for
+from waiting import PATIENCE_S, TEST_S, GaveUp, until, waiting_for
 
 TESTS = Path(__file__).resolve().parent
 PLAYWRIGHT_MS = ("wait_for", "wait_for_selector", "wait_for_function", "goto", "expect_download", "click", "reload")
@@ -55,6 +56,10 @@ def _short_waits(path: Path) -> list[str]:
                 value = _number(kw.value)
                 if kw.arg in ("timeout", "default_timeout") and value is not None:
                     seconds = value / 1000 if _name(node) in PLAYWRIGHT_MS else value
+        if isinstance(node, ast.Call) and _name(node) == "timeout" and "mark" in ast.unparse(node.func):
+            value = _number(node.args[0]) if node.args else None  # a whole test of several waits: TEST_S
+            if value is not None and value < TEST_S:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)} (a test of several waits)")
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left = node.left
             if isinstance(left, ast.Call) and _name(left) == "monotonic":
@@ -81,8 +86,9 @@ def test_the_reader_finds_a_short_wait(tmp_path):
         "try:\n    proc.wait(timeout=10)\nfinally:\n    pass\n"
         "page.wait_for_timeout(200)\n"
         "page.wait_for_selector('z', timeout=300000)\n"
+        "pytestmark = pytest.mark.timeout(300)\n"
     )
-    assert [line.split(":")[1] for line in _short_waits(sample)] == ["2", "3", "4", "10"]
+    assert sorted(int(line.split(":")[1]) for line in _short_waits(sample)) == [2, 3, 4, 10, 15]
 
 
 def test_a_wait_that_gives_up_says_what_it_waited_for():

@@ -17,6 +17,7 @@ from typing import TypeVar
 PATIENCE_S = 300.0  # five minutes: no plausible machine needs this long for one page, server or command
 PATIENCE_MS = int(PATIENCE_S * 1000)  # the same deadline in Playwright's unit
 COMMAND_S = 900.0  # a whole command line (a build, an install, a training run of a few steps)
+TEST_S = 1800  # a whole test of several waits (pytest-timeout's guard against a hang, not a speed test)
 
 T = TypeVar("T")
 
