@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
+from browser_harness import (
+    ARTIFACTS,
+    chromium,
+    need_chromium,
+    new_page,
+    open_page,
+    settle,
+    streamlit_app,
+    wait_selector,
+)
+from waiting import PATIENCE_MS, TEST_S, until, waiting_for
 
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = REPO / "test-artifacts"
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
     ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
@@ -39,19 +42,12 @@ PAGES = [
 ]
 N_LAYER, N_HEAD, STEPS = 3, 8, 120
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed at /usr/bin/chromium (./dev test installs it)")
+    need_chromium()
     from aah_viz.runlog.synthetic import make_synthetic_run
 
     logs = tmp_path_factory.mktemp("browser_logs")
@@ -66,89 +62,18 @@ def logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(logs):
-    port = _free_port()
-    env = dict(os.environ, AAH_VIZ_LOGS=str(logs), OMP_NUM_THREADS="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(REPO / "app.py"),
-        "--server.headless",
-        "true",
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--browser.gatherUsageStats",
-        "false",
-        "--server.fileWatcherType",
-        "none",
-    ]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
-                pytest.fail(f"streamlit did not start on {url}: {out[-2000:]}")
-            time.sleep(0.3)
+    with streamlit_app(logs) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
-def _settle(page) -> None:
-    """Wait until the script run finished: the status widget (running man) is gone."""
-    page.wait_for_selector('[data-testid="stApp"]', timeout=30000)
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    try:  # the widget appears once the rerun starts; a rerun that already finished shows none
-        page.wait_for_selector('[data-testid="stStatusWidget"]', state="attached", timeout=2000)
-    except PlaywrightTimeout:
-        pass
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60000)
-
-
-def _open(page, url: str, title: str) -> None:
-    page.goto(url, wait_until="domcontentloaded")
-    page.get_by_role("heading", name=title, exact=True).first.wait_for(timeout=60000)
-    _settle(page)
+_settle = settle
+_open = open_page
 
 
 def _query(page) -> dict[str, str]:
@@ -156,10 +81,12 @@ def _query(page) -> dict[str, str]:
 
 
 def _wait_query(page, **want) -> None:
-    deadline = time.monotonic() + 30
-    while {k: _query(page).get(k) for k in want} != {k: str(v) for k, v in want.items()}:
-        assert time.monotonic() < deadline, (page.url, want)
-        page.wait_for_timeout(200)  # lets Playwright take in the page's events (page.url follows them)
+    def arrived() -> bool:
+        return {k: _query(page).get(k) for k in want} == {k: str(v) for k, v in want.items()}
+
+    # page.wait_for_timeout lets Playwright take in the page's events (page.url follows them)
+    until(arrived, f"the address to say {want}", sleep=lambda s: page.wait_for_timeout(s * 1000),
+          detail=lambda: page.url)  # fmt: skip
 
 
 def _picker(page, key: str) -> str:
@@ -168,16 +95,16 @@ def _picker(page, key: str) -> str:
 
 
 def test_every_page_renders_in_chromium(server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    page = new_page(browser)
     started = time.monotonic()
     for path, title, min_charts, selectors in PAGES:
         _open(page, f"{server}/{path}", title)
         if min_charts:
-            page.wait_for_selector(".js-plotly-plot", timeout=60000)
+            wait_selector(page, ".js-plotly-plot", f"a chart on {title}")
             # plotly draws its SVG main layer once the chart rendered
-            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30000)
+            wait_selector(page, ".js-plotly-plot .main-svg", f"a chart's drawing on {title}")
         for selector in selectors:
-            page.wait_for_selector(selector, state="visible", timeout=30000)
+            wait_selector(page, selector, f"an element of {title}")
         charts = page.locator(".js-plotly-plot").count()
         page.screenshot(path=str(ARTIFACTS / f"dashboard-{path or 'runs'}.png"))
         print(f"{path or 'runs'}: {time.monotonic() - started:.1f}s")
@@ -187,12 +114,12 @@ def test_every_page_renders_in_chromium(server, browser):
             assert _query(page).get("run") == "adaptive-s0"
     # the Export page's downloads: a CSV table and a PNG rendered on click through Kaleido
     _open(page, f"{server}/export", "Export")
-    with page.expect_download(timeout=60000) as table_dl:
+    with waiting_for("the Export page's table download"), page.expect_download(timeout=PATIENCE_MS) as table_dl:
         page.locator(".st-key-exp_table_download button").click()
     text = Path(table_dl.value.path()).read_text()
     _settle(page)
     assert "adaptive-s0" in text and "freeze-s1" in text
-    with page.expect_download(timeout=90000) as fig_dl:
+    with waiting_for("the Export page's PNG download"), page.expect_download(timeout=PATIENCE_MS) as fig_dl:
         page.locator(".st-key-exp_fig_download button").click()
     assert Path(fig_dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page.close()
@@ -204,7 +131,7 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
     run = load_run(logs / "freeze-s1")
     updates = sorted(int(s) for s in run.table("updates", columns=["step"])["step"].unique())
     step = updates[len(updates) // 2]
-    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    page = new_page(browser)
     # a link names run, layer, head and step: the page opens on exactly that
     _open(page, f"{server}/windows?run=freeze-s1&layer=2&head=5&step={step + 1}", "Windows")
     assert "freeze-s1" in _picker(page, "run_picker")
@@ -223,7 +150,7 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
     )
     page.mouse.move(box["x"] + x - 20, box["y"] + y)  # hover first, as a hand would
     page.mouse.move(box["x"] + x, box["y"] + y, steps=5)
-    page.wait_for_selector(".st-key-win_heatmap .hoverlayer .hovertext", timeout=10000)
+    wait_selector(page, ".st-key-win_heatmap .hoverlayer .hovertext", "the heatmap's hover label")
     page.mouse.click(box["x"] + x, box["y"] + y)
     _wait_query(page, layer=1, head=3)
     _settle(page)
@@ -231,7 +158,7 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
 
     # the heatmap's data downloads as CSV (equal to the run's head rows) and as an image
     page.locator(".st-key-win_heatmap_dl button").first.click()
-    with page.expect_download(timeout=60000) as dl:
+    with waiting_for("the heatmap's CSV download"), page.expect_download(timeout=PATIENCE_MS) as dl:
         page.locator(".st-key-win_heatmap_dl_csv button").click()
     rows = list(csv.DictReader(io.StringIO(Path(dl.value.path()).read_text())))
     heads = run.table("heads", filters=[("step", "==", step)])
@@ -241,14 +168,15 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
     for r in rows:
         got[int(r["y"]), int(r["x"])] = float(r["value"])
     np.testing.assert_array_equal(got, want)
-    with page.expect_download(timeout=90000) as dl:
+    with waiting_for("the heatmap's SVG download"), page.expect_download(timeout=PATIENCE_MS) as dl:
         page.locator(".st-key-win_heatmap_dl_svg button").click()
     assert b"<svg" in Path(dl.value.path()).read_bytes()[:400]
     page.keyboard.press("Escape")
 
     # another page through the sidebar keeps the selection, and the hierarchy highlights the head
     page.get_by_role("link", name="Hierarchy").click()
-    page.get_by_role("heading", name="Hierarchy", exact=True).first.wait_for(timeout=60000)
+    with waiting_for("the Hierarchy page's heading after a sidebar click"):
+        page.get_by_role("heading", name="Hierarchy", exact=True).first.wait_for(timeout=PATIENCE_MS)
     _settle(page)
     _wait_query(page, run="freeze-s1", layer=1, head=3, step=step)
     assert page.locator(".st-key-hier_fig .gtitle").text_content().startswith(f"layer 1 at step {step}")
@@ -263,7 +191,7 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
     page.close()
 
     # the copied address reopens the same view in a fresh tab (a new session)
-    fresh = browser.new_page(viewport={"width": 1400, "height": 1600})
+    fresh = new_page(browser, height=1600)
     _open(fresh, copied, "Hierarchy")
     assert _picker(fresh, "layer_picker") == "1" and _picker(fresh, "head_picker") == "L1H3"
     assert fresh.locator(".st-key-hier_fig .gtitle").text_content().startswith(f"layer 1 at step {step}")
@@ -277,7 +205,7 @@ def test_a_run_being_written_updates_without_a_reload(server, browser, logs):
     live = make_synthetic_run(
         logs / "live-s2", n_layer=N_LAYER, n_head=N_HEAD, steps=60, regime="full_adaptive", seed=2, status="running"
     )
-    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    page = new_page(browser, height=1600)
     _open(page, f"{server}/training?run=live-s2", "Training")
     header = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="seed 2").first
     assert "running" in header.inner_text() and "60 / 60" in header.inner_text()
@@ -286,16 +214,18 @@ def test_a_run_being_written_updates_without_a_reload(server, browser, logs):
     w.append("scalars", {"step": [150], "layer": [None], "name": ["loss"], "value": [1.0]})
     w.flush()
     # no reload, no button: live refresh notices the new segment
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
-        ".some(e => e.innerText.includes('151 / 200'))",
-        timeout=45000,
-    )
+    with waiting_for("the header to show the new segment (151 / 200) without a reload"):
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+            ".some(e => e.innerText.includes('151 / 200'))",
+            timeout=PATIENCE_MS,
+        )
     w.close("finished")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
-        ".some(e => e.innerText.includes('finished: 151 / 200'))",
-        timeout=45000,
-    )
+    with waiting_for("the header to show the run finished (finished: 151 / 200) without a reload"):
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+            ".some(e => e.innerText.includes('finished: 151 / 200'))",
+            timeout=PATIENCE_MS,
+        )
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
@@ -26,7 +27,7 @@ APP = str(REPO / "app.py")
 PAGE = "aah_viz/dashboard/{}.py"
 N_LAYER, N_HEAD, STEPS = 3, 6, 120
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def logs(tmp_path_factory):
 def app(logs, monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))  # absent: Compare shows ours only
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at
@@ -200,7 +201,7 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     add_probe_tables(run_dir, N_LAYER, N_HEAD, STEPS - 1)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     goto(at, "probes")
     assert at.selectbox(key="probe_name").options == ["syntax", "coref", "distance", "sufficiency"]
@@ -284,7 +285,7 @@ def test_export_page_offers_tables_and_figures(app):
 def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = "../../etc"
     at.run()
     assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
@@ -292,7 +293,7 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at.exception
     assert at.selectbox(key="run_picker").value == "adaptive-s0"
     # a valid run name in the address opens that run
-    at2 = AppTest.from_file(APP, default_timeout=120)
+    at2 = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at2.query_params["run"] = "nested/freeze-s0"
     at2.run()
     at2.switch_page(PAGE.format("hierarchy")).run()
@@ -304,7 +305,7 @@ def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_pat
     run_dir = make_synthetic_run(root / "live-run", n_layer=2, n_head=4, steps=60, status="running")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     row = at.dataframe[0].value.iloc[0]
     assert row["status"] == "running" and row["last step"] == 59
@@ -315,7 +316,7 @@ def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_pat
     row = at.dataframe[0].value.iloc[0]
     assert row["last step"] == 80 and row["last-batch train loss"] == 1.25
     w.close("finished")
-    fresh = AppTest.from_file(APP, default_timeout=120)  # a new tab in the same server process
+    fresh = AppTest.from_file(APP, default_timeout=PATIENCE_S)  # a new tab in the same server process
     fresh.run()
     assert fresh.dataframe[0].value.iloc[0]["status"] == "finished"
 
@@ -327,7 +328,7 @@ REFERENCE = REPO.parent / "shared" / "reference" / "paper"
 def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(REFERENCE))
-    at = AppTest.from_file(APP, default_timeout=240)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     goto(at, "compare")
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
@@ -375,7 +376,7 @@ def test_every_page_on_a_paper_shaped_run_sends_under_5_mb_per_figure(tmp_path, 
     )
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
         goto(at, page)
@@ -390,7 +391,7 @@ SAMPLE_LOGS = REPO / "sample_logs"
 def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=240)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception
     listed = at.dataframe[0].value["run"].tolist()
@@ -428,7 +429,7 @@ def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, mo
     RunWriter.create(root / "fresh", manifest)  # manifest only, no rows yet
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert at.dataframe[0].value.iloc[0]["status"] == "running"
     for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
@@ -469,7 +470,7 @@ def test_every_page_on_runs_recorded_by_aah_viz_train(tmp_path, monkeypatch):
         assert res.returncode == 0, res.stderr
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=240)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert sorted(at.dataframe[0].value["run"]) == ["full_adaptive", "full_attention"]
     for key in ("full_adaptive", "full_attention"):
@@ -488,7 +489,7 @@ def test_every_page_on_runs_recorded_by_aah_viz_train(tmp_path, monkeypatch):
 def test_the_selection_lives_in_the_address_and_follows_the_user_across_pages(logs, monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     run = load_run(logs / "nested" / "freeze-s0")
     ups = sorted(int(s) for s in run.table("updates", columns=["step"])["step"].unique())
     wanted = ups[len(ups) // 2]
@@ -519,7 +520,7 @@ def test_the_default_run_is_an_adaptive_one(tmp_path, monkeypatch):
     make_synthetic_run(root / "b-adaptive", n_layer=2, n_head=4, steps=40, regime="full_adaptive")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     goto(at, "windows")
     assert at.selectbox(key="run_picker").value == "b-adaptive"
@@ -534,7 +535,7 @@ def test_the_summary_header_warns_about_a_zero_gradient_only_where_there_is_a_co
         assert len(grad) and (grad == 0).all()
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     goto(at, "windows")
     assert at.selectbox(key="run_picker").value == "adaptive"
@@ -629,7 +630,7 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     set_aside_one_heads_segment(run)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = CRAFTED
     at.run()
     echoed = [e.value for e in at.error if "ignored" in e.value]
@@ -637,7 +638,8 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     html = _rendered(echoed[0])
     assert "<a" not in html and "<img" not in html and "<em" not in html
     assert "https://" not in echoed[0]  # no bare URL for a GFM autolink to find
-    assert CRAFTED in html.replace("&quot;", '"')  # the crafted value itself, shown literally
+    # the crafted value itself, shown literally (word joiners break the patterns autolinking looks for)
+    assert CRAFTED in html.replace("&quot;", '"').replace("\u2060", "")
     for page in ("training", "windows", "hierarchy", "stability", "probes", "compare", "export"):
         at.switch_page(PAGE.format(page)).run()
         assert not at.exception, (page, [e.value for e in at.exception])

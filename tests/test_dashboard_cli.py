@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import waiting
+from browser_harness import wait_healthy
 
 from aah_viz.cli import build_parser, main
 from aah_viz.cli import dashboard as dashboard_cli
@@ -64,7 +66,7 @@ def test_dashboard_refuses_a_missing_logs_root(tmp_path, capsys):
 
 
 def test_bench_dashboard_json_on_a_small_run():
-    res = subprocess.run(
+    res = waiting.run(
         [
             sys.executable,
             "-m",
@@ -83,10 +85,10 @@ def test_bench_dashboard_json_on_a_small_run():
             "2",
             "--fallback",
         ],
+        "aah-viz bench dashboard",
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=300,
     )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -134,8 +136,12 @@ print(len(names))
 
 
 def test_dashboard_modules_import_and_build_without_torch(tmp_path):
-    res = subprocess.run(
-        [sys.executable, "-c", HIDE_TORCH, str(tmp_path / "r")], capture_output=True, text=True, cwd=REPO, timeout=300
+    res = waiting.run(
+        [sys.executable, "-c", HIDE_TORCH, str(tmp_path / "r")],
+        "the import check",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert res.returncode == 0, res.stderr
     assert int(res.stdout.strip()) >= 20
@@ -145,28 +151,18 @@ def test_dashboard_modules_import_and_build_without_torch(tmp_path):
 def test_a_plain_kill_of_the_dashboard_stops_its_server(tmp_path, signame):
     import signal
     import socket
-    import time
-    import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     repo = Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "aah_viz", "dashboard", "--logs", str(tmp_path), "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120  # generous: only a server that never starts fails here
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the dashboard did not start"
-            time.sleep(0.3)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, "aah-viz dashboard")
         proc.send_signal(getattr(signal, signame))
-        proc.wait(timeout=120)
+        with waiting.waiting_for(f"aah-viz dashboard to exit after {signame}"):
+            proc.wait(timeout=waiting.PATIENCE_S)
         with socket.socket() as s:  # the server is gone: nothing answers on its port any more
             assert s.connect_ex(("127.0.0.1", port)) != 0
     finally:

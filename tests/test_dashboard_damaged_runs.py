@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.cli import main
 from aah_viz.dashboard.app import PAGE_DIR, PAGES
@@ -19,13 +20,13 @@ from aah_viz.runlog.synthetic import make_synthetic_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 def open_every_page(root: Path, monkeypatch, tmp_path) -> AppTest:
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
-    at = AppTest.from_file(APP, default_timeout=240)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     for module, _, _ in PAGES:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.figures.payload import figure_data
@@ -21,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 N_LAYER, N_HEAD = 2, 8
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 def _write_validity(run: Path, origin: str, verdict: str, rng) -> pd.DataFrame:
@@ -66,7 +67,7 @@ def logs(tmp_path_factory):
 def _open(logs, monkeypatch, run: str, page: str) -> AppTest:
     root, _ = logs
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
     at.run()
     at.switch_page(f"aah_viz/dashboard/{page}.py").run()
@@ -78,11 +79,18 @@ def _banners(at: AppTest) -> list[str]:
     return [w.value for w in at.warning if "mostly not clusters" in w.value]
 
 
-def test_the_banner_shows_where_groups_are_shown_and_only_when_they_are_in_doubt(logs, monkeypatch):
-    for page in ("hierarchy", "stability", "probes"):
+def test_the_banner_shows_on_every_page_of_the_run_and_only_when_its_groups_are_in_doubt(logs, monkeypatch):
+    for page in ("hierarchy", "stability", "probes", "training", "windows"):
         assert len(_banners(_open(logs, monkeypatch, "forced", page))) == 1, page
         assert _banners(_open(logs, monkeypatch, "real", page)) == [], page
-    assert _banners(_open(logs, monkeypatch, "forced", "training")) == []  # no groups on that page
+
+
+def test_pages_of_several_runs_name_the_runs_whose_groups_are_in_doubt(logs, monkeypatch):
+    n = len(logs[1]["forced"])
+    for page in ("runs", "compare", "export"):
+        (banner,) = _banners(_open(logs, monkeypatch, "real", page))
+        assert f"in 1 of the runs shown: forced (100% of {n} partitions forced)" in banner, page
+        assert "real (" not in banner, page
 
 
 def test_the_stability_section_tabulates_the_recorded_shares(logs, monkeypatch):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import waiting
 
 from aah_viz.cli import main
 from aah_viz.errors import MissingDependencyError
@@ -86,7 +86,7 @@ def test_no_browser_gives_one_clear_error(monkeypatch, tmp_path):
 def test_no_browser_cli_exits_2_with_one_line(run_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "BROWSER_PATH"}
     env["PATH"] = str(tmp_path)  # hides /usr/bin/chromium; python is called by its absolute path
-    proc = subprocess.run(
+    proc = waiting.run(
         [
             sys.executable,
             "-m",
@@ -98,10 +98,10 @@ def test_no_browser_cli_exits_2_with_one_line(run_dir, tmp_path):
             "--out",
             str(tmp_path / "f.png"),
         ],
+        "aah-viz figure without a browser",
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
         cwd=Path(__file__).resolve().parents[1],
     )
     assert proc.returncode == 2

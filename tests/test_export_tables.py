@@ -8,12 +8,12 @@ import io
 import json
 import math
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import waiting
 from sklearn.metrics import adjusted_rand_score
 
 from aah_viz.cli import main
@@ -507,12 +507,12 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     tables += [difference_curve_table(runs, r, "full_attention") for r in ("full_adaptive", "shallow_freeze")]
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
     assert "landscape" not in (tmp_path / "doc.tex").read_text()  # the default one-column article
-    proc = subprocess.run(
+    proc = waiting.run(
         [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        "pdflatex to compile the tables",
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"

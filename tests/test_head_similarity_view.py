@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import head_similarity as hs
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_the_agreement_grid_is_the_agreement_rows(logs):
 
 def _stability_page(logs, monkeypatch, run: str) -> AppTest:
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
     at.run()
     at.switch_page("aah_viz/dashboard/stability.py").run()

@@ -16,33 +16,40 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from browser_harness import (
+    ARTIFACTS,
+    chromium,
+    free_port,
+    need_chromium,
+    new_page,
+    open_page,
+    wait_healthy,
+    wait_selector,
+)
+from waiting import COMMAND_S, PATIENCE_S, TEST_S, waiting_for
 
 import aah_viz
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = REPO / "test-artifacts"
 # what .gitignore keeps out of a clean clone, and the version control folder itself
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "__pycache__", "*.egg-info", ".pytest_cache", "build", "dist", "runs", "test-artifacts"
 )
 TOP_LEVEL = {"aah_viz", "instrumentation"}
 
-pytestmark = [pytest.mark.package, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.package, pytest.mark.timeout(TEST_S)]
 
 
-def _run(cmd, *, cwd, env=None, check=True, timeout=600) -> subprocess.CompletedProcess:
-    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def _run(cmd, *, cwd, env=None, check=True, timeout=COMMAND_S) -> subprocess.CompletedProcess:
+    with waiting_for(f"{' '.join(map(str, cmd))} to finish", timeout):
+        res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
         pytest.fail(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return res
@@ -72,7 +79,7 @@ def venv(dists, tmp_path_factory) -> dict:
     env_dir = root / "env"
     _run([sys.executable, "-m", "venv", env_dir], cwd=root)
     py = env_dir / "bin" / "python"
-    _run([py, "-m", "pip", "install", "--quiet", dists["sdist_wheel"]], cwd=root, timeout=900)
+    _run([py, "-m", "pip", "install", "--quiet", dists["sdist_wheel"]], cwd=root)
     # nothing inherited that points at the checkout or sets the dashboard's folders: the defaults are under test
     unset = ("PYTHONPATH", "VIRTUAL_ENV", "AAH_VIZ_LOGS", "AAH_VIZ_REFERENCE")
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -83,7 +90,7 @@ def venv(dists, tmp_path_factory) -> dict:
     return {"py": py, "bin": env_dir / "bin", "env": env, "work": work, "wheel": dists["sdist_wheel"]}
 
 
-def _cli(venv, *args, cwd=None, check=True, timeout=600) -> subprocess.CompletedProcess:
+def _cli(venv, *args, cwd=None, check=True, timeout=COMMAND_S) -> subprocess.CompletedProcess:
     return _run(
         [venv["bin"] / "aah-viz", *args], cwd=cwd or venv["work"], env=venv["env"], check=check, timeout=timeout
     )
@@ -183,23 +190,9 @@ def test_dashboard_without_a_logs_root_names_the_flag(venv, tmp_path):
     assert res.returncode == 2 and "--logs DIR" in res.stderr and res.stderr.count("\n") == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _settle(page) -> None:
-    page.wait_for_selector('[data-testid="stApp"]', timeout=30000)
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60000)
-
-
 def test_installed_dashboard_serves_runs_and_the_paper_numbers_in_chromium(venv, light_runs):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed at /usr/bin/chromium (./dev test installs it)")
-    from playwright.sync_api import sync_playwright
-
-    port = _free_port()
+    need_chromium()
+    port = free_port()
     # no --logs: ./runs of the user's folder is the default
     proc = subprocess.Popen(
         [venv["bin"] / "aah-viz", "dashboard", "--port", str(port)],
@@ -211,47 +204,28 @@ def test_installed_dashboard_serves_runs_and_the_paper_numbers_in_chromium(venv,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the installed dashboard did not answer on {url}")
-            time.sleep(0.5)
-        ARTIFACTS.mkdir(exist_ok=True)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 2000})
-                page.goto(url, wait_until="domcontentloaded")
-                page.get_by_role("heading", name="Runs", exact=True).first.wait_for(timeout=60000)
-                _settle(page)
-                assert str(light_runs) in page.locator('[data-testid="stSidebar"]').inner_text()
-                # the synthetic run's window heatmap, then our runs beside the paper's numbers
-                for path, title in (("windows?run=synth", "Windows"), ("compare", "Compare")):
-                    page.goto(f"{url}/{path}", wait_until="domcontentloaded")
-                    page.get_by_role("heading", name=title, exact=True).first.wait_for(timeout=60000)
-                    _settle(page)
-                    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60000)
-                    page.screenshot(path=str(ARTIFACTS / f"package-{title.lower()}.png"))
-                    assert page.locator('[data-testid="stException"]').count() == 0, path
-                    if title == "Windows":
-                        page.wait_for_selector(".js-plotly-plot .heatmaplayer", timeout=60000)
-                        assert "No head rows recorded" not in page.locator('[data-testid="stMain"]').inner_text()
-                # the Compare page found the packaged reference without being told where it is
-                text = page.locator('[data-testid="stMain"]').inner_text()
-                assert "No reference folder configured" not in text
-                assert "could not be imported" not in text
-            finally:
-                browser.close()
+        wait_healthy(url, proc, "the installed aah-viz dashboard")
+        with chromium() as browser:
+            page = new_page(browser, height=2000)
+            open_page(page, url, "Runs")
+            assert str(light_runs) in page.locator('[data-testid="stSidebar"]').inner_text()
+            # the synthetic run's window heatmap, then our runs beside the paper's numbers
+            for path, title in (("windows?run=synth", "Windows"), ("compare", "Compare")):
+                open_page(page, f"{url}/{path}", title)
+                wait_selector(page, ".js-plotly-plot .main-svg", f"a chart on {title}")
+                page.screenshot(path=str(ARTIFACTS / f"package-{title.lower()}.png"))
+                assert page.locator('[data-testid="stException"]').count() == 0, path
+                if title == "Windows":
+                    wait_selector(page, ".js-plotly-plot .heatmaplayer", "the window heatmap")
+                    assert "No head rows recorded" not in page.locator('[data-testid="stMain"]').inner_text()
+            # the Compare page found the packaged reference without being told where it is
+            text = page.locator('[data-testid="stMain"]').inner_text()
+            assert "No reference folder configured" not in text
+            assert "could not be imported" not in text
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=PATIENCE_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -262,7 +236,6 @@ def test_torch_extra_trains_two_steps_and_probes_with_the_bundled_set(venv, ligh
         [venv["py"], "-m", "pip", "install", "--quiet", f"{venv['wheel']}[torch]"],
         cwd=venv["work"],
         env=venv["env"],
-        timeout=900,
     )
     _cli(venv, "train", "--preset", "tiny", "--steps", "2", "--seed", "0", "--out", "runs/tiny")
     run = venv["work"] / "runs" / "tiny"

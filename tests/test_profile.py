@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import PATIENCE_S
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -125,7 +126,7 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
 
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
     at.switch_page("aah_viz/dashboard/windows.py")
     at.run()

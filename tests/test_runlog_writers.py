@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from waiting import PATIENCE_S
 
 from aah_viz.cli import main
 from aah_viz.errors import RunLockedError, RunLogError
@@ -84,7 +85,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
             RunWriter.resume(run)
     finally:
         child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+        child.wait(timeout=PATIENCE_S)
         child.stdout.close()
     assert run_lock.holder(run) is None
     assert validate_run(run) == [

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import PATIENCE_S
 
 torch = pytest.importorskip("torch")
 
@@ -370,7 +371,7 @@ def runs_page_warnings(logs: Path, monkeypatch) -> str:
 
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(logs / "no-reference"))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=240)
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return "\n".join(w.value.replace("\\", "") for w in at.warning)  # Markdown escapes off: the text shown

@@ -9,8 +9,10 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import providers
+from aah_viz.dashboard.safe_text import plain  # noqa: F401 (the pages' one import for text)
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.tabular import figure_frame
+from aah_viz.figures.text import without_links
 
 EXPORT_WIDTH = 1100  # px of a downloaded figure: wide enough for every title and legend
 FIGURE_MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
@@ -30,27 +32,12 @@ def guarded(fn):
     return wrapper
 
 
-def plain(text) -> str:
-    """A user-controlled string (run key, manifest field, file name, URL value) as literal text in Markdown.
-
-    Backslash-escapes (CommonMark shows them literally) every character that can start Markdown
-    structure: links and images, HTML and autolinks, emphasis, code, math, tables, Streamlit's
-    ``:red[...]`` directives, entities, and the ``://``, ``@`` and ``www.`` of GFM bare-URL and
-    e-mail autolinks. Line breaks become spaces and a leading list or quote marker is escaped,
-    so no block can start.
-    """
-    flat = " ".join(str(text).splitlines())
-    flat = re.sub(r"([\\`*_\[\]<>|~$#!@&]|:(?=//))", r"\\\1", flat)
-    flat = re.sub(r"(?i)\b(www)\.", r"\1\\.", flat)
-    flat = re.sub(r"^(\s*)(\d+)([.)])", r"\1\2\\\3", flat)  # "1. " would start a list
-    return re.sub(r"^(\s*)([-+=])", r"\1\\\2", flat)
-
-
 def _file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "figure"
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
+    fig = without_links(fig)  # an SVG or PDF would keep a link as a live one
     height = fig.layout.height or 500
     return providers.figure_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
 
@@ -89,6 +76,7 @@ def chart(fig, key: str, name: str | None = None, data: pd.DataFrame | None = No
         if points:
             on_select(points)
 
+    fig = without_links(fig)  # a run's name or a table cell may hold an <a href=...> tag
     # theme=None: the figure keeps its own template, so the page looks like the exported figure
     st.plotly_chart(
         fig,

@@ -8,11 +8,13 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded
+from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
+from aah_viz.figures import style
 from aah_viz.figures import windows as wfig
-from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS
+from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, flag_without_groups
+from aah_viz.probes.coref_reach import reach_note
 from aah_viz.probes.distance import needed_windows
 
 HOW_TO = (
@@ -57,9 +59,10 @@ def _heads_section(ph, m, root, key, token) -> None:
             wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"), key="probe_windows"
         )
     if headline == "score_minus_baseline":
+        below, above = style.scale_words(style.DIVERGING_SCALE)  # the words follow the heatmap's colours
         st.caption(
             "Per head: the mean over relations of its better direction's accuracy minus the relation's best "
-            "fixed-offset baseline; blue above the baseline, red below (0 = no better than a fixed offset)."
+            f"fixed-offset baseline; {above} above the baseline, {below} below (0 = no better than a fixed offset)."
         )
     with st.expander("Any probe metric per head", expanded=False):
         logged = set(ph["probe"].dropna().astype(str))
@@ -102,6 +105,7 @@ def _comparison_section(tables) -> None:
     if comp is None or comp.empty:
         st.info("No head-group comparison yet: `aah-viz compare RUN` writes it.")
         return
+    comp = flag_without_groups(comp)  # tables written before the case was flagged
     st.subheader("Head groups against the probes")
     st.caption(
         "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
@@ -122,6 +126,9 @@ def _comparison_section(tables) -> None:
         st.dataframe(
             _grey_degenerate(assoc.reset_index(drop=True)), hide_index=True, width="stretch", key="probe_assoc"
         )
+        note = reach_note(assoc)
+        if note:
+            st.caption(note)
 
 
 @guarded
@@ -138,7 +145,7 @@ def render() -> None:
     rel = tables.get("probe_relations")
     if rel is not None and not rel.empty and "context" in rel:
         last = rel[rel["step"] == rel["step"].max()].iloc[0]
-        st.caption(f"Syntax probed on {last['context']} inputs with {last['labels']} relation labels.")
+        st.caption(f"Syntax probed on {plain(last['context'])} inputs with {plain(last['labels'])} relation labels.")
     if ph is not None and not ph.empty:
         _heads_section(ph, m, root, key, token)
     if rel is not None and not rel.empty:

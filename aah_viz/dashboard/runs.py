@@ -55,6 +55,7 @@ def render() -> None:
             st.warning(f"Run {plain(key)}: {plain(w)}")
     if not good:
         return
+    state.show_selection_banners(list(good))
     rows = []
     for k, o in good.items():
         total = cache.manifest(root, k, state.token(k)).get("steps")

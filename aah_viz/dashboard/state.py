@@ -338,12 +338,30 @@ def show_run_warnings(key: str) -> None:
         st.warning(plain(w))
 
 
+# fn(keys) -> None: boxes about several runs at once (pages of several runs); other parts register
+# theirs (the groups-in-doubt box of ``validity``) so this module need not import them
+SELECTION_BANNERS: list = []
+
+
+def register_selection_banner(fn):
+    if fn not in SELECTION_BANNERS:
+        SELECTION_BANNERS.append(fn)
+    return fn
+
+
+def show_selection_banners(keys) -> None:
+    for banner in SELECTION_BANNERS:
+        banner(list(keys))
+
+
 def show_selection_warnings(keys) -> None:
-    """Pages that read several runs: one box per damaged run, naming it, before any number of it."""
+    """Pages that read several runs: one box per damaged run, naming it, before any number of it; then
+    the registered boxes about the runs (groups in doubt)."""
     for key in keys:
         found = cache.overview(logs_root(), key, token(key)).get("warnings", [])
         if found:
             st.warning(plain(f"run {key}: " + " ".join(found)))
+    show_selection_banners(keys)
 
 
 class Opened(tuple):

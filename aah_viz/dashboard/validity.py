@@ -8,13 +8,12 @@ import streamlit as st
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart
+from aah_viz.dashboard.common import chart, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
 from aah_viz.dashboard.summary import register_banner
 from aah_viz.figures import validity as vfig
 
-GROUP_PAGES = ("Hierarchy", "Stability", "Probes")
 LAYER_COLUMNS = {
     "layer": "layer",
     "partitions": "partitions",
@@ -24,15 +23,36 @@ LAYER_COLUMNS = {
 }
 
 
+SEE_ALSO = (
+    " See Stability → are the head groups real?, and Stability → "
+    f"{HEAD_SIMILARITY_TITLE.lower()} for the similarities that do give real groups."
+)
+
+
 @register_banner
 def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> None:
-    if st.session_state.get(state.PAGE_TITLE) not in GROUP_PAGES:
-        return
+    """Every page of one run: its groups colour the windows, the training and the probes too, so the
+    doubt is said wherever the run is shown."""
     text = cv.groups_in_doubt(cache.validity(root, key, token)["validity"])
     if text:
+        st.warning(text + SEE_ALSO, icon="⚠️")
+
+
+@state.register_selection_banner
+def groups_in_doubt_selection(keys) -> None:
+    """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
+    root = state.logs_root()
+    named = []
+    for key in keys:
+        v = cache.validity(root, key, state.token(key))["validity"]
+        if cv.groups_in_doubt(v):
+            shares = cv.run_shares(v)
+            named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
+    if named:
         st.warning(
-            text + " See Stability → are the head groups real?, and Stability → "
-            f"{HEAD_SIMILARITY_TITLE.lower()} for the similarities that do give real groups.",
+            plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))
+            + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
+            "structure." + SEE_ALSO,
             icon="⚠️",
         )
 

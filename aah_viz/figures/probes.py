@@ -54,7 +54,7 @@ def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str
             z=matrix.astype(np.float32),
             x=np.arange(n_head),
             y=np.arange(n_layer),
-            colorscale=style.named_scale("RdBu_r" if diverging else "Viridis"),
+            colorscale=style.named_scale(style.DIVERGING_SCALE if diverging else "Viridis"),
             zmin=zmin,
             zmax=zmax,
             colorbar=dict(title=dict(text=metric)),

@@ -29,6 +29,33 @@ TEMPLATE = "plotly_white"
 FIGURE4_SCALE = [[0.0, "rgb(0,0,0)"], [0.35, "rgb(160,20,20)"], [0.7, "rgb(245,140,20)"], [1.0, "rgb(255,240,120)"]]
 
 
+# values read against zero (a score minus its baseline): blue above, red below, the colours the
+# relation chart gives a relation above and below its baseline; captions name them from the scale
+DIVERGING_SCALE = "RdBu"
+
+
+def colour_word(colour: str) -> str:
+    """A plain name for an ``rgb(...)`` or ``#rrggbb`` colour, by hue: red, orange, yellow, green,
+    blue, purple, or grey (near-white and near-black included)."""
+    import colorsys
+
+    r, g, b = pcolors.hex_to_rgb(colour) if colour.startswith("#") else pcolors.unlabel_rgb(colour)
+    h, light, sat = colorsys.rgb_to_hls(r / 255, g / 255, b / 255)
+    if sat < 0.2 or light > 0.92 or light < 0.08:
+        return "grey"
+    hue = h * 360
+    for edge, word in ((20, "red"), (45, "orange"), (70, "yellow"), (170, "green"), (260, "blue"), (330, "purple")):
+        if hue < edge:
+            return word
+    return "red"
+
+
+def scale_words(name: str) -> tuple[str, str]:
+    """(colour at the low end, colour at the high end) of a named scale, in words: what a caption says."""
+    stops = named_scale(name)
+    return colour_word(stops[0][1]), colour_word(stops[-1][1])
+
+
 def named_scale(name: str) -> list:
     """A named Plotly colourscale as explicit stops (a theme cannot swap explicit stops)."""
     out = []

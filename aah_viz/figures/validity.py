@@ -93,13 +93,10 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
         )
         fig.add_hline(y=0.0, line=dict(color="#7f7f7f", width=1), row=2, col=1)
     else:
+        # in paper coordinates: Plotly draws no axes for a panel without traces, so "x2 domain" would not exist
+        low, high = fig.layout.yaxis2.domain
         fig.add_annotation(
-            text="silhouettes not recorded for this run (recorded by runs of this version on)",
-            showarrow=False,
-            xref="x2 domain",
-            yref="y2 domain",
-            x=0.5,
-            y=0.5,
+            text=no_silhouette_reason(validity), showarrow=False, xref="paper", yref="paper", x=0.5, y=(low + high) / 2
         )
     fig.add_trace(
         go.Scatter(
@@ -124,4 +121,18 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
     fig.update_yaxes(title="layers / L", range=[0, 1.02], row=3, col=1, title_font=dict(size=12))
     fig.update_annotations(font_size=12)
     fig.update_xaxes(title=style.STEP, row=3, col=1)
+    # the recorded steps, always: an empty panel (no silhouettes) otherwise widens the shared axis to
+    # steps before training began
+    lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+    fig.update_xaxes(range=[lo, hi] if hi > lo else [lo - 1, hi + 1])
     return style.base_layout(fig, title, height=760)
+
+
+def no_silhouette_reason(validity: pd.DataFrame) -> str:
+    """Why a run has no silhouette to draw: its partitions have none (every head alone, one group, ...),
+    or the run predates their recording."""
+    if "verdict" in validity and "silhouette" in validity and (validity["verdict"] == cv.UNDEFINED).all():
+        origins = validity["origin"].astype(str).value_counts().index[:2]
+        why = "; ".join(cv.ORIGIN_WORDS.get(o, o) for o in origins)
+        return f"no silhouettes: no level-0 partition has one ({why})"
+    return "silhouettes not recorded for this run (recorded by runs of this version on)"

@@ -21,7 +21,9 @@ layer. Read from a run directory after ``aah-viz probe``.
   the same probe clusters, for reference;
 - one pooled row per level and target (``layer`` null): the mean over the non-degenerate layers,
   with a null that permutes within every layer at once (stratified by layer);
-- ``degenerate`` and ``reason`` flag rows that cannot say anything: one AAH group, one probe
+- ``degenerate`` and ``reason`` flag rows that cannot say anything: one AAH group, every head
+  its own group (grouping off: ARI is 0 by construction while NMI, counting many groups, looks
+  high; :func:`flag_without_groups` marks such rows in tables written before), one probe
   cluster, fewer than 3 heads, no probe feature that varies within the layer, or groups identical
   to the window classes (then agreement with probes measures the windows' direct effect on
   attention, not the grouping).
@@ -238,6 +240,10 @@ def permutation_null(aah: np.ndarray, target: np.ndarray, permutations: int, rng
     return batched_scores(shuffled, target)
 
 
+NO_GROUPS = "every head its own group (no grouping): ARI 0 by construction, NMI high from the many groups"
+ALL_DEGENERATE = "every layer degenerate"
+
+
 def degenerate_reasons(aah: np.ndarray, probe: np.ndarray | None, windows: np.ndarray, n_features: int) -> list[str]:
     """Why a comparison of one layer's AAH groups with its probe clusters cannot say anything."""
     reasons = []
@@ -245,6 +251,8 @@ def degenerate_reasons(aah: np.ndarray, probe: np.ndarray | None, windows: np.nd
         reasons.append("fewer than 3 heads")
     if len(np.unique(aah)) < 2:
         reasons.append("one AAH group")
+    elif len(aah) >= 3 and len(np.unique(aah)) == len(aah):
+        reasons.append(NO_GROUPS)
     if probe is None or n_features == 0:
         reasons.append("no probe feature varies within the layer")
     elif len(np.unique(probe)) < 2:
@@ -379,10 +387,41 @@ def partition_rows(
                 n_groups=max((p[2] for p in parts), default=0),
                 n_probe_clusters=max((p[3] for p in parts), default=0),
                 n_layers=len(parts),
-                reasons=[] if parts else ["every layer degenerate"],
+                reasons=[] if parts else [ALL_DEGENERATE],
             )
         )
     return rows
+
+
+def flag_without_groups(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """A ``comparisons`` table with the layers whose heads were not grouped (as many groups as heads)
+    flagged degenerate, and the pooled rows over only such layers too: tables written before
+    :func:`degenerate_reasons` knew the case show ARI 0 beside a high NMI as if it were a result."""
+    need = {"layer", "n_heads", "n_groups", "degenerate", "reason", "level", "target"}
+    if comparisons.empty or not need <= set(comparisons.columns):
+        return comparisons
+    out = comparisons.copy()
+    out["degenerate"] = out["degenerate"].fillna(False).astype(bool)
+    out["reason"] = out["reason"].fillna("").astype(str)
+    per_layer = out["layer"].notna()
+    alone = (
+        per_layer
+        & (out["n_heads"] >= 3)
+        & (out["n_groups"] >= out["n_heads"])
+        & ~out["reason"].str.contains(NO_GROUPS, regex=False)
+    )
+    out.loc[alone, "reason"] = [f"{r}; {NO_GROUPS}" if r else NO_GROUPS for r in out.loc[alone, "reason"]]
+    out.loc[alone, "degenerate"] = True
+    keys = [c for c in ("step", "level", "target") if c in out]
+    layer_rows = out[per_layer]
+    all_bad = layer_rows.groupby(keys, dropna=False)["degenerate"].all() if len(layer_rows) else None
+    if all_bad is not None:
+        for i in out.index[~per_layer & ~out["degenerate"]]:
+            key = tuple(out.loc[i, keys])
+            if all_bad.get(key if len(keys) > 1 else key[0], False):
+                out.loc[i, "degenerate"] = True
+                out.loc[i, "reason"] = ALL_DEGENERATE
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

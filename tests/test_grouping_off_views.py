@@ -1,0 +1,81 @@
+"""A run without head groups (``grouping_off``, every head alone) on the pages: axes over the steps
+it recorded, and the true reason for what is missing. Read from the bundled sample run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S
+
+from aah_viz.figures import data
+from aah_viz.figures.validity import validity_figure
+from aah_viz.probes.compare import NO_GROUPS, degenerate_reasons
+from aah_viz.runlog import load_run
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample_logs" / "grouping_off_seed0"
+
+
+def _page(name: str) -> str:
+    dashboard = REPO / "aah_viz" / "dashboard"
+    for path in (dashboard / "pages" / f"{name}.py", dashboard / f"{name}.py"):
+        if path.is_file():
+            return str(path.relative_to(REPO))
+    raise FileNotFoundError(name)
+
+
+@pytest.fixture(scope="module")
+def grouping_off():
+    if not (SAMPLE / "manifest.json").is_file():
+        pytest.skip(f"{SAMPLE} is not in this checkout")
+    return load_run(SAMPLE)
+
+
+def test_cluster_validity_spans_the_recorded_steps_and_says_why_there_is_no_silhouette(grouping_off):
+    v = data.validity_data(grouping_off)
+    assert len(v["validity"]) and set(v["validity"]["origin"]) == {"ungrouped"}  # the sample is what it claims
+    fig = validity_figure(v["validity"], v["threshold"], "cluster validity over training")
+    steps = v["validity"]["step"]
+    axes = [fig.layout[name] for name in fig.layout if name.startswith("xaxis")]
+    assert len(axes) == 3
+    for axis in axes:
+        assert axis.range is not None and tuple(axis.range) == (steps.min(), steps.max())
+    notes = [a.text for a in fig.layout.annotations if "silhouette" in a.text and "minus" not in a.text]
+    assert notes == ["no silhouettes: no level-0 partition has one (no grouping: every head alone)"]
+    plotted = [np.asarray(t.x, dtype=float) for t in fig.data]
+    assert min(x.min() for x in plotted) >= steps.min() >= 0
+    # Plotly.js draws no axes for a panel without traces: an annotation placed on one would not show
+    drawn = {t.xaxis or "x" for t in fig.data} | {t.yaxis or "y" for t in fig.data}
+    for note in fig.layout.annotations:
+        for ref in (note.xref, note.yref):
+            axis = (ref or "paper").split()[0]
+            assert axis == "paper" or axis in drawn, (note.text, ref)
+
+
+def test_a_layer_of_ungrouped_heads_is_no_comparison():
+    rng = np.random.default_rng(0)
+    probe, windows = rng.integers(0, 3, 12), np.full(12, 64)
+    assert NO_GROUPS in degenerate_reasons(np.arange(12), probe, windows, n_features=5)
+    assert degenerate_reasons(np.repeat([0, 1, 2], 4), probe, windows, n_features=5) == []
+
+
+def test_the_probes_page_flags_comparisons_of_a_run_without_groups(grouping_off, tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(SAMPLE, tmp_path / "logs" / SAMPLE.name)  # the recorded table, written before the flag
+    assert not grouping_off.table("comparisons")["degenerate"].any()
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(tmp_path / "logs"))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(_page("probes")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = next(d.value for d in at.dataframe if "nmi" in d.value.columns)
+    table = getattr(table, "data", table)  # a Styler (grey rows) holds its frame in .data
+    assert len(table) and table["degenerate"].all()  # ARI 0 beside NMI 0.976 is no result
+    per_layer = table[table["layer"].notna()]
+    assert per_layer["reason"].str.contains(NO_GROUPS, regex=False).all()
+    assert (table.loc[table["layer"].isna(), "reason"] == "every layer degenerate").all()
