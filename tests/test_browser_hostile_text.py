@@ -19,17 +19,10 @@ import pytest
 from browser_harness import ARTIFACTS, chromium, need_chromium, new_page, open_page, streamlit_app
 from waiting import TEST_S
 
-PAGES = [
-    ("", "Runs"),
-    ("training", "Training"),
-    ("hierarchy", "Hierarchy"),
-    ("windows", "Windows"),
-    ("stability", "Stability"),
-    ("probes", "Probes"),
-    ("compare", "Compare"),
-    ("export", "Export"),
-    ("glossary", "Glossary"),
-]
+from aah_viz.dashboard.app import PAGES as APP_PAGES
+
+# every page of the dashboard by its address (the first is served at the root), as the entry point lists them
+PAGES = [("" if i == 0 else url, title) for i, (_, title, url) in enumerate(APP_PAGES)]
 N_LAYER, N_HEAD, STEPS = 2, 4, 60
 EVIL = "evil.example"
 LINKS = "[Session expired, sign in](https://evil.example/login) ![b](https://evil.example/t.png)"

@@ -664,7 +664,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     make_synthetic_run(root / "adaptive-s0", n_layer=2, n_head=4, steps=20, regime="full_adaptive", seed=0)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert [t.value for t in at.title] == ["Runs"]
     goto(at, "frontier")
@@ -672,7 +672,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
 
     run = load_run(make_synthetic_frontier_run(root / "fr", seed=1))
     st.cache_data.clear()  # discovery is cached per 5-second slice; a new session must see the new run now
-    at = AppTest.from_file(APP, default_timeout=120)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Frontier"]
