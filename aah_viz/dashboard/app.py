@@ -16,6 +16,7 @@ from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent
+FIRST = "first_page"
 # (page module, title, url path); the first is the default page, or Frontier when a frontier run is there
 PAGES = [
     ("runs", "Runs", "runs"),
@@ -31,6 +32,14 @@ PAGES = [
 ]
 
 
+def first_page() -> str:
+    """Frontier when a frontier run is under the logs root (a real model's result comes first), else
+    Runs; decided once a session from the manifests alone, before any page draws."""
+    if FIRST not in st.session_state:
+        st.session_state[FIRST] = "frontier" if frontier.any_frontier(state.logs_root()) else PAGES[0][0]
+    return st.session_state[FIRST]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     st.set_page_config(page_title="aah-viz: routing dashboard", layout="wide")
@@ -39,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     except AAHVizError as err:
         st.error(plain(err))
         st.stop()
-    first = "frontier" if frontier.frontier_keys() else PAGES[0][0]  # a real model's result comes first
+    first = first_page()
     page = st.navigation(
         [
             st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=module == first)

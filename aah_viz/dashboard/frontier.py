@@ -9,7 +9,9 @@ import streamlit as st
 from aah_viz.analysis.frontier import run_frontier_table
 from aah_viz.dashboard import cache, state
 from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.errors import AAHVizError
 from aah_viz.figures.frontier import frontier_figure
+from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
 SHOWN = {
@@ -23,6 +25,18 @@ SHOWN = {
     "adapt_steps": "adaptation steps",
     "pareto": "Pareto",
 }
+
+
+def any_frontier(root: str) -> bool:
+    """Whether a run under ``root`` is a frontier, from the manifests (no Streamlit cache: the entry
+    point asks before the page it opens on draws anything)."""
+    for path in discover_runs(root):
+        try:
+            if read_manifest(path).get("regime") == REGIME:
+                return True
+        except AAHVizError:
+            continue
+    return False
 
 
 def frontier_keys() -> list[str]:
