@@ -9,7 +9,7 @@
 #   PUD        UD English PUD (en_pud-ud-test.conllu)
 #   GAP        GAP validation (gap-validation.tsv)
 #   OUT        the folder to fill (replaced): frontier, frontier-REGIME (the adapted runs), probes
-#   ADAPT_STEPS  retrofit steps per AAH regime (default 100: about 40 minutes on 2 CPU cores in all)
+#   ADAPT_STEPS  retrofit steps per AAH regime (default 40; the whole script: about an hour on 2 busy CPU cores)
 #
 # Steps (each prints what it measured):
 #   1. aah-viz frontier at T = 512, windows 64/128/256/512: unpatched, full-attention patch, static
@@ -27,7 +27,7 @@ usage() {
     exit 2
 }
 [ "$#" -ge 5 ] || usage
-MODEL=$1 WIKI=$2 PUD=$3 GAP=$4 OUT=$5 STEPS=${6:-100}
+MODEL=$1 WIKI=$2 PUD=$3 GAP=$4 OUT=$5 STEPS=${6:-40}
 [ -f "$MODEL/config.json" ] || { echo "error: $MODEL is not a Hugging Face model folder (no config.json)" >&2; exit 2; }
 for f in "$WIKI" "$PUD" "$GAP"; do
     [ -f "$f" ] || { echo "error: $f not found (see the usage: scripts/make_smollm2_sample.sh with no arguments)" >&2; exit 2; }
@@ -41,12 +41,12 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 SECONDS=0
 "$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier" --seq-len 512 --windows 64,128,256,512 \
-    --adapt-steps "$STEPS" --eval-blocks 32 --profile-blocks 8 --timing-pairs 3 --threads "$THREADS"
+    --adapt-steps "$STEPS" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
 echo "frontier: ${SECONDS}s"
 
 SECONDS=0
 "$AAH" profile "$OUT/frontier-full_adaptive" --model "$MODEL" --data "$WIKI" --out "$OUT/frontier-full_adaptive" \
-    --seq-len 1024 --batches 8 --threads "$THREADS"
+    --seq-len 1024 --batches 2 --threads "$THREADS"
 echo "profile at T = 1024: ${SECONDS}s"
 
 SECONDS=0
