@@ -4,11 +4,9 @@
 - ``heatmap``: the layer x head window heatmap as an RGB image (and PNG bytes), numpy only;
 - ``sinks``: TensorBoard (its own event writer, no torch), Weights & Biases and MLflow writers, each
   imported only when named;
-- ``from_run``: a finished run's tables as routing rows; ``tensorboard_export``: runs as event files.
+- ``reporter``, ``options``: our loops' cadence and flags; ``from_run``: a finished run's tables as
+  routing rows; ``tensorboard_export``: runs as event files.
 
-No torch anywhere here; the optional packages are imported inside the sink that needs them.
+No torch anywhere here; the optional packages are imported inside the sink that needs them. This
+package imports nothing itself, so the command line's ``--report-to`` flags (``options``) load fast.
 """
-
-from aah_viz.reporting.scalars import PREFIX, RoutingRows, routing_scalars, scalars_at, step_scalars
-
-__all__ = ["PREFIX", "RoutingRows", "routing_scalars", "scalars_at", "step_scalars"]

@@ -32,7 +32,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from aah_viz.reporting import step_scalars
+from aah_viz.reporting.scalars import step_scalars
 from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
 

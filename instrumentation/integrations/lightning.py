@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - the older package name
 
 import torch
 
-from aah_viz.reporting import step_scalars
+from aah_viz.reporting.scalars import step_scalars
 from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
 

@@ -425,7 +425,7 @@ class RoutingRecorder:
 
         Called at a logger's cadence, not every step: it waits for the step's host copies.
         """
-        from aah_viz.reporting import RoutingRows
+        from aah_viz.reporting.scalars import RoutingRows
 
         rep = self._report
         if rep.step is None:
