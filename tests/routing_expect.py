@@ -15,10 +15,22 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from aah_viz.runlog import load_run
 
 
-def expected_scalars(run_dir, step: int, per_layer: bool = False) -> dict[str, float]:
+def _tables(run_dir) -> dict:
     run = load_run(run_dir)
+    return {
+        "run": run,
+        "scalars": run.table("scalars"),
+        "heads": run.table("heads"),
+        "updates": run.events("routing_update"),
+        "tree": run.table("tree"),
+    }
+
+
+def expected_scalars(run_dir, step: int, per_layer: bool = False, tables: dict | None = None) -> dict[str, float]:
+    tables = tables or _tables(run_dir)
+    run = tables["run"]
     out = {}
-    sc = run.table("scalars")
+    sc = tables["scalars"]
     model = sc[sc["layer"].isna() & (sc["step"] == step)]
     for name, key in (
         ("acr", "acr"),
@@ -29,7 +41,7 @@ def expected_scalars(run_dir, step: int, per_layer: bool = False) -> dict[str, f
         rows = model[model["name"] == name]["value"].dropna()
         if len(rows):
             out[f"aah/{key}"] = float(rows.iloc[-1])
-    heads = run.table("heads")
+    heads = tables["heads"]
     at = heads[heads["step"] == step]
     for w in run.windows:
         out[f"aah/window_share/w{w}"] = float((at["window"] == w).mean())
@@ -42,7 +54,7 @@ def expected_scalars(run_dir, step: int, per_layer: bool = False) -> dict[str, f
         counts = [c for c in counts if c > 0]
         if counts:
             out[f"aah/groups/l{level}"] = float(np.mean(counts))
-    events = run.events("routing_update")
+    events = tables["updates"]
     events = events[events["step"] <= step].sort_values("step", kind="stable")
     rates = []
     for _, g in events.groupby("layer"):
@@ -51,7 +63,7 @@ def expected_scalars(run_dir, step: int, per_layer: bool = False) -> dict[str, f
             rates.append(rate)
     if rates:
         out["aah/group_change_rate"] = float(np.mean(rates))
-    tree = run.table("tree")
+    tree = tables["tree"]
     tree = tree[(tree["level"] == 0) & (tree["step"] <= step)].sort_values("step", kind="stable")
     if len(tree):
         last = [g["origin"].iloc[-1] for _, g in tree.groupby("layer")]
@@ -77,9 +89,10 @@ def check_against_run(logged: dict[str, dict[int, float]], run_dir, step_of, per
     assert aah, f"no aah/ scalars among {sorted(logged)}"
     logged_steps = set().union(*(set(v) for v in aah.values()))
     checked = set()
+    tables = _tables(run_dir)
     for logged_step in sorted(logged_steps):
         step = step_of(logged_step)
-        want = expected_scalars(run_dir, step, per_layer=per_layer)
+        want = expected_scalars(run_dir, step, per_layer=per_layer, tables=tables)
         got = {k: v[logged_step] for k, v in aah.items() if logged_step in v}
         assert set(got) == set(want), (step, sorted(set(got) ^ set(want)))
         for key, value in want.items():
