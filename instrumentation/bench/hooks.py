@@ -18,8 +18,8 @@ With ``report_every`` N > 0 a third identical model trains in the same rotation,
 and also reporting its ``aah/`` scalars every N steps (a trainer's logging cadence) to ``report_to``
 (``tensorboard``: real event files beside the run; ``none``: the scalars computed, sent nowhere). Its
 figures sit under ``reported`` beside the recorded ones: the same ratios and cost fraction with the
-reporting inside the timed steps, ``reporting_cost_fraction`` (the reporting calls' own time per step
-over the median plain step) and ``overhead_change`` (reported minus recorded, medians and cost
+reporting inside the timed steps, ``reporting_cost_fraction`` (the reporting calls' own CPU time per
+step over the median plain step) and ``overhead_change`` (reported minus recorded, medians and cost
 fractions; the reporting path must keep it under 0.01).
 """
 
@@ -77,7 +77,7 @@ def bench_hooks(
     cpu = {n: [] for n in names}
     tokens = batch_size * cfg.block_size
     rec_args = dict(flush_every=flush_every, seed=seed, preset=preset, steps=steps)
-    reporting = {"s": 0.0, "n": 0}
+    reporting = {"s": 0.0, "cpu_s": 0.0, "n": 0}
     with tmp, RoutingRecorder(models[0], run_dir, detail, **rec_args) as rec:
         rep_rec = reporter = None
         if report_every > 0:
@@ -107,9 +107,10 @@ def bench_hooks(
                     elif which == 2:
                         rep_rec.step(step, loss=loss, lr=3e-4, tokens=tokens)
                         if reporter.due(step, step == steps - 1):
-                            r0 = time.perf_counter()
+                            r0, rc0 = time.perf_counter(), time.thread_time()
                             reporter.scalars(step, rep_rec.routing_rows(), **{"train/loss": float(loss.detach())})
                             reporting["s"] += time.perf_counter() - r0
+                            reporting["cpu_s"] += time.thread_time() - rc0
                             reporting["n"] += 1
                     elapsed, cpu_s = time.perf_counter() - t0, time.thread_time() - c0
                     times[names[which]].append(elapsed)
@@ -183,8 +184,10 @@ def _reported_figures(times, cpu, skip, steps, med_plain, cpu_plain, rep_cost, r
     """The reporting variant's figures beside the recorded one's, and how far reporting moves them."""
     med_rep = statistics.median(times["reported"][skip:])
     writer_cpu, hot_path = rep_cost
-    cost = (hot_path + writer_cpu + reporting["s"]) / steps / med_plain
-    report_fraction = reporting["s"] / steps / med_plain
+    # the reporting calls' CPU time: their wall time also holds waits for the recorder's writer thread
+    # (whose flush may fall on a reporting step), which writer_cpu already counts
+    cost = (hot_path + writer_cpu + reporting["cpu_s"]) / steps / med_plain
+    report_fraction = reporting["cpu_s"] / steps / med_plain
     step_ratio = med_rep / med_plain
     pair = paired["ratios"].get("reported_vs_plain_step", {}).get("median")
     recorded_pair = paired["ratios"].get("recorded_vs_plain_step", {}).get("median")
@@ -193,6 +196,7 @@ def _reported_figures(times, cpu, skip, steps, med_plain, cpu_plain, rep_cost, r
         "report_to": to,
         "reports": reporting["n"],
         "reporting_s_per_report": round(reporting["s"] / max(reporting["n"], 1), 6),
+        "reporting_cpu_s_per_report": round(reporting["cpu_s"] / max(reporting["n"], 1), 6),
         "reporting_cost_fraction": round(report_fraction, 5),
         "step_time_ratio": round(step_ratio, 4),
         "cpu_time_ratio": round((statistics.median(cpu["reported"][skip:]) + writer_cpu / steps) / cpu_plain, 4),
