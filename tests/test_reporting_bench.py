@@ -30,7 +30,9 @@ def test_bench_hooks_times_the_reporting_path_beside_the_recorder(tmp_path, caps
     per_pair = [a / b for a, b in zip(times["reported"], times["plain"])]
     assert len(per_pair) == 5
     assert data["ratios"]["reported_vs_plain_step"]["median"] == pytest.approx(statistics.median(per_pair), abs=1e-4)
-    assert rep["step_time_ratio"] == pytest.approx(rep["median_step_s_reported"] / data["median_step_s_plain"], rel=1e-2)
+    assert rep["step_time_ratio"] == pytest.approx(
+        rep["median_step_s_reported"] / data["median_step_s_plain"], rel=1e-2
+    )
     change = rep["overhead_change"]
     assert change["step_time_ratio"] == pytest.approx(rep["step_time_ratio"] - data["step_time_ratio"], abs=2e-4)
     assert change["cost_fraction"] == pytest.approx(

@@ -72,7 +72,7 @@ class _ReportState:
 
 
 def _float_or_nan(value: Any) -> float:
-    value = rows.float_or_none(rp.to_host(value)) if value is not None else None
+    value = rows.float_or_none(value) if value is not None else None  # a tensor: one item() call
     return np.nan if value is None else value
 
 
@@ -432,7 +432,9 @@ class RoutingRecorder:
             return None
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # the staged windows are non-blocking copies
-        win = torch.stack([w.to("cpu") for w in self._last_win]).numpy()
+        # one torch call: each releases the GIL, and while the writer thread builds rows in Python
+        # every re-acquisition can wait a switch interval (5 ms)
+        win = torch.stack(self._last_win).numpy()  # the staged windows are host tensors
         return RoutingRows(
             steps=np.asarray([rep.step]),
             candidates=self.windows,
