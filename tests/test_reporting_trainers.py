@@ -43,12 +43,12 @@ def test_hf_trainer_reports_routing_to_tensorboard(tmp_path, monkeypatch):
         seed=0,
     )
     cb = AAHRoutingCallback(tmp_path / "hf-run", detail="full")
-    # the user's callback comes after report_to's TensorBoardCallback; it still adds its scalars first
-    trainer = transformers.Trainer(
-        model=model, args=args, train_dataset=BlockDataset(32, cfg.block_size), callbacks=[cb]
-    )
-    assert trainer.callback_handler.callbacks[0] is cb  # moved ahead of the reporters (checked by the values below)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=BlockDataset(32, cfg.block_size))
+    trainer.add_callback(cb)  # last, after report_to's TensorBoardCallback: it must still add its scalars first
+    names = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    assert names.index("TensorBoardCallback") < names.index("AAHRoutingCallback")
     trainer.train()
+    assert trainer.callback_handler.callbacks[0] is cb
     logged = read_tensorboard(logdir, prefix="train/")
     # the Trainer logs at global_step g (g optimiser steps done); the recorder numbers that step g - 1
     checked = check_against_run(logged, tmp_path / "hf-run", step_of=lambda g: g - 1)
