@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from aah_viz.runlog import load_run
 
@@ -73,6 +72,8 @@ def expected_scalars(run_dir, step: int, per_layer: bool = False, tables: dict |
 
 def read_tensorboard(logdir: str | Path, prefix: str = "") -> dict[str, dict[int, float]]:
     """Every scalar tag under ``logdir`` (one run folder) with TensorBoard's own reader: {tag: {step: value}}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "images": 0})
     acc.Reload()
     out = {}
