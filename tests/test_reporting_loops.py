@@ -127,3 +127,27 @@ def test_an_unknown_reporting_target_is_refused(tmp_path, capsys):
     assert main([*TRAIN, "--out", str(tmp_path / "run"), "--report-to", "tensorboard,neptune"]) == 2
     assert "neptune" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def _scalar_events(logdir, tag="aah/acr"):
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def test_a_resumed_run_replaces_the_points_after_its_checkpoint_and_an_overwritten_run_starts_clean(tmp_path):
+    out = tmp_path / "run"
+    base = [a for a in TRAIN if a not in ("--keep-checkpoints", "0")]
+    args = [*base, "--out", str(out), "--checkpoint-interval", "4", "--report-to", "tensorboard", "--report-every", "1"]
+    assert main(args) == 0
+    (out / "checkpoints" / "step-00000007.pt").unlink()  # the newest checkpoint now is step 3's
+    resume = ["train", "--out", str(out), "--resume", "--steps", "10", "--no-progress"]
+    resume += ["--report-to", "tensorboard", "--report-every", "1"]
+    assert main(resume) == 0  # steps 4.. again from step 3's checkpoint
+    events = _scalar_events(out / "tensorboard")
+    assert [s for s, _ in events] == list(range(10))  # steps 4..7 once, from the resumed session
+    assert check_against_run(read_tensorboard(out / "tensorboard"), out, step_of=lambda s: s) == set(range(10))
+    shorter = [a if a != "8" else "3" for a in args]
+    assert main([*shorter, "--overwrite"]) == 0
+    assert [s for s, _ in _scalar_events(out / "tensorboard")] == [0, 1, 2]
+    assert len(list((out / "tensorboard").iterdir())) == 1

@@ -43,12 +43,20 @@ def _missing(target: str, err: ModuleNotFoundError) -> ConfigError:
     )
 
 
+EVENT_FILE_PREFIX = "events.out.tfevents."
+
+
 class TensorBoardSink:
-    """Event files under ``logdir`` (TensorBoard shows each folder of event files as one run)."""
+    """Event files under ``logdir`` (TensorBoard shows each folder of event files as one run).
+
+    ``fresh=True`` first deletes the event files already there (a run started again in the same
+    folder); ``purge_step`` S starts a session there, so TensorBoard drops what earlier files hold
+    from step S on (a resumed run that rewrites its steps after the checkpoint it went back to).
+    """
 
     name = "tensorboard"
 
-    def __init__(self, logdir: str | Path):
+    def __init__(self, logdir: str | Path, *, fresh: bool = False, purge_step: int | None = None):
         try:
             from tensorboard.compat.proto import event_pb2, summary_pb2
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -56,7 +64,13 @@ class TensorBoardSink:
             raise _missing("tensorboard", err) from None
         self._event, self._summary = event_pb2.Event, summary_pb2.Summary
         self.logdir = Path(logdir)
+        if fresh and self.logdir.is_dir():
+            for old in self.logdir.glob(EVENT_FILE_PREFIX + "*"):
+                old.unlink()
         self._writer = EventFileWriter(str(self.logdir))
+        if purge_step is not None:
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._writer.add_event(self._event(wall_time=time.time(), step=int(purge_step), session_log=start))
 
     def _add(self, step: int, values: list, wall_time: float | None) -> None:
         summary = self._summary(value=values)
@@ -138,13 +152,24 @@ class MLflowSink:
         self._client.set_terminated(self.run_id)
 
 
-def open_sinks(targets, *, tensorboard_dir: str | Path, run_name: str, config: dict | None = None) -> list:
-    """The named sinks, opened; if one fails, the ones already open are closed and the error raised."""
+def open_sinks(
+    targets,
+    *,
+    tensorboard_dir: str | Path,
+    run_name: str,
+    config: dict | None = None,
+    first_step: int | None = None,
+) -> list:
+    """The named sinks, opened; if one fails, the ones already open are closed and the error raised.
+
+    ``first_step`` None: a new run (TensorBoard's earlier files in ``tensorboard_dir`` are removed);
+    else a resumed run continuing at that step (TensorBoard drops earlier files' points from there).
+    """
     sinks: list = []
     try:
         for target in targets:
             if target == "tensorboard":
-                sinks.append(TensorBoardSink(tensorboard_dir))
+                sinks.append(TensorBoardSink(tensorboard_dir, fresh=first_step is None, purge_step=first_step))
             elif target == "wandb":
                 sinks.append(WandbSink(run_name, config))
             elif target == "mlflow":

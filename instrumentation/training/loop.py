@@ -177,8 +177,13 @@ def open_reporter(loop: Loop, recording: Recording, rec: RoutingRecorder) -> Rep
         "preset": recording.preset,
         "steps": recording.steps,
     }
+    resumed = recording.resume_from_step is not None
     sinks = open_sinks(
-        settings.targets, tensorboard_dir=recording.run_dir / "tensorboard", run_name=run_name, config=config
+        settings.targets,
+        tensorboard_dir=recording.run_dir / "tensorboard",
+        run_name=run_name,
+        config=config,
+        first_step=loop.first_step if resumed else None,
     )
     return Reporter(settings, sinks)
 
