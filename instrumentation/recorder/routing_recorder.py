@@ -61,6 +61,17 @@ class _ReportState:
         if origin is not None:
             self.forced[layer] = float(origin == "forced_bipartition")
 
+    def restore(self, run_dir: Path) -> None:
+        """After a resume: each layer's latest routing update as the run holds it."""
+        from aah_viz.reporting.from_run import level0_forced, update_rates
+        from aah_viz.runlog import load_run
+
+        run = load_run(run_dir)
+        for target, found in ((self.change, update_rates(run)), (self.forced, level0_forced(run))):
+            for layer, (_, values) in found.items():
+                if 0 <= layer < len(target) and len(values):
+                    target[layer] = values[-1]
+
     def take_step(self, step: int, seq_len: int, work: dict) -> None:
         self.step, self.seq_len, self.work, self.updated = step, int(seq_len), work, False
 
@@ -170,6 +181,7 @@ class RoutingRecorder:
         if self.resume_from_step is not None:
             self.writer = RunWriter.resume(self.run_dir, keep_through_step=int(self.resume_from_step))
             self._frozen_layers, self._warmup_end_done = rp.restore_groups(self.run_dir, self._groups)
+            self._report.restore(self.run_dir)
         else:
             manifest = self._manifest or rm.run_manifest(
                 self.cfg,
