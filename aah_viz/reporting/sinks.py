@@ -46,6 +46,20 @@ def _missing(target: str, err: ModuleNotFoundError) -> ConfigError:
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
+def _wait_to_sort_last(logdir: Path, limit_s: float = 2.0) -> None:
+    """TensorBoard reads a folder's event files in name order, and a name starts with the second it was
+    created in: wait (a second at most, in practice) until a new file's name sorts after every one there,
+    so a resumed session's points come after the ones it replaces."""
+    stamps = []
+    for path in logdir.glob(EVENT_FILE_PREFIX + "*"):
+        stamp = path.name[len(EVENT_FILE_PREFIX) :].split(".")[0]
+        if stamp.isdigit():
+            stamps.append(int(stamp))
+    deadline = time.monotonic() + limit_s  # a file stamped in the future (clock skew) is not waited for long
+    while stamps and int(time.time()) <= max(stamps) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class TensorBoardSink:
     """Event files under ``logdir`` (TensorBoard shows each folder of event files as one run).
 
@@ -67,6 +81,8 @@ class TensorBoardSink:
         if fresh and self.logdir.is_dir():
             for old in self.logdir.glob(EVENT_FILE_PREFIX + "*"):
                 old.unlink()
+        if purge_step is not None:
+            _wait_to_sort_last(self.logdir)
         self._writer = EventFileWriter(str(self.logdir))
         if purge_step is not None:
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
