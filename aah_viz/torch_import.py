@@ -10,7 +10,16 @@ INSTALL_HINT = (
 )
 NO_TORCH = f"this command needs PyTorch, which is not installed; {INSTALL_HINT}"
 # optional dependency -> the extra of pyproject.toml that installs it
-EXTRAS = {"torch": "torch", "transformers": "hf", "accelerate": "hf", "lightning": "lightning", "kaleido": "export"}
+EXTRAS = {
+    "torch": "torch",
+    "transformers": "hf",
+    "accelerate": "hf",
+    "lightning": "lightning",
+    "kaleido": "export",
+    "tensorboard": "report",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+}
 
 
 def require_torch():

@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         "hooks",
         help="recorder overhead: step time with and without the recorder, and bytes written per step",
         description="Train the same model twice, interleaved step by step, with and without the routing "
-        "recorder, and print the median per-step-pair ratio with a bootstrap 95% interval, the ratio of median "
+        "recorder (with --report-every, a third time: recorded and reporting its aah/ scalars), and print the "
+        "median per-step-pair ratio with a bootstrap 95% interval, the ratio of median "
         "step times and the bytes written per step as JSON.",
     )
     p.add_argument(
@@ -36,14 +37,36 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1, steadier timings)")
     p.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
     p.add_argument("--out", default=None, help="keep the recorded run in this new folder (default: a temporary folder)")
+    p.add_argument(
+        "--report-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time a third model that reports its aah/ scalars every N steps, a trainer's logging cadence "
+        "(default: 0, not timed; 50 is Lightning's default cadence)",
+    )
+    p.add_argument(
+        "--report-to",
+        default="tensorboard",
+        choices=("tensorboard", "wandb", "mlflow", "none"),
+        help="where the reporting model sends them (default: tensorboard, event files beside the run; "
+        "none: computed, sent nowhere)",
+    )
     add_clock_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON (the only output format; accepted for symmetry)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from aah_viz.errors import ConfigError
     from aah_viz.torch_import import require_torch
 
+    if args.report_every < 0:
+        raise ConfigError(f"--report-every must be >= 0, got {args.report_every}")
+    if args.report_every and args.report_to != "none":
+        from aah_viz.reporting.options import check_installed
+
+        check_installed([args.report_to])
     torch = require_torch()
     from instrumentation import bench_hooks
 
@@ -60,6 +83,8 @@ def run(args) -> int:
         seed=args.seed,
         out=args.out,
         clock=resolve_clock(args.clock, "cpu"),
+        report_every=args.report_every,
+        report_to=args.report_to,
     )
     print(json.dumps(result, indent=None))
     for line in result["warnings"]:

@@ -1,4 +1,5 @@
-"""``aah-viz export RUN... --table NAME --format FMT --out DIR``: paper tables from run directories."""
+"""``aah-viz export RUN... --table NAME --format FMT --out DIR``: paper tables from run directories;
+``aah-viz export tensorboard RUN... --out DIR``: runs as TensorBoard event files."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ def register(subparsers) -> None:
         "With --by regime, runs of a regime are summarised (mean, std, n, 95% bootstrap interval); with "
         "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
         "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
-        "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md.",
+        "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md. "
+        "'aah-viz export tensorboard RUN... --out DIR' (no --table) writes the runs as TensorBoard event files "
+        "instead, one folder a run, to overlay them in TensorBoard (docs/reporting.md).",
     )
     parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a folder holding run directories")
     parser.add_argument(
-        "--table", required=True, choices=TABLE_CHOICES, help="which table to write ('all': every table)"
+        "--table", choices=TABLE_CHOICES, help="which table to write ('all': every table); required but for tensorboard"
     )
     parser.add_argument(
         "--format",
@@ -69,7 +72,22 @@ def register(subparsers) -> None:
         "--seed", type=int, default=0, help="seed of the bootstrap and permutation resampling (default 0)"
     )
     parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    tb = parser.add_argument_group("aah-viz export tensorboard RUN... --out DIR")
+    tb.add_argument("--layers", action="store_true", help="also each layer's mean window (aah/mean_window/layerNN)")
+    tb.add_argument("--overwrite", action="store_true", help="replace a run's folder exported before")
+    tb.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
+
+
+def run_tensorboard(args: argparse.Namespace) -> int:
+    from aah_viz.reporting.tensorboard_export import export_tensorboard
+
+    written = export_tensorboard(
+        args.runs[1:], args.out, overwrite=args.overwrite, per_layer=args.layers, progress=not args.no_progress
+    )
+    for path in written:
+        print(path)
+    return 0
 
 
 def _write(out_dir: Path, stem: str, text: str, fmt: str) -> Path:
@@ -89,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     from aah_viz.export.runs import check_same_config, collect_runs, config_label, split_by_config
     from aah_viz.export.tables import build_tables
 
+    if args.table is None and args.runs[0] == "tensorboard":
+        if len(args.runs) < 2:
+            raise AAHVizError("aah-viz export tensorboard needs at least one RUN")
+        return run_tensorboard(args)
+    if args.table is None:
+        raise AAHVizError("--table is required (or: aah-viz export tensorboard RUN... --out DIR)")
     if args.n_boot < 100:
         raise AAHVizError(f"--n-boot must be at least 100 for a 95% interval, got {args.n_boot}")
     runs = collect_runs(args.runs)

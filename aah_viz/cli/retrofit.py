@@ -51,6 +51,9 @@ def register(subparsers) -> None:
         default=None,
         help="also write the per-layer, per-head windows of the last forward to this CSV (the reference's heatmap)",
     )
+    from aah_viz.reporting.options import add_report_arguments
+
+    add_report_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
     add_model_options(p)
@@ -58,8 +61,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from aah_viz.reporting.options import report_settings
     from aah_viz.torch_import import require_torch
 
+    report = report_settings(args)  # a missing package is refused before anything trains
     require_torch()
     from instrumentation import RetrofitConfig, retrofit_adapt
 
@@ -89,6 +94,7 @@ def run(args) -> int:
         progress=not args.no_progress,
         overrides=model_overrides(args),
         diagnostics_csv=args.diagnostics_csv,
+        report=report,
     )
     if args.windows is not None:
         kwargs["windows"] = args.windows

@@ -116,6 +116,9 @@ def register(subparsers) -> None:
         default=None,
         help="under torchrun: average routing inputs across ranks (mean, default) or not (off)",
     )
+    from aah_viz.reporting.options import add_report_arguments
+
+    add_report_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
     p.set_defaults(func=run)
@@ -150,8 +153,10 @@ RUN_ARGS = {
 def run(args) -> int:
     import sys
 
+    from aah_viz.reporting.options import report_settings
     from aah_viz.torch_import import require_torch
 
+    report = report_settings(args)  # a missing package is refused before anything trains
     require_torch()
     from instrumentation import TrainConfig, train_model
 
@@ -166,6 +171,7 @@ def run(args) -> int:
         progress=not args.no_progress,
         overrides=dict(args.overrides),
         explicit=frozenset(given),
+        report=report,
     )
     result = train_model(tc)
     if result.note:

@@ -9,6 +9,12 @@ recorder step per optimiser step (``global_step - 1`` after it advanced; gradien
 gives one recorded step per optimiser step), takes the loss from ``training_step``'s output,
 records ``val_loss`` when the module logs it, and detaches at the end of fitting and on any
 exception. Only global rank 0 writes.
+
+Routing in every attached logger: on the steps the Trainer sends metrics to its loggers
+(``log_every_n_steps``), the callback logs the ``aah/`` scalars of the step just completed with
+``log_dict`` (``aah_viz.reporting.scalars``; per-layer mean windows with ``report_layers=True``; none
+with ``report=False``), so TensorBoard, W&B, MLflow or any other logger receives them at the
+recorder's step number. The full per-head detail stays in the run directory.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ except ImportError:  # pragma: no cover - the older package name
 
 import torch
 
+from aah_viz.reporting.scalars import step_scalars
 from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
 
@@ -35,13 +42,33 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
     return None
 
 
+def _logs_now(trainer) -> bool:
+    """Will the Trainer send this step's metrics to its loggers? (Its own test, after the optimiser step:
+    every ``log_every_n_steps`` optimiser steps, and when it stops.)"""
+    every = int(trainer.log_every_n_steps or 0)
+    if every <= 0 or not trainer.loggers:
+        return False
+    return int(trainer.global_step) % every == 0 or bool(trainer.should_stop)
+
+
 class AAHRoutingCallback(pl.Callback):
     """Attach a ``RoutingRecorder`` for the length of ``trainer.fit``."""
 
-    def __init__(self, run_dir: str | Path, detail: str = "full", val_metric: str = "val_loss", **recorder_kwargs: Any):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        detail: str = "full",
+        val_metric: str = "val_loss",
+        *,
+        report: bool = True,
+        report_layers: bool = False,
+        **recorder_kwargs: Any,
+    ):
         super().__init__()
         self.run_dir = Path(run_dir)
         self.detail = detail
+        self.report = report
+        self.report_layers = report_layers
         self.val_metric = val_metric
         self.recorder_kwargs = recorder_kwargs
         self.recorder: RoutingRecorder | None = None
@@ -84,6 +111,11 @@ class AAHRoutingCallback(pl.Callback):
             tokens = int(x.numel()) * int(trainer.accumulate_grad_batches) * int(trainer.world_size)
         loss = _loss_of(outputs)
         self.recorder.step(step, loss=loss, lr=lr, tokens=tokens)
+        if self.report and _logs_now(trainer):
+            rows = self.recorder.routing_rows() if self.recorder.is_writer else None
+            scalars = step_scalars(rows, per_layer=self.report_layers) if rows is not None else {}
+            if scalars:
+                pl_module.log_dict(scalars, on_step=True, on_epoch=False, rank_zero_only=True, batch_size=1)
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if self.recorder is None or trainer.sanity_checking:

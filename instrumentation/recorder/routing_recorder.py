@@ -43,6 +43,50 @@ def _empty_buffers() -> dict[str, list]:
     return {k: [] for k in keys}
 
 
+class _ReportState:
+    """What a trainer's logger reads of the last closed step, beyond the windows and groups."""
+
+    def __init__(self, n_layer: int):
+        self.step: int | None = None
+        self.seq_len = 0
+        self.work: dict = {}
+        self.grad_norm: float | None = None
+        self.change = np.full(n_layer, np.nan)  # each layer's latest routing update
+        self.forced = np.full(n_layer, np.nan)
+        self.updated = False  # some layer updated since the last closed step
+
+    def take_update(self, layer: int, change: float | None, origin: str | None) -> None:
+        self.updated = True
+        self.change[layer] = np.nan if change is None else float(change)
+        if origin is not None:
+            self.forced[layer] = float(origin == "forced_bipartition")
+
+    def restore(self, run_dir: Path) -> None:
+        """After a resume: each layer's latest routing update as the run holds it."""
+        from aah_viz.reporting.from_run import level0_forced, update_rates
+        from aah_viz.runlog import load_run
+
+        run = load_run(run_dir)
+        for target, found in ((self.change, update_rates(run)), (self.forced, level0_forced(run))):
+            for layer, (_, values) in found.items():
+                if 0 <= layer < len(target) and len(values):
+                    target[layer] = values[-1]
+
+    def take_step(self, step: int, seq_len: int, work: dict) -> None:
+        self.step, self.seq_len, self.work, self.updated = step, int(seq_len), work, False
+
+    def layer_work(self) -> np.ndarray:
+        out = np.full(len(self.change), np.nan)
+        for layer, value in self.work.items():
+            out[layer] = _float_or_nan(value)
+        return out
+
+
+def _float_or_nan(value: Any) -> float:
+    value = rows.float_or_none(value) if value is not None else None  # a tensor: one item() call
+    return np.nan if value is None else value
+
+
 class RoutingRecorder:
     """Record an AAH model's routing into a run directory (see ``docs/training.md``)."""
 
@@ -108,6 +152,8 @@ class RoutingRecorder:
         self._buf = _empty_buffers()
         self._needs_sync = False
         self._health: rm.ControllerHealth | None = None
+        self._report = _ReportState(self.n_layer)
+        self.routing_update_steps = 0  # closed steps on which some layer (re)built its routing
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self) -> RoutingRecorder:
@@ -135,6 +181,7 @@ class RoutingRecorder:
         if self.resume_from_step is not None:
             self.writer = RunWriter.resume(self.run_dir, keep_through_step=int(self.resume_from_step))
             self._frozen_layers, self._warmup_end_done = rp.restore_groups(self.run_dir, self._groups)
+            self._report.restore(self.run_dir)
         else:
             manifest = self._manifest or rm.run_manifest(
                 self.cfg,
@@ -244,6 +291,7 @@ class RoutingRecorder:
         if ev.raw_head_idx is not None:
             self._raw_now[layer] = rp.stage(ev.raw_head_idx)
         tree = ev.tree or []
+        self._report.take_update(layer, ev.group_change_rate, tree[0].facts.origin if tree else None)
         if tree:
             groups = self._groups.copy()  # copy on write: earlier steps keep their snapshot
             groups[layer] = -1
@@ -308,6 +356,9 @@ class RoutingRecorder:
         self._buf["groups"].append(self._groups)
         self._buf["raw"].append(self._raw_now)
         self._buf["work"].append(self._work_now)
+        if self._report.updated:
+            self.routing_update_steps += 1
+        self._report.take_step(step, seq_len, self._work_now)
         self._layer_now, self._raw_now, self._work_now = {}, {}, {}
         add = self._buf["scalars"].append
         if loss is not None:
@@ -319,6 +370,7 @@ class RoutingRecorder:
             add((step, "tokens_per_s", float(tokens) / step_time))
         add((step, "peak_mem_mb", rm.peak_memory_mb(self._device)))
         grad_norm, drift = self._health()
+        self._report.grad_norm = grad_norm
         add((step, "controller_grad_norm", grad_norm))
         add((step, "controller_weight_drift", drift))
         for name, value in scalars.items():
@@ -378,6 +430,35 @@ class RoutingRecorder:
         if self.writer is not None and self.writer.last_step is not None:
             return int(self.writer.last_step)
         return 0
+
+    # ------------------------------------------------------------------ reporting
+    def routing_rows(self):
+        """The last closed step as ``aah_viz.reporting.RoutingRows`` (None before the first step).
+
+        Called at a logger's cadence, not every step: it waits for the step's host copies.
+        """
+        from aah_viz.reporting.scalars import RoutingRows
+
+        rep = self._report
+        if rep.step is None:
+            return None
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)  # the staged windows are non-blocking copies
+        # one torch call: each releases the GIL, and while the writer thread builds rows in Python
+        # every re-acquisition can wait a switch interval (5 ms)
+        win = torch.stack(self._last_win).numpy()  # the staged windows are host tensors
+        return RoutingRows(
+            steps=np.asarray([rep.step]),
+            candidates=self.windows,
+            windows=win[None],
+            seq_len=np.asarray([rep.seq_len]),
+            w_min=self.w_min,
+            groups=self._groups[None],
+            layer_work=rep.layer_work()[None],
+            controller_grad_norm=np.asarray([_float_or_nan(rep.grad_norm)]),
+            group_change_rate=rep.change[None].copy(),
+            level0_forced=rep.forced[None].copy(),
+        )
 
     # ------------------------------------------------------------------ flush: numpy row building
     def flush(self, wait: bool = False) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.reporting.reporter import ReportSettings
 from aah_viz.runlog.paths import (
     ADAPTER_DIR,
     adapter_optimizer_path,
@@ -68,6 +69,7 @@ class RetrofitConfig:
     progress: bool = True
     overrides: dict = field(default_factory=dict)
     diagnostics_csv: str | None = None  # the reference's per-(layer, head) windows of the last forward
+    report: ReportSettings | None = None  # routing to TensorBoard / W&B / MLflow
 
 
 def _save(run_dir: Path, step: int, handle, optimizer, base_names: list[str], keep: int) -> Path:
@@ -138,7 +140,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     tokens = text_tokens(rc.data, rc.model_dir, int(model.config.vocab_size))
     splits = data_mod.split_blocks(tokens, T, min_val_blocks=min(rc.eval_batches * rc.batch_size, 64))
     lr_warmup = rc.lr_warmup_steps if rc.lr_warmup_steps is not None else default_lr_warmup(rc.steps)
-    args = {k: v for k, v in asdict(rc).items() if k not in ("progress", "out")}
+    args = {k: v for k, v in asdict(rc).items() if k not in ("progress", "out", "report")}
     args.update(world_size=dist.world_size, seq_len=T, lr_warmup_steps=lr_warmup, windows=list(rc.windows))
 
     def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -173,6 +175,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         progress=rc.progress,
         progress_desc=f"retrofit {cfg.regime}",
         grad_clip=rc.grad_clip,
+        report=rc.report,
     )
     recording = Recording(
         run_dir=out,

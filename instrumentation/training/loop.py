@@ -15,6 +15,11 @@ Step numbering: step ``s`` is the (s+1)-th optimiser step; the model sees ``set_
 number of optimiser steps already completed. A checkpoint of step S holds the state after step S;
 a resume continues at S + 1 after dropping every recorded row past S.
 
+Reporting (``Loop.report``, ``--report-to``): on rank 0, the ``aah/`` scalars with the loss and
+learning rate every ``every`` steps and at the last step, each evaluation's loss, and the window
+heatmap every ``images`` routing updates, to TensorBoard (``<run>/tensorboard``), W&B or MLflow
+(``aah_viz.reporting``). They read the recorder's last closed step, so the values are the run's.
+
 A SIGTERM (single process) ends the loop after the current step: its rows and a checkpoint are
 saved, a ``terminated`` event is written and the run is closed as failed, ready to resume.
 """
@@ -29,6 +34,8 @@ from typing import Any
 import torch
 
 from aah_viz.errors import TrainingError
+from aah_viz.reporting.reporter import Reporter, ReportSettings
+from aah_viz.reporting.sinks import open_sinks
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training.distributed import Dist, average_gradients, ranks_agree, routing_sync
@@ -83,6 +90,7 @@ class Loop:
     grad_clip: float = 0.0  # max gradient norm; 0: no clip (the reference trainer's)
     sync_mode: str = "mean"  # "mean": routing inputs averaged over ranks; "off"
     on_open: Callable[[RoutingRecorder], None] | None = None  # first records once the run is open
+    report: ReportSettings | None = None  # routing to TensorBoard / W&B / MLflow (rank 0)
 
 
 @dataclass
@@ -155,6 +163,44 @@ def train_step(loop: Loop, rec: RoutingRecorder, step: int) -> torch.Tensor:
     return loss
 
 
+def open_reporter(loop: Loop, recording: Recording, rec: RoutingRecorder) -> Reporter | None:
+    """The run's reporter on rank 0 when ``--report-to`` names any target (None otherwise)."""
+    settings = loop.report
+    if settings is None or not settings.targets or loop.dist.rank != 0:
+        return None
+    manifest = rec.writer.manifest if rec.writer is not None else {}
+    run_name = str(manifest.get("run_id") or recording.run_dir.name)
+    config = {
+        "run_dir": str(recording.run_dir),
+        "regime": manifest.get("regime"),
+        "seed": recording.seed,
+        "preset": recording.preset,
+        "steps": recording.steps,
+    }
+    resumed = recording.resume_from_step is not None
+    sinks = open_sinks(
+        settings.targets,
+        tensorboard_dir=recording.run_dir / "tensorboard",
+        run_name=run_name,
+        config=config,
+        first_step=loop.first_step if resumed else None,
+    )
+    return Reporter(settings, sinks)
+
+
+def report_step(
+    loop: Loop, reporter: Reporter, rec: RoutingRecorder, step: int, loss: torch.Tensor, last: bool
+) -> None:
+    """The step's scalars on the reporting cadence; the heatmap when enough routing updates went by."""
+    if reporter.due(step, last):
+        lr = loop.lr * lr_multiplier(step, loop.lr_warmup, loop.steps)
+        reporter.scalars(step, rec.routing_rows(), **{"train/loss": float(loss.detach()), "train/lr": lr})
+    if reporter.image_due(rec.routing_update_steps):
+        rows = rec.routing_rows()
+        if rows is not None:
+            reporter.image(step, rows, rec.routing_update_steps)
+
+
 def run_loop(loop: Loop, recording: Recording) -> LoopResult:
     """Run steps ``first_step .. steps - 1`` with the recorder attached; see the module docstring."""
     dist = loop.dist
@@ -179,18 +225,23 @@ def run_loop(loop: Loop, recording: Recording) -> LoopResult:
     with sync, recorder as rec, StopRequest(enabled=not dist.active) as stop:
         if loop.on_open is not None:
             loop.on_open(rec)
+        reporter = open_reporter(loop, recording, rec)
         bar = progress_bar(loop.steps, loop.first_step, loop.progress and dist.rank == 0, loop.progress_desc)
         try:
             for step in range(loop.first_step, loop.steps):
                 loss = train_step(loop, rec, step)
+                last = step == loop.steps - 1
+                if reporter is not None:
+                    report_step(loop, reporter, rec, step, loss, last)
                 if dist.active and not ranks_agree(loop.routed, loop.device):
                     divergent_steps.append(step)
                     rec.event(step, "rank_divergence", routing_sync=loop.sync_mode)
-                last = step == loop.steps - 1
                 if dist.rank == 0 and ((step + 1) % loop.eval_interval == 0 or last):
                     result.last_val = validation_loss(loop, step)
                     if result.last_val is not None:
                         rec.eval(step, val_loss=result.last_val, n_batches=loop.eval_batches)
+                        if reporter is not None:
+                            reporter.scalars(step, None, **{"eval/val_loss": result.last_val})
                 stopping = stop.requested is not None
                 due = loop.checkpoint_interval > 0 and (step + 1) % loop.checkpoint_interval == 0
                 if loop.keep_checkpoints != 0 and (due or last or stopping) and dist.rank == 0:
@@ -208,6 +259,8 @@ def run_loop(loop: Loop, recording: Recording) -> LoopResult:
                     )
         finally:
             bar.close()
+            if reporter is not None:
+                reporter.close()
         if dist.active:
             rec.update_manifest(
                 distributed={

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.reporting.reporter import ReportSettings
 from aah_viz.runlog.paths import checkpoint_path, prune_checkpoints
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
@@ -70,6 +71,7 @@ class TrainConfig:
     routing_sync: str | None = None  # "mean" or "off"; default "mean" when world_size > 1
     progress: bool = True
     overrides: dict = field(default_factory=dict)
+    report: ReportSettings | None = None  # routing to TensorBoard / W&B / MLflow; how this process reports
     # Names of the run-defining fields the user set explicitly (the CLI fills it); None: those off
     # the defaults. A resume takes every other field from the run (see training.settings).
     explicit: frozenset | None = None
@@ -204,7 +206,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
     }
     if tc.data != data_mod.SYNTHETIC:  # what a resume checks the text against: resolved path, size, SHA-256
         data_info.update(data_mod.file_identity(tc.data))
-    run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out", "explicit")}
+    run_args = {k: v for k, v in asdict(tc).items() if k not in ("overrides", "progress", "out", "explicit", "report")}
     run_args.update(
         batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
     )
@@ -255,6 +257,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
         progress_desc=f"{cfg.regime} seed {tc.seed}",
         sync_mode=tc.routing_sync or "mean",
         on_open=on_open,
+        report=tc.report,
     )
     recording = Recording(
         run_dir=out,

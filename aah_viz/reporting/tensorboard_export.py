@@ -1,0 +1,127 @@
+"""``aah-viz export tensorboard RUN... --out DIR``: finished runs as TensorBoard event files, one folder a run.
+
+Ours, retrofits and imported paper results alike: the ``aah/`` scalars at every recorded step (the
+same function as the live callbacks, on the run's tables: ``from_run``), the training and evaluation
+scalars beside them (``train/loss``, ``eval/val_loss``, ``run/NAME``). ``tensorboard --logdir DIR``
+then overlays old runs. Every run is checked first: a damaged one is refused with its reasons and
+nothing is written; each run's folder appears whole (written aside, then renamed into place).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.reporting import from_run
+from aah_viz.reporting.scalars import routing_scalars, scalars_at
+from aah_viz.reporting.sinks import TensorBoardSink
+from aah_viz.runlog import discover_runs, load_run
+from aah_viz.runlog.validate import damage
+
+MAX_REASONS = 5
+PARTIAL = ".partial-"
+
+
+def collect(paths) -> list[Path]:
+    """Run directories: each path a run, or a folder holding runs."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "manifest.json").is_file():
+            found.append(p)
+        elif p.is_dir() and (runs := discover_runs(p)):
+            found.extend(runs)
+        else:
+            raise RunLogError(f"{p} is neither a run directory (no manifest.json) nor a folder holding runs")
+    return list(dict.fromkeys(found))
+
+
+def folder_names(runs: list[Path]) -> list[str]:
+    """One folder name per run: its run id, made safe for a path, numbered where two agree."""
+    names, seen = [], {}
+    for run_dir in runs:
+        try:
+            run_id = load_run(run_dir).run_id
+        except RunLogError:
+            run_id = run_dir.name
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("._") or "run"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return names
+
+
+def refuse_damaged(runs: list[Path]) -> None:
+    reasons = []
+    for run_dir in runs:
+        problems = damage(run_dir)
+        if problems:
+            shown = problems[:MAX_REASONS] + (
+                [f"... {len(problems) - MAX_REASONS} more"] if len(problems) > MAX_REASONS else []
+            )
+            reasons.append(f"{run_dir}:\n  " + "\n  ".join(shown))
+    if reasons:
+        raise RunLogError("damaged runs, nothing written (aah-viz validate says more):\n" + "\n".join(reasons))
+
+
+def write_run(run_dir: Path, logdir: Path, *, per_layer: bool = False, bar=None) -> int:
+    """Every step of one run into an event file under ``logdir``; returns the steps written."""
+    run = load_run(run_dir)
+    scalars = from_run.model_scalars(run)
+    sink = TensorBoardSink(logdir)
+    n = 0
+    try:
+        for rows in from_run.routing_blocks(run, scalars=scalars):
+            series = routing_scalars(rows, per_layer=per_layer)
+            for i, step in enumerate(rows.steps):
+                sink.scalars(int(step), scalars_at(series, i))
+            n += len(rows.steps)
+            if bar is not None:
+                bar.update(len(rows.steps))
+        extra = {**from_run.window_fractions(scalars), **from_run.other_series(run, scalars)}
+        for tag, (steps, values) in extra.items():
+            for step, value in zip(steps, values):
+                if np.isfinite(value):
+                    sink.scalars(int(step), {tag: float(value)})
+    finally:
+        sink.close()
+    return n
+
+
+def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool = False, progress: bool = True):
+    """Write ``out/<run id>/`` event files for every run of ``paths``; returns the folders written."""
+    from tqdm.auto import tqdm
+
+    runs = collect(paths)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a folder")
+    names = folder_names(runs)
+    taken = [out / n for n in names if (out / n).exists()]
+    if taken and not overwrite:
+        raise ConfigError(
+            f"{', '.join(map(str, taken))} already exist{'s' if len(taken) == 1 else ''}: TensorBoard would show "
+            "both exports as one run; pass --overwrite to replace them, or another --out"
+        )
+    refuse_damaged(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for run_dir, name in zip(runs, names):
+        total = len(load_run(run_dir).steps())
+        partial = out / f"{PARTIAL}{name}"
+        shutil.rmtree(partial, ignore_errors=True)
+        with tqdm(total=total, desc=name, unit="step", disable=not progress, dynamic_ncols=True) as bar:
+            try:
+                write_run(run_dir, partial, per_layer=per_layer, bar=bar)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+        final = out / name
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        written.append(final)
+    return written
