@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.paired_timing import interleave, paired_report, timed
-from instrumentation.config import REGIMES, windows_for
+from instrumentation.config import REGIMES, AAHConfig, windows_for
 from instrumentation.data import cut_blocks
 from instrumentation.inference import eval_batches, inference_pass, model_logits
 
@@ -67,7 +67,7 @@ class FrontierConfig:
     device: str = "cpu"
     progress: bool = True
     overwrite: bool = False
-    extra: dict = field(default_factory=dict)
+    aah_overrides: dict = field(default_factory=dict)  # AAH config keys of the routed regimes (--set)
 
     def candidate_windows(self) -> tuple[int, ...]:
         return tuple(self.windows) if self.windows else windows_for(self.seq_len)
@@ -83,6 +83,8 @@ class FrontierConfig:
             model_dir=str(Path(self.model_dir).resolve()),
             data_sha256=data_sha256,
         )
+        if self.aah_overrides:  # only when given: frontiers made without it continue as they were
+            out["aah_overrides"] = dict(sorted(self.aah_overrides.items()))
         return out
 
 
@@ -212,7 +214,8 @@ class _Run:
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
                 raise RunLogError(f"{out} holds a run that is not a frontier; give a new --out or --overwrite")
-            differ = sorted(k for k in settings if recorded["settings"].get(k) != settings[k])
+            keys = set(settings) | set(recorded["settings"])
+            differ = sorted(k for k in keys if recorded["settings"].get(k) != settings.get(k))
             if differ:
                 raise RunLogError(
                     f"{out} is a frontier with other settings ({', '.join(differ)}); continue it with the same "
@@ -273,6 +276,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
         raise ConfigError(
             f"--regimes {', '.join(unknown) or '(none)'}: give AAH regimes with a controller: {', '.join(routed)}"
         )
+    AAHConfig.from_dict(dict(fc.aah_overrides))  # an unknown key or a bad value: refused before anything is written
     T = int(fc.seq_len)
     adapt_text, eval_text, cut = split_text(data, fc.eval_share)
     device = torch.device(fc.device)
@@ -332,6 +336,8 @@ def run_frontier(fc: FrontierConfig) -> dict:
                         handle = load_adapter(work, adapter)
                     else:
                         kw = {"window": conf.window} if conf.window else {}
+                        if conf.family == "zero_shot":
+                            kw.update(fc.aah_overrides)  # the routed regimes only: static windows have none
                         handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw)
                     try:
                         handle.set_step(None)
@@ -422,7 +428,7 @@ def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path) -> Pa
             device=fc.device,
             threads=fc.threads,
             progress=fc.progress,
-            overrides={"block_size": fc.seq_len},
+            overrides={**fc.aah_overrides, "block_size": fc.seq_len},
         )
         adapt(rc)
         found = list_adapters(run_dir)

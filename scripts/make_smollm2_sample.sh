@@ -55,8 +55,8 @@ SECONDS=0
 echo "probes: ${SECONDS}s"
 
 SECONDS=0
-"$AAH" head-similarity "$OUT/probes" --model "$MODEL" --data "$WIKI" --syntax "$PUD" --coref "$GAP" \
-    --threads "$THREADS" --no-progress --json > "$OUT/head_similarity.json"
+"$AAH" head-similarity "$OUT/probes" --model "$MODEL" --data "$WIKI" --seq-len 512 --blocks 8 --syntax "$PUD" \
+    --coref "$GAP" --max-docs 100 --threads "$THREADS" --no-progress --json > "$OUT/head_similarity.json"
 echo "head similarity: ${SECONDS}s"
 
 "$AAH" validate "$OUT"/*/

@@ -198,6 +198,26 @@ def test_a_frontier_with_other_settings_is_refused(llama, tmp_path):
     assert _details(out).keys() == before.keys()
 
 
+def test_set_reaches_the_routed_regimes_and_must_match_to_continue(llama, tmp_path):
+    """--set feature_normalization=zscore: the zero-shot routing and the adaptation run with it (the adapted
+    run's config says so), static windows do not route; a second call without it is refused."""
+    from aah_viz.runlog import load_run
+
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    common = ("--adapt-steps", "1", "--regimes", "full_adaptive")
+    done = _frontier(llama, data, out, *common, "--set", "feature_normalization=zscore")
+    assert done.returncode == 0, done.stderr
+    adapted = _details(out)["full_adaptive_adapted"]
+    assert load_run(tmp_path / adapted["adapt_run"]).manifest["config"]["feature_normalization"] == "zscore"
+    assert load_run(out).manifest["frontier"]["settings"]["aah_overrides"] == {"feature_normalization": "zscore"}
+    again = _frontier(llama, data, out, *common)
+    assert again.returncode == 2 and "other settings (aah_overrides)" in again.stderr
+    bad = _frontier(llama, data, tmp_path / "bad", *common, "--set", "no_such_key=1")
+    assert bad.returncode == 2 and "no_such_key" in bad.stderr and not (tmp_path / "bad" / "manifest.json").exists()
+
+
 def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path):
     """`aah-viz export --table frontier`: one row per configuration, the numbers of the frontier table
     recomputed here from the run's events (perplexity = exp(total nll / tokens))."""

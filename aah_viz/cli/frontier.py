@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from aah_viz.cli.evaluate import windows_arg
+from aah_viz.cli.train import _override
 
 
 def register(subparsers) -> None:
@@ -45,6 +46,16 @@ def register(subparsers) -> None:
     )
     p.add_argument("--timing-pairs", type=int, default=5, help="paired forwards per speed ratio (default: 5)")
     p.add_argument("--adapt-lr", type=float, default=1e-4, help="peak learning rate of the adaptation (default: 1e-4)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        type=_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an AAH config key of the routed regimes, zero-shot and adapted (repeatable), e.g. --set "
+        "feature_normalization=zscore; static windows and the profiled assignment are not routed",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
@@ -78,6 +89,7 @@ def run(args) -> int:
         device=args.device,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        aah_overrides=dict(args.overrides),
     )
     result = run_frontier(fc)
     table = result["table"]
