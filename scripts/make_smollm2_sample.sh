@@ -13,7 +13,7 @@
 #
 # Steps (each prints what it measured):
 #   1. aah-viz frontier at T = 512, windows 64/128/256/512: unpatched, full-attention patch, static
-#      windows, profiled per-head windows, and the three AAH regimes zero-shot and adapted;
+#      windows, profiled per-head windows, and full_adaptive zero-shot and adapted ($REGIMES);
 #   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
 #      window routing executes (appended to that run);
 #   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
@@ -36,12 +36,15 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 AAH=${AAH:-"$HERE/.venv/bin/aah-viz"}
 PY=${PY:-"$HERE/.venv/bin/python"}
 THREADS=${THREADS:-2}
+# the AAH regimes adapted (the paper's ablations too: REGIMES=full_adaptive,grouping_off,fixed_random_grouping,
+# about 40 more minutes each on 2 busy cores)
+REGIMES=${REGIMES:-full_adaptive}
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
 SECONDS=0
 "$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier" --seq-len 512 --windows 64,128,256,512 \
-    --adapt-steps "$STEPS" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
+    --adapt-steps "$STEPS" --regimes "$REGIMES" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
 echo "frontier: ${SECONDS}s"
 
 SECONDS=0

@@ -87,23 +87,12 @@ def test_report_images_every_n_routing_updates(tmp_path):
     assert set(logged["aah/acr"]) == {7}
 
 
-def test_retrofit_reports_routing_to_tensorboard(tmp_path_factory, tmp_path):
-    transformers = pytest.importorskip("transformers")
+def test_retrofit_reports_routing_to_tensorboard(tmp_path_factory, tmp_path, tiny_causal_lm):
+    pytest.importorskip("transformers")
     from test_retrofit_cli import TEXT
 
     base = tmp_path_factory.mktemp("qwen")
-    config = transformers.Qwen3Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    transformers.Qwen3ForCausalLM(config).save_pretrained(base / "qwen")
+    tiny_causal_lm(base / "qwen", family="qwen3")
     (base / "text.txt").write_text(TEXT)
     out = tmp_path / "run"
     args = ["retrofit", str(base / "qwen"), "--data", str(base / "text.txt"), "--out", str(out), "--steps", "6"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aah_viz.cli.train import _override
+from aah_viz.cli.train import add_overrides_argument
 
 
 def windows_arg(text: str) -> tuple[int, ...]:
@@ -36,14 +36,8 @@ def add_model_options(p) -> None:
         "--window", type=int, default=None, help="window of fixed_window / sliding_window / local_global_layers"
     )
     p.add_argument("--backend", default=None, help="attention backend (default for a model folder: banded)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        type=_override,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override an AAH config key of a patched model (repeatable), e.g. --set control_interval=10",
+    add_overrides_argument(
+        p, "override an AAH config key of a patched model (repeatable), e.g. --set control_interval=10"
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from aah_viz.cli.evaluate import windows_arg
-from aah_viz.cli.train import _override
+from aah_viz.cli.train import add_overrides_argument
 
 
 def register(subparsers) -> None:
@@ -46,14 +46,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("--timing-pairs", type=int, default=5, help="paired forwards per speed ratio (default: 5)")
     p.add_argument("--adapt-lr", type=float, default=1e-4, help="peak learning rate of the adaptation (default: 1e-4)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        type=_override,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an AAH config key of the routed regimes, zero-shot and adapted (repeatable), e.g. --set "
+    add_overrides_argument(
+        p,
+        "an AAH config key of the routed regimes, zero-shot and adapted (repeatable), e.g. --set "
         "feature_normalization=zscore; static windows and the profiled assignment are not routed",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")

@@ -9,6 +9,12 @@ PRESETS = ("tiny", "small", "paper-1b")
 DETAILS = ("full", "light", "minimal")
 
 
+def add_overrides_argument(p, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) into ``args.overrides``, a list of (key, parsed value)."""
+    p.add_argument("--set", dest="overrides", type=_override, action="append", default=[], metavar="KEY=VALUE",
+                   help=help)  # fmt: skip
+
+
 def _override(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -99,15 +105,7 @@ def register(subparsers) -> None:
         default=None,
         help="window of fixed_window / sliding_window / local_global_layers (tokens)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        type=_override,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a model config key (repeatable), e.g. --set warmup_steps=10",
-    )
+    add_overrides_argument(p, "override a model config key (repeatable), e.g. --set warmup_steps=10")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
