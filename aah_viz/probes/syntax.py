@@ -284,16 +284,7 @@ class SyntaxScorer:
             layer, head = divmod(flat, self.n_head)
 
             def row(probe, metric, value):
-                rows.append(
-                    {
-                        "step": step,
-                        "layer": layer,
-                        "head": head,
-                        "probe": probe,
-                        "metric": metric,
-                        "value": float(value),
-                    }
-                )
+                rows.append(dict(step=step, layer=layer, head=head, probe=probe, metric=metric, value=float(value)))
 
             best, gain = [], []
             for r in included:

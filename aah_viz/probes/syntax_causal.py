@@ -204,16 +204,7 @@ class CausalSyntaxScorer:
             layer, head = divmod(flat, self.n_head)
 
             def row(probe, metric, value):
-                rows.append(
-                    {
-                        "step": step,
-                        "layer": layer,
-                        "head": head,
-                        "probe": probe,
-                        "metric": metric,
-                        "value": float(value),
-                    }
-                )
+                rows.append(dict(step=step, layer=layer, head=head, probe=probe, metric=metric, value=float(value)))
 
             scores, gains = [], []
             for r, d in included:
