@@ -127,6 +127,8 @@ def _build(
     if not windows:  # only baselines: take the windows they were configured with
         windows = tuple(sorted({int(w) for r in runs for w in r.windows}))
     config = {"seq_len": seq_len, "windows": list(windows)}
+    if kind.windows is not None:
+        windows = tuple(kind.windows(runs, windows, source=source))
     rows = kind.rows(runs, windows, part=part, source=source)
     values = rows.values
     df = pd.DataFrame(rows.records)
