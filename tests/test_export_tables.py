@@ -365,6 +365,71 @@ def test_probe_relations_and_coref_parts(tmp_path):
     assert coref.best["accuracy"].tolist() == [False, False]
 
 
+def _probed_seed(path: Path, seed: int) -> Path:
+    """A finished full_adaptive run with one step of every probe table (coref rows have their own ``method``)."""
+    run_dir = make_synthetic_run(
+        path, n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5, regime="full_adaptive", seed=seed
+    )
+    w = RunWriter.resume(run_dir)
+    w.append(
+        "probe_coref",
+        {
+            "step": [19, 19],
+            "layer": [1, None],
+            "head": [2, None],
+            "method": ["head", "nearest"],
+            "bucket": ["all", "all"],
+            "bucket_lo": [1, 1],
+            "bucket_hi": [64, 64],
+            "correct": [30 + seed, 21],
+            "count": [50, 50],
+            "accuracy": [(30 + seed) / 50, 0.42],
+            "window": [32, None],
+        },
+    )
+    w.append(
+        "probe_relations",
+        {
+            "step": [19],
+            "relation": ["nsubj"],
+            "count": [50],
+            "best_layer": [1],
+            "best_head": [3],
+            "direction": ["dep->head"],
+            "best_acc": [0.6 + 0.1 * seed],
+            "baseline_offset": [-1],
+            "baseline_acc": [0.3],
+        },
+    )
+    w.close("finished")
+    return run_dir
+
+
+def test_probe_tables_by_regime_over_two_seeds(tmp_path, capsys):
+    runs = [_probed_seed(tmp_path / f"fa{seed}", seed) for seed in (0, 1)]
+    coref = build_table("probes", collect_runs(runs), part="coref", by="regime").df
+    by_method = coref.set_index("method")
+    assert by_method.loc["head", "accuracy"] == pytest.approx((30 / 50 + 31 / 50) / 2)
+    assert by_method.loc["nearest", "accuracy"] == pytest.approx(0.42)
+    assert list(coref["n"]) == [2, 2]
+    for table in ("probes", "all"):
+        out = tmp_path / f"out-{table}"
+        args = ["export", *map(str, runs), "--table", table, "--by", "regime", "--format", "md", "--out", str(out)]
+        assert main(args) == 0, capsys.readouterr().err
+        assert "| full_adaptive | head | 1 | 2 | all | 2 |" in (out / "probes_coref.md").read_text()
+        assert (out / "probes_relations.md").is_file()
+
+
+def test_a_refused_export_writes_nothing(tmp_path, capsys):
+    a = make_synthetic_run(tmp_path / "a", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=64, warmup=2)
+    b = make_synthetic_run(tmp_path / "b", n_layer=1, n_head=4, steps=12, windows=(4, 8, 16, 32), seq_len=64, warmup=2)
+    out = tmp_path / "never"
+    assert main(["export", str(a), str(b), "--table", "all", "--by", "regime", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allow-mixed" in err[0]
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------ mixed configurations
 
 
