@@ -72,6 +72,32 @@ def test_cli_figure_rejects_unknown_kind_and_option(run_dir, tmp_path, capsys):
     assert "takes no option(s) ['colour']" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "opt, said",
+    [
+        ("layer=9", "--opt layer=9: run run has layers 0-1 (2 in all)"),
+        ("layer=-1", "--opt layer=-1: run run has layers 0-1"),
+        ("layer=two", "--opt layer=two must be a whole number"),
+        ("head=6", "--opt head=6: run run has heads 0-5 (6 in all)"),
+        ("step=31", "--opt step=31: the runs have steps 0-29"),
+    ],
+)
+def test_cli_figure_refuses_an_option_the_run_cannot_have(run_dir, tmp_path, capsys, opt, said):
+    out = tmp_path / "x.svg"
+    assert main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", opt, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
+    assert not out.exists()
+
+
+def test_figure_options_come_back_as_the_builders_take_them(run_dir):
+    from aah_viz.figures.options import check_options
+
+    runs = collect_runs([run_dir])
+    assert check_options(runs, {"layer": 1, "step": "10", "head": 5.0}) == {"layer": 1, "step": 10, "head": 5}
+    assert check_options(runs, {"log_step": "True", "smoothing": 0.5}) == {"log_step": True, "smoothing": 0.5}
+
+
 def test_no_browser_gives_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no chromium on PATH
     monkeypatch.delenv("BROWSER_PATH", raising=False)
