@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -311,7 +312,7 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
     assert list(table.df["null_mean"]) == list(ref["null_mean"])
     assert list(table.df["partition_verdict"]) == ["real", "undefined"]
     assert list(table.df["layer"]) == ["0", ""]  # the pooled row has no layer
-    assert "null\\_mean" in render(table, "latex")
+    assert "null\\_\\\\mean" in render(table, "latex")  # a long header breaks after its underscore
     assoc = build_table("probes", runs, part="association")
     assert list(assoc.df["rho"]) == [-0.12] and list(assoc.df["p_value"]) == [0.41]
 
@@ -520,11 +521,15 @@ def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
 
 def test_latex_structure(by_regime):
     tex = render(by_regime, "latex")
-    assert tex.count("\\toprule") == 1 and tex.count("\\midrule") == 1 and tex.count("\\bottomrule") == 1
-    assert "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
+    parts = tex.count("\\toprule")
+    assert parts == tex.count("\\midrule") == tex.count("\\bottomrule") >= 1
+    assert tex.count("\\caption{") == 1 and "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
     assert "\\textbf{" in tex and "$\\pm$" in tex
-    header = tex.split("\\toprule\n")[1].splitlines()[0]
-    assert header.count("&") == len(by_regime.df.columns) - 1
+    headers = [chunk.splitlines()[0] for chunk in tex.split("\\toprule\n")[1:]]
+    # every part names its rows by regime; together the parts hold every other column once
+    assert all(h.startswith("regime & ") for h in headers)
+    assert sum(h.count("&") for h in headers) == len(by_regime.df.columns) - 1
+    header = " ".join(headers)
     assert "val. loss" in header and "val\\_loss" not in header  # short headers ...
     assert "val. loss: final validation loss (nats)" in tex  # ... with a legend
     # the one-seed regime: a dagger instead of a long text cell, and a note
@@ -584,6 +589,44 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     log = (tmp_path / "doc.log").read_text(errors="replace")
     assert "Overfull \\hbox" not in log, [line for line in log.splitlines() if "Overfull" in line][:5]
     assert "multiply defined" not in log
+
+
+SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_logs"
+READABLE_PT = 8.5  # \\small is 9 pt: a table may be scaled by at most a few percent
+
+
+def test_latex_tables_keep_their_text_size_at_the_column_width(tmp_path):
+    """The widest tables of the bundled runs (probe comparisons with a hundred rows, relations with long
+    run names) compile at the article's column width with their text at \\small, not scaled to 3 pt."""
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    names = ("fixed_random_grouping_seed0", "full_adaptive_seed0", "full_adaptive_seed1", "deep_practical_reuse_seed0")
+    runs = collect_runs([SAMPLE_LOGS / n for n in names])
+    tables = [build_table(n, runs) for n in ("training", "inference", "stability")]
+    tables += [build_table("probes", runs, part=p) for p in ("comparisons", "association", "relations")]
+    tables.append(build_table("probes", runs, part="relations", by="regime", n_boot=200))
+    for i, table in enumerate(tables):
+        table.label = f"{table.label}-{i}"
+    tex = latex_document(tables)
+    assert tex.count("\\toprule") > len(tables)  # some were split into parts
+    # each part's box width against \\linewidth, as the document sees them
+    probe = "\\typeout{AAHBOX \\the\\wd\\aahtablebox\\space\\the\\linewidth}\\ifdim\\wd\\aahtablebox>\\linewidth"
+    (tmp_path / "doc.tex").write_text(tex.replace("\\ifdim\\wd\\aahtablebox>\\linewidth", probe), encoding="utf-8")
+    proc = subprocess.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    log = (tmp_path / "doc.log").read_text(errors="replace")
+    boxes = [(float(w), float(lw)) for w, lw in re.findall(r"AAHBOX ([\d.]+)pt ([\d.]+)pt", log)]
+    assert len(boxes) == tex.count("\\toprule")
+    sizes = [9.0 * min(1.0, lw / w) for w, lw in boxes]
+    assert min(sizes) >= READABLE_PT, sorted(sizes)[:5]
+    assert "Float too large" not in log and "Overfull \\hbox" not in log
 
 
 def test_windows_from_inference_records(runs_root, runs):
@@ -658,6 +701,8 @@ def test_number_formatting_rules():
     assert format_number(31490.2, 1, 3461.0) == "31500 ± 3500"
     assert format_number(3.55e20, 2, 4.3e19) == "3.55e+20 ± 0.43e+20"  # untrained perplexities stay readable
     assert format_number(0.5, 4, 0.0) == "0.5000"  # no spread: the column's decimals
+    # equal values averaged in floating point leave a spread of 1e-18: no spread, not 19 decimals
+    assert format_number(0.0017728531855955589, 4, 2.0e-18) == "0.0018"
     assert format_number(float("nan"), 4) == "–"
     assert format_number(12, 0) == "12"
 
