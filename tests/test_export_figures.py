@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,44 @@ def test_dashboard_figure_to_png_svg_pdf(run_dir, tmp_path):
     assert pdf.startswith(MAGIC["pdf"]) and b"%%EOF" in pdf[-64:]
     # the heatmap's title is in the vector output: it is this figure, not a blank page
     assert fig.layout.title.text.split(":")[0].encode() in svg
+
+
+def _legend_box(svg: bytes) -> tuple[float, float, float, float, float, float]:
+    """(figure width, height, legend left, right, top, bottom) of an SVG Plotly wrote."""
+    text = svg.decode()
+    width = float(re.search(r'<svg[^>]*width="([\d.]+)"', text).group(1))
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)"', text).group(1))
+    at = re.search(r'<g class="legend"[^>]*transform="translate\(([-\d.]+),\s*([-\d.]+)\)"', text)
+    x, y = map(float, at.groups())
+    rect = re.search(r'<rect class="bg"[^>]*>', text[at.start() :]).group(0)
+    w = float(re.search(r'width="([\d.]+)"', rect).group(1))
+    h = float(re.search(r'height="([\d.]+)"', rect).group(1))
+    return width, height, x, x + w, y, y + h
+
+
+@needs_browser
+@pytest.mark.parametrize("kind", ["training_curves", "coverage_over_training"])
+def test_exported_legends_stay_inside_the_figure(kind):
+    """The bundled runs' names: a legend laid out in a row for the dashboard ran off the file's width."""
+    names = ("full_adaptive_seed0", "full_attention_seed0", "grouping_off_seed0", "deep_practical_reuse_seed1")
+    dirs = [Path(__file__).resolve().parents[1] / "sample_logs" / n for n in names]
+    fig = FIGURE_KINDS[kind](collect_runs(dirs))
+    (svg,) = figures_bytes([(fig, "svg")])
+    width, height, left, right, top, bottom = _legend_box(svg)
+    assert 0 <= left and right <= width and 0 <= top and bottom <= height, (width, height, left, right, top, bottom)
+    assert fig.layout.legend.orientation == "h"  # the dashboard's own figure is left as it was
+
+
+@needs_browser
+def test_one_browser_serves_every_export_of_a_process(run_dir):
+    from aah_viz.export import static
+
+    fig = FIGURE_KINDS["window_heatmap"](collect_runs([run_dir]))
+    figures_bytes([(fig, "png")])
+    renderer = static._RENDERERS[find_browser()]
+    png, pdf = figures_bytes([(fig, "png"), (fig, "pdf")])
+    assert png.startswith(MAGIC["png"]) and pdf.startswith(MAGIC["pdf"])
+    assert static._RENDERERS[find_browser()] is renderer  # not a browser started per figure
 
 
 @needs_browser
