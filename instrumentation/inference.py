@@ -143,7 +143,7 @@ def summarise(
         acr=acr_value,
         acr_causal=float(causal.mean()),
         realised_work=float(np.mean(work)) if work else None,
-        window_frac={str(w): float((wins == w).mean()) for w in cfg.windows},
+        window_frac={str(w): float((wins == w).mean()) for w in executed_buckets(cfg.windows, wins)},
         windows=wins[-1].tolist(),
     )
     n_embd, n_ff = getattr(cfg, "n_embd", None), getattr(cfg, "n_ff", None)
@@ -151,6 +151,15 @@ def summarise(
         detail["flops_ratio_est"] = coverage.flops_ratio_est(acr_value, seq_len=int(T.max()), n_embd=n_embd, n_ff=n_ff)
         detail["flops_reduction_pct"] = 100.0 * (1.0 - detail["flops_ratio_est"])
     return detail
+
+
+def executed_buckets(candidates, wins: np.ndarray) -> list[int]:
+    """The windows ``window_frac`` is over: the candidates when every executed window is one of them (a
+    routing regime, where an unused candidate is a finding), else the windows the model executed (a fixed
+    or sliding window outside the candidate list, whose candidates would all read zero)."""
+    executed = sorted({int(w) for w in np.unique(wins)})
+    cands = sorted(int(w) for w in candidates)
+    return cands if set(executed) <= set(cands) else executed
 
 
 def eval_batches(blocks: np.ndarray, batch_size: int, device) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:

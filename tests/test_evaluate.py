@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -97,6 +98,36 @@ def test_reference_eval_lets_evaluation_change_routing(trained, tmp_path):
     assert manifest["evaluation_of_step"] == 7 and kept["checkpoint_step"] == 7
     assert set(load_run(frozen).table("heads")["step"]) == {0}
     assert validate_run(frozen) == [] and validate_run(out) == []
+
+
+def test_window_fractions_are_over_the_windows_a_sliding_window_executed(tmp_path, capsys, tiny_causal_lm):
+    qwen = tiny_causal_lm(tmp_path / "qwen", family="qwen3")
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT[:400])
+    out = tmp_path / "out"
+    rc = main(
+        ["evaluate", str(qwen), "--data", str(data), "--out", str(out), "--regime", "sliding_window"]
+        + ["--window", "8", "--seq-len", "32", "--json", "--no-progress"]
+    )
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # every head executed 8 tokens; the default candidates (512..4096, clamped to 128) were never executed
+    assert printed["window_frac"] == {"8": 1.0}
+    (detail,) = _events(out, "inference")
+    assert detail["window_frac"] == {"8": 1.0}
+    # the exported table has the executed window's column, with its fraction
+    table = tmp_path / "table"
+    assert main(["export", str(out), "--table", "inference", "--format", "csv", "--out", str(table)]) == 0
+    row = pd.read_csv(table / "inference.csv").iloc[0]
+    assert row["window_frac_8"] == pytest.approx(1.0)
+    assert (
+        main(
+            ["export", str(out), "--table", "windows", "--windows-source", "inference"]
+            + ["--format", "csv", "--out", str(tmp_path / "w")]
+        )
+        == 0
+    )
+    assert pd.read_csv(tmp_path / "w" / "windows.csv").iloc[0]["window_frac_8"] == pytest.approx(1.0)
 
 
 def test_evaluate_a_hugging_face_model_folder(tmp_path, tiny_causal_lm):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -54,6 +55,44 @@ def test_dashboard_figure_to_png_svg_pdf(run_dir, tmp_path):
     assert fig.layout.title.text.split(":")[0].encode() in svg
 
 
+def _legend_box(svg: bytes) -> tuple[float, float, float, float, float, float]:
+    """(figure width, height, legend left, right, top, bottom) of an SVG Plotly wrote."""
+    text = svg.decode()
+    width = float(re.search(r'<svg[^>]*width="([\d.]+)"', text).group(1))
+    height = float(re.search(r'<svg[^>]*height="([\d.]+)"', text).group(1))
+    at = re.search(r'<g class="legend"[^>]*transform="translate\(([-\d.]+),\s*([-\d.]+)\)"', text)
+    x, y = map(float, at.groups())
+    rect = re.search(r'<rect class="bg"[^>]*>', text[at.start() :]).group(0)
+    w = float(re.search(r'width="([\d.]+)"', rect).group(1))
+    h = float(re.search(r'height="([\d.]+)"', rect).group(1))
+    return width, height, x, x + w, y, y + h
+
+
+@needs_browser
+@pytest.mark.parametrize("kind", ["training_curves", "coverage_over_training"])
+def test_exported_legends_stay_inside_the_figure(kind):
+    """The bundled runs' names: a legend laid out in a row for the dashboard ran off the file's width."""
+    names = ("full_adaptive_seed0", "full_attention_seed0", "grouping_off_seed0", "deep_practical_reuse_seed1")
+    dirs = [Path(__file__).resolve().parents[1] / "sample_logs" / n for n in names]
+    fig = FIGURE_KINDS[kind](collect_runs(dirs))
+    (svg,) = figures_bytes([(fig, "svg")])
+    width, height, left, right, top, bottom = _legend_box(svg)
+    assert 0 <= left and right <= width and 0 <= top and bottom <= height, (width, height, left, right, top, bottom)
+    assert fig.layout.legend.orientation == "h"  # the dashboard's own figure is left as it was
+
+
+@needs_browser
+def test_one_browser_serves_every_export_of_a_process(run_dir):
+    from aah_viz.export import static
+
+    fig = FIGURE_KINDS["window_heatmap"](collect_runs([run_dir]))
+    figures_bytes([(fig, "png")])
+    renderer = static._RENDERERS[find_browser()]
+    png, pdf = figures_bytes([(fig, "png"), (fig, "pdf")])
+    assert png.startswith(MAGIC["png"]) and pdf.startswith(MAGIC["pdf"])
+    assert static._RENDERERS[find_browser()] is renderer  # not a browser started per figure
+
+
 @needs_browser
 def test_cli_figure_writes_the_file(run_dir, tmp_path):
     out = tmp_path / "sub" / "branch.pdf"
@@ -70,6 +109,32 @@ def test_cli_figure_rejects_unknown_kind_and_option(run_dir, tmp_path, capsys):
         == 2
     )
     assert "takes no option(s) ['colour']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "opt, said",
+    [
+        ("layer=9", "--opt layer=9: run run has layers 0-1 (2 in all)"),
+        ("layer=-1", "--opt layer=-1: run run has layers 0-1"),
+        ("layer=two", "--opt layer=two must be a whole number"),
+        ("head=6", "--opt head=6: run run has heads 0-5 (6 in all)"),
+        ("step=31", "--opt step=31: the runs have steps 0-29"),
+    ],
+)
+def test_cli_figure_refuses_an_option_the_run_cannot_have(run_dir, tmp_path, capsys, opt, said):
+    out = tmp_path / "x.svg"
+    assert main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", opt, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
+    assert not out.exists()
+
+
+def test_figure_options_come_back_as_the_builders_take_them(run_dir):
+    from aah_viz.figures.options import check_options
+
+    runs = collect_runs([run_dir])
+    assert check_options(runs, {"layer": 1, "step": "10", "head": 5.0}) == {"layer": 1, "step": 10, "head": 5}
+    assert check_options(runs, {"log_step": "True", "smoothing": 0.5}) == {"log_step": True, "smoothing": 0.5}
 
 
 def test_no_browser_gives_one_clear_error(monkeypatch, tmp_path):

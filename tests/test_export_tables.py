@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -311,7 +312,7 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
     assert list(table.df["null_mean"]) == list(ref["null_mean"])
     assert list(table.df["partition_verdict"]) == ["real", "undefined"]
     assert list(table.df["layer"]) == ["0", ""]  # the pooled row has no layer
-    assert "null\\_mean" in render(table, "latex")
+    assert "null\\_\\\\mean" in render(table, "latex")  # a long header breaks after its underscore
     assoc = build_table("probes", runs, part="association")
     assert list(assoc.df["rho"]) == [-0.12] and list(assoc.df["p_value"]) == [0.41]
 
@@ -363,6 +364,71 @@ def test_probe_relations_and_coref_parts(tmp_path):
     assert list(coref.df["layer"]) == ["1", ""]  # baselines have no layer
     # one run: nothing to test a difference with, so nothing is bold
     assert coref.best["accuracy"].tolist() == [False, False]
+
+
+def _probed_seed(path: Path, seed: int) -> Path:
+    """A finished full_adaptive run with one step of every probe table (coref rows have their own ``method``)."""
+    run_dir = make_synthetic_run(
+        path, n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5, regime="full_adaptive", seed=seed
+    )
+    w = RunWriter.resume(run_dir)
+    w.append(
+        "probe_coref",
+        {
+            "step": [19, 19],
+            "layer": [1, None],
+            "head": [2, None],
+            "method": ["head", "nearest"],
+            "bucket": ["all", "all"],
+            "bucket_lo": [1, 1],
+            "bucket_hi": [64, 64],
+            "correct": [30 + seed, 21],
+            "count": [50, 50],
+            "accuracy": [(30 + seed) / 50, 0.42],
+            "window": [32, None],
+        },
+    )
+    w.append(
+        "probe_relations",
+        {
+            "step": [19],
+            "relation": ["nsubj"],
+            "count": [50],
+            "best_layer": [1],
+            "best_head": [3],
+            "direction": ["dep->head"],
+            "best_acc": [0.6 + 0.1 * seed],
+            "baseline_offset": [-1],
+            "baseline_acc": [0.3],
+        },
+    )
+    w.close("finished")
+    return run_dir
+
+
+def test_probe_tables_by_regime_over_two_seeds(tmp_path, capsys):
+    runs = [_probed_seed(tmp_path / f"fa{seed}", seed) for seed in (0, 1)]
+    coref = build_table("probes", collect_runs(runs), part="coref", by="regime").df
+    by_method = coref.set_index("method")
+    assert by_method.loc["head", "accuracy"] == pytest.approx((30 / 50 + 31 / 50) / 2)
+    assert by_method.loc["nearest", "accuracy"] == pytest.approx(0.42)
+    assert list(coref["n"]) == [2, 2]
+    for table in ("probes", "all"):
+        out = tmp_path / f"out-{table}"
+        args = ["export", *map(str, runs), "--table", table, "--by", "regime", "--format", "md", "--out", str(out)]
+        assert main(args) == 0, capsys.readouterr().err
+        assert "| full_adaptive | head | 1 | 2 | all | 2 |" in (out / "probes_coref.md").read_text()
+        assert (out / "probes_relations.md").is_file()
+
+
+def test_a_refused_export_writes_nothing(tmp_path, capsys):
+    a = make_synthetic_run(tmp_path / "a", n_layer=1, n_head=4, steps=12, windows=(8, 16, 32, 64), seq_len=64, warmup=2)
+    b = make_synthetic_run(tmp_path / "b", n_layer=1, n_head=4, steps=12, windows=(4, 8, 16, 32), seq_len=64, warmup=2)
+    out = tmp_path / "never"
+    assert main(["export", str(a), str(b), "--table", "all", "--by", "regime", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allow-mixed" in err[0]
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------ mixed configurations
@@ -455,11 +521,15 @@ def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
 
 def test_latex_structure(by_regime):
     tex = render(by_regime, "latex")
-    assert tex.count("\\toprule") == 1 and tex.count("\\midrule") == 1 and tex.count("\\bottomrule") == 1
-    assert "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
+    parts = tex.count("\\toprule")
+    assert parts == tex.count("\\midrule") == tex.count("\\bottomrule") >= 1
+    assert tex.count("\\caption{") == 1 and "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
     assert "\\textbf{" in tex and "$\\pm$" in tex
-    header = tex.split("\\toprule\n")[1].splitlines()[0]
-    assert header.count("&") == len(by_regime.df.columns) - 1
+    headers = [chunk.splitlines()[0] for chunk in tex.split("\\toprule\n")[1:]]
+    # every part names its rows by regime; together the parts hold every other column once
+    assert all(h.startswith("regime & ") for h in headers)
+    assert sum(h.count("&") for h in headers) == len(by_regime.df.columns) - 1
+    header = " ".join(headers)
     assert "val. loss" in header and "val\\_loss" not in header  # short headers ...
     assert "val. loss: final validation loss (nats)" in tex  # ... with a legend
     # the one-seed regime: a dagger instead of a long text cell, and a note
@@ -519,6 +589,44 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     log = (tmp_path / "doc.log").read_text(errors="replace")
     assert "Overfull \\hbox" not in log, [line for line in log.splitlines() if "Overfull" in line][:5]
     assert "multiply defined" not in log
+
+
+SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_logs"
+READABLE_PT = 8.5  # \\small is 9 pt: a table may be scaled by at most a few percent
+
+
+def test_latex_tables_keep_their_text_size_at_the_column_width(tmp_path):
+    """The widest tables of the bundled runs (probe comparisons with a hundred rows, relations with long
+    run names) compile at the article's column width with their text at \\small, not scaled to 3 pt."""
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    names = ("fixed_random_grouping_seed0", "full_adaptive_seed0", "full_adaptive_seed1", "deep_practical_reuse_seed0")
+    runs = collect_runs([SAMPLE_LOGS / n for n in names])
+    tables = [build_table(n, runs) for n in ("training", "inference", "stability")]
+    tables += [build_table("probes", runs, part=p) for p in ("comparisons", "association", "relations")]
+    tables.append(build_table("probes", runs, part="relations", by="regime", n_boot=200))
+    for i, table in enumerate(tables):
+        table.label = f"{table.label}-{i}"
+    tex = latex_document(tables)
+    assert tex.count("\\toprule") > len(tables)  # some were split into parts
+    # each part's box width against \\linewidth, as the document sees them
+    probe = "\\typeout{AAHBOX \\the\\wd\\aahtablebox\\space\\the\\linewidth}\\ifdim\\wd\\aahtablebox>\\linewidth"
+    (tmp_path / "doc.tex").write_text(tex.replace("\\ifdim\\wd\\aahtablebox>\\linewidth", probe), encoding="utf-8")
+    proc = waiting.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        "pdflatex to compile the split tables",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    log = (tmp_path / "doc.log").read_text(errors="replace")
+    boxes = [(float(w), float(lw)) for w, lw in re.findall(r"AAHBOX ([\d.]+)pt ([\d.]+)pt", log)]
+    assert len(boxes) == tex.count("\\toprule")
+    sizes = [9.0 * min(1.0, lw / w) for w, lw in boxes]
+    assert min(sizes) >= READABLE_PT, sorted(sizes)[:5]
+    assert "Float too large" not in log and "Overfull \\hbox" not in log
 
 
 def test_windows_from_inference_records(runs_root, runs):
@@ -593,6 +701,8 @@ def test_number_formatting_rules():
     assert format_number(31490.2, 1, 3461.0) == "31500 ± 3500"
     assert format_number(3.55e20, 2, 4.3e19) == "3.55e+20 ± 0.43e+20"  # untrained perplexities stay readable
     assert format_number(0.5, 4, 0.0) == "0.5000"  # no spread: the column's decimals
+    # equal values averaged in floating point leave a spread of 1e-18: no spread, not 19 decimals
+    assert format_number(0.0017728531855955589, 4, 2.0e-18) == "0.0018"
     assert format_number(float("nan"), 4) == "–"
     assert format_number(12, 0) == "12"
 

@@ -295,8 +295,23 @@ def test_resume_refuses_an_argument_that_contradicts_the_run(finished_run, args,
 def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run, capsys):
     before = _snapshot(finished_run)
     assert main(["train", "--out", str(finished_run), "--resume", "--no-progress"]) == 0
-    assert "finished run" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "finished run" in said.err and "run written" not in said.out  # nothing trained, nothing claimed
     assert _snapshot(finished_run) == before
+
+
+def test_train_says_where_the_run_is_and_what_to_open_next(tmp_path, capsys):
+    from aah_viz.runlog.paths import discover_runs
+
+    out = tmp_path / "runs" / "fa0"
+    assert train_cli(out, "--steps", "3") == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"run written to {out} (steps 0-2, ") and "validation loss" in lines[0]
+    assert lines[1].startswith(f"next: aah-viz dashboard --logs {out.parent} ")
+    assert f"aah-viz validate {out}" in lines[1]
+    # the folder it names is one the dashboard finds the run in
+    assert out in [Path(p) for p in discover_runs(out.parent)]
 
 
 def test_extending_a_finished_run_is_explicit_and_recorded(tmp_path):

@@ -119,10 +119,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise AAHVizError(f"--out {out_dir} exists and is not a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in TABLE_CHOICES if n != "all"] if args.table == "all" else [args.table]
     own_table_kinds = {n for n, k in TABLE_KINDS.items() if k.own_table is not None}
-    written: list[Path] = []
+    rendered: dict[str, str] = {}  # file stem -> text: every table is built before any is written
     groups = split_by_config(runs) if args.allow_mixed else {check_same_config(runs): runs}
     multi = len(groups) > 1
     if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
@@ -149,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.table == "all" and table.is_empty and name in own_table_kinds:
                     continue  # a table these runs were never measured for, not an empty result
                 stem = f"probes_{part}" if part else name
-                written.append(_write(out_dir, stem + suffix, render(table, args.fmt), args.fmt))
+                rendered[stem + suffix] = render(table, args.fmt)
 
         def labelled(table):  # one label per table, also across configurations
             if multi:
@@ -157,26 +156,16 @@ def run(args: argparse.Namespace) -> int:
             return table
 
         if baseline:
-            written.append(
-                _write(
-                    out_dir,
-                    f"comparison{suffix}",
-                    render(labelled(comparison_table(members, baseline, seed=args.seed)), args.fmt),
-                    args.fmt,
-                )
+            rendered[f"comparison{suffix}"] = render(
+                labelled(comparison_table(members, baseline, seed=args.seed)), args.fmt
             )
             for regime in sorted({str(r.regime) for r in members} - {baseline}):
                 curve = labelled(difference_curve_table(members, regime, baseline, seed=args.seed))
-                written.append(_write(out_dir, f"difference_{regime}{suffix}", render(curve, args.fmt), args.fmt))
+                rendered[f"difference_{regime}{suffix}"] = render(curve, args.fmt)
         if args.factorial:
-            written.append(
-                _write(
-                    out_dir,
-                    f"factorial{suffix}",
-                    render(labelled(factorial_table(members, seed=args.seed)), args.fmt),
-                    args.fmt,
-                )
-            )
-    for path in written:
-        print(path)
+            rendered[f"factorial{suffix}"] = render(labelled(factorial_table(members, seed=args.seed)), args.fmt)
+    # only now, with every table built, is anything written: a refusal leaves no half-written folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stem, text in rendered.items():
+        print(_write(out_dir, stem, text, args.fmt))
     return 0

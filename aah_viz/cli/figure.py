@@ -86,9 +86,11 @@ def run(args: argparse.Namespace) -> int:
         )
     from aah_viz.export.runs import collect_runs
     from aah_viz.export.static import find_browser, write_figure
+    from aah_viz.figures.options import check_options
 
-    find_browser()  # fail before reading runs when no browser is installed
     runs = collect_runs(args.runs)
+    opts = check_options(runs, opts)  # an option the runs cannot have is refused, never drawn empty
+    find_browser()  # fail before building the figure when no browser is installed
     fig = FIGURE_KINDS[args.kind](runs, **opts)
     path = write_figure(fig, out, fmt, width=args.width, height=args.height, scale=args.scale)
     print(path)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from aah_viz.bundled import data_path
 from aah_viz.errors import InputFormatError, RunLogError
+from aah_viz.probes.progress import ProbeInterrupted
 
 
 def register(subparsers) -> None:
@@ -108,7 +111,19 @@ def register(subparsers) -> None:
         "(default: the folder its manifest names)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of torch, of the BLAS behind the scoring and of the tokenizer (default: their own "
+        "choice; on a shared machine fewer threads can be faster)",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard an interrupted probe saved in the run (RUN/.probe-progress) and start over; without it "
+        "the same command continues an interrupted probe where it stopped",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.set_defaults(func=run)
@@ -169,7 +184,6 @@ def _output_run(target, args, source):
 
 
 def run(args: argparse.Namespace) -> int:
-    from aah_viz.probes.runner import run_probes
     from aah_viz.probes.store import write_probe_tables
     from aah_viz.probes.target import resolve_target, windows_from_heads
     from aah_viz.torch_import import require_torch
@@ -181,9 +195,8 @@ def run(args: argparse.Namespace) -> int:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
     syntax_docs, coref_docs, syntax_path, coref_path = read_inputs(args)  # before the model: fail fast
 
-    torch = require_torch()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    require_torch()
+    limits = _limit_threads(args.threads)
     from instrumentation import load_aah_checkpoint, load_hf_model, load_retrofit_adapter
 
     if target.kind == "aah":
@@ -207,7 +220,35 @@ def run(args: argparse.Namespace) -> int:
         windows = windows_from_heads(heads, step, source.n_layer, source.n_head)
     if windows is None:
         windows = source.windows
-    result = run_probes(
+    saved = _progress(target, args, source, step, windows, syntax_docs, coref_docs)
+    try:
+        with _stop_on_signals(saved), limits:
+            threads = _threads_in_use()
+            result = _probe(source, syntax_docs, coref_docs, step, windows, args, saved)
+    except ProbeInterrupted as err:
+        print(f"aah-viz: {err}", file=sys.stderr)
+        return 130
+    if result.n_long_sentences:
+        print(
+            f"warning: {result.n_long_sentences} sentence(s) of {syntax_path} have more words than the model "
+            f"takes tokens in one input ({source.max_len}) and were left out",
+            file=sys.stderr,
+        )
+    run_dir = _output_run(target, args, source)
+    written = write_probe_tables(run_dir, result.tables(), step)
+    saved.clear()  # the tables hold it all now
+    summary = _summary(result, run_dir, step, syntax_path, coref_path, written, args) | {"threads": threads}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_tables(result, summary)
+    return 0
+
+
+def _probe(source, syntax_docs, coref_docs, step, windows, args, saved):
+    from aah_viz.probes.runner import run_probes
+
+    return run_probes(
         source,
         syntax_docs,
         coref_docs,
@@ -222,21 +263,91 @@ def run(args: argparse.Namespace) -> int:
         n_boot=args.bootstrap,
         seed=args.seed,
         sort_by_length=args.sort_by_length,
+        saved=saved,
     )
-    if result.n_long_sentences:
-        print(
-            f"warning: {result.n_long_sentences} sentence(s) of {syntax_path} have more words than the model "
-            f"takes tokens in one input ({source.max_len}) and were left out",
-            file=sys.stderr,
-        )
-    run_dir = _output_run(target, args, source)
-    written = write_probe_tables(run_dir, result.tables(), step)
-    summary = _summary(result, run_dir, step, syntax_path, coref_path, written, args)
-    if args.json:
-        print(json.dumps(summary, indent=2))
+
+
+def _progress(target, args, source, step, windows, syntax_docs, coref_docs):
+    """Where this probe keeps what it finished (the run's ``.probe-progress``), keyed by everything
+    that decides its numbers; ``--restart`` discards an interrupted one."""
+    import numpy as np
+
+    from aah_viz.probes.progress import ProbeProgress, documents_digest, fingerprint
+
+    run_dir = target.run_dir if target.run_dir is not None and args.out is None else Path(args.out)
+    digest = fingerprint(
+        model=str(Path(target.model_path).resolve()),
+        kind=target.kind,
+        step=step,
+        windows=np.asarray(windows, dtype=np.int64),
+        candidate_windows=[int(w) for w in source.candidate_windows],
+        context=args.context,
+        relations=args.relations,
+        batch_size=args.batch_size,
+        sort_by_length=args.sort_by_length,
+        start_token=not args.no_start_token,
+        syntax=documents_digest(syntax_docs),
+        coref=documents_digest(coref_docs),
+    )
+    saved = ProbeProgress(run_dir, digest)
+    if args.restart:
+        saved.clear()
     else:
-        _print_tables(result, summary)
-    return 0
+        saved.saved()  # an interrupted probe of something else: refused before any work
+    return saved
+
+
+def _limit_threads(threads: int | None):
+    """``--threads N`` for every pool the probe runs on: torch's (intra- and inter-op), the BLAS the
+    numpy scoring uses, and a fast tokenizer's (Rayon); a context for the BLAS limit."""
+    if not threads:
+        return contextlib.nullcontext()
+    if threads < 1:
+        raise InputFormatError(f"--threads must be at least 1, got {threads}")
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # set once per process (an earlier command in this process did)
+        pass
+    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer's pool starts
+    return threadpool_limits(limits=threads)
+
+
+def _threads_in_use() -> dict:
+    """The threads the probe's pools may use, as the summary reports them."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    blas = [int(p.get("num_threads", 0)) for p in threadpool_info()]
+    return {"torch": int(torch.get_num_threads()), "blas": max(blas, default=None)}
+
+
+@contextlib.contextmanager
+def _stop_on_signals(saved):
+    """SIGINT or SIGTERM asks the probe to stop at its next whole state, saved; a second one acts as usual."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def handle(signum, frame):
+        saved.stop = signal.Signals(signum).name
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> dict:

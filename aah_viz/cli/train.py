@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 
 PRESETS = ("tiny", "small", "paper-1b")
 DETAILS = ("full", "light", "minimal")
@@ -148,6 +150,23 @@ RUN_ARGS = {
 }
 
 
+def end_summary(result) -> str:
+    """Where the run is and what to open next: two lines printed when training ends."""
+    run_dir = Path(result.run_dir)
+    losses = []
+    if result.final_loss is not None:
+        losses.append(f"final loss {result.final_loss:.4f}")
+    if result.final_val_loss is not None:
+        losses.append(f"validation loss {result.final_val_loss:.4f}")
+    steps = f"steps {result.first_step}-{result.last_step}" if result.last_step >= result.first_step else "no step"
+    said = ", ".join([steps, f"{result.seconds:.0f} s", *losses])
+    logs = run_dir.parent if str(run_dir.parent) not in ("", ".") else Path(".")
+    return (
+        f"run written to {run_dir} ({said})\n"
+        f"next: aah-viz dashboard --logs {logs}   (or: aah-viz validate {run_dir}; aah-viz probe {run_dir})"
+    )
+
+
 def run(args) -> int:
     import sys
 
@@ -174,6 +193,8 @@ def run(args) -> int:
     result = train_model(tc)
     if result.note:
         print(result.note, file=sys.stderr)
+    elif not args.json and int(os.environ.get("RANK", "0")) == 0:  # one summary under torchrun
+        print(end_summary(result))
     if args.json:
         print(
             json.dumps(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from aah_viz.errors import AAHVizError
+from aah_viz.export import latex_layout
 from aah_viz.export.stats import NO_VARIANCE
 
 FORMATS = ("csv", "md", "latex")
@@ -65,6 +66,9 @@ def exact_text(value: Any) -> str:
     return str(value)
 
 
+SPREAD_NOISE = 1e-9  # a standard deviation this small against its mean is floating-point noise
+
+
 def decimals_for(uncertainty: float, sig: int = 2) -> int | None:
     """Decimal position that keeps ``sig`` significant digits of ``uncertainty`` (negative: tens,
     hundreds, ...); None when the uncertainty is not a finite positive number."""
@@ -89,6 +93,12 @@ def format_number(value: Any, decimals: int, uncertainty: float | None = None, *
     if isinstance(value, str):
         return value
     v = float(value)
+    if (
+        uncertainty is not None
+        and not _is_missing(uncertainty)
+        and abs(float(uncertainty)) <= SPREAD_NOISE * max(abs(v), 1e-6)
+    ):
+        uncertainty = None  # the spread of equal values summed in floating point: no spread to print
     d = None if uncertainty is None or _is_missing(uncertainty) else decimals_for(float(uncertainty))
     if not math.isfinite(v):
         return "inf" if v > 0 else ("-inf" if v < 0 else "–")
@@ -250,26 +260,49 @@ SHORT_HEADERS = {
 SINGLE_SEED_MARK = "$^\\dagger$"
 
 
-def _latex_header(col: str) -> tuple[str, str | None]:
-    """(header text, legend entry or None) of a column."""
+def _latex_header(col: str, cell_pt: float, align: str) -> tuple[str, float, str | None]:
+    """(header as LaTeX, its estimated width, legend entry or None) of a column; a long header
+    breaks after its underscores into lines no wider than its cells."""
     if col in SHORT_HEADERS:
         short, meaning = SHORT_HEADERS[col]
-        return short, f"{short}: {latex_escape(meaning)}"
+        return short, latex_layout.text_pt(short.replace("\\", "")), f"{short}: {latex_escape(meaning)}"
     if col.startswith("window_frac_") and col[12:].isdigit():
-        return f"$w_{{{col[12:]}}}$", None
-    return latex_escape(col), None
+        return f"$w_{{{col[12:]}}}$", 4.7 + 4.3 * len(col[12:]), None
+    lines = latex_layout.header_lines(col, cell_pt)
+    width = max(latex_layout.text_pt(line) for line in lines)
+    if len(lines) == 1:
+        return latex_escape(col), width, None
+    stacked = "\\\\".join(latex_escape(line) for line in lines)
+    return f"\\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{stacked}\\end{{tabular}}", width, None
 
 
-def to_latex(table) -> str:
+def _lead_columns(table, cols: list[str], cell_pts: list[float]) -> list[str]:
+    """The columns that say whose row it is, repeated in every part of a split table: the run (else
+    the regime) and the short keys (layer, target, ...); text about the row is shown once."""
+    ids = [c for c in table.id_columns if c in cols and c not in ("seed", "n")]
+    if "run" in ids:
+        ids = [c for c in ids if c != "regime"]
+    if not ids:
+        return cols[:1]
+    width = dict(zip(cols, cell_pts))
+    keys = [c for c in ids[1:] if c not in latex_layout.DESCRIPTIVE and width[c] <= latex_layout.NAMING_MAX_PT]
+    return [ids[0], *keys]
+
+
+def to_latex(table, *, width_pt: float = latex_layout.ARTICLE_WIDTH_PT) -> str:
     """A booktabs ``table`` environment with caption and label; needs ``\\usepackage{booktabs,graphicx}``.
 
-    Headers are short, with a legend in the notes; a table wider than the text is scaled down to
-    ``\\linewidth`` (never up); rows of regimes with one seed carry a dagger and a note.
+    Headers are short, with a legend in the notes; long text wraps, long headers break at their
+    underscores, and a table wider than ``width_pt`` (the paper's column; default the one-column
+    article's ``\\textwidth``) is split into parts stacked in the float, each repeating the columns
+    that name the row, so the text keeps its size (``aah_viz.export.latex_layout``). Any part still
+    wider than ``\\linewidth`` is scaled down to it (never up); rows of regimes with one seed carry a
+    dagger and a note.
     """
     cols = list(table.df.columns)
     out = [
         "% requires \\usepackage{booktabs,graphicx}",
-        "\\begin{table}[t]",
+        "\\begin{table}[tp]",
         "\\centering",
         "\\small",
         f"\\caption{{{latex_escape(table.caption)}}}",
@@ -278,42 +311,82 @@ def to_latex(table) -> str:
     if table.is_empty:
         out += [f"\\emph{{{latex_escape(table.empty_message or 'no rows')}}}", "\\end{table}"]
         return "\n".join(out) + "\n"
-    spec = "".join("r" if c in table.value_columns else "l" for c in cols)
-    headers = [_latex_header(c) for c in cols]
-    legend = [entry for _, entry in headers if entry]
+    shown = _display_rows(table, pm=" ± ")
+    bold = [[_is_best(table, i, c) for c in cols] for i in range(len(shown))]
+    single = any(text == NO_VARIANCE for row in shown for text in row)
+    plain = [
+        [("1†" if c == "n" else "one seed†") if t == NO_VARIANCE else t for c, t in zip(cols, row)] for row in shown
+    ]
+    widths, specs, headers, legend = [], [], [], []
+    cell_pts = [
+        latex_layout.column_pt(0.0, [row[j] for row in plain], [row[j] for row in bold]) - 2 * latex_layout.TABCOLSEP_PT
+        for j in range(len(cols))
+    ]
+    naming = _lead_columns(table, cols, cell_pts)  # never wrapped: a run's name is read whole
+    for j, col in enumerate(cols):
+        cell_pt = cell_pts[j]
+        value = col in table.value_columns
+        spec = "r" if value else "l"
+        if not value and col not in naming and cell_pt > latex_layout.WRAP_PT:  # long text: a paragraph column
+            spec, cell_pt = f">{{\\raggedright\\arraybackslash}}p{{{latex_layout.WRAP_PT:g}pt}}", latex_layout.WRAP_PT
+        head, head_pt, entry = _latex_header(col, cell_pt, "r" if value else "l")
+        widths.append(max(cell_pt, head_pt) + 2 * latex_layout.TABCOLSEP_PT)
+        specs.append(spec)
+        headers.append(head)
+        if entry:
+            legend.append(entry)
     if any(c.startswith("window_frac_") for c in cols):
         legend.append("$w_W$: share of heads at window $W$ (tokens)")
-    out += [
-        "\\ifdefined\\aahtablebox\\else\\newsavebox{\\aahtablebox}\\fi",
-        "\\sbox{\\aahtablebox}{%",
-        f"\\begin{{tabular}}{{{spec}}}",
-        "\\toprule",
-        " & ".join(h for h, _ in headers) + " \\\\",
-        "\\midrule",
-    ]
-    single = False
-    for i, row in enumerate(_display_rows(table, pm=" ± ")):
-        cells = []
-        for col, text in zip(cols, row):
-            if text == NO_VARIANCE:  # "n = 1, no variance estimate": a dagger and one note
-                single = True
-                cells.append(("1" if col == "n" else "one seed") + SINGLE_SEED_MARK)
-                continue
-            text = latex_escape(text)
-            cells.append(f"\\textbf{{{text}}}" if _is_best(table, i, col) else text)
-        out.append(" & ".join(cells) + " \\\\")
-    out += [
-        "\\bottomrule",
-        "\\end{tabular}}",
-        "\\ifdim\\wd\\aahtablebox>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox{\\aahtablebox}}"
-        "\\else\\usebox{\\aahtablebox}\\fi",
-    ]
+    if any(s.startswith(">") for s in specs):
+        out[0] = "% requires \\usepackage{booktabs,graphicx,array}"
+    index = {c: j for j, c in enumerate(cols)}
+    lead = [index[c] for c in naming]
+    rest = [j for j in range(len(cols)) if j not in lead]  # other labels (regime, seed, reasons) and values
+    lead = latex_layout.fit_lead(widths, lead, rest, width_pt)
+    rest = [j for j in range(len(cols)) if j not in lead]
+    parts = latex_layout.split_parts(widths, lead, rest, width_pt)
+    rows = [_latex_row(table, cols, shown[i], bold[i]) for i in range(len(shown))]
+    wrapped = [j for j, spec in enumerate(specs) if spec.startswith(">")]
+    row_lines = [latex_layout.row_lines([plain[i][j] for j in wrapped]) for i in range(len(shown))]
+    head_lines = [max(h.count("\\\\") + 1 for h in (headers[j] for j in part)) for part in parts]
+    blocks = latex_layout.blocks(parts, head_lines, row_lines)
     notes = []
+    if len(parts) > 1:
+        named = ", ".join(latex_escape(cols[j]) for j in lead)
+        notes.append(f"The table is in {len(parts)} parts to keep its text readable; each repeats {named}.")
     if single:
         notes.append(f"{SINGLE_SEED_MARK} one seed: no spread, never tested for significance.")
     if legend:
         notes.append("; ".join(legend) + ".")
     notes += [latex_escape(n) for n in table.notes if not n.startswith(NO_VARIANCE)]
+    floats = latex_layout.pack_floats(blocks, latex_layout.note_lines(notes, width_pt))
+    for f, members in enumerate(floats):
+        if f:  # a continuation: no caption of its own (one table number), a line pointing back
+            out += [
+                "\\end{table}",
+                "\\begin{table}[tp]",
+                "\\centering",
+                "\\small",
+                f"{{\\footnotesize Table~\\ref{{{table.label}}}, continued\\par\\smallskip}}",
+            ]
+        for k, (part, lo, hi) in enumerate(members):
+            if k:
+                out.append("\\par\\medskip")
+            out += [
+                "\\ifdefined\\aahtablebox\\else\\newsavebox{\\aahtablebox}\\fi",
+                "\\sbox{\\aahtablebox}{%",
+                f"\\begin{{tabular}}{{{''.join(specs[j] for j in parts[part])}}}",
+                "\\toprule",
+                " & ".join(headers[j] for j in parts[part]) + " \\\\",
+                "\\midrule",
+            ]
+            out += [" & ".join(rows[i][j] for j in parts[part]) + " \\\\" for i in range(lo, hi)]
+            out += [
+                "\\bottomrule",
+                "\\end{tabular}}",
+                "\\ifdim\\wd\\aahtablebox>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox{\\aahtablebox}}"
+                "\\else\\usebox{\\aahtablebox}\\fi",
+            ]
     if notes:
         out.append("\\par\\smallskip\\footnotesize")
         out.extend(n + "\\par" for n in notes)
@@ -321,11 +394,22 @@ def to_latex(table) -> str:
     return "\n".join(out) + "\n"
 
 
+def _latex_row(table, cols, shown_row, bold_row) -> list[str]:
+    cells = []
+    for col, text, strong in zip(cols, shown_row, bold_row):
+        if text == NO_VARIANCE:  # "n = 1, no variance estimate": a dagger and one note
+            cells.append(("1" if col == "n" else "one seed") + SINGLE_SEED_MARK)
+            continue
+        text = latex_escape(text)
+        cells.append(f"\\textbf{{{text}}}" if strong else text)
+    return cells
+
+
 def latex_document(tables) -> str:
     """A standalone document holding the tables (for checking that they compile)."""
-    body = "\n".join(to_latex(t) for t in tables)
+    body = "\\clearpage\n".join(to_latex(t) for t in tables)  # every table placed before the next
     return (
         "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
-        "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\begin{document}\n"
+        "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\usepackage{array}\n\\begin{document}\n"
         f"{body}\\end{{document}}\n"
     )

@@ -44,6 +44,8 @@ class TableKind:
     baseline_notes: bool = False  # with baseline=..., notes on each regime's final val_loss against it
     parts: tuple[str, ...] = ()  # the sub-tables chosen with part=...
     part_noun: str = "part"
+    # windows(runs, candidates, source=...): the window columns, where they are not the candidate windows
+    windows: Callable[..., list[int]] | None = None
 
 
 def _coverage_notes(recs: list[dict], *, training: bool) -> list[str]:
@@ -170,10 +172,21 @@ def probe_rows(runs, windows, *, part: str = "comparisons", **_) -> Rows:
     )
 
 
+def _evaluated_windows(runs, windows, **_) -> list[int]:
+    """Fractions at evaluation are over the windows it executed (a sliding window outside the candidates)."""
+    return records.evaluated_windows(runs, windows)
+
+
+def _windows_of_source(runs, windows, *, source: str = "final", **_) -> list[int]:
+    return _evaluated_windows(runs, windows) if source == "inference" else list(windows)
+
+
 TABLE_KINDS: dict[str, TableKind] = {
     "training": TableKind(training_rows, paper=paper_layout.TRAINING, baseline_notes=True),
-    "inference": TableKind(inference_rows, paper=paper_layout.INFERENCE, baseline_notes=True),
-    "windows": TableKind(windows_rows),
+    "inference": TableKind(
+        inference_rows, paper=paper_layout.INFERENCE, baseline_notes=True, windows=_evaluated_windows
+    ),
+    "windows": TableKind(windows_rows, windows=_windows_of_source),
     "stability": TableKind(stability_rows),
     "probes": TableKind(probe_rows, parts=PROBE_PARTS, part_noun="probe table"),
     "head_similarity": TableKind(own_table=head_similarity.build_tables),

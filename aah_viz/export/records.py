@@ -184,32 +184,52 @@ def inference_record(run, windows) -> dict:
     for w in windows:
         rec[f"window_frac_{w}"] = math.nan
     rec["resolution_per_head_mean"] = ""
+    found = _last_evaluation(run)
+    if found is None:
+        return rec
+    kind, row = found
+    d = _detail(row["detail"])
+    rec["step"] = int(row["step"])
+    rec["source"] = kind
+    rec["checkpoint_step"] = _num(d.get("checkpoint_step", row["step"]))
+    rec["n_batches"] = _num(d.get("n_batches"))
+    for key in INFERENCE_KEYS:
+        rec[key] = _num(d.get(key))
+    if math.isnan(rec["val_ppl"]) and not math.isnan(rec["val_loss"]):
+        rec["val_ppl"] = math.exp(rec["val_loss"])
+    if math.isnan(rec["acr"]) and run.regime == "full_attention":
+        rec["acr"] = 1.0
+    fr = d.get("window_frac") or {}
+    for w in windows:
+        rec[f"window_frac_{w}"] = _num(fr.get(str(w)))
+    res = d.get("resolution_per_head_mean")
+    if isinstance(res, list):
+        rec["resolution_per_head_mean"] = "[" + ",".join(repr(float(x)) for x in res) + "]"
+    if kind == "eval":
+        _fill_from_training_state(run, rec, int(row["step"]), windows)
+    return rec
+
+
+def _last_evaluation(run):
+    """(kind, event row) of the run's last ``inference`` event, else its last ``eval`` event, else None."""
     events = run.events()
     for kind in ("inference", "eval"):
         part = events[events["kind"] == kind].sort_values("step", kind="stable")
         if len(part):
-            row = part.iloc[-1]
-            d = _detail(row["detail"])
-            rec["step"] = int(row["step"])
-            rec["source"] = kind
-            rec["checkpoint_step"] = _num(d.get("checkpoint_step", row["step"]))
-            rec["n_batches"] = _num(d.get("n_batches"))
-            for key in INFERENCE_KEYS:
-                rec[key] = _num(d.get(key))
-            if math.isnan(rec["val_ppl"]) and not math.isnan(rec["val_loss"]):
-                rec["val_ppl"] = math.exp(rec["val_loss"])
-            if math.isnan(rec["acr"]) and run.regime == "full_attention":
-                rec["acr"] = 1.0
-            fr = d.get("window_frac") or {}
-            for w in windows:
-                rec[f"window_frac_{w}"] = _num(fr.get(str(w)))
-            res = d.get("resolution_per_head_mean")
-            if isinstance(res, list):
-                rec["resolution_per_head_mean"] = "[" + ",".join(repr(float(x)) for x in res) + "]"
-            if kind == "eval":
-                _fill_from_training_state(run, rec, int(row["step"]), windows)
-            break
-    return rec
+            return kind, part.iloc[-1]
+    return None
+
+
+def evaluated_windows(runs, windows) -> list[int]:
+    """The candidate ``windows`` and every window the runs' inference records give a fraction for: an
+    evaluation with a fixed or sliding window outside the candidates reports the windows it executed."""
+    found = {int(w) for w in windows}
+    for run in runs:
+        last = _last_evaluation(run)
+        fracs = _detail(last[1]["detail"]).get("window_frac") if last is not None else None
+        if isinstance(fracs, dict):
+            found |= {int(k) for k in fracs if str(k).isdigit()}
+    return sorted(found)
 
 
 def _fill_from_training_state(run, rec: dict, step: int, windows) -> None:

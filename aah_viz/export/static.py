@@ -5,14 +5,22 @@ environment variable (Kaleido's own override), then ``chromium`` / ``chromium-br
 ``google-chrome`` on ``PATH`` (Debian's package puts ``/usr/bin/chromium`` there). When none is
 found, one :class:`~aah_viz.errors.MissingDependencyError` says how to install one; Kaleido's own
 download is never attempted.
+
+Starting the browser is most of an export's time (seconds; about 20 on a loaded machine), so one
+browser per path stays open for the life of the process (a dashboard's downloads, a script's many
+figures) and renders one figure at a time; it closes at exit. A legend laid out in a row under the
+plot, sized for a wide screen, runs off a file's fixed width: the export lays it out as a column
+(``fit_for_export``), which the figure's bottom margin then grows to hold.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import atexit
+import copy
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,8 @@ from aah_viz.errors import AAHVizError, MissingDependencyError
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+START_TIMEOUT_S = 600  # a deadline for a browser that never answers, far beyond a slow start
+RENDER_TIMEOUT_S = 600
 MAGIC = {"png": (b"\x89PNG\r\n\x1a\n",), "pdf": (b"%PDF",), "svg": (b"<svg", b"<?xml")}
 INSTALL_HINT = (
     "install one (Debian/Ubuntu: `apt-get install chromium`), or point BROWSER_PATH at a Chrome/Chromium "
@@ -69,23 +79,87 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
-async def _render_all(items, browser: str) -> list[bytes]:
-    kaleido = _kaleido()
-    out = []
-    async with kaleido.Kaleido(n=1, path=browser) as k:
+class _Renderer:
+    """A Kaleido (one Chromium tab) kept open on an event loop of its own thread."""
+
+    def __init__(self, browser: str):
+        kaleido = _kaleido()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="aah-viz-kaleido", daemon=True)
+        self.thread.start()
+
+        async def _open():
+            k = kaleido.Kaleido(n=1, path=browser)
+            await k.__aenter__()
+            return k
+
+        try:
+            self.kaleido = self._call(_open(), START_TIMEOUT_S)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _call(self, coro, timeout: float):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def render(self, fig, opts: dict) -> bytes:
+        return self._call(self.kaleido.calc_fig(fig, opts=opts), RENDER_TIMEOUT_S)
+
+    def _stop_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=START_TIMEOUT_S)
+
+    def close(self) -> None:
+        try:
+            self._call(self.kaleido.__aexit__(None, None, None), START_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - closing a browser that already died
+            pass
+        self._stop_loop()
+
+
+_RENDERERS: dict[str, _Renderer] = {}
+_LOCK = threading.Lock()  # one figure at a time per process: the tab renders them in turn
+
+
+def _close_renderers() -> None:
+    with _LOCK:
+        while _RENDERERS:
+            _RENDERERS.popitem()[1].close()
+
+
+atexit.register(_close_renderers)
+
+
+def _render_all(items, browser: str) -> list[bytes]:
+    """Render with the browser's open renderer; a renderer whose browser died is replaced once."""
+    with _LOCK:
+        out = []
         for fig, opts in items:
-            out.append(await k.calc_fig(fig, opts=opts))
+            for attempt in (0, 1):
+                renderer = _RENDERERS.get(browser)
+                if renderer is None:
+                    renderer = _RENDERERS[browser] = _Renderer(browser)
+                try:
+                    out.append(renderer.render(fig, opts))
+                    break
+                except Exception:
+                    _RENDERERS.pop(browser, None)
+                    renderer.close()
+                    if attempt:
+                        raise
+        return out
+
+
+def fit_for_export(fig):
+    """A copy of ``fig`` whose legend fits a file's fixed width: a legend laid out in a row (sized for
+    the dashboard's wide screen) becomes a column under its title, left-aligned where it was."""
+    if not hasattr(fig, "layout"):  # a figure dict: Kaleido's to lay out
+        return fig
+    out = copy.deepcopy(fig)
+    legend = out.layout.legend
+    if legend.orientation == "h":
+        out.update_layout(legend=dict(orientation="v", title_side="top", x=0, xanchor="left"))
     return out
-
-
-def _run(coro_factory):
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro_factory())
-    # called from inside an event loop (a notebook, a server): render on a thread of its own
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(coro_factory())).result()
 
 
 def figures_bytes(
@@ -108,9 +182,9 @@ def figures_bytes(
             opts["width"] = int(width)
         if height:
             opts["height"] = int(height)
-        items.append((fig, opts))
+        items.append((fit_for_export(fig), opts))
     try:
-        data = _run(lambda: _render_all(items, path))
+        data = _render_all(items, path)
     except kaleido_errors.ChromeNotFoundError as err:
         raise MissingDependencyError(f"Kaleido could not start the browser at {path}: {err}; {INSTALL_HINT}") from None
     except kaleido_errors.BrowserFailedError as err:

@@ -127,6 +127,8 @@ def _build(
     if not windows:  # only baselines: take the windows they were configured with
         windows = tuple(sorted({int(w) for r in runs for w in r.windows}))
     config = {"seq_len": seq_len, "windows": list(windows)}
+    if kind.windows is not None:
+        windows = tuple(kind.windows(runs, windows, source=source))
     rows = kind.rows(runs, windows, part=part, source=source)
     values = rows.values
     df = pd.DataFrame(rows.records)
@@ -160,7 +162,7 @@ def _build(
         out, unc, lo, hi = _per_regime(df, group_keys, summarised, n_boot=n_boot, seed=seed)
         significant = significant_best(out, df, group_keys, values, direction)
         ident = df.groupby(group_keys, sort=False, dropna=False).first().reset_index()
-        keep = [c for c in REGIME_IDENTITY if c in ident]
+        keep = [c for c in REGIME_IDENTITY if c in ident and c not in group_keys]  # coref's own "method" key
         out = out.merge(ident[group_keys + keep], on=group_keys, how="left")
         if any(out["n"] < 2):
             notes.append(

@@ -112,7 +112,7 @@ def training_curves_figure(
     if log_loss:
         fig.update_yaxes(type="log", row=1, col=1)
     fig.add_annotation(
-        text="lines: training batches (dropout on); open circles: validation",
+        text="lines: training batches (dropout on)<br>open circles: validation",  # two lines: inside the empty panel
         xref="paper",
         yref="paper",
         x=0.98,

@@ -122,14 +122,28 @@ def word_attention(attention: np.ndarray, units: np.ndarray, n_units: int) -> np
     Attention *to* a unit is the sum over its tokens (columns); attention *from* a unit is the
     mean over its tokens (rows). Rows of the result sum to one when token rows do. Units without
     tokens here get zero rows and columns. Returns ``(..., n_units, n_units)``.
+
+    Sums over runs of tokens (``np.add.reduceat`` on tokens ordered by unit), never a product with
+    a (T, U) indicator matrix: that costs T*T*U per head and was half of a long probe's time.
     """
     units = np.asarray(units, dtype=np.int64)
     T = attention.shape[-1]
     if units.shape != (T,):
         raise ValueError(f"units has shape {units.shape}, expected ({T},)")
-    onehot = np.zeros((T, n_units), dtype=attention.dtype)
-    onehot[np.arange(T), units] = 1.0
-    counts = onehot.sum(axis=0)
-    mean_rows = onehot / np.where(counts > 0, counts, 1.0)  # (T, U): columns average a unit's tokens
-    to_units = attention @ onehot  # (..., T, U)
-    return np.swapaxes(mean_rows, 0, 1) @ to_units  # (..., U, U)
+    if T == 0:
+        return np.zeros((*attention.shape[:-2], n_units, n_units), dtype=attention.dtype)
+    order = np.argsort(units, kind="stable")  # a word's tokens are consecutive already: usually no reorder
+    ordered = units[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    present = ordered[starts]
+    counts = np.diff(np.r_[starts, T]).astype(attention.dtype)
+    if not np.array_equal(order, np.arange(T)):
+        attention = attention[..., order, :][..., :, order]
+    # rows first (whole rows added: contiguous memory), then the columns of the smaller result
+    from_units = np.add.reduceat(attention, starts, axis=-2) / counts[:, None]  # (..., P, T)
+    from_units = np.add.reduceat(from_units, starts, axis=-1)  # (..., P, P)
+    if len(present) == n_units:  # every unit has tokens here (present is 0..n_units-1)
+        return from_units
+    out = np.zeros((*attention.shape[:-2], n_units, n_units), dtype=attention.dtype)
+    out[..., present[:, None], present[None, :]] = from_units
+    return out

@@ -37,14 +37,15 @@ class DistanceProfile:
             return
         i = np.arange(row_lo, row_hi)[:, None]
         j = np.arange(n)[None, :]
-        bucket = np.searchsorted(DISTANCE_EDGES, np.abs(i - j), side="right") - 1  # (R, n)
-        design = np.zeros((bucket.size, len(DISTANCE_EDGES) + 1), dtype=np.float32)
-        design[np.arange(bucket.size), bucket.ravel()] = 1.0
-        design[:, -1] = np.broadcast_to(j > i, bucket.shape).ravel()
-        flat = attention[:, row_lo:row_hi, :].reshape(attention.shape[0], -1).astype(np.float32)
-        summed = flat @ design  # (n_heads, buckets + 1)
-        self.mass += summed[:, :-1]
-        self.forward += summed[:, -1]
+        bucket = (np.searchsorted(DISTANCE_EDGES, np.abs(i - j), side="right") - 1).ravel()  # (R * n,)
+        # sums over the entries of each bucket (gathered in bucket order), not a product with a
+        # (R * n, buckets) indicator matrix: the probe's time is the model's, not this bookkeeping's
+        order = np.argsort(bucket, kind="stable")
+        ordered = bucket[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        flat = attention[:, row_lo:row_hi, :].reshape(attention.shape[0], -1)
+        self.mass[:, ordered[starts]] += np.add.reduceat(flat[:, order], starts, axis=1, dtype=np.float64)
+        self.forward += flat[:, np.broadcast_to(j > i, (row_hi - row_lo, n)).ravel()].sum(axis=1, dtype=np.float64)
         self.rows += row_hi - row_lo
 
     def shares(self) -> tuple[np.ndarray, np.ndarray]:

@@ -141,9 +141,11 @@ class DocumentPredictor:
         self.query_heads = np.array([q.head for q in self.queries], dtype=np.int64)
         self.chunks = plan_chunks(len(ids), int(source.max_len)) if ids else []
         self.requests = [ids[c.start : c.end] for c in self.chunks]
+        self.consumed = 0
 
     def consume(self, index: int, att: np.ndarray) -> None:
         """``att``: (n_layer, n_head, >=n, >=n) attention of chunk ``index`` (padding beyond n ignored)."""
+        self.consumed += 1  # a begun document has added to the shared profiles (JS, distance)
         chunk = self.chunks[index]
         al, n_words = self.alignment, self.n_words
         n = chunk.end - chunk.start

@@ -17,6 +17,7 @@ coreference probe (:mod:`aah_viz.probes.coref`). Other sources are probed as Cla
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from aah_viz.corpus.document import Document, Sentence, Word
 from aah_viz.probes.coref import CorefScorer, bucket_edges, cataphoric_pronouns, coref_queries
 from aah_viz.probes.distance import DistanceProfile
 from aah_viz.probes.predict import DocumentPredictor, JSAccumulator, predict_documents
+from aah_viz.probes.progress import ProbeProgress
 from aah_viz.probes.sufficiency import dependency_lengths, sufficiency_rows
 from aah_viz.probes.syntax import DEFAULT_BOOT, DEFAULT_MIN_COUNT, RELATION_LABELS, SyntaxScorer
 from aah_viz.probes.syntax_causal import CausalSyntaxScorer
@@ -116,6 +118,14 @@ def sample_documents(docs: Sequence[Document], n: int | None, seed: int = 0) -> 
     return [docs[i] for i in keep]
 
 
+class _Tally:
+    """The runner's own sums: dependency lengths (sufficiency) and coreference documents scored."""
+
+    def __init__(self):
+        self.lengths: list[np.ndarray] = []
+        self.n_coref = 0
+
+
 def plan_jobs(
     syntax_docs: Sequence[Document], coref_docs: Sequence[Document], context: str, max_words: int | None = None
 ) -> list[tuple[Document | None, Document | None]]:
@@ -159,6 +169,7 @@ def run_probes(
     seed: int = 0,
     causal: bool | None = None,
     sort_by_length: bool = False,
+    saved: ProbeProgress | None = None,
 ) -> ProbeResult:
     """Score ``source`` (see :mod:`aah_viz.probes.predict`) on the syntax and coreference documents.
 
@@ -170,6 +181,8 @@ def run_probes(
     feeds the model its inputs shortest first, so that a batch pads little; the scores are the same
     (sentences keep their numbers for the bootstrap), the attention profiles (JS, distance) are sums
     taken in another order, and the model's float rounding may differ with the padded shapes.
+    ``saved`` keeps what is finished on disk (:mod:`aah_viz.probes.progress`): the probe starts after
+    the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``), saved.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -189,8 +202,13 @@ def run_probes(
         coref.cataphora_left_out = sum(cataphoric_pronouns(doc) for doc in coref_docs)
     js = JSAccumulator(n_layer * n_head)
     distance = DistanceProfile(n_layer * n_head)
-    syntax_lengths: list[np.ndarray] = []
+    tally = _Tally()
     jobs = plan_jobs(syntax_docs, coref_docs, context, int(source.max_len))
+    state = {"syntax": syntax, "coref": coref, "js": js, "distance": distance, "tally": tally}
+    done = 0
+    if saved is not None:
+        saved.total = len(jobs)
+        done = saved.restore(state)
     profile_syntax = bool(syntax_docs)  # head profiles (JS, distance) from the syntax inputs when there are any
 
     first_sentence = np.cumsum([0] + [len(s.sentences) if s is not None else 0 for s, _ in jobs])
@@ -198,27 +216,31 @@ def run_probes(
     if sort_by_length:  # characters stand in for tokens; ties keep the input order
         order.sort(key=lambda i: len((jobs[i][0] or jobs[i][1]).text))
 
+    begun: deque[DocumentPredictor] = deque()  # the predictors handed out and not yet finished, in order
+
     def predictors() -> Iterator[DocumentPredictor]:
-        for syn_doc, cor_doc in (jobs[i] for i in order):
+        for syn_doc, cor_doc in (jobs[i] for i in order[done:]):
             doc = syn_doc if syn_doc is not None else cor_doc
             profile = (syn_doc is not None) == profile_syntax
-            yield DocumentPredictor(
-                doc,
-                source,
-                queries=coref_queries(cor_doc, causal) if cor_doc is not None else None,
-                js=js if profile else None,
-                distance=distance if profile else None,
-                need_syntax=syn_doc is not None,
-                causal=causal,
+            begun.append(
+                DocumentPredictor(
+                    doc,
+                    source,
+                    queries=coref_queries(cor_doc, causal) if cor_doc is not None else None,
+                    js=js if profile else None,
+                    distance=distance if profile else None,
+                    need_syntax=syn_doc is not None,
+                    causal=causal,
+                )
             )
+            yield begun[-1]
 
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(jobs), desc=f"probing ({context} inputs)", unit="input")
-    n_coref = 0
-    for i, preds in zip(order, predict_documents(predictors(), source, batch_size)):
+        bar = tqdm(total=len(jobs), initial=done, desc=f"probing ({context} inputs)", unit="input")
+    for n, (i, preds) in enumerate(zip(order[done:], predict_documents(predictors(), source, batch_size)), 1):
         syn_doc, cor_doc = jobs[i]
         if syn_doc is not None:
             first = int(first_sentence[i])
@@ -226,14 +248,24 @@ def run_probes(
                 syntax.add(syn_doc, preds.dep2head, first)  # each word's most-attended earlier word
             else:
                 syntax.add(syn_doc, preds.dep2head, preds.head2dep, first)
-            syntax_lengths.append(dependency_lengths(syn_doc, preds.alignment))
+            tally.lengths.append(dependency_lengths(syn_doc, preds.alignment))
         if cor_doc is not None:
             coref.add(cor_doc, preds)
-            n_coref += 1
+            tally.n_coref += 1
         if bar is not None:
             bar.update(1)
+        begun.popleft()  # this document
+        # a state is whole where no later input has begun adding to the shared profiles
+        if saved is not None and not any(p.consumed for p in begun):
+            try:
+                saved.checkpoint(done + n, state)
+            except BaseException:
+                if bar is not None:
+                    bar.close()
+                raise
     if bar is not None:
         bar.close()
+    syntax_lengths, n_coref = tally.lengths, tally.n_coref
 
     heads_rows = []
     if syntax_docs:

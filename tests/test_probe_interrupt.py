@@ -1,0 +1,125 @@
+"""A long ``aah-viz probe``: progress, a stop by SIGINT that keeps what it finished, a second run that
+continues it (or refuses another probe in one line), the same tables as an uninterrupted probe, and
+``--threads`` for every pool the probe runs on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz.cli import main  # noqa: E402
+from aah_viz.runlog import load_run, validate_run  # noqa: E402
+
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINE_S = 600  # waits are for a condition; this is only how long before saying which one never came
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two copies of one briefly trained run, and a syntax file of several thousand sentence inputs."""
+    root = tmp_path_factory.mktemp("interrupt")
+    torch.set_num_threads(1)
+    args = ["train", "--out", str(root / "a"), "--preset", "tiny", "--steps", "4", "--n-docs", "20"]
+    assert main([*args, "--threads", "1", "--no-progress", "--set", "warmup_steps=1"]) == 0
+    shutil.copytree(root / "a", root / "b")
+    bundled = (Path(str(resources.files("aah_viz") / "data")) / "synthetic_probe.conllu").read_text()
+    big = root / "big.conllu"
+    big.write_text("".join(bundled.replace("syn-987654-", f"copy{k}-") for k in range(4)))  # unique ids
+    return root
+
+
+def _probe_args(run: Path, big: Path, *extra: str) -> list[str]:
+    return ["probe", str(run), "--syntax", str(big), "--threads", "1", "--batch-size", "1", "--min-count", "10", *extra]
+
+
+def _interrupt_after_progress(cmd: list[str]) -> tuple[int, str]:
+    """Start ``cmd``, send SIGINT once its progress bar shows a finished input, return (code, stderr)."""
+    proc = subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    seen = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(proc.stderr.fileno(), 4096):
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while not re.search(rb"\| *[1-9]\d*/\d+ \[", bytes(seen)):
+        if proc.poll() is not None:
+            pytest.fail(
+                f"the probe ended (code {proc.returncode}) before its progress showed a finished input: {seen[-500:]!r}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no progress bar with a finished input within {DEADLINE_S} s: {seen[-500:]!r}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=DEADLINE_S)
+    reader.join(timeout=DEADLINE_S)
+    return code, seen.decode(errors="replace")
+
+
+def test_an_interrupted_probe_keeps_what_it_finished_and_a_second_run_continues_it(runs, capsys):
+    a, b, big = runs / "a", runs / "b", runs / "big.conllu"
+    code, err = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(a, big)])
+    assert code == 130, err[-1000:]
+    said = err.strip().splitlines()[-1]
+    assert said.startswith("aah-viz: probe stopped by SIGINT after ") and "run the same command again" in said
+    meta = json.loads((a / ".probe-progress" / "meta.json").read_text())
+    assert 0 < meta["done"] < meta["total"]
+    assert "probe_relations" not in load_run(a).tables()  # nothing half-written into the run
+    assert validate_run(a) == []  # the saved progress is no damage to the run
+
+    # another probe of the same run is refused in one line, naming both ways on
+    assert main(_probe_args(a, big, "--context", "document", "--no-progress")) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()
+    assert len(refusal) == 1 and "interrupted probe of other inputs" in refusal[0] and "--restart" in refusal[0]
+
+    # the same command continues where it stopped and writes the tables an uninterrupted probe writes
+    assert main(_probe_args(a, big, "--no-progress", "--json")) == 0
+    capsys.readouterr()
+    assert not (a / ".probe-progress").exists()
+    assert main(_probe_args(b, big, "--no-progress", "--json")) == 0
+    for table in ("probe_heads", "probe_relations"):
+        got, want = load_run(a).table(table), load_run(b).table(table)
+        keys = [c for c in got.columns if got[c].dtype == object or c in ("layer", "head")]
+        got = got.sort_values(keys).reset_index(drop=True)
+        want = want.sort_values(keys).reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-9)
+
+
+def test_restart_discards_an_interrupted_probe(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs / "a", run, ignore=shutil.ignore_patterns(".probe-progress"))
+    big = runs / "big.conllu"
+    code, _ = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(run, big)])
+    assert code == 130 and (run / ".probe-progress").is_dir()
+    assert main(_probe_args(run, big, "--max-docs", "2", "--restart", "--no-progress", "--json")) == 0
+    assert not (run / ".probe-progress").exists()
+
+
+def test_threads_are_honoured_by_every_pool(runs, capsys):
+    run = runs / "b"
+    assert (
+        main(["probe", str(run), "--max-docs", "2", "--threads", "1", "--min-count", "10", "--no-progress", "--json"])
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["threads"] == {"torch": 1, "blas": 1}
