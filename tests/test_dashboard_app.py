@@ -16,13 +16,15 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from aah_viz.dashboard.app import PAGE_DIR, PAGES
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
-PAGE = "aah_viz/dashboard/{}.py"
+# page name -> its file, as the entry point wires them
+PAGE_FILES = {m.rsplit("/", 1)[-1]: str(PAGE_DIR / f"{m}.py") for m, _, _ in PAGES}
 N_LAYER, N_HEAD, STEPS = 3, 6, 120
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,7 +64,7 @@ def app(logs, monkeypatch, tmp_path):
 
 
 def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(PAGE.format(page)).run()
+    at.switch_page(PAGE_FILES[page]).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -287,14 +289,14 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     at.query_params["run"] = "../../etc"
     at.run()
     assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
-    at.switch_page(PAGE.format("windows")).run()
+    at.switch_page(PAGE_FILES["windows"]).run()
     assert not at.exception
     assert at.selectbox(key="run_picker").value == "adaptive-s0"
     # a valid run name in the address opens that run
     at2 = AppTest.from_file(APP, default_timeout=120)
     at2.query_params["run"] = "nested/freeze-s0"
     at2.run()
-    at2.switch_page(PAGE.format("hierarchy")).run()
+    at2.switch_page(PAGE_FILES["hierarchy"]).run()
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
@@ -638,7 +640,7 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     assert "https://" not in echoed[0]  # no bare URL for a GFM autolink to find
     assert CRAFTED in html.replace("&quot;", '"')  # the crafted value itself, shown literally
     for page in ("training", "windows", "hierarchy", "stability", "probes", "compare", "export"):
-        at.switch_page(PAGE.format(page)).run()
+        at.switch_page(PAGE_FILES[page]).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         shown = [_rendered(w.value) for w in at.warning]
         assert any("set aside" in w for w in shown), (page, shown)
@@ -646,6 +648,19 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
         if page in ("compare", "export"):  # pages of several runs name the damaged one
             assert any("run dmg_*run*:" in w for w in shown), (page, shown)
     # the Runs page names the run in its warnings: the file name's asterisks stay asterisks
-    at.switch_page(PAGE.format("runs")).run()
+    at.switch_page(PAGE_FILES["runs"]).run()
     named = [_rendered(w.value) for w in at.warning if "dmg" in w.value]
     assert named and all("Run dmg_*run*" in w and "<em>" not in w for w in named)
+
+
+def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monkeypatch, tmp_path):
+    """The entry point ``aah-viz dashboard`` runs is the package's app.py; a first request for a page's
+    address must still go through it (state, sidebar, navigation), not run the page file alone as
+    Streamlit does for a ``pages/`` folder beside the main script."""
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(REPO / "aah_viz" / "dashboard" / "app.py"), default_timeout=120)
+    at.switch_page(PAGE_FILES["windows"]).run()  # the first run of this app is for the Windows page
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Windows"]
+    assert any("Logs root" in c.value for c in at.sidebar.caption)  # the entry point's sidebar ran

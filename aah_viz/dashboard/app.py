@@ -16,16 +16,16 @@ from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent
-# (page module, title, url path); the first is the default page
+# (page file under PAGE_DIR without .py, title, url path); the first is the default page
 PAGES = [
-    ("runs", "Runs", "runs"),
-    ("training", "Training", "training"),
-    ("hierarchy", "Hierarchy", "hierarchy"),
-    ("windows", "Windows", "windows"),
-    ("stability", "Stability", "stability"),
-    ("probes", "Probes", "probes"),
-    ("compare", "Compare", "compare"),
-    ("export", "Export", "export"),
+    ("views/runs", "Runs", "runs"),
+    ("views/training", "Training", "training"),
+    ("views/hierarchy", "Hierarchy", "hierarchy"),
+    ("views/windows", "Windows", "windows"),
+    ("views/stability", "Stability", "stability"),
+    ("views/probes", "Probes", "probes"),
+    ("views/compare", "Compare", "compare"),
+    ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
 ]
 
