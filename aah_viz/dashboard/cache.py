@@ -21,6 +21,7 @@ from aah_viz.errors import AAHVizError
 from aah_viz.figures import data
 from aah_viz.runlog import discover_runs, load_run, resolve_under
 from aah_viz.runlog.damage import damage_warnings
+from aah_viz.schema import STATUS_IMPORTED
 
 
 def open_run(root: str, key: str):
@@ -47,6 +48,8 @@ def overview(root: str, key: str, token: int) -> dict:
     try:
         run = open_run(root, key)
         row = queries.run_overview(run)
+        # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
+        row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
         row["warnings"] = list(run.warnings) + damage_warnings(run)
         return row
     except AAHVizError as err:

@@ -75,7 +75,7 @@ def _progress(overview: dict, manifest: dict) -> str:
 def _stability(root: str, key: str, token: int) -> tuple[str, str | None]:
     layers = cache.stability(root, key, token)["layers"]
     if layers.empty or "mean_ari" not in layers or layers["mean_ari"].isna().all():
-        if not layers.empty and "window_switch_share" in layers:
+        if not layers.empty and "window_switch_share" in layers and layers["window_switch_share"].notna().any():
             return f"{layers['window_switch_share'].mean():.0%} switch", "window_switch_share"
         return "no routing", None
     return f"ARI {layers['mean_ari'].mean():.2f}", "mean_ari"

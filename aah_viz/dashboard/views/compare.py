@@ -65,9 +65,10 @@ def render() -> None:
         icon=":material/arrow_forward:",
     )
     root, token = state.logs_root(), state.token()
-    keys = state.selected_keys()
+    keys, probe_only = state.trained_keys(state.selected_keys())
+    state.say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
     if not keys:
-        st.info("No readable runs to compare: pick runs on the Runs page.")
+        st.info("No readable trained runs to compare: pick runs on the Runs page.")
         return
     state.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)

@@ -80,7 +80,11 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
 
 def _across_runs(root: str, key: str, m: dict) -> None:
     st.subheader("Coverage over training and runs side by side")
-    selected = state.selected_keys()
+    selected, probe_only = state.trained_keys(state.selected_keys())
+    state.say_left_out(probe_only, "probe-only: a model probed, not trained, has no windows over training")
+    if key not in selected:
+        st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
+        return
     default = [key] + [k for k in selected if k != key][:3]
     chosen = st.multiselect(
         "Runs to compare",
@@ -129,7 +133,11 @@ def _across_runs(root: str, key: str, m: dict) -> None:
             "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; step time and "
             "throughput are measured on the machine that trained the run."
         )
-    table = cache.bucket_table(root, keys, tok)
+    same = tuple(k for k in keys if cache.manifest(root, k, state.token(k)).get("windows") == m.get("windows"))
+    state.say_left_out(
+        [k for k in keys if k not in same], "other candidate windows than this run's: they never share one grid"
+    )
+    table = cache.bucket_table(root, same, state.tokens(same))
     if not table.empty:
         chart(
             wfig.bucket_heatmap_figure(table, "final selected-window distribution"),
