@@ -28,7 +28,7 @@ ARTIFACTS = REPO / "test-artifacts"
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
     ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
-    ("training", "Training", 1, [".st-key-train_fig_dl"]),
+    ("training", "Training", 1, [".st-key-tr_fig_loss_dl"]),
     ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumbValue"]']),
     ("windows", "Windows", 4, ['[data-testid="stSliderThumbValue"]']),
     ("stability", "Stability", 3, ['[data-testid="stDataFrame"] canvas']),

@@ -548,36 +548,42 @@ def test_the_summary_header_warns_about_a_zero_gradient_only_where_there_is_a_co
 
 
 def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, logs):
-    from aah_viz.figures.training import smooth
-
     goto(app, "training")
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
     run = load_run(logs / "adaptive-s0")
     loss = run.scalar("loss").sort_values("step")
-    # smoothing 0: the raw values
-    app.slider(key="train_smoothing").set_value(0.0).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    train = next(t for t in fig["data"] if t["name"].startswith("full_adaptive s0") and t.get("xaxis", "x") == "x")
-    np.testing.assert_allclose(np.asarray(train["y"], float), loss["value"].to_numpy(), rtol=1e-9)
-    # smoothing 0.9: TensorBoard's debiased EMA, computed here independently
-    app.slider(key="train_smoothing").set_value(0.9).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    shown = [t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)" and t.get("xaxis", "x") == "x"]
+
+    def loss_chart():
+        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against step")
+
+    # smoothing 0: the raw values, one line
+    app.slider(key="tr_smoothing").set_value(0.0).run()
+    fig = loss_chart()
+    assert fig["layout"]["hovermode"] == "x unified"  # one hover: every line's value at that x
+    (line,) = fig["data"]
+    np.testing.assert_allclose(np.asarray(line["y"], float), loss["value"].to_numpy(), rtol=1e-9)
+    # smoothing 0.9: TensorBoard's debiased EMA, computed here independently; the raw line faint behind
+    app.slider(key="tr_smoothing").set_value(0.9).run()
+    raw, shown = loss_chart()["data"]
     values, ema, want = loss["value"].to_numpy(), 0.0, []
     for k, v in enumerate(values, start=1):
         ema = 0.9 * ema + 0.1 * v
         want.append(ema / (1 - 0.9**k))
-    np.testing.assert_allclose(np.asarray(shown[0]["y"], float), want, rtol=1e-9)
-    np.testing.assert_allclose(smooth(values, 0.9), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(shown["y"], float), want, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(raw["y"], float), values, rtol=1e-9)
+    assert raw["opacity"] < 0.5 and raw["showlegend"] is False
     # overlay a second run: same regime, same colour, another dash
-    app.multiselect[0].set_value(["adaptive-s1"]).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    lines = {t["name"]: t["line"] for t in fig["data"] if t.get("showlegend") is not False and t.get("line")}
+    app.multiselect(key="tr_runs").set_value(["adaptive-s0", "adaptive-s1"]).run()
+    lines = {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
     a, b = lines["full_adaptive s0 (adaptive-s0)"], lines["full_adaptive s1 (adaptive-s1)"]
     assert a["color"] == b["color"] and a["dash"] != b["dash"]
-    app.toggle(key="train_log_step").set_value(True).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    assert fig["layout"]["xaxis"]["type"] == "log"
+    # against tokens: the running total of tokens/s x step time, computed here from the run's own rows
+    app.slider(key="tr_smoothing").set_value(0.0).run()
+    app.radio(key="tr_x").set_value("tokens").run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against tokens")
+    line = next(t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)")
+    rate = run.scalar("tokens_per_s").sort_values("step")["value"].to_numpy()
+    secs = run.scalar("step_time_s").sort_values("step")["value"].to_numpy()
+    np.testing.assert_allclose(np.asarray(line["x"], float), np.cumsum(rate * secs), rtol=1e-9)
 
 
 def test_glossary_defines_every_term_the_tooltips_link_to(app):

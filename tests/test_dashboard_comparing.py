@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -70,3 +71,120 @@ def test_the_probe_only_run_shows_no_nan_in_its_header(samples):
     shown = {m.label: m.value for m in at.metric}
     assert "nan" not in " ".join(shown.values()).lower(), shown
     assert not at.error, [e.value for e in at.error]
+
+
+# ---- the Training page: grouped runs, one x range, views in the address ---------------------------
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    root = tmp_path_factory.mktemp("logs")
+    kw = dict(n_layer=2, n_head=4, steps=120)
+    make_synthetic_run(root / "a-s0", regime="full_adaptive", seed=0, **kw)
+    make_synthetic_run(root / "a-s1", regime="full_adaptive", seed=1, **kw)
+    make_synthetic_run(root / "f-s0", regime="shallow_freeze", seed=0, **kw)
+    return root
+
+
+def open_training(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    return goto(at, "training")
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    from aah_viz.figures.payload import figure_data
+
+    out = {}
+    for el in at.get("plotly_chart"):
+        fig = figure_data(el.proto.spec)
+        out[fig["layout"]["title"]["text"]] = fig
+    return out
+
+
+def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three_runs, monkeypatch, tmp_path):
+    from aah_viz.runlog import load_run
+
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    at.slider(key="tr_smoothing").set_value(0.0).run()
+    at.selectbox(key="tr_group").set_value("regime").run()
+    fig = figures(at)["loss against step"]
+    means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
+    assert set(means) == {"regime=full_adaptive (n=2)", "regime=shallow_freeze (n=1)"}
+    band = next(t for t in fig["data"] if t.get("fill") == "toself")
+    assert "full_adaptive" in band["name"]
+    # the mean and the band, computed here from the two runs' rows on the figure's own x values
+    mean = means["regime=full_adaptive (n=2)"]
+    x = np.asarray(mean["x"], float)
+    ys = []
+    for key in ("a-s0", "a-s1"):
+        loss = load_run(three_runs / key).scalar("loss").sort_values("step")
+        ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
+    np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
+    np.testing.assert_array_equal(np.asarray(mean["customdata"]), 2)  # runs behind each point
+    edge = np.asarray(band["y"], float)
+    np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
+    np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
+    assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    # group by seed instead: seed 0 holds two runs of two regimes
+    at.selectbox(key="tr_group").set_value("seed").run()
+    names = {t["name"] for t in figures(at)["loss against step"]["data"] if t.get("showlegend") is not False}
+    assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+
+
+def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_chart(samples):
+    from aah_viz.runlog import load_run
+
+    at = goto(samples, "training")
+    run = at.selectbox(key="run_picker").value
+    loss = load_run(SAMPLE_LOGS / run).scalar("loss").sort_values("step")["value"].to_numpy()
+    at.slider(key="tr_smoothing").set_value(0.0).run()
+    fig = figures(at)["loss against step"]
+    lo, hi = fig["layout"]["yaxis"]["range"]
+    assert loss[0] > 100 and hi < loss[0] / 5  # the ~115-nat start is off the axis ...
+    assert lo <= loss.min() and hi >= np.quantile(loss, 0.85)  # ... while the rest of training is on it
+    at.toggle(key="tr_robust").set_value(False).run()
+    assert "range" not in figures(at)["loss against step"]["layout"]["yaxis"]
+    # one x range, chosen once, on every chart and in the address
+    at.multiselect(key="tr_scalars").set_value(["loss", "val_loss", "lr"]).run()
+    at.slider(key="tr_range").set_value((50, 200)).run()
+    shown = figures(at)
+    assert len(shown) == 3
+    assert all(f["layout"]["xaxis"]["range"] == [50, 200] for f in shown.values())
+    assert at.query_params["range"] == "50,200"
+
+
+def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, tmp_path):
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    at.multiselect(key="tr_scalars").set_value(["loss", "acr"]).run()
+    at.radio(key="tr_x").set_value("wall_s").run()
+    at.selectbox(key="tr_group").set_value("regime").run()
+    at.selectbox(key="tr_band").set_value("ci95").run()
+    at.slider(key="tr_smoothing").set_value(0.3).run()
+    at.toggle(key="tr_log_y").set_value(True).run()
+    params = {k: at.query_params[k] for k in at.query_params}
+    assert {"runs", "scalars", "x", "group", "band", "smooth", "logy"} <= set(params)
+    before = figures(at)
+    # a fresh session (a new tab) opened on that address
+    again = open_training(three_runs, monkeypatch, tmp_path, **params)
+    assert again.multiselect(key="tr_runs").value == ["a-s0", "a-s1", "f-s0"]
+    assert again.multiselect(key="tr_scalars").value == ["loss", "acr"]
+    assert (again.radio(key="tr_x").value, again.selectbox(key="tr_group").value) == ("wall_s", "regime")
+    assert again.selectbox(key="tr_band").value == "ci95" and again.slider(key="tr_smoothing").value == 0.3
+    after = figures(again)
+    assert set(after) == set(before) == {"loss against wall time", "acr against wall time"}
+    for title in before:
+        assert [t["name"] for t in after[title]["data"]] == [t["name"] for t in before[title]["data"]]
+        assert after[title]["layout"]["yaxis"]["type"] == "log"
+    # a hostile or stale address falls back to the defaults, and says nothing as markup
+    bad = open_training(three_runs, monkeypatch, tmp_path, runs="../../etc~nope", x="<b>x</b>", smooth="7")
+    assert bad.multiselect(key="tr_runs").value and bad.radio(key="tr_x").value == "step"
+    assert bad.slider(key="tr_smoothing").value == 0.6

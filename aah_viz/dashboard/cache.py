@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.analysis import queries
+from aah_viz.analysis import manifest_fields, queries
 from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.dashboard import providers
 from aah_viz.errors import AAHVizError
+from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
 from aah_viz.runlog import discover_runs, load_run, resolve_under
 from aah_viz.runlog.damage import damage_warnings
@@ -175,3 +176,20 @@ def update_steps(root: str, key: str, token: int, layer: int | None = None):
     if layer is not None:
         ups = ups[ups["layer"] == int(layer)]
     return np.unique(ups["step"].to_numpy()).astype(np.int64)
+
+
+@st.cache_data(show_spinner=False)
+def scalar_names(root: str, key: str, token: int) -> list[str]:
+    """The model-wide scalars the run logged."""
+    return curve_figs.scalar_names(open_run(root, key))
+
+
+@st.cache_data(show_spinner="Reading curves ...")
+def curves(root: str, keys: tuple[str, ...], token: int, names: tuple[str, ...]) -> pd.DataFrame:
+    return curve_figs.curve_data([open_run(root, k) for k in keys], names, keys=keys)
+
+
+@st.cache_data(show_spinner=False)
+def fields(root: str, key: str, token: int) -> dict:
+    """The run's manifest as flat fields (``regime``, ``config.lr``, ...)."""
+    return manifest_fields.flat_fields(manifest(root, key, token))
