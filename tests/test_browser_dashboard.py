@@ -27,7 +27,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
-    ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
+    ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_filter input"]),
     ("training", "Training", 1, [".st-key-tr_fig_loss_dl"]),
     ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumbValue"]']),
     ("windows", "Windows", 4, ['[data-testid="stSliderThumbValue"]']),

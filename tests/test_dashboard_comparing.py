@@ -188,3 +188,76 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
     bad = open_training(three_runs, monkeypatch, tmp_path, runs="../../etc~nope", x="<b>x</b>", smooth="7")
     assert bad.multiselect(key="tr_runs").value and bad.radio(key="tr_x").value == "step"
     assert bad.slider(key="tr_smoothing").value == 0.6
+
+
+# ---- the Runs page: the table is the selector ------------------------------------------------------
+
+
+def open_runs(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def tick(at: AppTest, *keys: str) -> AppTest:
+    """Tick the rows of these runs in the Runs table (what clicks on their boxes send)."""
+    shown = at.session_state["runs_shown"]
+    rows = [shown.index(k) for k in keys]
+    at.session_state["runs_table"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    return at.run()
+
+
+def test_the_runs_table_filters_by_any_field_and_ticks_select_runs(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    assert sorted(at.dataframe[0].value["run"]) == ["a-s0", "a-s1", "f-s0"]
+    # a manifest field the standard columns lack, as a filter: seed 1 only
+    at.selectbox(key="runs_filter_field").set_value("seed").run()
+    at.text_input(key="runs_filter").set_value("=1").run()
+    assert at.dataframe[0].value["run"].tolist() == ["a-s1"]
+    at.text_input(key="runs_filter").set_value("freeze").run()
+    assert at.dataframe[0].value["run"].tolist() == []  # seed holds no text "freeze"
+    at.selectbox(key="runs_filter_field").set_value("regime").run()
+    assert at.dataframe[0].value["run"].tolist() == ["f-s0"]
+    # a final figure: numbers compare as numbers
+    at.selectbox(key="runs_filter_field").set_value("last step").run()
+    at.text_input(key="runs_filter").set_value(">=119").run()
+    assert len(at.dataframe[0].value) == 3
+    # ticking two rows selects those runs for every page
+    at.text_input(key="runs_filter").set_value("").run()
+    tick(at, "a-s0", "f-s0")
+    assert at.session_state["selected_runs"] == ["a-s0", "f-s0"]
+    goto(at, "compare")
+    assert sorted(at.dataframe[0].value["regime"]) == ["full_adaptive", "shallow_freeze"]
+    goto(at, "runs")
+    assert at.session_state["runs_ticked"] == [0, 2]  # the table shows the selection it made
+    # a filter that hides a selected run keeps it selected
+    at.selectbox(key="runs_filter_field").set_value("regime").run()
+    at.text_input(key="runs_filter").set_value("adaptive").run()
+    tick(at, "a-s1")
+    assert at.session_state["selected_runs"] == ["a-s1", "f-s0"]
+
+
+def test_the_config_diff_shows_only_the_fields_that_differ(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    tick(at, "a-s0", "a-s1")
+    diff = at.dataframe[1].value.set_index("field")
+    assert list(diff.columns) == ["a-s0", "a-s1"]
+    assert "seed" in diff.index and "regime" not in diff.index and "n_layer" not in diff.index
+    assert diff.loc["seed"].tolist() == ["0", "1"]
+    tick(at, "a-s0", "f-s0")
+    diff = at.dataframe[1].value.set_index("field")
+    assert "regime" in diff.index and "seed" not in diff.index
+    assert any("are the same in every selected run" in c for c in captions(at))
+    # more columns from the manifest, and the whole view in the address
+    at.multiselect(key="runs_columns").set_value(["config.n_embd"]).run()
+    assert "config.n_embd" in at.dataframe[0].value.columns
+    at.text_input(key="runs_filter").set_value("adaptive").run()
+    params = {k: at.query_params[k] for k in at.query_params}
+    again = open_runs(three_runs, monkeypatch, tmp_path, **params)
+    assert again.dataframe[0].value["run"].tolist() == ["a-s0", "a-s1"]
+    assert "config.n_embd" in again.dataframe[0].value.columns
