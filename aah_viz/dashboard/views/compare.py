@@ -10,7 +10,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.dashboard import cache, providers, state
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import compare as cfig
 from aah_viz.figures import windows as wfig
@@ -81,6 +81,7 @@ def render() -> None:
         columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
     st.dataframe(shown, hide_index=True, width="stretch", key="cmp_summary")
+    data_downloads(ours, "runs-by-regime", key="cmp_data")
 
     reference = None
     ref_keys: list[str] = []

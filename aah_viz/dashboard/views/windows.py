@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
@@ -86,28 +86,33 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
     default = [key] + [k for k in selected if k != key][:3]
-    chosen = st.multiselect(
-        "Runs to compare",
-        selected,
-        default=[k for k in st.session_state.get("win_compare", default) if k in selected] or default,
-        format_func=state.label,
-        key="win_compare_pick",
+    labels = {k: state.label(k) for k in selected}  # computed now: format_func may be called outside the run
+    chosen = address.bound(
+        st.multiselect,
+        "compare",
+        "win_compare_pick",
+        default,
+        parse=address.some_of(selected),
+        dump=address.join,
+        fix=lambda v: [k for k in v if k in selected],
+        label="Runs to compare",
+        options=selected,
+        format_func=labels.__getitem__,
         help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
         "(colour by regime, dash by seed).",
     )
-    st.session_state["win_compare"] = chosen
     keys = tuple(chosen)
     if not keys:
         st.info("Pick at least one run to compare.")
         return
     tok = state.tokens(keys)
+    coverage = cache.coverage(root, keys, tok)
     chart(
-        wfig.coverage_figure(
-            cache.coverage(root, keys, tok), "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)
-        ),
+        wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
         key="win_coverage",
         name="coverage-over-training",
     )
+    data_downloads(coverage, "coverage-over-training", key="win_data")
     st.caption(
         "Realised work is what the attention backend computed, not what the windows allow: the dense-masked "
         "backend computes every T² score and masks it, so it stays at about 2 (T² / causal pairs) for every "
