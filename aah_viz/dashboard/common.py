@@ -129,6 +129,8 @@ def chart(
         if points and on_select:
             on_select(points)
 
+    if on_box:  # a drag draws the box (a zoom would stay on this one chart)
+        fig.update_layout(dragmode="select", selectdirection="h")
     # theme=None: the figure keeps its own template, so the page looks like the exported figure
     st.plotly_chart(
         fig,
