@@ -274,3 +274,26 @@ def test_the_runs_compared_on_the_windows_page_travel_in_the_address(three_runs,
     assert again.multiselect(key="win_compare_pick").value == ["a-s0", "f-s0"]
     cost = again.dataframe[0].value
     assert len(cost) == 2
+
+
+def test_the_page_header_reads_less_and_says_the_same(three_runs):
+    """The header's stability and controller figures, read lightly, equal the Stability page's full reads."""
+    import pandas as pd
+
+    from aah_viz.dashboard import cache
+    from aah_viz.figures import data
+    from aah_viz.runlog import load_run
+
+    for key in ("a-s0", "f-s0"):
+        run = load_run(three_runs / key)
+        full = data.stability_data(run)["layers"].reset_index(drop=True)
+        light = cache.stability_layers(str(three_runs), key, 0).reset_index(drop=True)
+        pd.testing.assert_frame_equal(light, full)
+        grad = run.scalar("controller_grad_norm")["value"].abs()
+        assert cache.controller_grad(str(three_runs), key, 0) == (len(grad), float(grad.max()))
+    coverage, cost = data.coverage_and_cost([load_run(three_runs / "a-s0"), load_run(three_runs / "f-s0")])
+    runs = [load_run(three_runs / "a-s0"), load_run(three_runs / "f-s0")]
+    pd.testing.assert_frame_equal(coverage, data.coverage_data(runs))
+    acr = runs[1].scalar("acr")
+    acr = acr[acr["layer"].isna()].sort_values("step")
+    assert cost.set_index("run").loc[data.run_label(runs[1]), "ACR"] == acr["value"].iloc[-1]

@@ -42,11 +42,10 @@ def controller_state(root: str, key: str, token: int, manifest: dict) -> str:
     """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
     if not has_controller(manifest):
         return "none"
-    series = cache.controller(root, key, token)["series"]
-    grad = series[series["name"] == "controller_grad_norm"]["value"] if not series.empty else series
-    if len(grad) == 0:
+    logged, largest = cache.controller_grad(root, key, token)
+    if logged == 0:
         return "unlogged"
-    return "zero" if float(grad.abs().max()) == 0.0 else "learning"
+    return "zero" if largest == 0.0 else "learning"
 
 
 def zero_gradient_warning(root: str, key: str, token: int, manifest: dict) -> None:
@@ -73,7 +72,7 @@ def _progress(overview: dict, manifest: dict) -> str:
 
 
 def _stability(root: str, key: str, token: int) -> tuple[str, str | None]:
-    layers = cache.stability(root, key, token)["layers"]
+    layers = cache.stability_layers(root, key, token)
     if layers.empty or "mean_ari" not in layers or layers["mean_ari"].isna().all():
         if not layers.empty and "window_switch_share" in layers and layers["window_switch_share"].notna().any():
             return f"{layers['window_switch_share'].mean():.0%} switch", "window_switch_share"

@@ -106,7 +106,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         st.info("Pick at least one run to compare.")
         return
     tok = state.tokens(keys)
-    coverage = cache.coverage(root, keys, tok)
+    coverage, cost = cache.coverage_cost(root, keys, tok)
     chart(
         wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
         key="win_coverage",
@@ -120,7 +120,6 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         "backend is in brackets after each run. Grey: warm-up of the selected run (full windows).",
         help=help_text("realised_work"),
     )
-    cost = cache.cost(root, keys, tok)
     if not cost.empty:
         st.dataframe(
             cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
