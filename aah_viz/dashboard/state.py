@@ -385,6 +385,6 @@ def open_run(title: str, summary: bool = True) -> Opened | None:
     root, tok = logs_root(), token(key)
     manifest = cache.manifest(root, key, tok)
     if summary:
-        run_summary.header(root, key, tok, manifest)
+        run_summary.header(root, key, tok, manifest, page=title)
     show_run_warnings(key)
     return Opened(key, root, tok, manifest)

@@ -170,7 +170,7 @@ def render() -> None:
         + (f"; the filter hides {hidden} (their selection is kept)" if hidden else "")
         + ". Tick a row's box to select it, the header's box for every shown row."
     )
-    b1, b2, _ = st.columns([1, 1, 4])
+    b1, b2, _ = st.columns([2, 2, 3])
     if b1.button("Select only shown", key="runs_select_shown", help="Tick the runs the filter shows, no others"):
         state.set_selected(shown)
         st.rerun()

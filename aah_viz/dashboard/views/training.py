@@ -74,7 +74,7 @@ def render() -> None:
         options=names,
         help="Every model-wide scalar the runs logged; one chart each.",
     )
-    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 2])
+    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
     x = address.bound(
         c1.radio,
         "x",
