@@ -185,6 +185,11 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
     for title in before:
         assert [t["name"] for t in after[title]["data"]] == [t["name"] for t in before[title]["data"]]
         assert after[title]["layout"]["yaxis"]["type"] == "log"
+    # a page switch and back keeps the view (Streamlit forgets widgets off the page; the session does not)
+    goto(at, "windows")
+    goto(at, "training")
+    assert at.selectbox(key="tr_group").value == "regime" and at.radio(key="tr_x").value == "wall_s"
+    assert at.query_params["group"] == "regime"
     # a hostile or stale address falls back to the defaults, and says nothing as markup
     bad = open_training(three_runs, monkeypatch, tmp_path, runs="../../etc~nope", x="<b>x</b>", smooth="7")
     assert bad.multiselect(key="tr_runs").value and bad.radio(key="tr_x").value == "step"
