@@ -60,3 +60,28 @@ def test_a_group_is_a_mean_with_a_band_over_the_runs_that_reached_each_x():
     np.testing.assert_allclose(mean - lower, half)
     with pytest.raises(ValueError):
         curves.group_band([(x, a)], band="iqr")
+
+
+def test_run_names_and_manifest_values_are_text_in_the_curves_figure():
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure
+
+    label = '<a href="https://evil.example">run</a>'
+    frame = pd.DataFrame(
+        {
+            "run": "r",
+            "label": label,
+            "regime": "<b>x</b>",
+            "seed": 0,
+            "name": "loss",
+            "step": [0, 1, 2],
+            "tokens": [1.0, 2.0, 3.0],
+            "wall_s": [0.1, 0.2, 0.3],
+            "value": [3.0, 2.0, 1.0],
+        }
+    )
+    names = [t.name for t in curves_figure(frame, "loss").data]
+    assert names == ['&lt;a href="https://evil.example"&gt;run&lt;/a&gt;']
+    grouped = curves_figure(frame, "loss", groups={"r": "<b>x</b>"}, group_by="regime").data
+    assert all("<" not in (t.name or "") for t in grouped)

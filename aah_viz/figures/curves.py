@@ -134,7 +134,7 @@ def curves_figure(
                         showlegend=False,
                         legendgroup=run,
                         hoverinfo="skip",
-                        name=f"{first['label']} raw",
+                        name=_text(f"{first['label']} raw"),
                     )
                 )
             fig.add_trace(
@@ -144,7 +144,7 @@ def curves_figure(
                     mode="lines+markers" if sparse else "lines",
                     line=dict(**line, width=1.8),
                     marker=dict(size=6),
-                    name=first["label"],
+                    name=_text(first["label"]),
                     legendgroup=run,
                     hovertemplate="%{y:.4g}",
                 )
@@ -159,7 +159,7 @@ def curves_figure(
             if gx.size == 0:
                 continue
             color = _group_color(group, i, group_by)
-            label = f"{group_by}={group} (n={len(runs_in)})"
+            label = _text(f"{group_by}={group} (n={len(runs_in)})")
             if band != "none" and len(runs_in) > 1:
                 fig.add_trace(
                     go.Scatter(
@@ -209,6 +209,11 @@ def curves_figure(
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
         margin=dict(r=10),
     )
+
+
+def _text(value) -> str:
+    """Run names and manifest values as Plotly text, never markup (Plotly reads <a>, <b>, <br> in names)."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _inside(x_range):

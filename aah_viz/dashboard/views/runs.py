@@ -132,7 +132,7 @@ def render() -> None:
         label="More columns",
         options=others,
         help=f"Manifest fields; {len(differ)} differ between these runs: "
-        + ", ".join(d for d in differ if d in others)[:400],
+        + plain(", ".join(d for d in differ if d in others)[:400]),
     )
     mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
     view = frame[mask.to_numpy()].reset_index(drop=True)
