@@ -186,20 +186,39 @@ def test_grouped_runs_robust_axis_and_one_x_range(server, browser):
     page.close()
 
 
-def test_the_runs_table_selects_by_ticking_and_shows_what_differs(server, browser):
+def test_the_runs_table_sorts_filters_selects_by_ticking_and_shows_what_differs(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
-    _open(page, f"{server}/?filter=regime&q=adaptive", "Runs")
+    _open(page, f"{server}/?filter=regime&q=full_", "Runs")
     _wait(page, '[data-testid="stDataFrame"] canvas', "the runs table")
     selected = _until(page, lambda: [c for c in _captions(page) if "runs selected" in c], "the selection caption")
-    assert selected[0].startswith("5 of 5 runs selected; the filter hides 3")
-    # untick the first row (every run starts selected): a click on its box
-    grid = page.locator(".st-key-runs_table").first.bounding_box()
-    page.mouse.click(grid["x"] + 15, grid["y"] + 35 + 17)
-    _until(page, lambda: any(c.startswith("4 of 5 runs selected") for c in _captions(page)), "4 runs selected")
+    assert selected[0].startswith("5 of 5 runs selected; the filter hides 2")  # every run, none ticked yet
+    page.get_by_role("button", name="Select only shown").first.click()
+    _until(page, lambda: any(c.startswith("3 of 5 runs selected") for c in _captions(page)), "3 runs selected")
     _settle(page)
-    # the settings that differ between the selected runs: regime and seed, not the shared ones
+    table = page.locator(".st-key-runs_table").first
+    grid = table.bounding_box()
+    for _ in range(2):  # the run column's header: sorted ascending, then descending
+        page.mouse.click(grid["x"] + 120, grid["y"] + 17)
+        page.wait_for_timeout(500)
+    rows = table.locator('[role="row"]')  # the grid's accessible rows, in the order shown
+
+    def order():
+        return [rows.nth(i).locator('[role="gridcell"]').first.text_content() for i in range(1, rows.count())]
+
+    _until(page, lambda: order() == ["full_attention_seed0", "full_adaptive_seed1", "full_adaptive_seed0"], "sorting")
+    page.mouse.click(grid["x"] + 15, grid["y"] + 35 + 17)  # the box of the first row shown: untick it
+    _until(page, lambda: any(c.startswith("2 of 5 runs selected") for c in _captions(page)), "2 runs selected")
+    _settle(page)
+    # the settings that differ between the two selected runs, one column each: the sorted first run is out
     _until(page, lambda: any("fields differ" in c for c in _captions(page)), "the caption of the settings diff")
-    assert page.locator('[data-testid="stDataFrame"]').count() == 2  # the runs table and the diff
+    diff = page.locator('[data-testid="stDataFrame"]').nth(1)
+    assert diff.locator('[role="columnheader"]').all_text_contents() == [
+        "field",
+        "full_adaptive_seed0",
+        "full_adaptive_seed1",
+    ]
+    fields = [r.locator('[role="gridcell"]').first.text_content() for r in diff.locator('[role="row"]').all()[1:]]
+    assert "seed" in fields and "regime" not in fields  # same regime: not a difference
     page.screenshot(path=str(ARTIFACTS / "compare-runs-table.png"))
     page.close()
 
