@@ -4,6 +4,7 @@ synthetic runs written here."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -302,3 +303,16 @@ def test_the_page_header_reads_less_and_says_the_same(three_runs):
     acr = runs[1].scalar("acr")
     acr = acr[acr["layer"].isna()].sort_values("step")
     assert cost.set_index("run").loc[data.run_label(runs[1]), "ACR"] == acr["value"].iloc[-1]
+
+
+def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
+    from aah_viz.figures.payload import figure_data
+
+    at = goto(samples, "export")
+    at.selectbox(key="exp_fig_kind").set_value("bucket_heatmap").run()
+    fig = figure_data(at.get("plotly_chart")[-1].proto.spec)
+    names = json.dumps(fig["data"], default=str)
+    assert "full_adaptive_seed0" in names and PROBE_ONLY not in names
+    at.selectbox(key="exp_config").set_value(next(o for o in at.selectbox(key="exp_config").options if "T510" in o))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]

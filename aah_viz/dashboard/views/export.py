@@ -49,7 +49,8 @@ def config_groups(root: str, keys: tuple[str, ...], token: int) -> list[tuple[st
 
 
 def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]:
-    """The selected runs of one configuration (a table never mixes sequence lengths or window sets):
+    """The selected runs of one configuration (a table or a figure of several runs never mixes
+    sequence lengths or window sets):
     the largest group by default, a picker when there are several, the others named."""
     groups = config_groups(root, keys, token)
     if len(groups) <= 1:
@@ -71,7 +72,6 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
 
 def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     st.subheader("Tables")
-    keys = _table_runs(root, keys, token)
     names = providers.table_names()
     c1, c2, c3 = st.columns(3)
     name = c1.selectbox("Table", names, key="exp_table")
@@ -171,8 +171,10 @@ def render() -> None:
         return
     state.show_selection_warnings(keys)
     st.caption(
-        f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show."
+        f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages "
+        "show; those of several runs from one configuration at a time."
     )
+    keys = _table_runs(root, keys, token)
     try:
         _tables(root, keys, token)
     except ImportError as err:
