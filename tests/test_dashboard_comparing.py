@@ -316,3 +316,13 @@ def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
     at.selectbox(key="exp_config").set_value(next(o for o in at.selectbox(key="exp_config").options if "T510" in o))
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_data_behind_each_comparing_page_downloads_as_csv_and_parquet(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    for page, key in (("runs", "runs_data"), ("training", "tr_data"), ("windows", "win_data"), ("compare", "cmp_data")):
+        at = goto(at, page)
+        buttons = {b.key for b in at.get("download_button")}
+        assert {f"{key}_csv", f"{key}_parquet"} <= buttons, (page, buttons)
+    at = goto(at, "stability")
+    assert {"stab_data_csv", "stab_data_parquet"} <= {b.key for b in at.get("download_button")}
