@@ -30,8 +30,8 @@ from waiting import PATIENCE_MS, TEST_S, until, waiting_for
 
 # (url path, page title, least number of Plotly charts, elements that must have rendered)
 PAGES = [
-    ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_select input"]),
-    ("training", "Training", 1, [".st-key-train_fig_dl"]),
+    ("", "Runs", 0, ['[data-testid="stDataFrame"] canvas', ".st-key-runs_filter input"]),
+    ("training", "Training", 1, [".st-key-tr_fig_loss_dl"]),
     ("hierarchy", "Hierarchy", 1, ['[data-testid="stSliderThumbValue"]']),
     ("windows", "Windows", 4, ['[data-testid="stSliderThumbValue"]']),
     ("stability", "Stability", 3, ['[data-testid="stDataFrame"] canvas']),

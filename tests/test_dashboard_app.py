@@ -18,13 +18,15 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
+from aah_viz.dashboard.app import PAGE_DIR, PAGES
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
-PAGE = "aah_viz/dashboard/{}.py"
+# page name -> its file, as the entry point wires them
+PAGE_FILES = {m.rsplit("/", 1)[-1]: str(PAGE_DIR / f"{m}.py") for m, _, _ in PAGES}
 N_LAYER, N_HEAD, STEPS = 3, 6, 120
 
 pytestmark = pytest.mark.timeout(TEST_S)
@@ -64,7 +66,7 @@ def app(logs, monkeypatch, tmp_path):
 
 
 def goto(at: AppTest, page: str) -> AppTest:
-    at.switch_page(PAGE.format(page)).run()
+    at.switch_page(PAGE_FILES[page]).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -89,11 +91,18 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     assert len(errors) == 2
     assert any("broken" in e and "not valid JSON" in e for e in errors)
     assert any("from-the-future" in e and "99.0" in e for e in errors)
-    assert app.multiselect[0].value == ["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]
+    assert app.session_state["runs_ticked"] == [0, 1, 2]  # every run ticked when none was picked
+
+
+def tick(at: AppTest, *rows: int) -> AppTest:
+    """Tick these rows of the Runs table (what a click on their boxes sends), untick the others."""
+    at.session_state["runs_table"] = {"selection": {"rows": list(rows), "columns": [], "cells": []}}
+    return at.run()
 
 
 def test_picking_runs_limits_the_other_pages(app):
-    app.multiselect[0].set_value(["nested/freeze-s0"]).run()
+    shown = app.session_state["runs_shown"]
+    tick(app, shown.index("nested/freeze-s0"))
     assert app.session_state["selected_runs"] == ["nested/freeze-s0"]
     goto(app, "windows")
     assert app.selectbox(key="run_picker").options == ["shallow_freeze s0 · nested/freeze-s0"]
@@ -289,14 +298,14 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     at.query_params["run"] = "../../etc"
     at.run()
     assert any("ignored" in e.value and "leaves" in e.value for e in at.error)
-    at.switch_page(PAGE.format("windows")).run()
+    at.switch_page(PAGE_FILES["windows"]).run()
     assert not at.exception
     assert at.selectbox(key="run_picker").value == "adaptive-s0"
     # a valid run name in the address opens that run
     at2 = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at2.query_params["run"] = "nested/freeze-s0"
     at2.run()
-    at2.switch_page(PAGE.format("hierarchy")).run()
+    at2.switch_page(PAGE_FILES["hierarchy"]).run()
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
@@ -548,36 +557,42 @@ def test_the_summary_header_warns_about_a_zero_gradient_only_where_there_is_a_co
 
 
 def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, logs):
-    from aah_viz.figures.training import smooth
-
     goto(app, "training")
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
     run = load_run(logs / "adaptive-s0")
     loss = run.scalar("loss").sort_values("step")
-    # smoothing 0: the raw values
-    app.slider(key="train_smoothing").set_value(0.0).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    train = next(t for t in fig["data"] if t["name"].startswith("full_adaptive s0") and t.get("xaxis", "x") == "x")
-    np.testing.assert_allclose(np.asarray(train["y"], float), loss["value"].to_numpy(), rtol=1e-9)
-    # smoothing 0.9: TensorBoard's debiased EMA, computed here independently
-    app.slider(key="train_smoothing").set_value(0.9).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    shown = [t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)" and t.get("xaxis", "x") == "x"]
+
+    def loss_chart():
+        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against step")
+
+    # smoothing 0: the raw values, one line
+    app.slider(key="tr_smoothing").set_value(0.0).run()
+    fig = loss_chart()
+    assert fig["layout"]["hovermode"] == "x unified"  # one hover: every line's value at that x
+    (line,) = fig["data"]
+    np.testing.assert_allclose(np.asarray(line["y"], float), loss["value"].to_numpy(), rtol=1e-9)
+    # smoothing 0.9: TensorBoard's debiased EMA, computed here independently; the raw line faint behind
+    app.slider(key="tr_smoothing").set_value(0.9).run()
+    raw, shown = loss_chart()["data"]
     values, ema, want = loss["value"].to_numpy(), 0.0, []
     for k, v in enumerate(values, start=1):
         ema = 0.9 * ema + 0.1 * v
         want.append(ema / (1 - 0.9**k))
-    np.testing.assert_allclose(np.asarray(shown[0]["y"], float), want, rtol=1e-9)
-    np.testing.assert_allclose(smooth(values, 0.9), want, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(shown["y"], float), want, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(raw["y"], float), values, rtol=1e-9)
+    assert raw["opacity"] < 0.5 and raw["showlegend"] is False
     # overlay a second run: same regime, same colour, another dash
-    app.multiselect[0].set_value(["adaptive-s1"]).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    lines = {t["name"]: t["line"] for t in fig["data"] if t.get("showlegend") is not False and t.get("line")}
+    app.multiselect(key="tr_runs").set_value(["adaptive-s0", "adaptive-s1"]).run()
+    lines = {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
     a, b = lines["full_adaptive s0 (adaptive-s0)"], lines["full_adaptive s1 (adaptive-s1)"]
     assert a["color"] == b["color"] and a["dash"] != b["dash"]
-    app.toggle(key="train_log_step").set_value(True).run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training curves")
-    assert fig["layout"]["xaxis"]["type"] == "log"
+    # against tokens: the running total of tokens/s x step time, computed here from the run's own rows
+    app.slider(key="tr_smoothing").set_value(0.0).run()
+    app.radio(key="tr_x").set_value("tokens").run()
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against tokens")
+    line = next(t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)")
+    rate = run.scalar("tokens_per_s").sort_values("step")["value"].to_numpy()
+    secs = run.scalar("step_time_s").sort_values("step")["value"].to_numpy()
+    np.testing.assert_allclose(np.asarray(line["x"], float), np.cumsum(rate * secs), rtol=1e-9)
 
 
 def test_glossary_defines_every_term_the_tooltips_link_to(app):
@@ -641,7 +656,7 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
     # the crafted value itself, shown literally (word joiners break the patterns autolinking looks for)
     assert CRAFTED in html.replace("&quot;", '"').replace("\u2060", "")
     for page in ("training", "windows", "hierarchy", "stability", "probes", "compare", "export"):
-        at.switch_page(PAGE.format(page)).run()
+        at.switch_page(PAGE_FILES[page]).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         shown = [_rendered(w.value) for w in at.warning]
         assert any("set aside" in w for w in shown), (page, shown)
@@ -649,7 +664,7 @@ def test_crafted_text_renders_as_text_and_damage_is_shown_on_every_page(tmp_path
         if page in ("compare", "export"):  # pages of several runs name the damaged one
             assert any("run dmg_*run*:" in w for w in shown), (page, shown)
     # the Runs page names the run in its warnings: the file name's asterisks stay asterisks
-    at.switch_page(PAGE.format("runs")).run()
+    at.switch_page(PAGE_FILES["runs"]).run()
     named = [_rendered(w.value) for w in at.warning if "dmg" in w.value]
     assert named and all("Run dmg_*run*" in w and "<em>" not in w for w in named)
 
@@ -691,3 +706,16 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+
+
+def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monkeypatch, tmp_path):
+    """The entry point ``aah-viz dashboard`` runs is the package's app.py; a first request for a page's
+    address must still go through it (state, sidebar, navigation), not run the page file alone as
+    Streamlit does for a ``pages/`` folder beside the main script."""
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(REPO / "aah_viz" / "dashboard" / "app.py"), default_timeout=PATIENCE_S)
+    at.switch_page(PAGE_FILES["windows"]).run()  # the first run of this app is for the Windows page
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Windows"]
+    assert any("Logs root" in c.value for c in at.sidebar.caption)  # the entry point's sidebar ran

@@ -111,6 +111,28 @@ def test_bench_dashboard_json_on_a_small_run():
     assert 0 < out["memory"]["peak_rss_mb_after_generation"] <= out["memory"]["peak_rss_mb"]
 
 
+def test_bench_dashboard_pages_times_every_page_cold_and_warm_in_server_cpu_seconds():
+    from aah_viz.dashboard.app import PAGES
+
+    cmd = [sys.executable, "-m", "aah_viz", "bench", "dashboard", "--pages", "--json", "--quiet"]
+    cmd += ["--layers", "2", "--heads", "4", "--steps", "60", "--repeats", "2"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out["pages"]) == {url for _, _, url in PAGES}
+    for name, page in out["pages"].items():
+        assert page["problems"] == [], (name, page["problems"])  # every page drew without an error box
+        assert page["cold_cpu_s"] > 0 and page["cold_wall_s"] > 0, name
+        assert len(page["warm_cpu_times"]) == 2
+        assert page["warm_cpu_s"] == pytest.approx(np.median(page["warm_cpu_times"]), abs=2e-3)
+        goal = out["goals"]
+        assert page["within_goal"] == (
+            page["cold_cpu_s"] <= goal["cold_cpu_s"] and page["warm_cpu_s"] <= goal["warm_cpu_s"]
+        )
+    assert out["slowest_warm_cpu_s"] == max(p["warm_cpu_s"] for p in out["pages"].values())
+    assert out["run"]["steps"] == 60
+
+
 HIDE_TORCH = """
 import sys
 sys.modules["torch"] = None  # any "import torch" now raises ImportError

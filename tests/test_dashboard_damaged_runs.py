@@ -66,6 +66,6 @@ def test_duplicated_rows_that_validate_flags_are_named_on_the_runs_page(tmp_path
     (run / "heads" / "part-99999999999999999999-000000.parquet").write_bytes(seg.read_bytes())
     assert any("rows share a (step, layer, head) key" in p for p in validate_run(run))
     at = open_every_page(root, monkeypatch, tmp_path)
-    at.switch_page(str(PAGE_DIR / "runs.py")).run()
+    at.switch_page(str(PAGE_DIR / "views" / "runs.py")).run()
     shown = [w.value.replace("\\", "") for w in at.warning]
     assert any(w.startswith("Run dup: heads: 5 steps recorded more than once (5-9)") for w in shown), shown

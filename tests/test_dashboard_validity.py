@@ -70,7 +70,7 @@ def _open(logs, monkeypatch, run: str, page: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
     at.run()
-    at.switch_page(f"aah_viz/dashboard/{page}.py").run()
+    at.switch_page(f"aah_viz/dashboard/views/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

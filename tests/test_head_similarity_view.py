@@ -76,7 +76,7 @@ def _stability_page(logs, monkeypatch, run: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
     at.run()
-    at.switch_page("aah_viz/dashboard/stability.py").run()
+    at.switch_page("aah_viz/dashboard/views/stability.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

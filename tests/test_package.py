@@ -143,7 +143,7 @@ def test_the_sdist_builds_the_same_wheel_and_it_holds_what_installed_commands_re
     assert meta["Requires-Python"] and meta["Summary"] and meta.get_all("Classifier")
     # package data: the dashboard entry point and every page beside it, the probe set and fixtures, and
     # the paper's published numbers, each file of the source tree
-    for folder in ("aah_viz/dashboard", "aah_viz/data", "aah_viz/data/reference/paper"):
+    for folder in ("aah_viz/dashboard", "aah_viz/dashboard/views", "aah_viz/data", "aah_viz/data/reference/paper"):
         for path in (REPO / folder).iterdir():
             if path.is_file() and path.suffix != ".pyc":
                 assert f"{folder}/{path.name}" in names, path

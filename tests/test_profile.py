@@ -128,7 +128,7 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
-    at.switch_page("aah_viz/dashboard/windows.py")
+    at.switch_page("aah_viz/dashboard/views/windows.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("What each head needs" in s.value for s in at.subheader)

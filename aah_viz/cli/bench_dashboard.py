@@ -5,10 +5,12 @@ default; ``--steps 100000`` for a long run) in a temporary folder, then builds e
 of every page from a freshly opened run (as a page does on a cache miss). Rounds are interleaved
 across figures; ``seconds`` (wall time, what a user waits for) is the median over ``--repeats`` rounds and
 ``times`` keeps every round. ``payload_bytes`` is ``len(fig.to_json())``, what reaches the browser.
-``peak_rss_mb`` is the process's peak resident memory, generation included. ``--fallback`` also
-times the figures that read the writer's per-update summaries with those summaries ignored (the
-path of runs recorded before them), paired against reading them (``aah_viz.paired_timing``: the
-median per-pair ratio with its bootstrap interval, raw seconds of both clocks kept).
+``peak_rss_mb`` is the process's peak resident memory, generation included. ``--pages`` times whole
+pages instead (``aah_viz.dashboard.page_bench``: Streamlit's own test runner, the server's CPU
+seconds, cold and warm). ``--fallback`` also times the figures that read the writer's per-update
+summaries with those summaries ignored (the path of runs recorded before them), paired against
+reading them (``aah_viz.paired_timing``: the median per-pair ratio with its bootstrap interval, raw
+seconds of both clocks kept).
 """
 
 from __future__ import annotations
@@ -173,6 +175,8 @@ def run(args) -> int:
         add_probe_rows(run_dir)
         generated = time.perf_counter() - t0
         generate_peak = _peak_rss_mb()
+        if args.pages:
+            return _pages(args, Path(tmp), generated)
         with tqdm(total=args.repeats * len(PAGE_FIGURES), desc="figures", file=sys.stderr, disable=args.quiet) as bar:
             figures = measure(run_dir, args.repeats, bar)
         fallback = None
@@ -217,6 +221,48 @@ def run(args) -> int:
     return 0
 
 
+def _pages(args, logs_root: Path, generated: float) -> int:
+    """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds."""
+    from tqdm import tqdm
+
+    from aah_viz.dashboard import page_bench
+    from aah_viz.dashboard.app import PAGES
+
+    with tqdm(total=len(PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
+        pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, progress=bar)
+    result = {
+        "pages": pages,
+        "run": {
+            "n_layer": args.layers,
+            "n_head": args.heads,
+            "steps": args.steps,
+            "head_rows": args.layers * args.heads * args.steps,
+            "generate_seconds": round(generated, 1),
+        },
+        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
+        "warm_rounds": args.repeats,
+        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
+        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
+        "all_within_goal": all(p["within_goal"] for p in pages.values()),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{'page':10s} {'cold CPU s':>10s} {'warm CPU s':>10s} {'cold wall s':>11s} {'warm wall s':>11s}")
+        for name, p in pages.items():
+            flag = "" if p["within_goal"] else "  OVER GOAL" + (" (page errors)" if p["problems"] else "")
+            print(
+                f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f} {p['cold_wall_s']:11.2f} "
+                f"{p['warm_wall_s']:11.2f}{flag}"
+            )
+        print(
+            f"goals: warm < {page_bench.GOAL_WARM_CPU_S} CPU s, cold < {page_bench.GOAL_COLD_CPU_S} CPU s; "
+            f"{args.layers} x {args.heads} x {args.steps} run"
+        )
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "dashboard",
@@ -234,6 +280,12 @@ def register(subparsers) -> None:
         "--repeats", type=int, default=3, help="rounds over all figures; seconds is their median (default 3)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--pages",
+        action="store_true",
+        help="time whole pages instead, through Streamlit's test runner: the server's CPU seconds to draw "
+        "each page cold (caches cleared) and warm (the median of --repeats redraws)",
+    )
     p.add_argument(
         "--fallback",
         action="store_true",

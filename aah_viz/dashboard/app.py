@@ -11,23 +11,25 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, frontier, live, state, validity  # noqa: F401 (validity: its banner)
+from aah_viz.dashboard import config, live, state, validity  # noqa: F401 (validity: its banner)
 from aah_viz.dashboard.common import plain
+from aah_viz.dashboard.views import frontier
 from aah_viz.errors import AAHVizError
 
 PAGE_DIR = Path(__file__).resolve().parent
 FIRST = "first_page"
-# (page module, title, url path); the first is the default page, or Frontier when a frontier run is there
+# (page file under PAGE_DIR without .py, title, url path); the first is the default page, or Frontier
+# when a frontier run is there
 PAGES = [
-    ("runs", "Runs", "runs"),
-    ("frontier", "Frontier", "frontier"),
-    ("training", "Training", "training"),
-    ("hierarchy", "Hierarchy", "hierarchy"),
-    ("windows", "Windows", "windows"),
-    ("stability", "Stability", "stability"),
-    ("probes", "Probes", "probes"),
-    ("compare", "Compare", "compare"),
-    ("export", "Export", "export"),
+    ("views/runs", "Runs", "runs"),
+    ("views/frontier", "Frontier", "frontier"),
+    ("views/training", "Training", "training"),
+    ("views/hierarchy", "Hierarchy", "hierarchy"),
+    ("views/windows", "Windows", "windows"),
+    ("views/stability", "Stability", "stability"),
+    ("views/probes", "Probes", "probes"),
+    ("views/compare", "Compare", "compare"),
+    ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
 ]
 
@@ -36,7 +38,7 @@ def first_page() -> str:
     """Frontier when a frontier run is under the logs root (a real model's result comes first), else
     Runs; decided once a session from the manifests alone, before any page draws."""
     if FIRST not in st.session_state:
-        st.session_state[FIRST] = "frontier" if frontier.any_frontier(state.logs_root()) else PAGES[0][0]
+        st.session_state[FIRST] = "views/frontier" if frontier.any_frontier(state.logs_root()) else PAGES[0][0]
     return st.session_state[FIRST]
 
 

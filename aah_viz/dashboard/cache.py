@@ -14,13 +14,16 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.analysis import queries
+from aah_viz.analysis import manifest_fields, queries
+from aah_viz.analysis import stability as stability_stats
 from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.dashboard import providers
 from aah_viz.errors import AAHVizError
+from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
 from aah_viz.runlog import discover_runs, load_run, resolve_under
 from aah_viz.runlog.damage import damage_warnings
+from aah_viz.schema import STATUS_IMPORTED
 
 
 def open_run(root: str, key: str):
@@ -47,6 +50,8 @@ def overview(root: str, key: str, token: int) -> dict:
     try:
         run = open_run(root, key)
         row = queries.run_overview(run)
+        # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
+        row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
         row["warnings"] = list(run.warnings) + damage_warnings(run)
         return row
     except AAHVizError as err:
@@ -107,6 +112,12 @@ def coverage(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
     return data.coverage_data([open_run(root, k) for k in keys])
 
 
+@st.cache_data(show_spinner="Reading coverage and cost ...")
+def coverage_cost(root: str, keys: tuple[str, ...], token: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Coverage over training and the cost table from one read of each run's scalars."""
+    return data.coverage_and_cost([open_run(root, k) for k in keys])
+
+
 @st.cache_data(show_spinner=False)
 def bucket_table(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
     return data.bucket_table([open_run(root, k) for k in keys])
@@ -125,6 +136,25 @@ def stability(root: str, key: str, token: int) -> dict:
 @st.cache_data(show_spinner=False)
 def controller(root: str, key: str, token: int) -> dict:
     return data.controller_data(open_run(root, key))
+
+
+@st.cache_data(show_spinner=False)
+def stability_layers(root: str, key: str, token: int) -> pd.DataFrame:
+    """Per layer: updates, mean ARI, switch shares (the page header's figure). From the per-update
+    summaries' plain columns when the run has them (no per-head lists read), else as the Stability page."""
+    run = open_run(root, key)
+    if queries.has_summaries(run):
+        updates = run.table("updates", columns=list(stability_stats.UPDATE_COLUMNS))
+        return stability_stats.layer_summary(updates.sort_values(["layer", "step"], kind="stable"))
+    return data.stability_data(run)["layers"]
+
+
+@st.cache_data(show_spinner=False)
+def controller_grad(root: str, key: str, token: int) -> tuple[int, float]:
+    """(logged values, largest |value|) of the controller's gradient norm: all the page header needs."""
+    s = queries.scalar_frame(open_run(root, key), ["controller_grad_norm"])
+    values = s["value"].dropna().abs()
+    return len(values), float(values.max()) if len(values) else 0.0
 
 
 @st.cache_data(show_spinner=False)
@@ -172,3 +202,20 @@ def update_steps(root: str, key: str, token: int, layer: int | None = None):
     if layer is not None:
         ups = ups[ups["layer"] == int(layer)]
     return np.unique(ups["step"].to_numpy()).astype(np.int64)
+
+
+@st.cache_data(show_spinner=False)
+def scalar_names(root: str, key: str, token: int) -> list[str]:
+    """The model-wide scalars the run logged."""
+    return curve_figs.scalar_names(open_run(root, key))
+
+
+@st.cache_data(show_spinner="Reading curves ...")
+def curves(root: str, keys: tuple[str, ...], token: int, names: tuple[str, ...]) -> pd.DataFrame:
+    return curve_figs.curve_data([open_run(root, k) for k in keys], names, keys=keys)
+
+
+@st.cache_data(show_spinner=False)
+def fields(root: str, key: str, token: int) -> dict:
+    """The run's manifest as flat fields (``regime``, ``config.lr``, ...)."""
+    return manifest_fields.flat_fields(manifest(root, key, token))

@@ -67,16 +67,58 @@ def downloads(fig, key: str, name: str, data: pd.DataFrame | None = None, where=
         )
 
 
-def chart(fig, key: str, name: str | None = None, data: pd.DataFrame | None = None, on_select=None) -> None:
+def data_downloads(frame: pd.DataFrame, stem: str, key: str, where=None) -> None:
+    """The data behind a page, one click each: CSV and Parquet (built only when clicked)."""
+    target = where or st
+    c1, c2 = target.columns(2)
+    c1.download_button(
+        "Data (CSV)",
+        data=lambda: frame.to_csv(index=False).encode(),
+        file_name=f"{_file_stem(stem)}.csv",
+        mime="text/csv",
+        key=f"{key}_csv",
+        icon=":material/download:",
+        on_click="ignore",
+    )
+    c2.download_button(
+        "Data (Parquet)",
+        data=lambda: _parquet(frame),
+        file_name=f"{_file_stem(stem)}.parquet",
+        mime="application/vnd.apache.parquet",
+        key=f"{key}_parquet",
+        icon=":material/download:",
+        on_click="ignore",
+    )
+
+
+def _parquet(frame: pd.DataFrame) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def chart(
+    fig, key: str, name: str | None = None, data: pd.DataFrame | None = None, on_select=None, on_box=None
+) -> None:
     """A Plotly chart with its downloads; ``on_select(points)`` runs (before the rerun) when a click
-    changes the chart's selection."""
+    changes the chart's selection, ``on_box(x0, x1)`` when a box is drawn on it (box select)."""
 
     def _selected() -> None:
-        points = list(st.session_state[key].get("selection", {}).get("points", []) or [])
-        if points:
+        chosen = st.session_state[key].get("selection", {}) or {}
+        boxes = list(chosen.get("box", []) or [])
+        if on_box and boxes and len(boxes[0].get("x", [])) == 2:
+            x0, x1 = sorted(float(v) for v in boxes[0]["x"])
+            on_box(x0, x1)
+            return
+        points = list(chosen.get("points", []) or [])
+        if points and on_select:
             on_select(points)
 
     fig = without_links(fig)  # a run's name or a table cell may hold an <a href=...> tag
+    if on_box:  # a drag draws the box (a zoom would stay on this one chart)
+        fig.update_layout(dragmode="select", selectdirection="h")
     # theme=None: the figure keeps its own template, so the page looks like the exported figure
     st.plotly_chart(
         fig,
@@ -84,7 +126,7 @@ def chart(fig, key: str, name: str | None = None, data: pd.DataFrame | None = No
         width="stretch",
         theme=None,
         config={"displaylogo": False},
-        on_select=_selected if on_select else "ignore",
-        selection_mode="points",
+        on_select=_selected if on_select or on_box else "ignore",
+        selection_mode=("points", "box") if on_box else "points",
     )
     downloads(fig, key, name or key, data)

@@ -21,6 +21,15 @@ def build_table(name: str, runs, **opts):
     return _build_table(name, runs, **opts)
 
 
+def config_groups(runs) -> list[tuple[str, list]]:
+    """The runs split into the groups that can share one table (sequence length, candidate windows),
+    largest first, each with its label (``T128_w16-32-64-128``); baselines join every group of their T."""
+    from aah_viz.export.runs import config_label, split_by_config
+
+    groups = split_by_config(runs)
+    return sorted(((config_label(cfg), members) for cfg, members in groups.items()), key=lambda g: -len(g[1]))
+
+
 def formats() -> tuple[str, ...]:
     from aah_viz.export.formats import FORMATS
 

@@ -120,6 +120,20 @@ def selected_keys() -> list[str]:
     return chosen or good
 
 
+def trained_keys(keys) -> tuple[list[str], list[str]]:
+    """(runs with training to compare, probe-only runs): a probed model that was not trained here has
+    no curves, windows of its own or regime, so pages that compare runs leave it out and say so."""
+    views = overviews()
+    kept = [k for k in keys if not views.get(k, {}).get("probe_only")]
+    return kept, [k for k in keys if k not in kept]
+
+
+def say_left_out(keys, why: str) -> None:
+    """One caption naming the selected runs a page does not show, and why."""
+    if keys:
+        st.caption(f"Left out: {plain(', '.join(keys))} ({why}).")
+
+
 def set_selected(keys: list[str]) -> None:
     st.session_state[SELECTED] = list(keys)
 
@@ -389,6 +403,6 @@ def open_run(title: str, summary: bool = True) -> Opened | None:
     root, tok = logs_root(), token(key)
     manifest = cache.manifest(root, key, tok)
     if summary:
-        run_summary.header(root, key, tok, manifest)
+        run_summary.header(root, key, tok, manifest, page=title)
     show_run_warnings(key)
     return Opened(key, root, tok, manifest)

@@ -18,6 +18,7 @@ from aah_viz.regimes import NO_CHOICE_MODES, REGIMES
 
 # fn(root, key, token, manifest) -> None; draws st.warning / st.info boxes for the run, or nothing
 Banner = Callable[[str, str, int, dict], None]
+FULL_READ_PAGES = ("Stability",)
 BANNERS: list[Banner] = []
 
 
@@ -38,19 +39,23 @@ def has_controller(manifest: dict) -> bool:
     return cfg.get("window_ablation_mode", "adaptive") not in NO_CHOICE_MODES
 
 
-def controller_state(root: str, key: str, token: int, manifest: dict) -> str:
+def controller_state(root: str, key: str, token: int, manifest: dict, full: bool = False) -> str:
     """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
     if not has_controller(manifest):
         return "none"
-    series = cache.controller(root, key, token)["series"]
-    grad = series[series["name"] == "controller_grad_norm"]["value"] if not series.empty else series
-    if len(grad) == 0:
+    if full:  # the page reads the controller's series anyway: no second read
+        series = cache.controller(root, key, token)["series"]
+        grad = series[series["name"] == "controller_grad_norm"]["value"].abs() if not series.empty else series
+        logged, largest = len(grad), float(grad.max()) if len(grad) else 0.0
+    else:
+        logged, largest = cache.controller_grad(root, key, token)
+    if logged == 0:
         return "unlogged"
-    return "zero" if float(grad.abs().max()) == 0.0 else "learning"
+    return "zero" if largest == 0.0 else "learning"
 
 
-def zero_gradient_warning(root: str, key: str, token: int, manifest: dict) -> None:
-    if controller_state(root, key, token, manifest) == "zero":
+def zero_gradient_warning(root: str, key: str, token: int, manifest: dict, full: bool = False) -> None:
+    if controller_state(root, key, token, manifest, full) == "zero":
         st.warning(
             "**Routing does not learn:** the controller's gradient norm is zero at every logged step, so its "
             "window choices are a fixed random function of drifting statistics (as in the reference). "
@@ -72,18 +77,21 @@ def _progress(overview: dict, manifest: dict) -> str:
     return f"step {last:,}"
 
 
-def _stability(root: str, key: str, token: int) -> tuple[str, str | None]:
-    layers = cache.stability(root, key, token)["layers"]
+def _stability(root: str, key: str, token: int, full: bool = False) -> tuple[str, str | None]:
+    layers = cache.stability(root, key, token)["layers"] if full else cache.stability_layers(root, key, token)
     if layers.empty or "mean_ari" not in layers or layers["mean_ari"].isna().all():
-        if not layers.empty and "window_switch_share" in layers:
+        if not layers.empty and "window_switch_share" in layers and layers["window_switch_share"].notna().any():
             return f"{layers['window_switch_share'].mean():.0%} switch", "window_switch_share"
         return "no routing", None
     return f"ARI {layers['mean_ari'].mean():.2f}", "mean_ari"
 
 
-def header(root: str, key: str, token: int, manifest: dict) -> None:
-    """Banners (zero-gradient warning first), then one row of metrics about the run."""
-    zero_gradient_warning(root, key, token, manifest)
+def header(root: str, key: str, token: int, manifest: dict, page: str | None = None) -> None:
+    """Banners (zero-gradient warning first), then one row of metrics about the run. On the pages
+    that read a run's whole stability and controller tables anyway, the header takes its figures
+    from those reads; elsewhere it reads only the few columns it shows."""
+    full = page in FULL_READ_PAGES
+    zero_gradient_warning(root, key, token, manifest, full)
     for banner in BANNERS:
         banner(root, key, token, manifest)
     o = cache.overview(root, key, token)
@@ -95,8 +103,8 @@ def header(root: str, key: str, token: int, manifest: dict) -> None:
     c = st.columns(4)
     c[0].metric("ACR", _fmt(o.get("final_acr")), help=help_text("acr"))
     c[1].metric("causal-pair coverage", _fmt(o.get("final_causal_coverage")), help=help_text("causal_coverage"))
-    value, _ = _stability(root, key, token)
+    value, _ = _stability(root, key, token, full)
     c[2].metric("stability", value, help=help_text("ari"))
-    state = controller_state(root, key, token, manifest)
+    state = controller_state(root, key, token, manifest, full)
     shown = {"none": "none", "unlogged": "not logged", "zero": "grad = 0", "learning": "grad > 0"}[state]
     c[3].metric("controller", shown, help=help_text("controller_grad_norm"))

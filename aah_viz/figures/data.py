@@ -186,37 +186,39 @@ def _fractions_from_scalars(run, step: int | None):
     return int(chosen), pd.DataFrame([row], index=pd.Index([-1], name="layer"))
 
 
+COVERAGE_SCALARS = ("acr", "acr_causal", "realised_work")
+COST_SCALARS = (*COVERAGE_SCALARS, "flops_ratio_est", "step_time_s", "tokens_per_s")
+COVERAGE_COLUMNS = ["label", "regime", "seed", "backend", "name", "step", "value"]
+
+
 def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
     """ACR, causal-pair coverage and realised work per run, binned to at most ``max_points`` per line."""
-    parts = []
-    for run in runs:
-        s = queries.scalar_frame(run, ["acr", "acr_causal", "realised_work"], model_wide=True)
-        if s.empty:
-            continue
-        b = windows.binned_series(s, "step", "value", max_points=max_points, by="name")
-        b.insert(0, "backend", run_backend(run))
-        b.insert(0, "seed", run.seed)
-        b.insert(0, "regime", run.regime)
-        b.insert(0, "label", run_label(run))
-        parts.append(b)
-    if not parts:
-        return pd.DataFrame(columns=["label", "regime", "seed", "backend", "name", "step", "value"])
-    return pd.concat(parts, ignore_index=True)
-
-
-COST_SCALARS = ("acr", "acr_causal", "realised_work", "flops_ratio_est", "step_time_s", "tokens_per_s")
+    return coverage_and_cost(runs, max_points, names=COVERAGE_SCALARS)[0]
 
 
 def cost_table(runs) -> pd.DataFrame:
     """Per run: the three coverage figures at the last recorded step, the analytic FLOPs
     estimate beside it, and the measured step time and throughput (medians over the run)."""
-    rows = []
+    return coverage_and_cost(runs)[1]
+
+
+def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS):
+    """(:func:`coverage_data`, :func:`cost_table`) from one read of each run's scalars (a page that
+    shows both reads the run once)."""
+    parts, rows = [], []
     for run in runs:
-        s = queries.scalar_frame(run, COST_SCALARS)
-        s = s[s["layer"].isna()]
+        s = queries.scalar_frame(run, names, model_wide=True)  # the layer filter read with the rows
         if s.empty:
             continue
-        last = s.sort_values("step").groupby("name")["value"].last()
+        cov = s[s["name"].isin(COVERAGE_SCALARS)]
+        if not cov.empty:
+            b = windows.binned_series(cov, "step", "value", max_points=max_points, by="name")
+            b.insert(0, "backend", run_backend(run))
+            b.insert(0, "seed", run.seed)
+            b.insert(0, "regime", run.regime)
+            b.insert(0, "label", run_label(run))
+            parts.append(b)
+        last = s.sort_values("step", kind="stable").groupby("name")["value"].last()
         median = s.groupby("name")["value"].median()
         rows.append(
             {
@@ -229,7 +231,8 @@ def cost_table(runs) -> pd.DataFrame:
                 "tokens/s, median (measured)": median.get("tokens_per_s"),
             }
         )
-    return pd.DataFrame(rows)
+    coverage = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COVERAGE_COLUMNS)
+    return coverage, pd.DataFrame(rows)
 
 
 def bucket_table(runs, step: int | None = None) -> pd.DataFrame:

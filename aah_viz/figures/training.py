@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from aah_viz.analysis.curves import smooth
 from aah_viz.figures import style
 
 # (panel title, y-axis title, [(scalar name, transform, trace suffix, markers)])
@@ -18,23 +19,6 @@ PANELS = (
     ("throughput", "tokens / s (measured)", [("tokens_per_s", None, "", False)]),
     ("step time", "step time (s, measured)", [("step_time_s", None, "", False)]),
 )
-
-
-def smooth(values: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's debiased exponential moving average (weight 0 = raw values)."""
-    values = np.asarray(values, dtype=np.float64)
-    if weight <= 0 or len(values) == 0:
-        return values
-    out = np.empty_like(values)
-    last, n = 0.0, 0
-    for i, v in enumerate(values):
-        if not np.isfinite(v):
-            out[i] = last / (1 - weight**n) if n else np.nan
-            continue
-        last = last * weight + (1 - weight) * v
-        n += 1
-        out[i] = last / (1 - weight**n)
-    return out
 
 
 def training_curves_figure(

@@ -10,7 +10,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.dashboard import cache, providers, state
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import compare as cfig
 from aah_viz.figures import windows as wfig
@@ -65,9 +65,10 @@ def render() -> None:
         icon=":material/arrow_forward:",
     )
     root, token = state.logs_root(), state.token()
-    keys = state.selected_keys()
+    keys, probe_only = state.trained_keys(state.selected_keys())
+    state.say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
     if not keys:
-        st.info("No readable runs to compare: pick runs on the Runs page.")
+        st.info("No readable trained runs to compare: pick runs on the Runs page.")
         return
     state.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)
@@ -80,6 +81,7 @@ def render() -> None:
         columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
     st.dataframe(shown, hide_index=True, width="stretch", key="cmp_summary")
+    data_downloads(ours, "runs-by-regime", key="cmp_data")
 
     reference = None
     ref_keys: list[str] = []

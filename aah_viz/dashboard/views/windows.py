@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import cache, state
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
@@ -80,30 +80,39 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
 
 def _across_runs(root: str, key: str, m: dict) -> None:
     st.subheader("Coverage over training and runs side by side")
-    selected = state.selected_keys()
+    selected, probe_only = state.trained_keys(state.selected_keys())
+    state.say_left_out(probe_only, "probe-only: a model probed, not trained, has no windows over training")
+    if key not in selected:
+        st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
+        return
     default = [key] + [k for k in selected if k != key][:3]
-    chosen = st.multiselect(
-        "Runs to compare",
-        selected,
-        default=[k for k in st.session_state.get("win_compare", default) if k in selected] or default,
-        format_func=state.label,
-        key="win_compare_pick",
+    labels = {k: state.label(k) for k in selected}  # computed now: format_func may be called outside the run
+    chosen = address.bound(
+        st.multiselect,
+        "compare",
+        "win_compare_pick",
+        default,
+        parse=address.some_of(selected),
+        dump=address.join,
+        fix=lambda v: [k for k in v if k in selected],
+        label="Runs to compare",
+        options=selected,
+        format_func=labels.__getitem__,
         help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
         "(colour by regime, dash by seed).",
     )
-    st.session_state["win_compare"] = chosen
     keys = tuple(chosen)
     if not keys:
         st.info("Pick at least one run to compare.")
         return
     tok = state.tokens(keys)
+    coverage, cost = cache.coverage_cost(root, keys, tok)
     chart(
-        wfig.coverage_figure(
-            cache.coverage(root, keys, tok), "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)
-        ),
+        wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
         key="win_coverage",
         name="coverage-over-training",
     )
+    data_downloads(coverage, "coverage-over-training", key="win_data")
     st.caption(
         "Realised work is what the attention backend computed, not what the windows allow: the dense-masked "
         "backend computes every T² score and masks it, so it stays at about 2 (T² / causal pairs) for every "
@@ -111,7 +120,6 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         "backend is in brackets after each run. Grey: warm-up of the selected run (full windows).",
         help=help_text("realised_work"),
     )
-    cost = cache.cost(root, keys, tok)
     if not cost.empty:
         st.dataframe(
             cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
@@ -129,7 +137,11 @@ def _across_runs(root: str, key: str, m: dict) -> None:
             "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; step time and "
             "throughput are measured on the machine that trained the run."
         )
-    table = cache.bucket_table(root, keys, tok)
+    same = tuple(k for k in keys if cache.manifest(root, k, state.token(k)).get("windows") == m.get("windows"))
+    state.say_left_out(
+        [k for k in keys if k not in same], "other candidate windows than this run's: they never share one grid"
+    )
+    table = cache.bucket_table(root, same, state.tokens(same))
     if not table.empty:
         chart(
             wfig.bucket_heatmap_figure(table, "final selected-window distribution"),

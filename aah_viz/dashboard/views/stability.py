@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, head_similarity, state, validity
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
@@ -36,6 +36,7 @@ def render() -> None:
         st.info("No routing updates recorded (full attention, or routing has not updated yet).")
     else:
         chart(sfig.stability_figure(s["updates"], "routing stability over training"), key="stab_fig", name="stability")
+        data_downloads(s["updates"], "stability-per-update", key="stab_data")
         c1, c2 = st.columns([1, 1])
         with c1:
             st.dataframe(

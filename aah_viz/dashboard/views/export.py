@@ -40,6 +40,36 @@ def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str,
     return providers.render_table(table, fmt), table.df
 
 
+@st.cache_data(show_spinner=False)
+def config_groups(root: str, keys: tuple[str, ...], token: int) -> list[tuple[str, list[str]]]:
+    """(configuration label, run keys) of the runs that can share one table, largest group first."""
+    runs = [cache.open_run(root, k) for k in keys]
+    key_of = {id(run): k for run, k in zip(runs, keys)}
+    return [(label, [key_of[id(r)] for r in members]) for label, members in providers.config_groups(runs)]
+
+
+def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]:
+    """The selected runs of one configuration (a table or a figure of several runs never mixes
+    sequence lengths or window sets):
+    the largest group by default, a picker when there are several, the others named."""
+    groups = config_groups(root, keys, token)
+    if len(groups) <= 1:
+        return keys
+    labels = [label for label, _ in groups]
+    members = dict(groups)
+    label = st.selectbox(
+        "Configuration (sequence length T, candidate windows w)",
+        labels,
+        key="exp_config",
+        format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
+        help="Runs with other sequence lengths or candidate windows cannot share one table; "
+        "the command line splits them with aah-viz export --allow-mixed.",
+    )
+    chosen = tuple(members[label])
+    state.say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
+    return chosen
+
+
 def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     st.subheader("Tables")
     names = providers.table_names()
@@ -141,8 +171,10 @@ def render() -> None:
         return
     state.show_selection_warnings(keys)
     st.caption(
-        f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages show."
+        f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages "
+        "show; those of several runs from one configuration at a time."
     )
+    keys = _table_runs(root, keys, token)
     try:
         _tables(root, keys, token)
     except ImportError as err:

@@ -1,0 +1,124 @@
+"""Views that live in the address: a widget bound to a query parameter takes its value from a pasted
+link, keeps it across page switches, and writes it back, so a copied address reproduces the view.
+
+Only values that differ from the widget's default are written, so a plain page keeps a short
+address. A value from the address that the widget cannot take (an unknown run, a range outside the
+data) is dropped for the default: the address is data, never trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import streamlit as st
+
+SEEN = "address_seen"  # {param: the text this session last read from or wrote to the address}
+KEEP = "address_keep_"  # session copy of each bound widget's value (Streamlit forgets widgets off the page)
+
+
+def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
+    """Before the widget is drawn: its value from the address if the address says something new,
+    else what this session had, else the default. ``parse`` raises ValueError for a value it refuses."""
+    seen = st.session_state.setdefault(SEEN, {})
+    text = st.query_params.get(param)
+    if text is not None and text != seen.get(param):
+        seen[param] = text
+        try:
+            st.session_state[key] = parse(text)
+            return
+        except (ValueError, TypeError, KeyError, IndexError):
+            pass  # not a value this widget can take: fall through to the session's or the default
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(KEEP + key, default)
+
+
+def publish(param: str, key: str, value, default, dump: Callable[[object], str] = str) -> None:
+    """After the widget: remember its value and put it in the address (or take it out when default)."""
+    st.session_state[KEEP + key] = value
+    seen = st.session_state.setdefault(SEEN, {})
+    if value == default:
+        if param in st.query_params:
+            del st.query_params[param]
+        seen.pop(param, None)
+        return
+    text = dump(value)
+    if st.query_params.get(param) != text:
+        st.query_params[param] = text
+    seen[param] = text
+
+
+def bound(widget, param: str, key: str, default, parse=str, dump=str, fix=None, **kwargs):
+    """Draw ``widget(key=key, **kwargs)`` bound to the query parameter ``param``; returns its value.
+    ``fix(value)`` makes a value kept from earlier fit the widget's options now (or raises ValueError)."""
+    seed(param, key, default, parse)
+    if fix is not None:
+        try:
+            st.session_state[key] = fix(st.session_state[key])
+        except (ValueError, TypeError, KeyError, IndexError):
+            st.session_state[key] = default
+    value = widget(key=key, **kwargs)
+    publish(param, key, value, default, dump)
+    return value
+
+
+# ---- parsers for the usual widgets ------------------------------------------------------------
+
+
+def one_of(options) -> Callable[[str], object]:
+    options = list(options)
+    by_text = {str(o): o for o in options}
+    return lambda text: by_text[text]
+
+
+def some_of(options, sep: str = "~") -> Callable[[str], list]:
+    options = list(options)
+    by_text = {str(o): o for o in options}
+
+    def parse(text: str) -> list:
+        chosen = [by_text[t] for t in text.split(sep) if t in by_text]
+        if not chosen:
+            raise ValueError(text)  # nothing this widget knows: its default, not an empty choice
+        return chosen
+
+    return parse
+
+
+def join(values, sep: str = "~") -> str:
+    return sep.join(str(v) for v in values)
+
+
+def flag(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(text)
+    return text == "1"
+
+
+def flag_text(value) -> str:
+    return "1" if value else "0"
+
+
+def number_in(lo: float, hi: float, cast=float) -> Callable[[str], object]:
+    def parse(text: str):
+        value = cast(float(text))
+        if not lo <= value <= hi:
+            raise ValueError(text)
+        return value
+
+    return parse
+
+
+def range_in(lo: float, hi: float, cast=float) -> Callable[[str], tuple]:
+    """``a,b`` with lo <= a < b <= hi (clipped into the data's range)."""
+
+    def parse(text: str):
+        a, b = (cast(float(t)) for t in text.split(","))
+        a, b = max(cast(lo), a), min(cast(hi), b)
+        if not a < b:
+            raise ValueError(text)
+        return (a, b)
+
+    return parse
+
+
+def range_text(value) -> str:
+    return ",".join(f"{v:g}" for v in value)

@@ -1,0 +1,211 @@
+"""Runs: every run under the logs root in one table that is also the selector: sort by any column,
+filter by any manifest field or final figure, tick the rows the other pages show; the settings that
+differ between the ticked runs below it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from aah_viz.analysis import manifest_fields
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.common import data_downloads, guarded, plain
+from aah_viz.dashboard.glossary import TERMS
+
+COLUMNS = {
+    "key": "run",
+    "regime": "regime",
+    "seed": "seed",
+    "status": "status",
+    "progress": "progress",
+    "steps": "last step",
+    "final_loss": "last-batch train loss",
+    "final_val_loss": "val loss",
+    "final_acr": "ACR",
+    "final_causal_coverage": "causal-pair coverage",
+    "n_layer": "layers",
+    "n_head": "heads",
+    "seq_len": "T (tokens)",
+    "windows": "candidate windows (tokens)",
+}
+TABLE = "runs_table"
+SHOWN = "runs_shown"  # the run keys of the table's rows, in order, as last drawn
+TICKED = "runs_ticked"  # the row numbers this page ticked when it last drew the table
+
+
+def _progress(o: dict, total) -> float | None:
+    last = o.get("steps")
+    if last is None or not isinstance(total, int) or total <= 0:
+        return None
+    return min(1.0, (int(last) + 1) / total)
+
+
+def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """One row per run: the standard columns, then every manifest field (``config.lr``, ...)."""
+    rows, fields = [], {}
+    for k, o in good.items():
+        tok = state.token(k)
+        total = cache.manifest(root, k, tok).get("steps")
+        fields[k] = cache.fields(root, k, tok)
+        row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
+        row.update({f: v for f, v in fields[k].items() if f not in COLUMNS and f not in row})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    base = [c for c in COLUMNS.values() if c in frame]
+    extra = manifest_fields.field_order(c for c in frame.columns if c not in base)
+    return frame[base + extra], fields
+
+
+def _take_ticks(keys: list[str]) -> None:
+    """Rows ticked or unticked in the table since the page drew it become the selection; runs the
+    filter hides keep theirs."""
+    event, shown = st.session_state.get(TABLE), st.session_state.get(SHOWN)
+    if not event or shown is None:
+        return
+    rows = list((event.get("selection") or {}).get("rows") or [])
+    if rows == st.session_state.get(TICKED):
+        return
+    ticked = {shown[i] for i in rows if 0 <= i < len(shown)}
+    current = set(state.selected_keys())
+    state.set_selected([k for k in keys if k in ticked or (k in current and k not in shown)])
+
+
+@guarded
+def render() -> None:
+    st.title("Runs")
+    root = state.logs_root()
+    st.caption(
+        f"Every run directory under {plain(root)}. Tick the runs the other pages show and compare; "
+        "click a column's header to sort by it."
+    )
+    overviews = state.overviews()
+    if not overviews:
+        st.info(
+            f"No run directories under {plain(root)}. Record one with `aah-viz train ... --out DIR/NAME`, "
+            "or open another folder with `aah-viz dashboard --logs DIR`."
+        )
+        return
+    good = {k: o for k, o in overviews.items() if "error" not in o}
+    for key, o in overviews.items():
+        if "error" in o:
+            st.error(f"Run {plain(key)} cannot be shown: {plain(o['error'])}")
+    for key, o in good.items():
+        for w in o.get("warnings", []):
+            st.warning(f"Run {plain(key)}: {plain(w)}")
+    if not good:
+        return
+    state.show_selection_banners(list(good))
+    keys = list(good)
+    _take_ticks(keys)
+    frame, fields = _table(root, good)
+    standard = [c for c in COLUMNS.values() if c in frame]
+    others = [c for c in frame.columns if c not in standard]
+    differ = manifest_fields.differing(fields)
+    c1, c2, c3 = st.columns([2, 2, 3])
+    column = address.bound(
+        c1.selectbox,
+        "filter",
+        "runs_filter_field",
+        "regime",
+        parse=address.one_of(frame.columns),
+        fix=lambda v: v if v in frame.columns else "regime",
+        label="Filter by",
+        options=list(frame.columns),
+        help="Any column: a final figure or a manifest field (config.*, train.*, data.*).",
+    )
+    expr = address.bound(
+        c2.text_input,
+        "q",
+        "runs_filter",
+        "",
+        label="Filter",
+        placeholder="text, =value, <4.2, >=0.3, !=0",
+        help="Plain text is found anywhere in the value; =, !=, <, <=, >, >= compare (numbers as numbers).",
+    )
+    extra = address.bound(
+        c3.multiselect,
+        "cols",
+        "runs_columns",
+        [],
+        parse=address.some_of(others),
+        dump=address.join,
+        fix=lambda v: [c for c in v if c in others],
+        label="More columns",
+        options=others,
+        help=f"Manifest fields; {len(differ)} differ between these runs: "
+        + plain(", ".join(d for d in differ if d in others)[:400]),
+    )
+    mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
+    view = frame[mask.to_numpy()].reset_index(drop=True)
+    shown = view["run"].tolist()
+    selected = state.selected_keys()
+    ticked = [i for i, k in enumerate(shown) if k in selected]
+    st.session_state[TABLE] = {"selection": {"rows": ticked, "columns": [], "cells": []}}
+    st.session_state[TICKED], st.session_state[SHOWN] = ticked, shown
+    st.dataframe(
+        view[standard + list(extra)],
+        hide_index=True,
+        width="stretch",
+        key=TABLE,
+        on_select="rerun",
+        selection_mode="multi-row",
+        column_config={
+            "run": st.column_config.TextColumn("run", pinned=True),
+            "progress": st.column_config.ProgressColumn(
+                "progress", help="steps recorded / steps planned", min_value=0.0, max_value=1.0, format="percent"
+            ),
+            "status": st.column_config.TextColumn("status", help=TERMS["status"][1]),
+            "last-batch train loss": st.column_config.NumberColumn(
+                "last-batch train loss", help=TERMS["training_loss"][1], format="%.3f"
+            ),
+            "val loss": st.column_config.NumberColumn("val loss", help=TERMS["val_loss"][1], format="%.3f"),
+            "ACR": st.column_config.NumberColumn("ACR", help=TERMS["acr"][1], format="%.3f"),
+            "causal-pair coverage": st.column_config.NumberColumn(
+                "causal-pair coverage", help=TERMS["causal_coverage"][1], format="%.3f"
+            ),
+        },
+    )
+    hidden = len(frame) - len(view)
+    st.caption(
+        f"{len(selected)} of {len(keys)} runs selected"
+        + (f"; the filter hides {hidden} (their selection is kept)" if hidden else "")
+        + ". Tick a row's box to select it, the header's box for every shown row."
+    )
+    b1, b2, _ = st.columns([2, 2, 3])
+    if b1.button("Select only shown", key="runs_select_shown", help="Tick the runs the filter shows, no others"):
+        state.set_selected(shown)
+        st.rerun()
+    if b2.button("Select all", key="runs_select_all", help="Tick every run (also when none is ticked)"):
+        state.set_selected(keys)
+        st.rerun()
+    running = [k for k, o in good.items() if o.get("status") == "running"]
+    if running:
+        st.caption(f"{len(running)} run(s) still being written; with live refresh on (sidebar) the table follows them.")
+    data_downloads(frame, "runs", key="runs_data")
+    _diff(selected, fields)
+
+
+def _diff(selected: list[str], fields: dict[str, dict]) -> None:
+    """The manifest fields whose values differ between the selected runs: one row per field."""
+    st.subheader("What differs between the selected runs")
+    if len(selected) < 2:
+        st.caption("Select two runs or more to see the settings that differ between them.")
+        return
+    chosen = {k: fields[k] for k in selected if k in fields}
+    differ = [f for f in manifest_fields.differing(chosen) if f != "run_id"]
+    if not differ:
+        st.caption("The selected runs have the same settings in every manifest field.")
+        return
+    diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in differ] for k in chosen}, index=differ)
+    diff.index.name = "field"
+    st.dataframe(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
+    same = len({f for row in chosen.values() for f in row}) - len(differ)
+    st.caption(f"{len(differ)} fields differ; {same} are the same in every selected run and are not shown.")
+
+
+def _cell(value) -> str:
+    return "–" if value is None else str(value)
+
+
+if __name__ == "__main__":
+    render()

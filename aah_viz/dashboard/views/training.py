@@ -1,0 +1,230 @@
+"""Training: any logged scalar of the selected runs against step, tokens or wall time, one chart per
+scalar on one shared x range; runs overlaid or grouped by a manifest field (mean and band over the
+group), TensorBoard's smoothing with the raw line faint behind, a y axis the first losses cannot
+flatten. Every choice lives in the address, and the data behind the page downloads in one click."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from aah_viz.analysis import curves as curve_stats
+from aah_viz.analysis import manifest_fields
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard.glossary import help_text
+from aah_viz.figures import curves as cfig
+
+RANGE_KEY = "tr_range"
+GROUP_FIRST = ("regime", "seed", "preset", "windows")
+
+
+def _set_range(x0: float, x1: float) -> None:
+    """A box drawn on any chart becomes the x range of every chart (and of the address)."""
+    st.session_state[RANGE_KEY] = (x0, x1)
+
+
+def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
+    """The fields runs can be grouped by: regime, seed, preset, windows, then every field that differs."""
+    fields = {k: cache.fields(root, k, state.token(k)) for k in keys}
+    differ = manifest_fields.differing(fields)
+    options = [f for f in GROUP_FIRST if any(f in row for row in fields.values())]
+    return options + [f for f in differ if f not in options], fields
+
+
+@guarded
+def render() -> None:
+    opened = state.open_run("Training")
+    if opened is None:
+        return
+    key, root, _, _ = opened
+    trained, probe_only = state.trained_keys(state.selected_keys())
+    state.say_left_out(probe_only, "probe-only: a model probed, not trained, logs no training scalars")
+    if not trained:
+        st.info("No trained run among the selected runs: pick runs on the Runs page.")
+        return
+    default_runs = [key] if key in trained else trained[:1]
+    labels = {k: state.label(k) for k in trained}  # computed now: format_func may be called outside the run
+    c1, c2 = st.columns([3, 2])
+    keys = address.bound(
+        c1.multiselect,
+        "runs",
+        "tr_runs",
+        default_runs,
+        parse=address.some_of(trained),
+        dump=address.join,
+        fix=lambda v: [k for k in v if k in trained],
+        label="Runs",
+        options=trained,
+        format_func=labels.__getitem__,
+        help="Runs drawn together (the runs selected on the Runs page). Colour by regime, dash by seed.",
+    )
+    keys = tuple(keys) or tuple(default_runs)
+    names = sorted({n for k in keys for n in cache.scalar_names(root, k, state.token(k))})
+    default_scalars = [n for n in cfig.DEFAULT_SCALARS if n in names] or names[:1]
+    scalars = address.bound(
+        c2.multiselect,
+        "scalars",
+        "tr_scalars",
+        default_scalars,
+        parse=address.some_of(names),
+        dump=address.join,
+        fix=lambda v: [n for n in v if n in names],
+        label="Scalars",
+        options=names,
+        help="Every model-wide scalar the runs logged; one chart each.",
+    )
+    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
+    x = address.bound(
+        c1.radio,
+        "x",
+        "tr_x",
+        "step",
+        parse=address.one_of(cfig.X_AXES),
+        label="x axis",
+        options=list(cfig.X_AXES),
+        format_func=cfig.X_NAMES.get,
+        horizontal=True,
+        help="Tokens and wall time are summed from each step's logged tokens/s and step time.",
+    )
+    group_options, fields = _group_fields(root, keys)
+    group = address.bound(
+        c2.selectbox,
+        "group",
+        "tr_group",
+        "none",
+        parse=address.one_of(["none", *group_options]),
+        fix=lambda v: v if v in ("none", *group_options) else "none",
+        label="Group runs by",
+        options=["none", *group_options],
+        help="Runs with the same value of this manifest field become one line: their mean, with a band.",
+    )
+    band = address.bound(
+        c3.selectbox,
+        "band",
+        "tr_band",
+        "minmax",
+        parse=address.one_of(curve_stats.BANDS),
+        label="Band",
+        options=list(curve_stats.BANDS),
+        format_func=curve_stats.BAND_NAMES.get,
+        disabled=group == "none",
+    )
+    smoothing = address.bound(
+        c4.slider,
+        "smooth",
+        "tr_smoothing",
+        0.6,
+        parse=address.number_in(0.0, 0.99),
+        label="Smoothing",
+        min_value=0.0,
+        max_value=0.99,
+        step=0.01,
+        help=help_text("smoothing"),
+    )
+    robust = address.bound(
+        c5.toggle,
+        "outliers",
+        "tr_robust",
+        True,
+        parse=address.flag,
+        dump=address.flag_text,
+        label="ignore outliers",
+        help="Values more than 3 interquartile ranges beyond the middle half of those shown (the first "
+        "losses, about 115 nats, would flatten every curve) do not set the y range; the lines run beyond it.",
+    )
+    log_y = address.bound(
+        c5.toggle, "logy", "tr_log_y", False, parse=address.flag, dump=address.flag_text, label="log y"
+    )
+    frame = cache.curves(root, keys, state.tokens(keys), tuple(scalars))
+    if frame.empty or not scalars:
+        st.info("No scalars logged yet by these runs: they appear here once the first step is logged.")
+        return
+    xs = frame[x].to_numpy(dtype=np.float64)
+    xs = xs[np.isfinite(xs)]
+    if xs.size == 0:
+        st.info(f"These runs logged no step time, so there is no {cfig.X_NAMES[x]} axis: pick step.")
+        return
+    lo, hi = float(xs.min()), float(xs.max())
+    integral = x == "step"
+    cast = int if integral else float
+    full = (cast(lo), cast(hi))
+    x_range = full
+    if st.session_state.get("tr_range_axis") != x:  # another x axis: a kept range means nothing there
+        st.session_state.pop(RANGE_KEY, None)
+        st.session_state.pop(address.KEEP + RANGE_KEY, None)
+        st.session_state["tr_range_axis"] = x
+    if hi > lo:
+        x_range = address.bound(
+            st.slider,
+            "range",
+            RANGE_KEY,
+            full,
+            parse=address.range_in(lo, hi, cast),
+            dump=address.range_text,
+            fix=_clip(lo, hi, cast),
+            label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",
+            min_value=full[0],
+            max_value=full[1],
+        )
+    groups = None
+    if group != "none":
+        groups = {k: fields[k].get(group) for k in keys}
+    for name in scalars:
+        chart(
+            cfig.curves_figure(
+                frame,
+                name,
+                x=x,
+                smoothing=smoothing,
+                groups=groups,
+                group_by=None if group == "none" else group,
+                band=band,
+                robust=robust,
+                log_y=log_y,
+                x_range=None if x_range == full else x_range,
+            ),
+            key=f"tr_fig_{name}",
+            name=f"{name}-{x}",
+            data=frame[frame["name"] == name],
+            on_box=_set_range,
+        )
+    notes = [
+        f"Smoothing {smoothing:.2f}: TensorBoard's debiased exponential moving average, raw lines faint behind"
+        if smoothing > 0
+        else "No smoothing",
+        "lines binned to at most 1,000 points",
+        "validation losses are points, never smoothed",
+    ]
+    if groups is not None:
+        counts = {}
+        for value in groups.values():
+            counts[value] = counts.get(value, 0) + 1
+        notes.append(
+            f"{len(counts)} groups by {group} ("
+            + ", ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+            + f"); band: {curve_stats.BAND_NAMES[band]}"
+        )
+    st.caption(plain("; ".join(notes) + "."))
+    st.caption(
+        "Training loss is the loss of one logged training batch with dropout on, so it sits above the "
+        "validation loss (held-out batches, no dropout); compare runs on validation loss."
+    )
+    data_downloads(frame, f"training-{'-'.join(scalars)}", key="tr_data")
+
+
+def _clip(lo: float, hi: float, cast):
+    """A kept range made to fit the current data (another x axis, a run that grew)."""
+
+    def fix(value):
+        a, b = (cast(v) for v in value)
+        a, b = max(cast(lo), a), min(cast(hi), b)
+        if not a < b:
+            raise ValueError(value)
+        return (a, b)
+
+    return fix
+
+
+if __name__ == "__main__":
+    render()

@@ -1,0 +1,232 @@
+"""Any logged scalar of several runs against step, tokens or wall time: one chart per scalar, runs
+overlaid or grouped (mean and band), TensorBoard's smoothing with the raw line faint behind, a y
+range that the first losses cannot flatten, and one hover with every line's value at an x."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from aah_viz.analysis import curves, queries
+from aah_viz.analysis import windows as wstats
+from aah_viz.figures import style
+from aah_viz.figures.data import MAX_SERIES_POINTS, run_label
+
+X_AXES = {
+    "step": style.STEP,
+    "tokens": "tokens processed (Σ tokens/s × step time)",
+    "wall_s": "wall time (s, Σ step times; evaluation not counted)",
+}
+X_NAMES = {"step": "step", "tokens": "tokens", "wall_s": "wall time"}
+# scalars logged only at evaluations: drawn as points, never smoothed
+SPARSE = ("val_loss", "val_ppl")
+DEFAULT_SCALARS = ("loss", "val_loss")
+GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
+
+
+def scalar_names(run) -> list[str]:
+    """The model-wide scalars a run logged, sorted (a read of the name column only)."""
+    import pyarrow.compute as pc
+
+    t = run.arrow_table("scalars", columns=["name", "layer"])
+    if t.num_rows == 0:
+        return []
+    names = pc.filter(t.column("name"), pc.is_null(t.column("layer")))
+    return sorted(str(n) for n in pc.unique(names).to_pylist() if n is not None)
+
+
+def curve_data(runs, names, keys=None, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
+    """The named model-wide scalars of each run, binned to at most ``max_points`` per line, each
+    point with its step, the tokens processed and the wall time up to that step.
+
+    Tokens and wall time are running totals of ``tokens_per_s × step_time_s`` and ``step_time_s``
+    (each logged value standing for the steps since the previous one); NaN when the run did not log them.
+    """
+    keys = list(keys) if keys is not None else [run.run_id for run in runs]
+    parts = []
+    for key, run in zip(keys, runs):
+        s = queries.scalar_frame(run, [*names, "tokens_per_s", "step_time_s"], model_wide=True)
+        if s.empty:
+            continue
+        clock = _clock(s)
+        wanted = s[s["name"].isin(list(names))]
+        if wanted.empty:
+            continue
+        b = wstats.binned_series(wanted, "step", "value", max_points=max_points, by="name")
+        if clock is None:
+            b["tokens"], b["wall_s"] = np.nan, np.nan
+        else:
+            steps, tokens, wall = clock
+            b["tokens"] = np.interp(b["step"], steps, tokens)
+            b["wall_s"] = np.interp(b["step"], steps, wall)
+        b.insert(0, "seed", run.seed)
+        b.insert(0, "regime", run.regime)
+        b.insert(0, "label", run_label(run))
+        b.insert(0, "run", key)
+        parts.append(b)
+    if not parts:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(parts, ignore_index=True)[COLUMNS]
+
+
+def _clock(s: pd.DataFrame):
+    """(steps, tokens, wall seconds) at each step that logged a step time, or None."""
+    per = s[s["name"].isin(["tokens_per_s", "step_time_s"])].pivot_table(
+        index="step", columns="name", values="value", aggfunc="mean"
+    )
+    if "step_time_s" not in per or per["step_time_s"].notna().sum() == 0:
+        return None
+    steps = per.index.to_numpy(dtype=np.float64)
+    secs = per["step_time_s"].to_numpy(dtype=np.float64)
+    rate = per["tokens_per_s"].to_numpy(dtype=np.float64) if "tokens_per_s" in per else np.full(len(steps), np.nan)
+    return steps, curves.cumulative(steps, rate * secs), curves.cumulative(steps, secs)
+
+
+def _group_color(group, i: int, by: str | None) -> str:
+    return style.regime_color(group) if by == "regime" else GROUP_PALETTE[i % len(GROUP_PALETTE)]
+
+
+def curves_figure(
+    frame: pd.DataFrame,
+    name: str,
+    x: str = "step",
+    smoothing: float = 0.0,
+    groups: dict | None = None,
+    group_by: str | None = None,
+    band: str = "minmax",
+    robust: bool = True,
+    log_y: bool = False,
+    x_range: tuple[float, float] | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """One scalar of several runs. ``frame``: :func:`curve_data`'s rows. ``groups``: run -> group
+    value (runs grouped into one mean line with a band each); None draws every run.
+
+    ``robust``: values beyond Tukey's far-out fences (the first losses) do not set the y range, the
+    lines still run beyond it; ``x_range`` limits the x axis (the page shares it across charts).
+    """
+    part = frame[frame["name"] == name] if not frame.empty else frame
+    sparse = name in SPARSE
+    weight = 0.0 if sparse else smoothing
+    fig = go.Figure()
+    shown_y: list[np.ndarray] = []
+    runs = list(dict.fromkeys(part["run"])) if not part.empty else []
+    lines = {}
+    for run in runs:
+        r = part[part["run"] == run].sort_values("step")
+        xs, raw = r[x].to_numpy(dtype=np.float64), r["value"].to_numpy(dtype=np.float64)
+        ok = np.isfinite(xs)
+        lines[run] = (r.iloc[0], xs[ok], raw[ok], curves.smooth(raw[ok], weight))
+    inside = _inside(x_range)
+    if groups is None:
+        for run, (first, xs, raw, ys) in lines.items():
+            line = style.run_line(first["regime"], first["seed"])
+            if weight > 0:
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=raw,
+                        mode="lines",
+                        line=dict(color=line["color"], width=1),
+                        opacity=0.25,
+                        showlegend=False,
+                        legendgroup=run,
+                        hoverinfo="skip",
+                        name=_text(f"{first['label']} raw"),
+                    )
+                )
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers" if sparse else "lines",
+                    line=dict(**line, width=1.8),
+                    marker=dict(size=6),
+                    name=_text(first["label"]),
+                    legendgroup=run,
+                    hovertemplate="%{y:.4g}",
+                )
+            )
+            shown_y.append(ys[inside(xs)])
+    else:
+        members: dict = {}
+        for run in lines:
+            members.setdefault(groups.get(run), []).append(run)
+        for i, (group, runs_in) in enumerate(sorted(members.items(), key=lambda g: str(g[0]))):
+            gx, mean, lower, upper, n = curves.group_band([(lines[r][1], lines[r][3]) for r in runs_in], band=band)
+            if gx.size == 0:
+                continue
+            color = _group_color(group, i, group_by)
+            label = _text(f"{group_by}={group} (n={len(runs_in)})")
+            if band != "none" and len(runs_in) > 1:
+                fig.add_trace(
+                    go.Scatter(
+                        x=np.concatenate([gx, gx[::-1]]),
+                        y=np.concatenate([upper, lower[::-1]]),
+                        fill="toself",
+                        fillcolor=_alpha(color, 0.18),
+                        line=dict(width=0),
+                        hoverinfo="skip",
+                        showlegend=False,
+                        legendgroup=label,
+                        name=f"{label} band ({curves.BAND_NAMES[band]})",
+                    )
+                )
+                shown_y += [lower[inside(gx)], upper[inside(gx)]]
+            fig.add_trace(
+                go.Scatter(
+                    x=gx,
+                    y=mean,
+                    mode="lines+markers" if sparse else "lines",
+                    line=dict(color=color, width=2.2),
+                    marker=dict(size=6),
+                    name=label,
+                    legendgroup=label,
+                    customdata=n,
+                    hovertemplate="%{y:.4g} (n=%{customdata})",
+                )
+            )
+            shown_y.append(mean[inside(gx)])
+    if not runs:
+        fig.add_annotation(text=f"no run logged {name}", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(title=dict(text=X_AXES[x], font=dict(size=11)))
+    if x_range is None and runs:  # every chart of a page on the same x range, whatever its own data
+        every = frame[x].to_numpy(dtype=np.float64)
+        every = every[np.isfinite(every)]
+        x_range = (float(every.min()), float(every.max())) if every.size else None
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
+    fig.update_yaxes(title=dict(text=name, font=dict(size=11)), type="log" if log_y else None)
+    if robust:
+        yr = curves.robust_range(shown_y, log=log_y)
+        if yr is not None:
+            fig.update_yaxes(range=list(yr))
+    style.base_layout(fig, title or f"{name} against {X_NAMES[x]}", height=380)
+    return fig.update_layout(
+        hovermode="x unified",
+        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
+        margin=dict(r=10),
+    )
+
+
+def _text(value) -> str:
+    """Run names and manifest values as Plotly text, never markup (Plotly reads <a>, <b>, <br> in names)."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _inside(x_range):
+    if x_range is None:
+        return lambda xs: np.ones(len(xs), dtype=bool)
+    lo, hi = x_range
+    return lambda xs: (xs >= lo) & (xs <= hi)
+
+
+def _alpha(color: str, a: float) -> str:
+    """``#rrggbb`` or ``rgb(r,g,b)`` as ``rgba(r,g,b,a)``."""
+    if color.startswith("#") and len(color) == 7:
+        r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    else:
+        r, g, b = (int(float(v)) for v in color[color.index("(") + 1 : color.index(")")].split(",")[:3])
+    return f"rgba({r},{g},{b},{a})"

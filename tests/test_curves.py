@@ -1,0 +1,87 @@
+"""The curve arithmetic behind the Training page (aah_viz.analysis.curves), against computations
+written out here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from aah_viz.analysis import curves
+
+
+def test_smoothing_is_tensorboards_debiased_ema_and_skips_missing_values():
+    values = np.array([10.0, 2.0, np.nan, 4.0, 3.0])
+    w, ema, n, want = 0.8, 0.0, 0, []
+    for v in values:
+        if math.isnan(v):
+            want.append(ema / (1 - w**n))
+            continue
+        ema, n = w * ema + (1 - w) * v, n + 1
+        want.append(ema / (1 - w**n))
+    np.testing.assert_allclose(curves.smooth(values, w), want, rtol=1e-12)
+    assert curves.smooth(values, w)[0] == 10.0  # debiased: the first point is the first value
+    np.testing.assert_array_equal(curves.smooth(values, 0.0), values)
+
+
+def test_running_totals_count_each_logged_value_for_the_steps_since_the_last():
+    # logged at steps 0, 1, 5 (every step, then after a gap of four)
+    np.testing.assert_allclose(curves.cumulative([0, 1, 5], [2.0, 3.0, 1.0]), [2.0, 5.0, 9.0])
+    np.testing.assert_allclose(curves.cumulative([0, 1, 2], [2.0, np.nan, 1.0]), [2.0, 4.0, 5.0])
+
+
+def test_the_robust_range_drops_a_spike_and_keeps_a_clean_series_whole():
+    clean = np.linspace(3.0, 5.0, 200)
+    lo, hi = curves.robust_range([clean])
+    assert lo < 3.0 and hi > 5.0 and hi - lo < 2.5
+    spiked = np.concatenate([[115.0, 90.0, 60.0], clean])
+    lo, hi = curves.robust_range([spiked])
+    assert hi < 6.0 and lo < 3.0
+    assert curves.robust_range([[np.nan]]) is None
+    lo, hi = curves.robust_range([[1.0, 10.0, 100.0]], log=True)  # log10 units, as Plotly wants
+    assert lo < 0.0 and 2.0 < hi < 2.5
+
+
+def test_a_group_is_a_mean_with_a_band_over_the_runs_that_reached_each_x():
+    x = np.arange(10.0)
+    a, b, c = 1.0 + x, 3.0 + x, 5.0 + x
+    gx, mean, lower, upper, n = curves.group_band([(x, a), (x, b), (x[:5], c[:5])], band="minmax", points=10)
+    np.testing.assert_allclose(gx, x)
+    np.testing.assert_array_equal(n, [3] * 5 + [2] * 5)  # the short run counts only where it logged
+    np.testing.assert_allclose(mean[:5], 3.0 + x[:5])
+    np.testing.assert_allclose(mean[5:], 2.0 + x[5:])
+    np.testing.assert_allclose(lower, a)
+    np.testing.assert_allclose(upper[:5], c[:5])
+    gx, mean, lower, upper, n = curves.group_band([(x, a), (x, b), (x, c)], band="ci95", points=10)
+    half = stats.t.ppf(0.975, 2) * np.std([1.0, 3.0, 5.0], ddof=1) / math.sqrt(3)
+    np.testing.assert_allclose(upper - mean, half)
+    np.testing.assert_allclose(mean - lower, half)
+    with pytest.raises(ValueError):
+        curves.group_band([(x, a)], band="iqr")
+
+
+def test_run_names_and_manifest_values_are_text_in_the_curves_figure():
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure
+
+    label = '<a href="https://evil.example">run</a>'
+    frame = pd.DataFrame(
+        {
+            "run": "r",
+            "label": label,
+            "regime": "<b>x</b>",
+            "seed": 0,
+            "name": "loss",
+            "step": [0, 1, 2],
+            "tokens": [1.0, 2.0, 3.0],
+            "wall_s": [0.1, 0.2, 0.3],
+            "value": [3.0, 2.0, 1.0],
+        }
+    )
+    names = [t.name for t in curves_figure(frame, "loss").data]
+    assert names == ['&lt;a href="https://evil.example"&gt;run&lt;/a&gt;']
+    grouped = curves_figure(frame, "loss", groups={"r": "<b>x</b>"}, group_by="regime").data
+    assert all("<" not in (t.name or "") for t in grouped)

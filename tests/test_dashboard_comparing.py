@@ -1,0 +1,328 @@
+"""Comparing runs on the dashboard (issue 28) and pages that show only what they can (issue 29 item 9),
+through ``streamlit.testing.v1.AppTest`` on real run directories: the bundled sample logs and
+synthetic runs written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from aah_viz.dashboard.app import PAGE_DIR, PAGES
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+SAMPLE_LOGS = REPO / "sample_logs"
+PROBE_ONLY = "minilm_pud_gap"  # MiniLM probed at T = 510 beside the trained runs at T = 128
+PAGE_FILES = {m.rsplit("/", 1)[-1]: str(PAGE_DIR / f"{m}.py") for m, _, _ in PAGES}
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def goto(at: AppTest, page: str) -> AppTest:
+    at.switch_page(PAGE_FILES[page]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def captions(at: AppTest) -> list[str]:
+    return [c.value.replace("\\", "") for c in at.caption]
+
+
+@pytest.fixture
+def samples(monkeypatch, tmp_path):
+    if not (SAMPLE_LOGS / PROBE_ONLY / "manifest.json").is_file():
+        pytest.skip("the bundled sample logs are not in this checkout")
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(samples):
+    at = goto(samples, "export")
+    assert not at.error, [e.value for e in at.error]
+    config = at.selectbox(key="exp_config")
+    assert config.value.startswith("T128_") and any(o.startswith("T510_") for o in config.options)
+    left = [c for c in captions(at) if c.startswith("Left out")]
+    assert len(left) == 1 and PROBE_ONLY in left[0]
+    preview = at.dataframe[0].value
+    assert len(preview) and not preview.astype(str).apply(lambda c: c.str.contains(PROBE_ONLY)).any().any()
+
+
+def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
+    at = goto(samples, "compare")
+    regimes = at.dataframe[0].value["regime"].tolist()
+    assert "external" not in regimes and "full_adaptive" in regimes
+    assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+    at = goto(at, "windows")
+    picker = at.multiselect(key="win_compare_pick")
+    assert picker.options and not any(PROBE_ONLY in o for o in picker.options)
+    assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+
+
+def test_the_probe_only_run_shows_no_nan_in_its_header(samples):
+    samples.query_params["run"] = PROBE_ONLY
+    at = goto(samples, "windows")
+    assert at.selectbox(key="run_picker").value == PROBE_ONLY
+    shown = {m.label: m.value for m in at.metric}
+    assert "nan" not in " ".join(shown.values()).lower(), shown
+    assert not at.error, [e.value for e in at.error]
+
+
+# ---- the Training page: grouped runs, one x range, views in the address ---------------------------
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    root = tmp_path_factory.mktemp("logs")
+    kw = dict(n_layer=2, n_head=4, steps=120)
+    make_synthetic_run(root / "a-s0", regime="full_adaptive", seed=0, **kw)
+    make_synthetic_run(root / "a-s1", regime="full_adaptive", seed=1, **kw)
+    make_synthetic_run(root / "f-s0", regime="shallow_freeze", seed=0, **kw)
+    return root
+
+
+def open_training(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    return goto(at, "training")
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    from aah_viz.figures.payload import figure_data
+
+    out = {}
+    for el in at.get("plotly_chart"):
+        fig = figure_data(el.proto.spec)
+        out[fig["layout"]["title"]["text"]] = fig
+    return out
+
+
+def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three_runs, monkeypatch, tmp_path):
+    from aah_viz.runlog import load_run
+
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    at.slider(key="tr_smoothing").set_value(0.0).run()
+    at.selectbox(key="tr_group").set_value("regime").run()
+    fig = figures(at)["loss against step"]
+    means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
+    assert set(means) == {"regime=full_adaptive (n=2)", "regime=shallow_freeze (n=1)"}
+    band = next(t for t in fig["data"] if t.get("fill") == "toself")
+    assert "full_adaptive" in band["name"]
+    # the mean and the band, computed here from the two runs' rows on the figure's own x values
+    mean = means["regime=full_adaptive (n=2)"]
+    x = np.asarray(mean["x"], float)
+    ys = []
+    for key in ("a-s0", "a-s1"):
+        loss = load_run(three_runs / key).scalar("loss").sort_values("step")
+        ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
+    np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
+    np.testing.assert_array_equal(np.asarray(mean["customdata"]), 2)  # runs behind each point
+    edge = np.asarray(band["y"], float)
+    np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
+    np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
+    assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    # group by seed instead: seed 0 holds two runs of two regimes
+    at.selectbox(key="tr_group").set_value("seed").run()
+    names = {t["name"] for t in figures(at)["loss against step"]["data"] if t.get("showlegend") is not False}
+    assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+
+
+def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_chart(samples):
+    from aah_viz.runlog import load_run
+
+    at = goto(samples, "training")
+    run = at.selectbox(key="run_picker").value
+    loss = load_run(SAMPLE_LOGS / run).scalar("loss").sort_values("step")["value"].to_numpy()
+    at.slider(key="tr_smoothing").set_value(0.0).run()
+    fig = figures(at)["loss against step"]
+    lo, hi = fig["layout"]["yaxis"]["range"]
+    assert loss[0] > 100 and hi < loss[0] / 5  # the ~115-nat start is off the axis ...
+    assert lo <= loss.min() and hi >= np.quantile(loss, 0.85)  # ... while the rest of training is on it
+    at.toggle(key="tr_robust").set_value(False).run()
+    assert "range" not in figures(at)["loss against step"]["layout"]["yaxis"]
+    # one x range, chosen once, on every chart and in the address
+    at.multiselect(key="tr_scalars").set_value(["loss", "val_loss", "lr"]).run()
+    at.slider(key="tr_range").set_value((50, 200)).run()
+    shown = figures(at)
+    assert len(shown) == 3
+    assert all(f["layout"]["xaxis"]["range"] == [50, 200] for f in shown.values())
+    assert at.query_params["range"] == "50,200"
+
+
+def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, tmp_path):
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    at.multiselect(key="tr_scalars").set_value(["loss", "acr"]).run()
+    at.radio(key="tr_x").set_value("wall_s").run()
+    at.selectbox(key="tr_group").set_value("regime").run()
+    at.selectbox(key="tr_band").set_value("ci95").run()
+    at.slider(key="tr_smoothing").set_value(0.3).run()
+    at.toggle(key="tr_log_y").set_value(True).run()
+    params = {k: at.query_params[k] for k in at.query_params}
+    assert {"runs", "scalars", "x", "group", "band", "smooth", "logy"} <= set(params)
+    before = figures(at)
+    # a fresh session (a new tab) opened on that address
+    again = open_training(three_runs, monkeypatch, tmp_path, **params)
+    assert again.multiselect(key="tr_runs").value == ["a-s0", "a-s1", "f-s0"]
+    assert again.multiselect(key="tr_scalars").value == ["loss", "acr"]
+    assert (again.radio(key="tr_x").value, again.selectbox(key="tr_group").value) == ("wall_s", "regime")
+    assert again.selectbox(key="tr_band").value == "ci95" and again.slider(key="tr_smoothing").value == 0.3
+    after = figures(again)
+    assert set(after) == set(before) == {"loss against wall time", "acr against wall time"}
+    for title in before:
+        assert [t["name"] for t in after[title]["data"]] == [t["name"] for t in before[title]["data"]]
+        assert after[title]["layout"]["yaxis"]["type"] == "log"
+    # a page switch and back keeps the view (Streamlit forgets widgets off the page; the session does not)
+    goto(at, "windows")
+    goto(at, "training")
+    assert at.selectbox(key="tr_group").value == "regime" and at.radio(key="tr_x").value == "wall_s"
+    assert at.query_params["group"] == "regime"
+    # a hostile or stale address falls back to the defaults, and says nothing as markup
+    bad = open_training(three_runs, monkeypatch, tmp_path, runs="../../etc~nope", x="<b>x</b>", smooth="7")
+    assert bad.multiselect(key="tr_runs").value and bad.radio(key="tr_x").value == "step"
+    assert bad.slider(key="tr_smoothing").value == 0.6
+
+
+# ---- the Runs page: the table is the selector ------------------------------------------------------
+
+
+def open_runs(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=300)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def tick(at: AppTest, *keys: str) -> AppTest:
+    """Tick the rows of these runs in the Runs table (what clicks on their boxes send)."""
+    shown = at.session_state["runs_shown"]
+    rows = [shown.index(k) for k in keys]
+    at.session_state["runs_table"] = {"selection": {"rows": rows, "columns": [], "cells": []}}
+    return at.run()
+
+
+def test_the_runs_table_filters_by_any_field_and_ticks_select_runs(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    assert sorted(at.dataframe[0].value["run"]) == ["a-s0", "a-s1", "f-s0"]
+    # a manifest field the standard columns lack, as a filter: seed 1 only
+    at.selectbox(key="runs_filter_field").set_value("seed").run()
+    at.text_input(key="runs_filter").set_value("=1").run()
+    assert at.dataframe[0].value["run"].tolist() == ["a-s1"]
+    at.text_input(key="runs_filter").set_value("freeze").run()
+    assert at.dataframe[0].value["run"].tolist() == []  # seed holds no text "freeze"
+    at.selectbox(key="runs_filter_field").set_value("regime").run()
+    assert at.dataframe[0].value["run"].tolist() == ["f-s0"]
+    # a final figure: numbers compare as numbers
+    at.selectbox(key="runs_filter_field").set_value("last step").run()
+    at.text_input(key="runs_filter").set_value(">=119").run()
+    assert len(at.dataframe[0].value) == 3
+    # ticking two rows selects those runs for every page
+    at.text_input(key="runs_filter").set_value("").run()
+    tick(at, "a-s0", "f-s0")
+    assert at.session_state["selected_runs"] == ["a-s0", "f-s0"]
+    goto(at, "compare")
+    assert sorted(at.dataframe[0].value["regime"]) == ["full_adaptive", "shallow_freeze"]
+    goto(at, "runs")
+    assert at.session_state["runs_ticked"] == [0, 2]  # the table shows the selection it made
+    # a filter that hides a selected run keeps it selected
+    at.selectbox(key="runs_filter_field").set_value("regime").run()
+    at.text_input(key="runs_filter").set_value("adaptive").run()
+    tick(at, "a-s1")
+    assert at.session_state["selected_runs"] == ["a-s1", "f-s0"]
+
+
+def test_the_config_diff_shows_only_the_fields_that_differ(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    tick(at, "a-s0", "a-s1")
+    diff = at.dataframe[1].value.set_index("field")
+    assert list(diff.columns) == ["a-s0", "a-s1"]
+    assert "seed" in diff.index and "regime" not in diff.index and "n_layer" not in diff.index
+    assert diff.loc["seed"].tolist() == ["0", "1"]
+    tick(at, "a-s0", "f-s0")
+    diff = at.dataframe[1].value.set_index("field")
+    assert "regime" in diff.index and "seed" not in diff.index
+    assert any("are the same in every selected run" in c for c in captions(at))
+    # more columns from the manifest, and the whole view in the address
+    at.multiselect(key="runs_columns").set_value(["config.n_embd"]).run()
+    assert "config.n_embd" in at.dataframe[0].value.columns
+    at.text_input(key="runs_filter").set_value("adaptive").run()
+    params = {k: at.query_params[k] for k in at.query_params}
+    again = open_runs(three_runs, monkeypatch, tmp_path, **params)
+    assert again.dataframe[0].value["run"].tolist() == ["a-s0", "a-s1"]
+    assert "config.n_embd" in again.dataframe[0].value.columns
+
+
+def test_the_runs_compared_on_the_windows_page_travel_in_the_address(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path, run="a-s0")
+    goto(at, "windows")
+    at.multiselect(key="win_compare_pick").set_value(["a-s0", "f-s0"]).run()
+    assert at.query_params["compare"] == "a-s0~f-s0"
+    again = open_runs(three_runs, monkeypatch, tmp_path, **{k: at.query_params[k] for k in at.query_params})
+    goto(again, "windows")
+    assert again.multiselect(key="win_compare_pick").value == ["a-s0", "f-s0"]
+    cost = again.dataframe[0].value
+    assert len(cost) == 2
+
+
+def test_the_page_header_reads_less_and_says_the_same(three_runs):
+    """The header's stability and controller figures, read lightly, equal the Stability page's full reads."""
+    import pandas as pd
+
+    from aah_viz.dashboard import cache
+    from aah_viz.figures import data
+    from aah_viz.runlog import load_run
+
+    for key in ("a-s0", "f-s0"):
+        run = load_run(three_runs / key)
+        full = data.stability_data(run)["layers"].reset_index(drop=True)
+        light = cache.stability_layers(str(three_runs), key, 0).reset_index(drop=True)
+        pd.testing.assert_frame_equal(light, full)
+        grad = run.scalar("controller_grad_norm")["value"].abs()
+        assert cache.controller_grad(str(three_runs), key, 0) == (len(grad), float(grad.max()))
+    coverage, cost = data.coverage_and_cost([load_run(three_runs / "a-s0"), load_run(three_runs / "f-s0")])
+    runs = [load_run(three_runs / "a-s0"), load_run(three_runs / "f-s0")]
+    pd.testing.assert_frame_equal(coverage, data.coverage_data(runs))
+    acr = runs[1].scalar("acr")
+    acr = acr[acr["layer"].isna()].sort_values("step")
+    assert cost.set_index("run").loc[data.run_label(runs[1]), "ACR"] == acr["value"].iloc[-1]
+
+
+def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
+    from aah_viz.figures.payload import figure_data
+
+    at = goto(samples, "export")
+    at.selectbox(key="exp_fig_kind").set_value("bucket_heatmap").run()
+    fig = figure_data(at.get("plotly_chart")[-1].proto.spec)
+    names = json.dumps(fig["data"], default=str)
+    assert "full_adaptive_seed0" in names and PROBE_ONLY not in names
+    at.selectbox(key="exp_config").set_value(next(o for o in at.selectbox(key="exp_config").options if "T510" in o))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_data_behind_each_comparing_page_downloads_as_csv_and_parquet(three_runs, monkeypatch, tmp_path):
+    at = open_runs(three_runs, monkeypatch, tmp_path)
+    for page, key in (("runs", "runs_data"), ("training", "tr_data"), ("windows", "win_data"), ("compare", "cmp_data")):
+        at = goto(at, page)
+        buttons = {b.key for b in at.get("download_button")}
+        assert {f"{key}_csv", f"{key}_parquet"} <= buttons, (page, buttons)
+    at = goto(at, "stability")
+    assert {"stab_data_csv", "stab_data_parquet"} <= {b.key for b in at.get("download_button")}
