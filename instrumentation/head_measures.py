@@ -80,9 +80,9 @@ def _capture(routed, halves: list[_Half], which: list[int]):
     layers = routed.attention_layers()
 
     def make(layer):
-        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None):
-            T = q.shape[2]
-            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True)
+        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
+            T = q.shape[2]  # the padding mask of a retrofitted model, if any, as its own attend takes it
+            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True, mask=mask)
             halves[which[0]].add(layer.layer_index, (q, k, v), res.probs, res.out)
             return res.out, (res.probs if need_probs else None)
 

@@ -131,3 +131,29 @@ def test_the_measurement_is_the_profiles_span_and_the_methods_features(tmp_path)
         assert np.allclose(got["features"].all[layer], want, rtol=1e-5, atol=1e-6)
     halves = got["features"].halves
     assert halves is not None and not np.allclose(halves[0], halves[1])
+
+
+@pytest.mark.torch
+def test_a_retrofitted_model_folder_is_measured_as_aah_viz_profile_measures_it(tmp_path, tiny_causal_lm):
+    """A Hugging Face causal model, patched: its span equals ``aah-viz profile``'s head_spans on the same
+    blocks (the patched attention hands the measurement its padding mask too)."""
+    torch = pytest.importorskip("torch")
+    from instrumentation.evaluation import load_for_evaluation
+    from instrumentation.head_measures import measure_decoder
+    from instrumentation.inference import model_logits
+    from instrumentation.profile import profile_heads
+
+    folder = tiny_causal_lm(tmp_path / "llama")
+    loaded = load_for_evaluation(folder, regime="full_adaptive", windows=[8, 16, 32], overrides={}, device="cpu")
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 300, (2, 32), generator=g), None) for _ in range(4)]
+    windows = loaded.routed.cfg.windows
+    got = measure_decoder(loaded.model, loaded.routed, batches, logits_fn=model_logits, candidate_windows=windows)
+    rows, _ = profile_heads(loaded.model, loaded.routed, batches, logits_fn=model_logits)
+    n_layer = len(loaded.routed.attention_layers())
+    assert got["span"].all.shape[:2] == (n_layer, 4)
+    for layer in range(n_layer):
+        for w_idx, w in enumerate(windows):
+            sel = [i for i, (lay, win) in enumerate(zip(rows["layer"], rows["window"])) if lay == layer and win == w]
+            want = np.array([rows["mass_share"][i] for i in sel])
+            assert np.allclose(got["span"].all[layer, :, w_idx], want, atol=1e-6)
