@@ -11,19 +11,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S
 
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.probes.coref_reach import reach_note
 from aah_viz.runlog import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
-
-
-def _page(name: str) -> str:
-    dashboard = REPO / "aah_viz" / "dashboard"
-    for path in (dashboard / "pages" / f"{name}.py", dashboard / f"{name}.py"):
-        if path.is_file():
-            return str(path.relative_to(REPO))
-    raise FileNotFoundError(name)
 
 
 def _assoc(every: float, reach: float) -> pd.DataFrame:
@@ -50,7 +43,7 @@ def test_the_probes_page_explains_the_sign_change_of_the_sample_run(tmp_path, mo
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
-    at.switch_page(_page("probes")).run()
+    at.switch_page(PAGE_FILES["probes"]).run()
     assert not at.exception, [e.value for e in at.exception]
     notes = [c.value for c in at.caption if c.value.startswith("Coreference: rho")]
     assert len(notes) == 1

@@ -18,15 +18,13 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
-from aah_viz.dashboard.app import PAGE_DIR, PAGES
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
-# page name -> its file, as the entry point wires them
-PAGE_FILES = {m.rsplit("/", 1)[-1]: str(PAGE_DIR / f"{m}.py") for m, _, _ in PAGES}
 N_LAYER, N_HEAD, STEPS = 3, 6, 120
 
 pytestmark = pytest.mark.timeout(TEST_S)

@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from aah_viz.dashboard.app import PAGE_DIR, PAGES
+from aah_viz.dashboard.app import PAGE_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 SAMPLE_LOGS = REPO / "sample_logs"
 PROBE_ONLY = "minilm_pud_gap"  # MiniLM probed at T = 510 beside the trained runs at T = 128
-PAGE_FILES = {m.rsplit("/", 1)[-1]: str(PAGE_DIR / f"{m}.py") for m, _, _ in PAGES}
 
 pytestmark = pytest.mark.timeout(600)
 

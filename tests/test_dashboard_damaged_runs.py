@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.cli import main
-from aah_viz.dashboard.app import PAGE_DIR, PAGES
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.runlog import paths, validate_run
 from aah_viz.runlog.synthetic import make_synthetic_run
 
@@ -29,9 +29,9 @@ def open_every_page(root: Path, monkeypatch, tmp_path) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    for module, _, _ in PAGES:
-        at.switch_page(str(PAGE_DIR / f"{module}.py")).run()
-        assert not at.exception, (module, [e.value for e in at.exception])
+    for page, file in PAGE_FILES.items():
+        at.switch_page(file).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
     return at
 
 
@@ -66,6 +66,6 @@ def test_duplicated_rows_that_validate_flags_are_named_on_the_runs_page(tmp_path
     (run / "heads" / "part-99999999999999999999-000000.parquet").write_bytes(seg.read_bytes())
     assert any("rows share a (step, layer, head) key" in p for p in validate_run(run))
     at = open_every_page(root, monkeypatch, tmp_path)
-    at.switch_page(str(PAGE_DIR / "views" / "runs.py")).run()
+    at.switch_page(PAGE_FILES["runs"]).run()
     shown = [w.value.replace("\\", "") for w in at.warning]
     assert any(w.startswith("Run dup: heads: 5 steps recorded more than once (5-9)") for w in shown), shown

@@ -18,20 +18,13 @@ from streamlit.testing.v1 import AppTest
 from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
 from waiting import PATIENCE_S
 
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog.synthetic import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 N_LAYER, N_HEAD, STEPS = 3, 4, 40
 CAPTION = re.compile(r"(\w+) above the baseline, (\w+) below")
-
-
-def _page(name: str) -> str:
-    dashboard = REPO / "aah_viz" / "dashboard"
-    for path in (dashboard / "pages" / f"{name}.py", dashboard / f"{name}.py"):
-        if path.is_file():
-            return str(path.relative_to(REPO))
-    raise FileNotFoundError(name)
 
 
 def _colour_at(scale: list, t: float) -> tuple[int, int, int]:
@@ -56,7 +49,7 @@ def probes_page(tmp_path_factory):
     mp.setenv("AAH_VIZ_REFERENCE", str(logs / "none"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
-    at.switch_page(_page("probes")).run()
+    at.switch_page(PAGE_FILES["probes"]).run()
     yield at
     mp.undo()
 

@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S
 
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures import data
 from aah_viz.figures.validity import validity_figure
 from aah_viz.probes.compare import NO_GROUPS, degenerate_reasons
@@ -17,14 +18,6 @@ from aah_viz.runlog import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_logs" / "grouping_off_seed0"
-
-
-def _page(name: str) -> str:
-    dashboard = REPO / "aah_viz" / "dashboard"
-    for path in (dashboard / "pages" / f"{name}.py", dashboard / f"{name}.py"):
-        if path.is_file():
-            return str(path.relative_to(REPO))
-    raise FileNotFoundError(name)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +64,7 @@ def test_the_probes_page_flags_comparisons_of_a_run_without_groups(grouping_off,
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
     at.run()
-    at.switch_page(_page("probes")).run()
+    at.switch_page(PAGE_FILES["probes"]).run()
     assert not at.exception, [e.value for e in at.exception]
     table = next(d.value for d in at.dataframe if "nmi" in d.value.columns)
     table = getattr(table, "data", table)  # a Styler (grey rows) holds its frame in .data

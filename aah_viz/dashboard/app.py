@@ -32,6 +32,8 @@ PAGES = [
     ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
 ]
+# url path -> the page's file (what Streamlit's test runner switches to)
+PAGE_FILES = {url: str(PAGE_DIR / f"{module}.py") for module, _, url in PAGES}
 
 
 def first_page() -> str:

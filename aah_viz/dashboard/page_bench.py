@@ -53,12 +53,12 @@ def measure_pages(logs_root: Path, warm_rounds: int = 3, pages=None, timeout_s: 
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from aah_viz.dashboard.app import PAGE_DIR, PAGES
+    from aah_viz.dashboard.app import PAGE_DIR, PAGE_FILES
 
     entry = str(PAGE_DIR / "app.py")
     out = {}
     with _env(AAH_VIZ_LOGS=logs_root):
-        for module, _title, url in PAGES:
+        for url, file in PAGE_FILES.items():
             if pages and url not in pages:
                 continue
             at = AppTest.from_file(entry, default_timeout=timeout_s)
@@ -66,7 +66,7 @@ def measure_pages(logs_root: Path, warm_rounds: int = 3, pages=None, timeout_s: 
             st.cache_data.clear()
             st.cache_resource.clear()
             start = _clocks()
-            at.switch_page(str(PAGE_DIR / f"{module}.py")).run()
+            at.switch_page(file).run()
             cold_cpu, cold_wall = _since(start)
             problems = _problems(at)
             warm = []
