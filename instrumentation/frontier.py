@@ -18,7 +18,9 @@ Every configuration is evaluated on the same first ``eval_blocks`` blocks of the
 Each becomes an ``inference`` event of the frontier run, with the per-block negative
 log-likelihoods (perplexity intervals, ``aah_viz.analysis.frontier``), ACR, causal coverage, realised
 work, and its speed as a paired ratio to the unpatched model timed in the same process. Results are
-written as they come: a second call with the same settings continues where the first stopped.
+written as they come: a second call with the same settings continues where the first stopped, and
+one that names further ``--regimes`` adds their configurations to the frontier (the paper's ablations
+after a first look at full_adaptive).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -209,24 +211,37 @@ class _Run:
 
         out = Path(fc.out)
         self.done: set[str] = set()
+        self.regimes: tuple[str, ...] = tuple(fc.regimes)
         if (out / "manifest.json").is_file() and not fc.overwrite:
             run = load_run(out)
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
                 raise RunLogError(f"{out} holds a run that is not a frontier; give a new --out or --overwrite")
-            keys = set(settings) | set(recorded["settings"])
+            keys = (set(settings) | set(recorded["settings"])) - {"regimes"}  # regimes may be added
             differ = sorted(k for k in keys if recorded["settings"].get(k) != settings.get(k))
             if differ:
                 raise RunLogError(
                     f"{out} is a frontier with other settings ({', '.join(differ)}); continue it with the same "
                     "settings, or give a new --out (or --overwrite)"
                 )
+            had = tuple(recorded["settings"].get("regimes") or ())
+            self.regimes = had + tuple(r for r in fc.regimes if r not in had)
             events = run.events("inference")
             for detail in events["detail"] if len(events) else []:
                 d = json.loads(detail) if isinstance(detail, str) else detail
                 if d.get("configuration"):
                     self.done.add(d["configuration"])
             self.writer = RunWriter.resume(out, keep_through_step=None)
+            if self.regimes != had:
+                grown = replace(fc, regimes=self.regimes)
+                self.writer.update_manifest(
+                    **{
+                        MANIFEST_KEY: {
+                            "settings": {**recorded["settings"], "regimes": list(self.regimes)},
+                            "configurations": [c.name for c in plan(grown)],
+                        }
+                    }
+                )
         else:
             manifest = make_manifest(
                 run_id=out.name,
@@ -304,6 +319,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
     inputs = out / INPUTS_DIR
     settings = fc.settings(_sha256(data))
     run = _Run(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
+    fc = replace(fc, regimes=run.regimes)  # with the regimes evaluated before
     status = "failed"
     try:
         inputs.mkdir(exist_ok=True)

@@ -187,15 +187,29 @@ def test_bad_input_is_one_line_and_leaves_no_run(llama, tmp_path):
         assert not out.exists()
 
 
-def test_a_frontier_with_other_settings_is_refused(llama, tmp_path):
+def test_a_second_call_adds_regimes_and_refuses_other_settings(llama, tmp_path):
+    """Further --regimes add their configurations, the ones done are not evaluated again; any other
+    setting (here the window set) is refused with nothing written."""
+    from aah_viz.runlog import load_run, validate_run
+
     data = tmp_path / "text.txt"
     data.write_text(TEXT)
     out = tmp_path / "fr"
     assert _frontier(llama, data, out, "--regimes", "grouping_off").returncode == 0
     before = _details(out)
-    again = _frontier(llama, data, out, "--regimes", "full_adaptive")
-    assert again.returncode == 2 and "other settings (regimes)" in again.stderr
-    assert _details(out).keys() == before.keys()
+    assert "grouping_off_zero_shot" in before and "full_adaptive_zero_shot" not in before
+    more = _frontier(llama, data, out, "--regimes", "full_adaptive")
+    assert more.returncode == 0, more.stderr
+    after = _details(out)
+    assert after.keys() == before.keys() | {"full_adaptive_zero_shot"}
+    assert all(after[k] == before[k] for k in before)  # nothing evaluated twice
+    recorded = load_run(out).manifest["frontier"]
+    assert recorded["settings"]["regimes"] == ["grouping_off", "full_adaptive"]
+    assert sorted(recorded["configurations"]) == sorted(after)
+    assert validate_run(out) == []
+    other = _frontier(llama, data, out, "--regimes", "full_adaptive", "--windows", "8,32")
+    assert other.returncode == 2 and "other settings (windows)" in other.stderr
+    assert _details(out).keys() == after.keys()
 
 
 def test_set_reaches_the_routed_regimes_and_must_match_to_continue(llama, tmp_path):

@@ -35,7 +35,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--regimes",
         default="full_adaptive,grouping_off,fixed_random_grouping",
-        help="AAH regimes, comma-separated (default: full_adaptive,grouping_off,fixed_random_grouping)",
+        help="AAH regimes, comma-separated (default: full_adaptive,grouping_off,fixed_random_grouping); a second "
+        "call on the same --out with further regimes adds theirs to the frontier",
     )
     p.add_argument("--eval-blocks", type=int, default=32, help="held-out blocks every configuration sees (default: 32)")
     p.add_argument(
