@@ -266,6 +266,10 @@ def measure(
         from instrumentation.evaluation import load_for_evaluation
         from instrumentation.inference import eval_batches, model_logits
 
+        if windows is None and model_dir is not None and seq_len:
+            from instrumentation.config import windows_for
+
+            windows = windows_for(int(seq_len))  # spans over windows that blocks of seq_len tell apart
         loaded = load_for_evaluation(
             model_dir or run_dir, regime=regime, windows=windows, overrides=overrides, device=device
         )

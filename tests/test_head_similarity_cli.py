@@ -3,6 +3,7 @@ on two halves of the data; the measurement against the project's own profile and
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,10 +12,15 @@ import pytest
 
 from aah_viz.analysis import head_similarity as hs
 from aah_viz.cli import main
+from aah_viz.cli._json import json_text
 from aah_viz.runlog import load_run, validate_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
+
+
+def _refuse(constant: str):
+    raise ValueError(f"{constant} is not JSON")
 
 
 def test_a_probed_run_without_a_model_is_compared_from_its_tables(tmp_path, capsys):
@@ -31,7 +37,10 @@ def test_a_probed_run_without_a_model_is_compared_from_its_tables(tmp_path, caps
     assert "no halves measured" in table["reason"].iloc[0]
     out = capsys.readouterr().out
     assert "attention: real in" in out and "stability not measured" in out
-    assert main(args) == 0  # again: the step's rows are replaced, not added
+    assert main(args + ["--json"]) == 0  # again: the step's rows are replaced, not added
+    printed = json.loads(capsys.readouterr().out, parse_constant=_refuse)  # strict JSON, for jq and others
+    assert {r["similarity"] for r in printed["summary"]} == set(hs.summary(table)["similarity"])
+    assert json_text({"margin": float("nan")}) == '{"margin": null}'  # a layer never judged has no margin
     assert len(load_run(run).table("head_similarity")) == len(table)
     # exported: one row per (layer, similarity) of the method's procedure, in every format
     out = tmp_path / "export"
@@ -157,3 +166,23 @@ def test_a_retrofitted_model_folder_is_measured_as_aah_viz_profile_measures_it(t
             sel = [i for i, (lay, win) in enumerate(zip(rows["layer"], rows["window"])) if lay == layer and win == w]
             want = np.array([rows["mass_share"][i] for i in sel])
             assert np.allclose(got["span"].all[layer, :, w_idx], want, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_a_model_folder_spans_the_windows_of_the_measured_length(tmp_path, tiny_causal_lm):
+    """A model folder measured on blocks of T tokens: span over T/8, T/4, T/2, T (the paper's 512..4096
+    would hold every head's whole mass at T = 32, so every head would look alike), or over --windows."""
+    pytest.importorskip("torch")
+    from instrumentation import measure_heads
+
+    folder = tiny_causal_lm(tmp_path / "llama")
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(f"word{i % 37}" for i in range(3000)))
+    kw = dict(model_dir=folder, data=text, blocks=4, batch_size=2, seq_len=32)
+    inputs, _ = measure_heads(tmp_path / "run", **kw)
+    span = inputs["span"].all  # (layer, head, window): mass within each window
+    assert span.shape[-1] == 4 and np.allclose(span[..., -1], 1.0)
+    assert (span[..., 0] < 1 - 1e-6).all()  # a 4-token window cuts every head short at T = 32
+    assert np.ptp(span[..., 0], axis=1).max() > 1e-4  # heads differ
+    given, _ = measure_heads(tmp_path / "run", windows=(16, 32), **kw)
+    assert given["span"].all.shape[-1] == 2 and np.allclose(given["span"].all[..., 0], span[..., 2], atol=1e-6)

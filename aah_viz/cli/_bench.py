@@ -4,10 +4,10 @@ its warnings on stderr."""
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import contextmanager
 
+from aah_viz.cli._json import json_text
 from aah_viz.paired_timing import check_pairs
 
 
@@ -34,7 +34,7 @@ def pairs_bar(name: str, pairs: int, extra: int = 1, unit: str = "pair"):
 def print_result(doc: dict, keep: tuple[str, ...] | None = None, indent: int | None = 2) -> None:
     """The JSON document (only ``keep``'s keys when given) on stdout, each of its warnings on stderr."""
     shown = doc if keep is None else {k: doc[k] for k in keep if k in doc}
-    print(json.dumps(shown, indent=indent))
+    print(json_text(shown, indent=indent))
     for line in doc.get("warnings") or []:
         print(f"warning: {line}", file=sys.stderr)
 

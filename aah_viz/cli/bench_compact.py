@@ -8,7 +8,6 @@ with a bootstrap 95% interval), the median seconds and whether the two reads gav
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import sys
@@ -16,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from aah_viz.cli._json import json_text
 from aah_viz.paired_timing import (
     add_clock_argument,
     add_pairs_argument,
@@ -80,7 +80,7 @@ def run(args) -> int:
             "warnings": doc["warnings"],
         }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result, indent=2))
     else:
         for name, value in result.items():
             if name not in ("raw_s", "ratios_by_clock"):

@@ -15,12 +15,13 @@ seconds of both clocks kept).
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from aah_viz.cli._json import json_text
 
 MAX_SECONDS = 1.5
 GOAL_SECONDS = 1.0
@@ -207,7 +208,7 @@ def run(args) -> int:
     if fallback is not None:
         result["without_summaries"] = fallback
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result, indent=2))
     else:
         for f in figures:
             flag = "" if f["within_limits"] else "  OVER LIMIT"
@@ -247,7 +248,7 @@ def _pages(args, logs_root: Path, generated: float) -> int:
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result, indent=2))
     else:
         print(f"{'page':10s} {'cold CPU s':>10s} {'warm CPU s':>10s} {'cold wall s':>11s} {'warm wall s':>11s}")
         for name, p in pages.items():

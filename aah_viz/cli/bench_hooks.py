@@ -3,9 +3,9 @@ are described in ``instrumentation.bench.hooks``)."""
 
 from __future__ import annotations
 
-import json
 import sys
 
+from aah_viz.cli._json import json_text
 from aah_viz.paired_timing import add_clock_argument, resolve_clock
 
 
@@ -86,7 +86,7 @@ def run(args) -> int:
         report_every=args.report_every,
         report_to=args.report_to,
     )
-    print(json.dumps(result, indent=None))
+    print(json_text(result, indent=None))
     for line in result["warnings"]:
         print(f"warning: {line}", file=sys.stderr)
     return 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from aah_viz.cli._json import json_text
 from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
 
 
@@ -88,5 +88,5 @@ def run(args: argparse.Namespace) -> int:
             clock=resolve_clock(args.clock, args.device),
             progress=bar,
         )
-    print(json.dumps(result, indent=None))
+    print(json_text(result, indent=None))
     return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from aah_viz.cli._json import json_text
 
 
 def register(subparsers) -> None:
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             path, min_segments=args.min_segments, progress=not args.no_progress, force=args.force
         )
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json_text(results, indent=2))
         return 0
     for path, report in results.items():
         if not report:

@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 
+from aah_viz.cli._json import json_text
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             frames[name].append(table.assign(run=opened.run_id, regime=opened.regime, seed=opened.seed))
     out = {name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame() for name, parts in frames.items()}
     if args.json:
-        print(json.dumps({name: json.loads(t.to_json(orient="records")) for name, t in out.items()}, indent=2))
+        print(json_text({name: json.loads(t.to_json(orient="records")) for name, t in out.items()}, indent=2))
         return 0
     if all(t.empty for t in out.values()):
         print("nothing to compare")

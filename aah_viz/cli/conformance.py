@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from aah_viz.cli._json import json_text
 
 
 def register(subparsers) -> None:
@@ -28,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
     from instrumentation import check_conformance_file
 
     report = check_conformance_file(args.file, progress=not args.no_progress)
-    print(json.dumps(report, indent=args.indent))
+    print(json_text(report, indent=args.indent))
     return 0 if report["exact"] == report["cases"] else 1

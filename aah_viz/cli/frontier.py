@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from aah_viz.cli._json import json_text
 from aah_viz.cli.evaluate import windows_arg
 from aah_viz.cli.train import add_overrides_argument
 
@@ -90,7 +91,7 @@ def run(args) -> int:
     result = run_frontier(fc)
     table = result["table"]
     if args.json:
-        print(json.dumps(json.loads(table.to_json(orient="records")), indent=2))
+        print(json_text(json.loads(table.to_json(orient="records")), indent=2))
         return 0
     shown = table[["configuration", "ppl", "ppl_lo", "ppl_hi", "acr", "acr_causal", "speed_vs_unpatched", "pareto"]]
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from aah_viz.cli._json import json_text
+from aah_viz.cli.evaluate import windows_arg
 from aah_viz.errors import InputFormatError, RunLogError
 
 TABLE = "head_similarity"
@@ -37,6 +38,13 @@ def register(subparsers) -> None:
     p.add_argument("--blocks", type=int, default=16, help="text blocks measured, split in two halves (default: 16)")
     p.add_argument("--batch-size", type=int, default=4, help="blocks per forward (default: 4)")
     p.add_argument("--seq-len", type=int, default=None, help="tokens per block (default: the model's block_size)")
+    p.add_argument(
+        "--windows",
+        type=windows_arg,
+        default=None,
+        help="candidate windows of the span similarity, comma-separated (default: a run's own; for --model, "
+        "T/8, T/4, T/2, T of --seq-len, so that the spans can differ)",
+    )
     p.add_argument(
         "--syntax",
         metavar="FILE.conllu",
@@ -131,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
 
     write_probe_tables(run_dir, {TABLE: table}, step)
     summary = hs.summary(table)
-    _print(run_dir, step, inputs, summary, measured)
     if args.json:
-        print(json.dumps({"run": str(run_dir), "step": step, "summary": summary.to_dict(orient="records")}))
+        print(json_text({"run": str(run_dir), "step": step, "summary": summary.to_dict(orient="records")}))
+    else:
+        _print(run_dir, step, inputs, summary, measured)
     return 0
 
 
@@ -156,6 +165,7 @@ def _measure(args, run_dir: Path):
         syntax_docs=syntax_docs,
         coref_docs=coref_docs,
         regime=args.regime,
+        windows=args.windows,
         device=args.device,
         progress=not args.no_progress,
         probe_kw={"min_count": args.min_count},

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
+
+from aah_viz.cli._json import json_text
 
 
 def register(subparsers) -> None:
@@ -31,7 +32,7 @@ def run(args) -> int:
 
     summary = import_gguf(args.gguf_file, args.out_dir, progress=not args.no_progress)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json_text(summary, indent=2))
     else:
         types = ", ".join(f"{n} {t}" for t, n in sorted(summary["tensor_types"].items()))
         print(

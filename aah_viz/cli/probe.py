@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
 
 from aah_viz.bundled import data_path
+from aah_viz.cli._json import json_text
 from aah_viz.errors import InputFormatError, RunLogError
 from aah_viz.probes.progress import ProbeInterrupted
 
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     saved.clear()  # the tables hold it all now
     summary = _summary(result, run_dir, step, syntax_path, coref_path, written, args) | {"threads": threads}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json_text(summary, indent=2))
     else:
         _print_tables(result, summary)
     return 0

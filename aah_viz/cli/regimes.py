@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from aah_viz.cli._json import json_text
 
 
 def register(subparsers) -> None:
@@ -31,7 +31,7 @@ def run(args) -> int:
         for n, p in PRESETS.items()
     ]
     if args.json:
-        print(json.dumps({"regimes": rows, "presets": presets}, indent=2))
+        print(json_text({"regimes": rows, "presets": presets}, indent=2))
         return 0
     width = max(len(r["name"]) for r in rows)
     for r in rows:

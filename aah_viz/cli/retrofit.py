@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from aah_viz.cli._json import json_text
 from aah_viz.cli.evaluate import add_model_options, model_overrides
 
 DETAILS = ("full", "light", "minimal")
@@ -99,5 +98,5 @@ def run(args) -> int:
     if args.windows is not None:
         kwargs["windows"] = args.windows
     result = retrofit_adapt(RetrofitConfig(**kwargs))
-    print(json.dumps(result) if args.json else f"retrofit run written to {result['run_dir']}")
+    print(json_text(result) if args.json else f"retrofit run written to {result['run_dir']}")
     return 0

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from aah_viz.cli._json import json_text
+
 PRESETS = ("tiny", "small", "paper-1b")
 DETAILS = ("full", "light", "minimal")
 
@@ -197,7 +199,7 @@ def run(args) -> int:
         print(end_summary(result))
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "run_dir": str(result.run_dir),
                     "first_step": result.first_step,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from aah_viz.cli._json import json_text
 from aah_viz.errors import RunLogError
 
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     valid = all(not problems for _, problems in results)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "valid": valid,
                     "runs": [{"path": str(p), "valid": not probs, "problems": probs} for p, probs in results],
