@@ -218,10 +218,14 @@ def write_result(
         from aah_viz.runlog.manifest import STATUSES
 
         before = _read_manifest(out).get("status")
+        if tables:  # a second profile of this step replaces the first's rows (never both)
+            import pandas as pd
+
+            from aah_viz.runlog.rewrite import rewrite_step
+
+            rewrite_step(out, {t: pd.DataFrame(rows) for t, rows in tables.items()}, step, purpose=f"writing {kind}")
         writer = RunWriter.resume(out, keep_through_step=None)
         try:
-            for table, rows in (tables or {}).items():
-                writer.append(table, rows)
             writer.event(step, kind, **detail)
         finally:
             # an interrupted run stays interrupted (and resumable): appending a result finishes nothing

@@ -7,6 +7,10 @@ P[t, t-d] is accumulated. From it: the share of the mass inside each candidate w
 W covers distances 0..W-1, the band the backends execute) and the smallest window that keeps 95%
 and 99% of it. Beside the window routing executes, this shows where routing cuts what a head
 uses (the question MoA and DuoAttention answer by profiling).
+
+Also per head, the share of attention on the block's first token from the queries beyond the
+smallest candidate window: the mass a window of that size takes away from a head that uses the
+first position as an attention sink (as pretrained decoders do, StreamingLLM's observation).
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ def distance_mass(probs: torch.Tensor) -> torch.Tensor:
     return out / (B * T)
 
 
+def first_token_mass(probs: torch.Tensor, start: int) -> torch.Tensor:
+    """(H,) summed attention on key 0 of the queries ``start..T-1`` (summed over the batch too), and
+    their count is ``B * (T - start)``."""
+    return probs.detach()[:, :, start:, 0].double().sum(dim=(0, 2)).cpu()
+
+
 def needed_window(mass: np.ndarray, share: float) -> np.ndarray:
     """Per head, the smallest window (tokens) whose distances 0..W-1 hold ``share`` of the mass."""
     cum = np.cumsum(mass, axis=-1) / np.maximum(mass.sum(axis=-1, keepdims=True), 1e-300)
@@ -38,9 +48,11 @@ def needed_window(mass: np.ndarray, share: float) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
+def full_attention_capture(routed, sink: dict[int, torch.Tensor], first: dict | None = None, first_from: int = 1):
     """Run every attention layer of ``routed`` with full causal attention and add each forward's
-    distance mass into ``sink[layer]`` (routing state untouched); restores the layers on exit."""
+    distance mass into ``sink[layer]`` (routing state untouched); with ``first``, also each forward's
+    (first-token mass of the queries from ``first_from`` on, their count) into ``first[layer]``.
+    Restores the layers on exit."""
     layers = routed.attention_layers()
 
     def make(layer):
@@ -52,6 +64,12 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
             if prev is not None and prev.shape[1] < mass.shape[1]:
                 prev = torch.nn.functional.pad(prev, (0, mass.shape[1] - prev.shape[1]))
             sink[layer.layer_index] = mass if prev is None else prev + mass
+            if first is not None and T > first_from:
+                got, count = first.get(layer.layer_index, (0.0, 0))
+                first[layer.layer_index] = (
+                    got + first_token_mass(res.probs, first_from),
+                    count + q.shape[0] * (T - first_from),
+                )
             return res.out, (res.probs if need_probs else None)
 
         return attend
@@ -68,6 +86,8 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor]):
 def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | None = None) -> tuple[dict, dict]:
     """Rows of the ``head_spans`` table and a summary detail, from full-attention forwards over ``batches``."""
     sink: dict[int, torch.Tensor] = {}
+    first: dict[int, tuple] = {}
+    first_from = min(int(w) for w in routed.cfg.windows)  # queries a window of the smallest size cuts off key 0
     n = 0
     was = model.training
     model.eval()
@@ -75,7 +95,7 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
         with routed.routing_mode("frozen"), torch.no_grad():
             for x, _ in batches:
                 logits_fn(model, x)  # routed as evaluate runs it: what each head executes on this batch
-                with full_attention_capture(routed, sink):
+                with full_attention_capture(routed, sink, first, first_from):
                     logits_fn(model, x)
                 n += 1
     finally:
@@ -85,6 +105,7 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
     rows: dict[str, list] = {k: [] for k in ("step", "layer", "head", "window", "mass_share")}
     rows.update(needed_95=[], needed_99=[], executed_window=[])
     cut = []
+    first_share = {layer: (got / count).numpy() for layer, (got, count) in first.items() if count}
     for layer in sorted(sink):
         mass = (sink[layer] / n).numpy()
         n95, n99 = needed_window(mass, 0.95), needed_window(mass, 0.99)
@@ -107,4 +128,12 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
         heads_cut_below_95=int(sum(cut)),
         share_cut_below_95=float(np.mean(cut)) if cut else math.nan,
     )
+    if first_share:
+        shares = np.stack([first_share[layer] for layer in sorted(first_share)])
+        detail.update(
+            first_token_from=first_from,
+            first_token_share=[[round(float(v), 6) for v in row] for row in shares],  # [layer][head]
+            first_token_share_mean=float(shares.mean()),
+            heads_first_token_over_half=int((shares > 0.5).sum()),
+        )
     return rows, detail

@@ -72,6 +72,12 @@ def test_profile_a_model_folder_matches_its_own_attention(tmp_path, tiny_causal_
     ev = load_run(out).events()
     (detail,) = [json.loads(d) for d in ev.loc[ev["kind"] == "profile", "detail"]]
     assert detail["heads"] == 8
+    # the first token's share of the attention of queries 4.. (beyond the smallest window), per head
+    assert detail["first_token_from"] == 4
+    want = np.stack([att[layer][:, :, 4:, 0].double().mean(dim=(0, 2)).numpy() for layer in range(2)])
+    assert np.allclose(detail["first_token_share"], want, atol=1e-5)
+    assert detail["first_token_share_mean"] == pytest.approx(want.mean(), abs=1e-5)
+    assert detail["heads_first_token_over_half"] == int((want > 0.5).sum())
 
 
 def test_profile_appends_head_spans_to_a_train_run(tmp_path):
@@ -89,6 +95,15 @@ def test_profile_appends_head_spans_to_a_train_run(tmp_path):
     per_head = spans[spans["window"] == 64].sort_values(["layer", "head"])
     assert per_head["executed_window"].tolist() == last["window"].tolist()
     assert np.allclose(per_head["mass_share"], 1.0)  # the largest window is T: all the mass
+    # profiled again (other blocks): the step's rows are the second profile's, not both
+    assert main(["profile", str(run), "--data", str(data), "--out", str(run), "--batches", "2"]) == 0
+    again = load_run(run).table("head_spans")
+    assert len(again) == len(spans)
+    assert not again.duplicated(["step", "layer", "head", "window"]).any()
+    profiles = load_run(run).events()
+    profiles = profiles[profiles["kind"] == "profile"]
+    assert len(profiles) == 2 and json.loads(profiles["detail"].iloc[-1])["n_batches"] == 2
+    assert validate_run(run) == []
 
 
 def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):

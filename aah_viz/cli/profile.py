@@ -46,4 +46,10 @@ def run(args) -> int:
         f"head_spans written to {out}: {detail['heads_cut_below_95']} of {detail['heads']} heads execute a window "
         "below the one that keeps 95% of their attention mass"
     )
+    if "first_token_share_mean" in detail:
+        print(
+            f"  first token: {detail['first_token_share_mean']:.1%} of the attention of queries beyond "
+            f"{detail['first_token_from']} tokens (a window that size drops it); "
+            f"{detail['heads_first_token_over_half']} of {detail['heads']} heads put more than half there"
+        )
     return 0
