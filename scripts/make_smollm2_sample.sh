@@ -8,12 +8,15 @@
 #   WIKITEXT   WikiText-2 validation as plain text (wiki.valid.tokens)
 #   PUD        UD English PUD (en_pud-ud-test.conllu)
 #   GAP        GAP validation (gap-validation.tsv)
-#   OUT        the folder to fill (replaced): frontier, frontier-REGIME (the adapted runs), probes
-#   ADAPT_STEPS  retrofit steps per AAH regime (default 40; the whole script: about an hour on 2 busy CPU cores)
+#   OUT        the folder to fill (replaced): frontier, frontier-REGIME (the adapted runs), frontier-zscore,
+#              probes
+#   ADAPT_STEPS  retrofit steps per AAH regime (default 40; the whole script: about two hours on 2 busy CPU cores)
 #
 # Steps (each prints what it measured):
 #   1. aah-viz frontier at T = 512, windows 64/128/256/512: unpatched, full-attention patch, static
-#      windows, profiled per-head windows, and full_adaptive zero-shot and adapted ($REGIMES);
+#      windows, profiled per-head windows, and the AAH regimes zero-shot and adapted ($REGIMES: full_adaptive
+#      and the paper's ablations grouping_off and fixed_random_grouping); then the same frontier with
+#      standardised routing features (--set feature_normalization=zscore, full_adaptive) in frontier-zscore;
 #   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
 #      window routing executes (appended to that run);
 #   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
@@ -23,7 +26,7 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 [ "$#" -ge 5 ] || usage
@@ -36,9 +39,8 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 AAH=${AAH:-"$HERE/.venv/bin/aah-viz"}
 PY=${PY:-"$HERE/.venv/bin/python"}
 THREADS=${THREADS:-2}
-# the AAH regimes adapted (the paper's ablations too: REGIMES=full_adaptive,grouping_off,fixed_random_grouping,
-# about 40 more minutes each on 2 busy cores)
-REGIMES=${REGIMES:-full_adaptive}
+# the AAH regimes adapted (REGIMES=full_adaptive alone saves about half an hour)
+REGIMES=${REGIMES:-full_adaptive,grouping_off,fixed_random_grouping}
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -46,6 +48,12 @@ SECONDS=0
 "$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier" --seq-len 512 --windows 64,128,256,512 \
     --adapt-steps "$STEPS" --regimes "$REGIMES" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
 echo "frontier: ${SECONDS}s"
+
+SECONDS=0
+"$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier-zscore" --seq-len 512 --windows 64,128,256,512 \
+    --adapt-steps "$STEPS" --regimes full_adaptive --set feature_normalization=zscore --eval-blocks 16 \
+    --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
+echo "frontier with standardised features: ${SECONDS}s"
 
 SECONDS=0
 "$AAH" profile "$OUT/frontier-full_adaptive" --model "$MODEL" --data "$WIKI" --out "$OUT/frontier-full_adaptive" \
@@ -62,5 +70,7 @@ SECONDS=0
     --coref "$GAP" --max-docs 100 --threads "$THREADS" --no-progress --json > "$OUT/head_similarity.json"
 echo "head similarity: ${SECONDS}s"
 
+# a sample keeps each adapted run's final adapter, not the optimizer state a resume would need
+rm -f "$OUT"/*/adapters/*.optimizer.pt
 "$AAH" validate "$OUT"/*/
 du -sh "$OUT"

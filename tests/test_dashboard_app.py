@@ -704,6 +704,20 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    first_spec = at.get("plotly_chart")[0].proto.spec
+    # a second frontier: the picker travels in the address, and a link opens that frontier
+    make_synthetic_frontier_run(root / "fr2", seed=2)
+    st.cache_data.clear()
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    at.selectbox(key="frontier_run").set_value("fr2").run()
+    assert not at.exception and at.query_params["frontier"] == "fr2"
+    linked = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    linked.query_params["frontier"] = "fr2"
+    linked.run()
+    assert linked.selectbox(key="frontier_run").value == "fr2"
+    assert linked.get("plotly_chart")[0].proto.spec == at.get("plotly_chart")[0].proto.spec  # fr2's figure
+    assert linked.get("plotly_chart")[0].proto.spec != first_spec
 
 
 def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ from waiting import PATIENCE_S, TEST_S
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import head_similarity as hs
 from aah_viz.cli import main
+from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures import head_similarity as hfig
 from aah_viz.runlog import load_run
 
@@ -71,12 +72,14 @@ def test_the_agreement_grid_is_the_agreement_rows(logs):
     assert hfig.verdict_figure(table.iloc[0:0]).layout.annotations[0].text.startswith("no head_similarity table")
 
 
-def _stability_page(logs, monkeypatch, run: str) -> AppTest:
+def _stability_page(logs, monkeypatch, run: str, **params) -> AppTest:
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["run"] = run
+    for name, value in params.items():
+        at.query_params[name] = value
     at.run()
-    at.switch_page("aah_viz/dashboard/views/stability.py").run()
+    at.switch_page(PAGE_FILES["stability"]).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -90,5 +93,15 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     assert banners and "do head groups mean anything?" in banners[0]
     next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()
     assert not at.exception
+    assert at.query_params["procedure"] == "complete"  # the view travels in the address
+    verdicts = [c for c in at.get("plotly_chart") if "hsim_verdicts" in (c.proto.id or "")]
+    assert len(verdicts) == 1
+    linked = _stability_page(logs, monkeypatch, "run", procedure="complete")
+    assert next(r for r in linked.radio if r.key == "hsim_procedure").value == "complete"
+    assert [c.proto.spec for c in linked.get("plotly_chart") if "hsim_verdicts" in (c.proto.id or "")] == [
+        c.proto.spec for c in verdicts
+    ]
+    odd = _stability_page(logs, monkeypatch, "run", procedure="<b>nonsense</b>")  # not an option: the default
+    assert next(r for r in odd.radio if r.key == "hsim_procedure").value == "method"
     bare = _stability_page(logs, monkeypatch, "bare")
     assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)

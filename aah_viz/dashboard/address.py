@@ -70,6 +70,18 @@ def one_of(options) -> Callable[[str], object]:
     return lambda text: by_text[text]
 
 
+def within(options) -> Callable[[object], object]:
+    """A ``fix`` for a one-of widget: a value kept from earlier stays only while it is still an option."""
+    options = list(options)
+
+    def fix(value):
+        if value not in options:
+            raise ValueError(value)
+        return value
+
+    return fix
+
+
 def some_of(options, sep: str = "~") -> Callable[[str], list]:
     options = list(options)
     by_text = {str(o): o for o in options}

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import head_similarity as hs
-from aah_viz.dashboard import cache
+from aah_viz.dashboard import address, cache
 from aah_viz.dashboard.common import chart
 from aah_viz.figures import head_similarity as hfig
 
@@ -41,11 +41,17 @@ def section(root: str, key: str, token: int) -> None:
             "scores) and judges every grouping (docs/head-groups.md)."
         )
         return
-    procedure = st.radio(
-        "grouping procedure",
-        hs.PROCEDURES,
+    procedures = list(hs.PROCEDURES)
+    procedure = address.bound(
+        st.radio,
+        "procedure",
+        "hsim_procedure",
+        procedures[0],
+        parse=address.one_of(procedures),
+        fix=address.within(procedures),
+        label="grouping procedure",
+        options=procedures,
         horizontal=True,
-        key="hsim_procedure",
         format_func=lambda p: "the method's (threshold)" if p == "method" else "complete linkage (same count)",
     )
     chart(hfig.verdict_figure(t, procedure, "which similarities give real, stable head groups"),

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
-from aah_viz.dashboard import cache, providers, state
+from aah_viz.dashboard import address, cache, providers, state
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import compare as cfig
@@ -145,8 +145,16 @@ def render() -> None:
             st.dataframe(df, hide_index=True, width="stretch")
     if qwen_keys:
         labels = {k: k.replace("qwen3-4b-", "").replace("-", "_") for k in qwen_keys}
-        q = st.selectbox(
-            "Qwen3-4B per-head heatmap (regime)", qwen_keys, format_func=lambda k: labels[k], key="cmp_qwen"
+        q = address.bound(
+            st.selectbox,
+            "qwen",
+            "cmp_qwen",
+            qwen_keys[0],
+            parse=address.one_of(qwen_keys),
+            fix=address.within(qwen_keys),
+            label="Qwen3-4B per-head heatmap (regime)",
+            options=qwen_keys,
+            format_func=labels.__getitem__,
         )
         m = cache.manifest(ref_root, q, 0)
         d = cache.heatmap(ref_root, q, 0, None)

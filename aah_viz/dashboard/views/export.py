@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import cache, providers, state
+from aah_viz.dashboard import address, cache, providers, state
 from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
@@ -57,10 +57,15 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
         return keys
     labels = [label for label, _ in groups]
     members = dict(groups)
-    label = st.selectbox(
-        "Configuration (sequence length T, candidate windows w)",
-        labels,
-        key="exp_config",
+    label = address.bound(
+        st.selectbox,
+        "config",
+        "exp_config",
+        labels[0],
+        parse=address.one_of(labels),
+        fix=address.within(labels),
+        label="Configuration (sequence length T, candidate windows w)",
+        options=labels,
         format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
         help="Runs with other sequence lengths or candidate windows cannot share one table; "
         "the command line splits them with aah-viz export --allow-mixed.",

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.frontier import run_frontier_table
-from aah_viz.dashboard import cache, state
+from aah_viz.dashboard import address, cache, state
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.frontier import frontier_figure
@@ -60,7 +60,18 @@ def render() -> None:
             "and after adaptation) on the same held-out blocks (docs/real-model.md)."
         )
         return
-    key = st.selectbox("Frontier run", keys, format_func=state.label, key="frontier_run")
+    labels = {k: state.label(k) for k in keys}  # computed now: format_func may be called outside the run
+    key = address.bound(
+        st.selectbox,
+        "frontier",
+        "frontier_run",
+        keys[0],
+        parse=address.one_of(keys),
+        fix=address.within(keys),
+        label="Frontier run",
+        options=keys,
+        format_func=labels.__getitem__,
+    )
     root, tok = state.logs_root(), state.token(key)
     t = table(root, key, tok)
     manifest = cache.manifest(root, key, tok)

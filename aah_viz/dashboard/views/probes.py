@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.dashboard import cache, state
+from aah_viz.dashboard import address, cache, state
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -92,7 +92,16 @@ def _windows_section(ph, m) -> None:
     )
     if "sufficiency" in set(ph["probe"].astype(str)):
         s_metrics = _metrics(ph, "sufficiency")
-        s_metric = st.selectbox("Gold links beyond the window", s_metrics, key="probe_suff_metric")
+        s_metric = address.bound(
+            st.selectbox,
+            "links",
+            "probe_suff_metric",
+            s_metrics[0],
+            parse=address.one_of(s_metrics),
+            fix=address.within(s_metrics),
+            label="Gold links beyond the window",
+            options=s_metrics,
+        )
         zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
         chart(
             pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
@@ -115,7 +124,18 @@ def _comparison_section(tables) -> None:
         "compared level-0 partition."
     )
     levels = sorted(int(v) for v in comp["level"].dropna().unique())
-    level = st.selectbox("Hierarchy level", levels, key="probe_comparison_level") if len(levels) > 1 else levels[0]
+    level = levels[0]
+    if len(levels) > 1:
+        level = address.bound(
+            st.selectbox,
+            "level",
+            "probe_comparison_level",
+            levels[0],
+            parse=address.one_of(levels),
+            fix=address.within(levels),
+            label="Hierarchy level",
+            options=levels,
+        )
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]
     shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
