@@ -146,12 +146,15 @@ def test_bench_retrofit_reports_paired_ratios_and_the_windows(capsys):
         "live_routing_vs_unpatched",
         "full_attention_patch_vs_unpatched",
         "soft_mixture_step_vs_unpatched",
+        "paper_mix_forward_vs_unpatched",
+        "full_attention_patch_forward_vs_unpatched",
     }
     assert doc["soft_mixture_backends_seen"] == ["banded+soft_mixture"]  # the step retrofit trains with
     for name, fig in doc["ratios"].items():
         raw = doc["raw_s"][name][doc["clock"]]
         side = name.removesuffix("_vs_unpatched")
-        ratios = sorted(a / b for a, b in zip(raw[side], raw["unpatched"]))
+        base = "unpatched_forward" if side.endswith("_forward") else "unpatched"  # like against like
+        ratios = sorted(a / b for a, b in zip(raw[side], raw[base]))
         assert fig["n_pairs"] == 2
         assert fig["median"] == pytest.approx((ratios[0] + ratios[1]) / 2, rel=1e-3)
     assert doc["paper_mix"] == [8] * 5 + [16, 32, 64]  # 8 heads: 5 x T/8, then T/4, T/2, T

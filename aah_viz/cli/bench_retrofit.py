@@ -20,8 +20,9 @@ def register(subparsers) -> None:
         "full_adaptive (banded backend, candidate windows T/8, T/4, T/2, T): one executing the paper's window mix, "
         "one routing live, one running the soft-mixture step aah-viz retrofit trains with (all candidate windows "
         "mixed, gradients for the AAH parameters only); and one with full_attention; time forward + backward of each "
-        "against the unpatched model in interleaved pairs. Prints the median per-pair ratios with bootstrap 95% "
-        "intervals, the windows and their causal coverage as JSON.",
+        "against the unpatched model in interleaved pairs, and the forward pass alone (no gradients) of the paper "
+        "mix and of the full-attention patch against the unpatched forward. Prints the median per-pair ratios with "
+        "bootstrap 95% intervals, the windows and their causal coverage as JSON.",
     )
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")
     add_random_model_arguments(p, "Qwen3")

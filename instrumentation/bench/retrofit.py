@@ -17,7 +17,10 @@ T (T/8, T/4, T/2, T); the patched model runs regime ``full_adaptive`` with the b
 - ``soft_mixture_step_vs_unpatched``: the step ``aah-viz retrofit`` trains with by default: routing
   live in training mode, ``controller_training="soft_mixture"`` (every layer runs all K candidate
   windows and mixes them), gradients for the AAH parameters only (``--train aah``), against the
-  unpatched model's forward + backward with gradients for all its parameters.
+  unpatched model's forward + backward with gradients for all its parameters;
+- ``paper_mix_forward_vs_unpatched`` and ``full_attention_patch_forward_vs_unpatched``: the forward
+  pass alone (no gradients, as in evaluation and prefill) of the paper mix and of the
+  full-attention patch against the unpatched model's forward.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from instrumentation.backends import causal_coverage
 from instrumentation.bench.attention import paper_mix
 from instrumentation.bench.models import random_causal_lm
 from instrumentation.config import windows_for
+
+FORWARD_ONLY = ("paper_mix", "full_attention_patch")  # also timed forward alone (evaluation, prefill)
 
 
 def execute_windows(handle, per_head: list[int]) -> None:
@@ -59,7 +64,8 @@ def bench_retrofit(
     model_dir=None,
     progress=None,
 ) -> dict:
-    """Paired ratios of forward+backward times, patched / unpatched, and what the patched model executed."""
+    """Paired ratios of forward+backward times (and of forward alone for ``FORWARD_ONLY``), patched /
+    unpatched, and what the patched model executed."""
     from instrumentation.retrofit import patch_model
 
     if windows is None:
@@ -121,11 +127,23 @@ def bench_retrofit(
 
         return run
 
+    def forward(name):
+        model = models[name]
+
+        def run():
+            with torch.no_grad():
+                model(input_ids=x, use_cache=False)
+
+        return run
+
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else None
     side = {name: timed(step(name), sync=sync) for name in models}
-    comparisons = {f"{name}_vs_unpatched": (side[name], side["unpatched"]) for name in variants[1:]}
+    side |= {f"{name}_forward": timed(forward(name), sync=sync) for name in ("unpatched", *FORWARD_ONLY)}
+    sides = {f"{n}_vs_unpatched": (n, "unpatched") for n in variants[1:]}
+    sides |= {f"{n}_forward_vs_unpatched": (f"{n}_forward", "unpatched_forward") for n in FORWARD_ONLY}
+    comparisons = {key: (side[a], side[b]) for key, (a, b) in sides.items()}
     raw = interleave(comparisons, pairs=pairs, progress=progress)
-    doc = paired_report(raw, sides={f"{n}_vs_unpatched": (n, "unpatched") for n in variants[1:]}, clock=clock)
+    doc = paired_report(raw, sides=sides, clock=clock)
     step("paper_mix")()
     assert handles["paper_mix"].current_windows().tolist() == [mix] * n_layer  # the mix stayed as set
     seen = []
