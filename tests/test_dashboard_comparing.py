@@ -325,3 +325,32 @@ def test_the_data_behind_each_comparing_page_downloads_as_csv_and_parquet(three_
         assert {f"{key}_csv", f"{key}_parquet"} <= buttons, (page, buttons)
     at = goto(at, "stability")
     assert {"stab_data_csv", "stab_data_parquet"} <= {b.key for b in at.get("download_button")}
+
+
+def test_a_per_layer_scalar_is_drawn_as_the_run_logged_it_for_that_layer(three_runs, monkeypatch, tmp_path):
+    """Per-layer scalars are offered as NAME/layer_L after the model-wide ones; a chosen one is that
+    layer's rows of the run's scalars table (read here with pandas), and it travels in the address."""
+    import pandas as pd
+
+    from aah_viz.runlog import load_run
+
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0"]).run()
+    at.slider(key="tr_smoothing").set_value(0.0).run()
+    options = at.multiselect(key="tr_scalars").options
+    scalars = load_run(three_runs / "a-s0").table("scalars")
+    per_layer = scalars[scalars["layer"].notna()]
+    want = sorted({f"{n}/layer_{int(layer)}" for n, layer in zip(per_layer["name"], per_layer["layer"])})
+    assert [o for o in options if "/layer_" in o] == sorted(
+        want, key=lambda o: (o.split("/")[0], int(o.rsplit("_", 1)[1]))
+    )
+    assert options.index(want[0]) > max(options.index(o) for o in options if "/layer_" not in o)
+    at.multiselect(key="tr_scalars").set_value(["acr/layer_1"]).run()
+    assert not at.exception and at.query_params["scalars"] == "acr/layer_1"
+    fig = figures(at)["acr/layer_1 against step"]
+    drawn = next(t for t in fig["data"] if t.get("showlegend") is not False)
+    rows = per_layer[(per_layer["name"] == "acr") & (per_layer["layer"] == 1)].sort_values("step")
+    assert len(rows) <= 500  # unbinned here: every logged value is drawn
+    got = pd.Series(np.asarray(drawn["y"], float), index=np.asarray(drawn["x"], float))
+    np.testing.assert_allclose(got.to_numpy(), rows["value"].to_numpy(float), rtol=1e-12)
+    np.testing.assert_allclose(got.index.to_numpy(), rows["step"].to_numpy(float))

@@ -317,7 +317,7 @@ def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_fron
     fig = build_figure("frontier", [frontier_run])
     points = {}
     for trace in fig.data:
-        if trace.mode == "markers":
+        if "markers" in (trace.mode or ""):
             for name, x, y, up, down in zip(
                 trace.text, trace.x, trace.y, trace.error_y.array, trace.error_y.arrayminus
             ):
@@ -326,6 +326,10 @@ def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_fron
     for name, (x, y, hi, lo) in points.items():
         row = table.loc[name]
         assert (x, y, hi, lo) == pytest.approx((row["acr"], row["ppl"], row["ppl_hi"], row["ppl_lo"]))
+    # each AAH point is labelled with its regime, each static window with its size, in the figure itself
+    written = {name: cd[3] for t in fig.data if t.customdata is not None for name, cd in zip(t.text, t.customdata)}
+    assert written["full_adaptive_adapted"] == "full_adaptive" and written["sliding_window_8"] == "w 8"
+    assert written["unpatched"] == ""
     (front,) = [t for t in fig.data if t.name == "Pareto front"]
     on_front = table[table["pareto"]].sort_values("acr")
     assert list(front.x) == pytest.approx(list(on_front["acr"]))

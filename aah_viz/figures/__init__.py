@@ -10,6 +10,7 @@ called, so the registry alone (``aah-viz figure --list``) imports none of them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import plotly.graph_objects as go
 
@@ -230,7 +231,9 @@ def build_frontier(runs, **_) -> go.Figure:
     table = run_frontier_table(run)
     if table.empty:
         raise AAHVizError(f"{run.path} holds no frontier (aah-viz frontier writes one)")
-    return frontier.frontier_figure(table, title=_title(run, "perplexity against ACR"))
+    model = Path(str(run.manifest.get("base_model") or "")).name  # the model evaluated, not the run's seed
+    what = f"perplexity against ACR: {model}, T = {run.manifest.get('seq_len')}" if model else "perplexity against ACR"
+    return frontier.frontier_figure(table, title=what if model else _title(run, what))
 
 
 def build_head_spans(runs, **_) -> go.Figure:

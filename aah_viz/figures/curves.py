@@ -26,15 +26,34 @@ GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
 
 
+LAYER_TAG = "/layer_"  # a per-layer scalar's name on the page: "acr/layer_3", as TensorBoard tags it
+
+
+def layer_scalar(name: str) -> tuple[str, int] | None:
+    """("acr", 3) for "acr/layer_3"; None for a model-wide name."""
+    base, tag, layer = name.rpartition(LAYER_TAG)
+    return (base, int(layer)) if tag and base and layer.isdigit() else None
+
+
+def scalar_order(name: str) -> tuple:
+    """Model-wide names first, then per-layer ones by name and layer number (layer_2 before layer_10)."""
+    found = layer_scalar(name)
+    return (0, name, -1) if found is None else (1, found[0], found[1])
+
+
 def scalar_names(run) -> list[str]:
-    """The model-wide scalars a run logged, sorted (a read of the name column only)."""
+    """The scalars a run logged, sorted: model-wide names, then each per-layer one as NAME/layer_L
+    (a read of the name and layer columns only)."""
     import pyarrow.compute as pc
 
     t = run.arrow_table("scalars", columns=["name", "layer"])
     if t.num_rows == 0:
         return []
-    names = pc.filter(t.column("name"), pc.is_null(t.column("layer")))
-    return sorted(str(n) for n in pc.unique(names).to_pylist() if n is not None)
+    wide = pc.filter(t.column("name"), pc.is_null(t.column("layer")))
+    names = sorted(str(n) for n in pc.unique(wide).to_pylist() if n is not None)
+    per_layer = t.filter(pc.is_valid(t.column("layer"))).group_by(["name", "layer"]).aggregate([]).to_pylist()
+    pairs = sorted((str(r["name"]), int(r["layer"])) for r in per_layer if r["name"] is not None)
+    return names + [f"{name}{LAYER_TAG}{layer}" for name, layer in pairs]  # pairs sort as scalar_order does
 
 
 def curve_data(runs, names, keys=None, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
@@ -47,11 +66,16 @@ def curve_data(runs, names, keys=None, max_points: int = MAX_SERIES_POINTS) -> p
     keys = list(keys) if keys is not None else [run.run_id for run in runs]
     parts = []
     for key, run in zip(keys, runs):
-        s = queries.scalar_frame(run, [*names, "tokens_per_s", "step_time_s"], model_wide=True)
-        if s.empty:
-            continue
-        clock = _clock(s)
-        wanted = s[s["name"].isin(list(names))]
+        wide = [n for n in names if layer_scalar(n) is None]
+        s = queries.scalar_frame(run, [*wide, "tokens_per_s", "step_time_s"], model_wide=True)
+        clock = _clock(s) if not s.empty else None
+        wanted = s[s["name"].isin(wide)]
+        layered = [(n, *layer_scalar(n)) for n in names if layer_scalar(n) is not None]
+        if layered:
+            rows = queries.scalar_frame(run, sorted({base for _, base, _ in layered}))
+            for shown, base, layer in layered:
+                one = rows[(rows["name"] == base) & (rows["layer"] == layer)].assign(name=shown, layer=None)
+                wanted = pd.concat([wanted, one], ignore_index=True) if len(wanted) else one
         if wanted.empty:
             continue
         b = wstats.binned_series(wanted, "step", "value", max_points=max_points, by="name")

@@ -19,6 +19,15 @@ FAMILY_STYLE = {
 }
 
 
+def point_label(configuration: str, family: str) -> str:
+    """The short name written beside a point: the regime of an AAH row, the window of a static one."""
+    if family in ("zero_shot", "adapted"):
+        return configuration.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "")
+    if family == "sliding_window":
+        return "w " + configuration.rsplit("_", 1)[-1]
+    return ""
+
+
 def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
     """``table``: ``aah_viz.analysis.frontier.frontier_table`` rows. The front joins the points no
     other configuration beats on both ACR and perplexity."""
@@ -27,11 +36,12 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
         rows = table[table["family"] == family]
         if rows.empty:
             continue
+        labels = [point_label(c, family) for c in rows["configuration"]]
         fig.add_trace(
             go.Scatter(
                 x=rows["acr"],
                 y=rows["ppl"],
-                mode="markers",
+                mode="markers+text" if any(labels) else "markers",
                 name=label,
                 marker=dict(symbol=symbol, size=11, color=color, line=dict(width=1, color=color)),
                 error_y=dict(
@@ -42,7 +52,13 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
                     thickness=1.2,
                 ),
                 text=rows["configuration"],
-                customdata=rows[["ppl_lo", "ppl_hi", "acr_causal"]].to_numpy(),
+                customdata=[
+                    [lo, hi, cov, lab]
+                    for lo, hi, cov, lab in zip(rows["ppl_lo"], rows["ppl_hi"], rows["acr_causal"], labels)
+                ],
+                texttemplate="%{customdata[3]}",
+                textposition="middle right",
+                textfont=dict(size=10, color=color),
                 hovertemplate="%{text}<br>perplexity %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
                 "<br>ACR %{x:.3f}, causal coverage %{customdata[2]:.3f}<extra></extra>",
             )

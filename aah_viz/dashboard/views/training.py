@@ -60,7 +60,7 @@ def render() -> None:
         help="Runs drawn together (the runs selected on the Runs page). Colour by regime, dash by seed.",
     )
     keys = tuple(keys) or tuple(default_runs)
-    names = sorted({n for k in keys for n in cache.scalar_names(root, k, state.token(k))})
+    names = sorted({n for k in keys for n in cache.scalar_names(root, k, state.token(k))}, key=cfig.scalar_order)
     default_scalars = [n for n in cfig.DEFAULT_SCALARS if n in names] or names[:1]
     scalars = address.bound(
         c2.multiselect,
@@ -72,7 +72,7 @@ def render() -> None:
         fix=lambda v: [n for n in v if n in names],
         label="Scalars",
         options=names,
-        help="Every model-wide scalar the runs logged; one chart each.",
+        help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
     c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
     x = address.bound(
