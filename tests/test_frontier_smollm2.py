@@ -44,7 +44,8 @@ def test_smollm2_frontier_on_wikitext_matches_the_model_itself(smollm2_dir, wiki
     model = transformers.AutoModelForCausalLM.from_pretrained(smollm2_dir).eval()
     with torch.no_grad():
         logits = model(blocks[:, :-1], use_cache=False).logits
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), blocks[:, 1:], reduction="sum")
+        # in float64: a float32 log-softmax over 49,152 tokens is off by about 1e-4 in perplexity here
+        nll = torch.nn.functional.cross_entropy(logits.double().transpose(1, 2), blocks[:, 1:], reduction="sum")
     ppl = float(torch.exp(nll / blocks[:, 1:].numel()))
     assert table["unpatched"]["ppl"] == pytest.approx(ppl, rel=1e-4)
     assert table["full_attention"]["ppl"] == pytest.approx(ppl, rel=1e-4)  # the patch at full attention is exact
