@@ -11,39 +11,28 @@ copy the address into a fresh tab and find the same view; download the data behi
 from __future__ import annotations
 
 import io
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 import pytest
+from browser_harness import chromium, need_chromium, open_page, settle, streamlit_app, wait_selector
+from waiting import PATIENCE_MS, TEST_S
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
-WAIT_MS = 300_000  # deadlines far beyond any plausible machine; each wait says what it waited for
+WAIT_MS = PATIENCE_MS  # deadlines far beyond any plausible machine; each wait says what it waited for
 SAMPLE_LOGS = REPO / "sample_logs"
 RUNS = ["full_adaptive_seed0", "full_adaptive_seed1", "shallow_freeze_seed0", "shallow_freeze_seed1"]
 RUNS += ["full_attention_seed0"]
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed at /usr/bin/chromium (./dev test installs it)")
+    need_chromium()
     import shutil
 
     if not all((SAMPLE_LOGS / key / "manifest.json").is_file() for key in RUNS):
@@ -56,74 +45,17 @@ def logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(logs):
-    port = _free_port()
-    env = dict(os.environ, AAH_VIZ_LOGS=str(logs), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.headless", "true"]
-    cmd += ["--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"]
-    cmd += ["--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
-                pytest.fail(f"waited {WAIT_MS / 1000:.0f} s for streamlit to answer on {url}: {out[-2000:]}")
-            time.sleep(0.3)
+    with streamlit_app(logs) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
-def _wait(page, selector: str, what: str, state: str = "visible") -> None:
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    try:
-        page.wait_for_selector(selector, state=state, timeout=WAIT_MS)
-    except PlaywrightTimeout:
-        pytest.fail(f"waited {WAIT_MS / 1000:.0f} s for {what} ({selector} {state})")
-
-
-def _settle(page) -> None:
-    """Until the script run finished: the status widget (running man) is gone."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    _wait(page, '[data-testid="stApp"]', "the app to load")
-    try:  # the widget appears once the rerun starts; a rerun that already finished shows none
-        page.wait_for_selector('[data-testid="stStatusWidget"]', state="attached", timeout=2000)
-    except PlaywrightTimeout:
-        pass
-    _wait(page, '[data-testid="stStatusWidget"]', "the script run to finish", state="detached")
-
-
-def _open(page, url: str, title: str) -> None:
-    page.goto(url, wait_until="domcontentloaded")
-    _wait(page, f'h1:has-text("{title}")', f"the {title} page's heading")
-    _settle(page)
+_wait, _settle, _open = wait_selector, settle, open_page
 
 
 def _query(page) -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.dashboard.app import PAGE_FILES
 
@@ -18,7 +19,7 @@ APP = str(REPO / "app.py")
 SAMPLE_LOGS = REPO / "sample_logs"
 PROBE_ONLY = "minilm_pud_gap"  # MiniLM probed at T = 510 beside the trained runs at T = 128
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(TEST_S)
 
 
 def goto(at: AppTest, page: str) -> AppTest:
@@ -37,7 +38,7 @@ def samples(monkeypatch, tmp_path):
         pytest.skip("the bundled sample logs are not in this checkout")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception
     return at
@@ -92,7 +93,7 @@ def three_runs(tmp_path_factory):
 def open_training(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     for name, value in params.items():
         at.query_params[name] = value
     at.run()
@@ -202,7 +203,7 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
 def open_runs(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
     monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=300)
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     for name, value in params.items():
         at.query_params[name] = value
     at.run()
