@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 import pytest
-from browser_harness import chromium, need_chromium, open_page, settle, streamlit_app, wait_selector
+from browser_harness import chromium, need_chromium, new_page, open_page, settle, streamlit_app, wait_selector
 from waiting import PATIENCE_MS, TEST_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,9 +55,6 @@ def browser(server):
         yield b
 
 
-_wait, _settle, _open = wait_selector, settle, open_page
-
-
 def _query(page) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
 
@@ -86,10 +83,10 @@ def _captions(page) -> list[str]:
 
 
 def test_grouped_runs_robust_axis_and_one_x_range(server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page = new_page(browser, 1400, 1800)
     runs = "~".join(RUNS)
-    _open(page, f"{server}/training?runs={runs}&group=regime&smooth=0", "Training")
-    _wait(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
+    open_page(page, f"{server}/training?runs={runs}&group=regime&smooth=0", "Training")
+    wait_selector(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
     assert sorted(_legend(page, "tr_fig_loss")) == [
         "regime=full_adaptive (n=2)",
         "regime=full_attention (n=1)",
@@ -109,7 +106,7 @@ def test_grouped_runs_robust_axis_and_one_x_range(server, browser):
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.6, steps=8)
     page.mouse.up()
     chosen = _until(page, lambda: _query(page).get("range"), "the drawn box's x range in the address")
-    _settle(page)
+    settle(page)
     lo, hi = (float(v) for v in chosen.split(","))
     assert 20 < lo < hi < 279, chosen
     # the val_loss chart (another chart of the page) now spans the same range
@@ -119,14 +116,14 @@ def test_grouped_runs_robust_axis_and_one_x_range(server, browser):
 
 
 def test_the_runs_table_sorts_filters_selects_by_ticking_and_shows_what_differs(server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1400})
-    _open(page, f"{server}/?filter=regime&q=full_", "Runs")
-    _wait(page, '[data-testid="stDataFrame"] canvas', "the runs table")
+    page = new_page(browser, 1400, 1400)
+    open_page(page, f"{server}/?filter=regime&q=full_", "Runs")
+    wait_selector(page, '[data-testid="stDataFrame"] canvas', "the runs table")
     selected = _until(page, lambda: [c for c in _captions(page) if "runs selected" in c], "the selection caption")
     assert selected[0].startswith("5 of 5 runs selected; the filter hides 2")  # every run, none ticked yet
     page.get_by_role("button", name="Select only shown").first.click()
     _until(page, lambda: any(c.startswith("3 of 5 runs selected") for c in _captions(page)), "3 runs selected")
-    _settle(page)
+    settle(page)
     table = page.locator(".st-key-runs_table").first
     grid = table.bounding_box()
     for _ in range(2):  # the run column's header: sorted ascending, then descending
@@ -140,7 +137,7 @@ def test_the_runs_table_sorts_filters_selects_by_ticking_and_shows_what_differs(
     _until(page, lambda: order() == ["full_attention_seed0", "full_adaptive_seed1", "full_adaptive_seed0"], "sorting")
     page.mouse.click(grid["x"] + 15, grid["y"] + 35 + 17)  # the box of the first row shown: untick it
     _until(page, lambda: any(c.startswith("2 of 5 runs selected") for c in _captions(page)), "2 runs selected")
-    _settle(page)
+    settle(page)
     # the settings that differ between the two selected runs, one column each: the sorted first run is out
     _until(page, lambda: any("fields differ" in c for c in _captions(page)), "the caption of the settings diff")
     diff = page.locator('[data-testid="stDataFrame"]').nth(1)
@@ -156,9 +153,10 @@ def test_the_runs_table_sorts_filters_selects_by_ticking_and_shows_what_differs(
 
 
 def test_a_scalar_against_tokens_with_one_hover_for_every_run(server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1400})
-    _open(page, f"{server}/training?runs=full_adaptive_seed1~shallow_freeze_seed1&x=tokens&scalars=lr~loss", "Training")
-    _wait(page, ".st-key-tr_fig_lr .js-plotly-plot .legendtext", "the learning-rate chart's legend")
+    page = new_page(browser, 1400, 1400)
+    view = "runs=full_adaptive_seed1~shallow_freeze_seed1&x=tokens&scalars=lr~loss"
+    open_page(page, f"{server}/training?{view}", "Training")
+    wait_selector(page, ".st-key-tr_fig_lr .js-plotly-plot .legendtext", "the learning-rate chart's legend")
     title = _chart(page, "tr_fig_lr").locator(".gtitle").first.text_content()
     assert title == "lr against tokens"
     assert "tokens processed" in _chart(page, "tr_fig_lr").locator(".xtitle").first.text_content()
@@ -174,13 +172,14 @@ def test_a_scalar_against_tokens_with_one_hover_for_every_run(server, browser):
 
 def test_a_copied_address_reopens_the_view_and_the_data_downloads(server, browser):
     context = browser.new_context(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    context.set_default_timeout(WAIT_MS)  # every Playwright wait: minutes, never one
     page = context.new_page()
-    _open(
+    open_page(
         page,
         f"{server}/training?runs=full_adaptive_seed0~full_adaptive_seed1~shallow_freeze_seed0&group=seed&x=wall_s&logy=1",
         "Training",
     )
-    _wait(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
+    wait_selector(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
     legend = sorted(_legend(page, "tr_fig_loss"))
     assert legend == ["seed=0 (n=2)", "seed=1 (n=1)"]
     address = page.url
@@ -192,9 +191,10 @@ def test_a_copied_address_reopens_the_view_and_the_data_downloads(server, browse
     context.close()
     # a fresh browser session on the copied address: the same view
     fresh = browser.new_context(viewport={"width": 1400, "height": 1400})
+    fresh.set_default_timeout(WAIT_MS)
     page = fresh.new_page()
-    _open(page, address, "Training")
-    _wait(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend in the new tab")
+    open_page(page, address, "Training")
+    wait_selector(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend in the new tab")
     assert sorted(_legend(page, "tr_fig_loss")) == legend
     assert page.locator(".st-key-tr_group input").first.input_value() == "seed"
     assert "wall time" in _chart(page, "tr_fig_loss").locator(".xtitle").first.text_content()

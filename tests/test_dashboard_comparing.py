@@ -91,13 +91,7 @@ def three_runs(tmp_path_factory):
 
 
 def open_training(root: Path, monkeypatch, tmp_path, **params) -> AppTest:
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
-    for name, value in params.items():
-        at.query_params[name] = value
-    at.run()
-    return goto(at, "training")
+    return goto(open_runs(root, monkeypatch, tmp_path, **params), "training")
 
 
 def figures(at: AppTest) -> dict[str, dict]:

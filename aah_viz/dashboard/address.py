@@ -61,6 +61,26 @@ def bound(widget, param: str, key: str, default, parse=str, dump=str, fix=None, 
     return value
 
 
+def choose(widget, param: str, key: str, options, default=None, **kwargs):
+    """A one-of widget (selectbox, radio) bound to ``param``: the address names an option by its text,
+    and a value kept from earlier stays only while it is still an option (else ``default``, the
+    first option unless given)."""
+    options = list(options)
+    default = options[0] if default is None else default
+    return bound(widget, param, key, default, parse=one_of(options), fix=within(options), options=options, **kwargs)
+
+
+def choose_some(widget, param: str, key: str, options, default, **kwargs):
+    """A multiselect bound to ``param`` (options joined by ``~``): values that are no longer options are
+    dropped from a kept choice."""
+    options = list(options)
+
+    def kept(value) -> list:
+        return [o for o in value if o in options]
+
+    return bound(widget, param, key, default, parse=some_of(options), dump=join, fix=kept, options=options, **kwargs)
+
+
 # ---- parsers for the usual widgets ------------------------------------------------------------
 
 

@@ -42,15 +42,12 @@ def section(root: str, key: str, token: int) -> None:
         )
         return
     procedures = list(hs.PROCEDURES)
-    procedure = address.bound(
+    procedure = address.choose(
         st.radio,
         "procedure",
         "hsim_procedure",
-        procedures[0],
-        parse=address.one_of(procedures),
-        fix=address.within(procedures),
+        procedures,
         label="grouping procedure",
-        options=procedures,
         horizontal=True,
         format_func=lambda p: "the method's (threshold)" if p == "method" else "complete linkage (same count)",
     )

@@ -148,19 +148,7 @@ def curves_figure(
         for run, (first, xs, raw, ys) in lines.items():
             line = style.run_line(first["regime"], first["seed"])
             if weight > 0:
-                fig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=raw,
-                        mode="lines",
-                        line=dict(color=line["color"], width=1),
-                        opacity=0.25,
-                        showlegend=False,
-                        legendgroup=run,
-                        hoverinfo="skip",
-                        name=_text(f"{first['label']} raw"),
-                    )
-                )
+                fig.add_trace(style.raw_line(xs, raw, line["color"], run, _text(f"{first['label']} raw")))
             fig.add_trace(
                 go.Scatter(
                     x=xs,

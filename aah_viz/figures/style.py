@@ -167,6 +167,22 @@ def run_line(regime, seed) -> dict:
     return dict(color=regime_color(regime), dash=seed_dash(seed))
 
 
+def raw_line(x, y, color: str, group: str, name: str) -> go.Scatter:
+    """The unsmoothed series, faint behind its smoothed line (TensorBoard's look), out of the legend
+    and the hover."""
+    return go.Scatter(
+        x=x,
+        y=y,
+        mode="lines",
+        line=dict(color=color, width=1),
+        opacity=0.25,
+        showlegend=False,
+        legendgroup=group,
+        hoverinfo="skip",
+        name=name,
+    )
+
+
 def wrap_title(title: str, width: int = 70) -> str:
     """Break a long title into lines of at most ``width`` characters (at spaces), so it fits the figure."""
     if not title or len(title) <= width or "<br>" in title:

@@ -56,19 +56,7 @@ def training_curves_figure(
                         raw, y = np.exp(raw), np.exp(y)
                 if not markers and smoothing > 0:  # the raw series faintly behind the smoothed one
                     fig.add_trace(
-                        go.Scatter(
-                            x=x,
-                            y=raw,
-                            mode="lines",
-                            line=dict(color=line["color"], width=1),
-                            opacity=0.25,
-                            showlegend=False,
-                            legendgroup=label,
-                            hoverinfo="skip",
-                            name=f"{label} {suffix} raw".strip(),
-                        ),
-                        row=row,
-                        col=col,
+                        style.raw_line(x, raw, line["color"], label, f"{label} {suffix} raw".strip()), row=row, col=col
                     )
                 fig.add_trace(
                     go.Scatter(

@@ -145,15 +145,12 @@ def render() -> None:
             st.dataframe(df, hide_index=True, width="stretch")
     if qwen_keys:
         labels = {k: k.replace("qwen3-4b-", "").replace("-", "_") for k in qwen_keys}
-        q = address.bound(
+        q = address.choose(
             st.selectbox,
             "qwen",
             "cmp_qwen",
-            qwen_keys[0],
-            parse=address.one_of(qwen_keys),
-            fix=address.within(qwen_keys),
+            qwen_keys,
             label="Qwen3-4B per-head heatmap (regime)",
-            options=qwen_keys,
             format_func=labels.__getitem__,
         )
         m = cache.manifest(ref_root, q, 0)

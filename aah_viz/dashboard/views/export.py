@@ -57,15 +57,12 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
         return keys
     labels = [label for label, _ in groups]
     members = dict(groups)
-    label = address.bound(
+    label = address.choose(
         st.selectbox,
         "config",
         "exp_config",
-        labels[0],
-        parse=address.one_of(labels),
-        fix=address.within(labels),
+        labels,
         label="Configuration (sequence length T, candidate windows w)",
-        options=labels,
         format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
         help="Runs with other sequence lengths or candidate windows cannot share one table; "
         "the command line splits them with aah-viz export --allow-mixed.",

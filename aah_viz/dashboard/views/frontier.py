@@ -61,15 +61,12 @@ def render() -> None:
         )
         return
     labels = {k: state.label(k) for k in keys}  # computed now: format_func may be called outside the run
-    key = address.bound(
+    key = address.choose(
         st.selectbox,
         "frontier",
         "frontier_run",
-        keys[0],
-        parse=address.one_of(keys),
-        fix=address.within(keys),
+        keys,
         label="Frontier run",
-        options=keys,
         format_func=labels.__getitem__,
     )
     root, tok = state.logs_root(), state.token(key)

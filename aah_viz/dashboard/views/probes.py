@@ -92,15 +92,12 @@ def _windows_section(ph, m) -> None:
     )
     if "sufficiency" in set(ph["probe"].astype(str)):
         s_metrics = _metrics(ph, "sufficiency")
-        s_metric = address.bound(
+        s_metric = address.choose(
             st.selectbox,
             "links",
             "probe_suff_metric",
-            s_metrics[0],
-            parse=address.one_of(s_metrics),
-            fix=address.within(s_metrics),
+            s_metrics,
             label="Gold links beyond the window",
-            options=s_metrics,
         )
         zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
         chart(
@@ -126,15 +123,12 @@ def _comparison_section(tables) -> None:
     levels = sorted(int(v) for v in comp["level"].dropna().unique())
     level = levels[0]
     if len(levels) > 1:
-        level = address.bound(
+        level = address.choose(
             st.selectbox,
             "level",
             "probe_comparison_level",
-            levels[0],
-            parse=address.one_of(levels),
-            fix=address.within(levels),
+            levels,
             label="Hierarchy level",
-            options=levels,
         )
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]

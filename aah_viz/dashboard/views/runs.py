@@ -102,15 +102,13 @@ def render() -> None:
     others = [c for c in frame.columns if c not in standard]
     differ = manifest_fields.differing(fields)
     c1, c2, c3 = st.columns([2, 2, 3])
-    column = address.bound(
+    column = address.choose(
         c1.selectbox,
         "filter",
         "runs_filter_field",
+        frame.columns,
         "regime",
-        parse=address.one_of(frame.columns),
-        fix=lambda v: v if v in frame.columns else "regime",
         label="Filter by",
-        options=list(frame.columns),
         help="Any column: a final figure or a manifest field (config.*, train.*, data.*).",
     )
     expr = address.bound(
@@ -122,16 +120,13 @@ def render() -> None:
         placeholder="text, =value, <4.2, >=0.3, !=0",
         help="Plain text is found anywhere in the value; =, !=, <, <=, >, >= compare (numbers as numbers).",
     )
-    extra = address.bound(
+    extra = address.choose_some(
         c3.multiselect,
         "cols",
         "runs_columns",
+        others,
         [],
-        parse=address.some_of(others),
-        dump=address.join,
-        fix=lambda v: [c for c in v if c in others],
         label="More columns",
-        options=others,
         help=f"Manifest fields; {len(differ)} differ between these runs: "
         + plain(", ".join(d for d in differ if d in others)[:400]),
     )

@@ -46,67 +46,57 @@ def render() -> None:
     default_runs = [key] if key in trained else trained[:1]
     labels = {k: state.label(k) for k in trained}  # computed now: format_func may be called outside the run
     c1, c2 = st.columns([3, 2])
-    keys = address.bound(
+    keys = address.choose_some(
         c1.multiselect,
         "runs",
         "tr_runs",
+        trained,
         default_runs,
-        parse=address.some_of(trained),
-        dump=address.join,
-        fix=lambda v: [k for k in v if k in trained],
         label="Runs",
-        options=trained,
         format_func=labels.__getitem__,
         help="Runs drawn together (the runs selected on the Runs page). Colour by regime, dash by seed.",
     )
     keys = tuple(keys) or tuple(default_runs)
     names = sorted({n for k in keys for n in cache.scalar_names(root, k, state.token(k))}, key=cfig.scalar_order)
     default_scalars = [n for n in cfig.DEFAULT_SCALARS if n in names] or names[:1]
-    scalars = address.bound(
+    scalars = address.choose_some(
         c2.multiselect,
         "scalars",
         "tr_scalars",
+        names,
         default_scalars,
-        parse=address.some_of(names),
-        dump=address.join,
-        fix=lambda v: [n for n in v if n in names],
         label="Scalars",
-        options=names,
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
     c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
-    x = address.bound(
+    x = address.choose(
         c1.radio,
         "x",
         "tr_x",
+        cfig.X_AXES,
         "step",
-        parse=address.one_of(cfig.X_AXES),
         label="x axis",
-        options=list(cfig.X_AXES),
         format_func=cfig.X_NAMES.get,
         horizontal=True,
         help="Tokens and wall time are summed from each step's logged tokens/s and step time.",
     )
     group_options, fields = _group_fields(root, keys)
-    group = address.bound(
+    group = address.choose(
         c2.selectbox,
         "group",
         "tr_group",
+        ["none", *group_options],
         "none",
-        parse=address.one_of(["none", *group_options]),
-        fix=lambda v: v if v in ("none", *group_options) else "none",
         label="Group runs by",
-        options=["none", *group_options],
         help="Runs with the same value of this manifest field become one line: their mean, with a band.",
     )
-    band = address.bound(
+    band = address.choose(
         c3.selectbox,
         "band",
         "tr_band",
+        curve_stats.BANDS,
         "minmax",
-        parse=address.one_of(curve_stats.BANDS),
         label="Band",
-        options=list(curve_stats.BANDS),
         format_func=curve_stats.BAND_NAMES.get,
         disabled=group == "none",
     )

@@ -87,16 +87,13 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         return
     default = [key] + [k for k in selected if k != key][:3]
     labels = {k: state.label(k) for k in selected}  # computed now: format_func may be called outside the run
-    chosen = address.bound(
+    chosen = address.choose_some(
         st.multiselect,
         "compare",
         "win_compare_pick",
+        selected,
         default,
-        parse=address.some_of(selected),
-        dump=address.join,
-        fix=lambda v: [k for k in v if k in selected],
         label="Runs to compare",
-        options=selected,
         format_func=labels.__getitem__,
         help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
         "(colour by regime, dash by seed).",
