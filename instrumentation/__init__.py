@@ -29,6 +29,7 @@ _EXPORTS = {
     "train_model": "instrumentation.training.train:train",
     "check_device": "instrumentation.training.settings",
     "check_conformance_file": "instrumentation.conformance:check_file",
+    "conformance_passed": "instrumentation.conformance:passed",
     "load_aah_checkpoint": "instrumentation.probe_extract",
     "AAHAttentionSource": "instrumentation.probe_extract",
     "load_hf_model": "instrumentation.probe_extract",

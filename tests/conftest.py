@@ -12,14 +12,18 @@ import pytest
 REAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 
 
-def pytest_report_header(config) -> str:
-    """Which reference recording the replay compares with, and whether bit for bit or within tolerance."""
+def pytest_report_header(config) -> str | list[str]:
+    """Which reference recording the replay compares with, whether bit for bit or within tolerance and
+    why (the fingerprints where they differ), and which other machines' recordings are replayed."""
     try:
         import reference_replay
     except ImportError as exc:  # the light side without torch
         return f"reference replay: not run ({exc})"
     plan = reference_replay.replay_plan()
-    return plan.describe() if plan else "reference replay: skipped (no recordings in ../shared beside the checkout)"
+    if plan is None:
+        return "reference replay: skipped (no recordings in ../shared beside the checkout)"
+    others = ", ".join(f"{p.folder.name}/" for p in reference_replay.foreign_plans(plan))
+    return [plan.describe()] + ([f"reference replay: also within tolerance: {others}"] if others else [])
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

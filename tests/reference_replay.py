@@ -4,11 +4,14 @@ The reference's initial weights, batches, optimiser, schedule, per-step calls an
 are reproduced exactly (see that folder's README); every forward's loss and, per layer, the
 path, executed windows, hierarchy, head statistics and level features are recorded.
 
-The recordings carry the float rounding of the CPU that made them: vectorised reductions and matrix
-products round differently with AVX2 and AVX-512 kernels. So ``replay_plan`` picks the set recorded
-with this CPU's capability and compares with ``==`` (exact mode); on any other CPU it compares with
-the nearest set within stated tolerances, allowing a different hierarchy or window only where our
-own decision was a near tie (tolerance mode, ``compare_within_tolerance``). Used by
+The recordings carry the float rounding of the machine that made them, and that rounding is not
+named by the instruction set alone: MKL and oneDNN pick kernels by CPU vendor, model and features,
+and by their versions. So every recording is keyed by the fingerprint of its machine
+(``machine_fingerprint``; ``reference_recordings.json``, or a ``fingerprint.json`` stored with the
+recording), and ``replay_plan`` compares with ``==`` (exact mode) only against a recording whose
+fingerprint equals this process's in every field. Everywhere else it compares with the nearest
+recording within stated tolerances, allowing a different hierarchy or window only where our own
+decision was a near tie (tolerance mode, ``compare_within_tolerance``). Used by
 ``tests/test_reference_trajectories.py``; needs torch.
 """
 
@@ -17,35 +20,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import machine_fingerprint as fp
 import numpy as np
 import torch
 
 from instrumentation.config import AAHConfig
+from instrumentation.conformance import TIE_MARGIN
 from instrumentation.model import AAHTransformer
 from instrumentation.routing import hierarchy as hierarchy_module
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "conformance"
-# torch.backends.cpu.get_cpu_capability() of the CPU each set was recorded on (the original set
-# replays bit for bit on an AVX512 machine and not on an AVX2 one; trajectories-avx2/README.md).
-RECORDINGS = {"AVX512": "trajectories", "AVX2": "trajectories-avx2"}
-CAPABILITY_ORDER = ("DEFAULT", "AVX2", "AVX512")  # the nearest recording is the closest in this order
-TRAJECTORIES = CONFORMANCE / RECORDINGS["AVX512"]
-# What the libraries under torch read to limit their kernels; forcing torch's dispatch alone mixes
-# kernels of two capabilities, which no recording has.
-LIBRARY_ISA_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+KNOWN_MACHINES = Path(__file__).resolve().parent / "reference_recordings.json"
+TRAJECTORY_SETS = "trajectories*"  # every folder of recorded runs under CONFORMANCE
 
-# Tolerance mode. Measured across the two recordings (200 steps, all 10 runs): losses within
-# 2.7e-7 relative, head statistics and level features within 1.9e-6, every executed window and
-# path equal, and hierarchies equal but for the order of the two groups of a forced split whose
-# anchor led by under 1e-6. The tolerances leave a factor of about 50 over that.
+# Tolerance mode. Measured across the recordings (200 steps, all 10 runs): losses within 2.7e-7
+# relative, head statistics and level features within 1.9e-6, every executed window and path
+# equal, and hierarchies equal but for the order of the two groups of a forced split whose anchor
+# led by under 1e-6. The tolerances leave a factor of about 50 over that.
 FLOAT_RTOL = 1e-5
 FLOAT_ATOL = 1e-5
-MARGIN_TOL = 1e-5  # a decision this close (similarity or logit units) to flipping is a near tie
+MARGIN_TOL = TIE_MARGIN  # a decision this close (similarity or logit units) to flipping is a near tie
 MAX_NEAR_TIE_SHARE = 0.25  # of the layer-forwards that carry a hierarchy
 MIN_STEPS_BEFORE_FORK = 20  # past warm-up (10 steps) and two control updates
 
@@ -53,13 +51,47 @@ REPORTS: list[str] = []  # tolerance-mode summaries, printed at the end of the t
 
 
 @dataclass(frozen=True)
+class Recording:
+    """A recording (a trajectory folder or a case file) and the fingerprint of the machine that made it."""
+
+    path: Path
+    fingerprint: dict | None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def recording_fingerprint(path: Path, known: Path = KNOWN_MACHINES) -> dict | None:
+    """The fingerprint stored with a recording (``fingerprint.json`` in its folder, or
+    ``NAME.fingerprint.json`` beside a file), else the one ``reference_recordings.json`` gives."""
+    stored = path / "fingerprint.json" if path.is_dir() else path.with_name(path.name + ".fingerprint.json")
+    if stored.is_file():
+        return json.loads(stored.read_text())
+    entry = json.loads(known.read_text())["recordings"].get(path.name) if known.is_file() else None
+    return None if entry is None else entry.get("fingerprint")
+
+
+def trajectory_recordings(root: Path = CONFORMANCE) -> list[Recording]:
+    return [Recording(p, recording_fingerprint(p)) for p in sorted(root.glob(TRAJECTORY_SETS)) if p.is_dir()]
+
+
+@dataclass(frozen=True)
 class ReplayPlan:
     """Which recording a replay compares with, and how."""
 
     mode: str  # "exact" or "tolerance"
-    capability: str  # what this process's kernels are (torch's capability, "+mixed" when libraries disagree)
-    recorded_on: str  # the capability of the recording compared with
-    folder: Path
+    recording: Recording
+    ours: dict  # this process's fingerprint
+
+    @property
+    def folder(self) -> Path:
+        return self.recording.path
+
+    def why(self) -> str:
+        if self.mode == "exact":
+            return "recorded on this machine: every fingerprint field equal"
+        return "not recorded on this machine: " + fp.describe_differences(self.ours, self.recording.fingerprint)
 
     def describe(self) -> str:
         how = (
@@ -70,38 +102,28 @@ class ReplayPlan:
                 f"(margin <= {MARGIN_TOL:g}, at most {MAX_NEAR_TIE_SHARE:.0%} of hierarchy forwards)"
             )
         )
-        return (
-            f"reference replay: {self.mode} mode against {self.folder.name}/ (recorded on {self.recorded_on}; "
-            f"this CPU's kernels: {self.capability}), {how}"
-        )
+        return f"reference replay: {self.mode} mode against {self.folder.name}/, {how} ({self.why()})"
 
 
-def dispatch_capability(environ=os.environ) -> str:
-    """torch's CPU capability, marked ``+mixed`` when ``ATEN_CPU_CAPABILITY`` forces torch's kernels
-    but MKL or oneDNN were not limited to the same instruction set."""
-    cap = torch.backends.cpu.get_cpu_capability()
-    if environ.get("ATEN_CPU_CAPABILITY"):
-        if not all(environ.get(v, "").upper().startswith(cap) for v in LIBRARY_ISA_VARIABLES):
-            return cap + "+mixed"
-    return cap
-
-
-def available_recordings(root: Path = CONFORMANCE) -> dict[str, Path]:
-    return {cap: root / name for cap, name in RECORDINGS.items() if (root / name).is_dir()}
-
-
-def replay_plan(capability: str | None = None, root: Path = CONFORMANCE) -> ReplayPlan | None:
-    """Exact against the set of this capability, else tolerance against the nearest; None without any."""
-    capability = dispatch_capability() if capability is None else capability
-    sets = available_recordings(root)
+def replay_plan(ours: dict | None = None, root: Path = CONFORMANCE) -> ReplayPlan | None:
+    """Exact against the recording of this machine, else tolerance against the nearest; None without any."""
+    ours = fp.this_machine() if ours is None else ours
+    sets = trajectory_recordings(root)
     if not sets:
         return None
-    if capability in sets:
-        return ReplayPlan("exact", capability, capability, sets[capability])
-    base = capability.split("+")[0]
-    rank = CAPABILITY_ORDER.index(base) if base in CAPABILITY_ORDER else 0
-    nearest = min(sets, key=lambda c: (abs(CAPABILITY_ORDER.index(c) - rank), -CAPABILITY_ORDER.index(c)))
-    return ReplayPlan("tolerance", capability, nearest, sets[nearest])
+    own = [r for r in sets if fp.matches(ours, r.fingerprint)]
+    if own:
+        return ReplayPlan("exact", own[0], ours)
+    nearest = max(sets, key=lambda r: fp.similarity(ours, r.fingerprint))
+    return ReplayPlan("tolerance", nearest, ours)
+
+
+def foreign_plans(plan: ReplayPlan | None, root: Path = CONFORMANCE) -> list[ReplayPlan]:
+    """Tolerance plans against every other recording: each was made on another machine than the one
+    ``plan`` compares with, so each must replay here within tolerance."""
+    if plan is None:
+        return []
+    return [ReplayPlan("tolerance", r, plan.ours) for r in trajectory_recordings(root) if r.path != plan.folder]
 
 
 # reference parameter-name pieces -> ours (trajectories/README.md)
@@ -122,7 +144,7 @@ SHADOW_PATHS = ("warmup_or_disabled_control", "grouping_only_full_attention")
 FIELDS = ("loss", "path", "windows", "levels", "head_stats", "level_features")
 
 
-def trajectory_names(folder: Path = TRAJECTORIES) -> list[str]:
+def trajectory_names(folder: Path) -> list[str]:
     return sorted(p.name[: -len(".json")] for p in folder.glob("*.json"))
 
 
@@ -226,8 +248,8 @@ def _following_near_ties(model: AAHTransformer, doc: dict, out: Replay):
 
 def replay(
     name: str,
+    folder: Path,
     max_steps: int | None = None,
-    folder: Path = TRAJECTORIES,
     follow_near_ties: bool = False,
     **overrides,
 ) -> tuple[dict, Replay]:
