@@ -255,6 +255,43 @@ HEAD_SIMILARITY_TABLES: dict[str, dict[str, pa.DataType]] = {
     },
 }
 
+# Written into a run by ``aah-viz lens`` (docs/lens.md): a few documents run through the run's model; per
+# (layer, head, query) the strongest keys under full attention, the executed window and what it cuts
+LENS_TABLES: dict[str, dict[str, pa.DataType]] = {
+    "lens_tokens": {
+        "step": pa.int64(),  # the checkpoint or adapter step
+        "doc": pa.int32(),  # document number within the lens
+        "doc_id": pa.string(),  # the document's name in its source (sentence id, GAP id, file#paragraph)
+        "source": pa.string(),  # text, syntax, coref
+        "position": pa.int32(),  # token position in the model's input
+        "token": pa.string(),  # the token's text (its characters in the document, or a special token's name)
+        "word": pa.int32(),  # the word it belongs to (-1: none, or a special token)
+        "special": pa.bool_(),  # a token the tokenizer adds (BOS), not part of the text
+    },
+    "lens_links": {
+        "step": pa.int64(),
+        "doc": pa.int32(),
+        "kind": pa.string(),  # dep (a gold dependency arc) or coref (the pronoun and a candidate name)
+        "label": pa.string(),  # the relation (deprel) or the candidate's role (A, B)
+        "query": pa.int32(),  # the later end's first token (the query that can see the other end)
+        "key": pa.int32(),  # the earlier end's first token
+        "gold": pa.bool_(),  # dep: always; coref: the pronoun refers to this candidate
+        "query_is_head": pa.bool_(),  # dep: the query's word is the syntactic head
+    },
+    "attention_samples": {
+        "step": pa.int64(),
+        "doc": pa.int32(),
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "query": pa.int32(),
+        "keys": LIST_INT,  # the strongest keys under full attention, largest weight first
+        "weights": LIST_FLOAT,  # their weights
+        "window": pa.int32(),  # the window (tokens) the head executes on this document
+        "mass_outside": pa.float32(),  # full-attention mass on keys the window cuts (distance >= window)
+        "mass_sink": pa.float32(),  # full-attention mass on the sink positions (the first token)
+    },
+}
+
 # Summaries the run writer derives from the rows it is given, so that no figure has to scan every
 # head row of a long run. A run whose manifest says ``"update_summaries": true`` has them from its
 # first step; readers compute the same rows on the fly for any other run.
@@ -285,7 +322,7 @@ SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
     },
 }
 
-ALL_TABLES = {**TABLES, **PROBE_TABLES, **HEAD_SIMILARITY_TABLES, **SUMMARY_TABLES}
+ALL_TABLES = {**TABLES, **PROBE_TABLES, **HEAD_SIMILARITY_TABLES, **LENS_TABLES, **SUMMARY_TABLES}
 
 
 def group_column(level: int) -> str:

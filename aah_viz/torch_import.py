@@ -42,3 +42,12 @@ def missing_extra(err: ModuleNotFoundError) -> MissingDependencyError | None:
             f"this command needs {name}, which is not installed; install it with: pip install 'aah-viz[{EXTRAS[name]}]'"
         )
     return None
+
+
+def quiet_model_loading() -> None:
+    """No progress bar from transformers while a model loads (where transformers is installed)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()

@@ -39,6 +39,8 @@ _EXPORTS = {
     "write_inference": "instrumentation.evaluation",
     "inference_summary_json": "instrumentation.evaluation:summary_json",
     "profile_source": "instrumentation.evaluation",
+    "record_lens": "instrumentation.lens",
+    "write_lens": "instrumentation.lens",
     "measure_heads": "instrumentation.head_measures:measure",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",

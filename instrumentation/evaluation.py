@@ -223,7 +223,13 @@ def write_result(
 
             from aah_viz.runlog.rewrite import rewrite_step
 
-            rewrite_step(out, {t: pd.DataFrame(rows) for t, rows in tables.items()}, step, purpose=f"writing {kind}")
+            rewrite_step(
+                out,
+                {t: pd.DataFrame(rows) for t, rows in tables.items()},
+                step,
+                purpose=f"writing {kind}",
+                clear_empty=True,
+            )
         writer = RunWriter.resume(out, keep_through_step=None)
         try:
             writer.event(step, kind, **detail)

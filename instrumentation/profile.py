@@ -48,28 +48,17 @@ def needed_window(mass: np.ndarray, share: float) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def full_attention_capture(routed, sink: dict[int, torch.Tensor], first: dict | None = None, first_from: int = 1):
-    """Run every attention layer of ``routed`` with full causal attention and add each forward's
-    distance mass into ``sink[layer]`` (routing state untouched); with ``first``, also each forward's
-    (first-token mass of the queries from ``first_from`` on, their count) into ``first[layer]``.
-    Restores the layers on exit."""
+def full_attention(routed, on_probs):
+    """Run every attention layer of ``routed`` with full causal attention (the model's own scaling,
+    routing state untouched), handing each forward's probabilities (B, H, T, T) to
+    ``on_probs(layer_index, probs)``. Restores the layers on exit."""
     layers = routed.attention_layers()
 
     def make(layer):
         def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
             T = q.shape[2]
             res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True, mask=mask)
-            mass = distance_mass(res.probs)
-            prev = sink.get(layer.layer_index)
-            if prev is not None and prev.shape[1] < mass.shape[1]:
-                prev = torch.nn.functional.pad(prev, (0, mass.shape[1] - prev.shape[1]))
-            sink[layer.layer_index] = mass if prev is None else prev + mass
-            if first is not None and T > first_from:
-                got, count = first.get(layer.layer_index, (0.0, 0))
-                first[layer.layer_index] = (
-                    got + first_token_mass(res.probs, first_from),
-                    count + q.shape[0] * (T - first_from),
-                )
+            on_probs(layer.layer_index, res.probs)
             return res.out, (res.probs if need_probs else None)
 
         return attend
@@ -77,10 +66,31 @@ def full_attention_capture(routed, sink: dict[int, torch.Tensor], first: dict | 
     try:
         for layer in layers:
             layer.attend = make(layer)  # the instance attribute shadows the class's attend
-        yield sink
+        yield
     finally:
         for layer in layers:
             layer.__dict__.pop("attend", None)
+
+
+@contextlib.contextmanager
+def full_attention_capture(routed, sink: dict[int, torch.Tensor], first: dict | None = None, first_from: int = 1):
+    """Full causal attention in every layer of ``routed`` (``full_attention``), adding each forward's
+    distance mass into ``sink[layer]``; with ``first``, also each forward's (first-token mass of the
+    queries from ``first_from`` on, their count) into ``first[layer]``."""
+
+    def add(index: int, probs: torch.Tensor) -> None:
+        T = probs.shape[-1]
+        mass = distance_mass(probs)
+        prev = sink.get(index)
+        if prev is not None and prev.shape[1] < mass.shape[1]:
+            prev = torch.nn.functional.pad(prev, (0, mass.shape[1] - prev.shape[1]))
+        sink[index] = mass if prev is None else prev + mass
+        if first is not None and T > first_from:
+            got, count = first.get(index, (0.0, 0))
+            first[index] = (got + first_token_mass(probs, first_from), count + probs.shape[0] * (T - first_from))
+
+    with full_attention(routed, add):
+        yield sink
 
 
 def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | None = None) -> tuple[dict, dict]:

@@ -27,6 +27,7 @@ COMMANDS = [
     "evaluate",
     "retrofit",
     "profile",
+    "lens",
     "head_similarity",
     "validate",
     "compact",

@@ -28,7 +28,8 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an option of the figure kind, e.g. --opt layer=2 --opt step=500 (repeatable)",
+        help="an option of the figure kind, e.g. --opt layer=2 --opt step=500 (repeatable; or comma-separated: "
+        "--opt layer=2,step=500)",
     )
     parser.add_argument("--width", type=int, help="width in pixels (default: the figure's own)")
     parser.add_argument("--height", type=int, help="height in pixels (default: the figure's own)")
@@ -37,11 +38,26 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _pairs(items: list[str]) -> list[str]:
+    """``--opt doc=0,layer=2`` is two options; a comma before a part without ``=`` belongs to the
+    value (``--opt metrics=final_loss,final_acr``)."""
+    out: list[str] = []
+    for item in items:
+        parts: list[str] = []
+        for part in item.split(","):
+            if parts and "=" not in part:
+                parts[-1] += "," + part
+            else:
+                parts.append(part)
+        out += parts
+    return out
+
+
 def _parse_opts(items: list[str]) -> dict:
     from aah_viz.errors import AAHVizError
 
     opts = {}
-    for item in items:
+    for item in _pairs(items):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise AAHVizError(f"--opt {item!r} must look like KEY=VALUE, e.g. --opt layer=2")

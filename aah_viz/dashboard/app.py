@@ -28,6 +28,7 @@ PAGES = [
     ("views/windows", "Windows", "windows"),
     ("views/stability", "Stability", "stability"),
     ("views/probes", "Probes", "probes"),
+    ("views/lens", "Lens", "lens"),
     ("views/compare", "Compare", "compare"),
     ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),

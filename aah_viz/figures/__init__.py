@@ -46,6 +46,12 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     "regime_summary": {"metrics": "comma-separated per-run metrics (default final_loss,final_acr)"},
     "frontier": {},
     "head_spans": {},
+    "tokens": {
+        "doc": "document number of the run's lens (default 0)",
+        "layer": "layer (default 0)",
+        "head": "head (default 0)",
+        "query": "query token position (default: the document's last token)",
+    },
 }
 
 
@@ -247,6 +253,31 @@ def build_head_spans(runs, **_) -> go.Figure:
     return windows.span_heatmaps_figure(spans, run.windows, _title(run, "95% span against executed window"))
 
 
+def build_tokens(runs, doc: int = 0, layer: int = 0, head: int = 0, query: int | None = None, **_) -> go.Figure:
+    from aah_viz.analysis import lens
+    from aah_viz.figures.lens import tokens_figure
+
+    run = _first(runs)
+    tables = lens.lens_tables(run)
+    if not tables:
+        raise AAHVizError(f"{run.path} holds no lens (aah-viz lens RUN --text FILE records one)")
+    tokens = lens.doc_tokens(tables, int(doc))
+    if tokens.empty:
+        raise AAHVizError(
+            f"the lens of {run.path} has no document {doc}; it has "
+            + ", ".join(lens.doc_names(tables["lens_tokens"]).values())
+        )
+    q = len(tokens) - 1 if query is None else int(query)
+    row = lens.query_row(tables["attention_samples"], int(doc), int(layer), int(head), q)
+    if row is None:
+        raise AAHVizError(
+            f"no lens row for layer {layer}, head {head}, query {q} of document {doc} "
+            f"(positions 0..{len(tokens) - 1}, {run.n_layer} layers, {run.n_head} heads)"
+        )
+    what = f"L{layer}H{head} from token {q} of {tokens['doc_id'].iloc[0]}: window {row['window']}"
+    return tokens_figure(tokens, row, lens.doc_links(tables, int(doc)), _title(run, what))
+
+
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "training_curves": build_training_curves,
     "hierarchy": build_hierarchy,
@@ -264,6 +295,7 @@ FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "regime_summary": build_regime_summary,
     "frontier": build_frontier,
     "head_spans": build_head_spans,
+    "tokens": build_tokens,
 }
 
 

@@ -50,10 +50,19 @@ def _without_step(segment: Path, step: int):
     return True, (rest if rest.num_rows else None)
 
 
-def rewrite_step(run_dir: str | os.PathLike, tables: dict[str, pd.DataFrame], step: int, *, purpose: str) -> list[Path]:
+def rewrite_step(
+    run_dir: str | os.PathLike,
+    tables: dict[str, pd.DataFrame],
+    step: int,
+    *,
+    purpose: str,
+    clear_empty: bool = False,
+) -> list[Path]:
     """Add each non-empty table's rows as one atomic segment, replacing the table's earlier rows of
-    ``step``. ``purpose`` says who holds the lock meanwhile (a refused writer is told). Returns the
-    new segments, one per table written."""
+    ``step``; with ``clear_empty``, an empty table given removes that step's earlier rows (the tables
+    written together describe one result, so none may keep rows of an earlier one). ``purpose`` says
+    who holds the lock meanwhile (a refused writer is told). Returns the new segments, one per table
+    written."""
     run_dir = Path(run_dir)
     if not (run_dir / MANIFEST).is_file():
         raise RunLogError(f"{run_dir} is not a run directory (no {MANIFEST}); give a run written by aah-viz train")
@@ -61,6 +70,8 @@ def rewrite_step(run_dir: str | os.PathLike, tables: dict[str, pd.DataFrame], st
     for name, frame in tables.items():  # convert everything first: a type error writes nothing
         paths.check_table_name(name)
         if frame is None or len(frame) == 0:
+            if clear_empty and frame is not None and (run_dir / name).is_dir():
+                arrow[name] = None
             continue
         arrow[name] = rows_to_arrow(name, frame)
     written = []
@@ -78,6 +89,10 @@ def rewrite_step(run_dir: str | os.PathLike, tables: dict[str, pd.DataFrame], st
                     if rest is not None:  # the other steps' rows keep their place before the new ones
                         new.append((f"part-probe-{number:06d}.parquet", [rest]))
                         number += 1
+            if table is None:  # cleared: that step's rows go, nothing new comes
+                if replaces:
+                    generations.replace_segments(directory, new, replaces)
+                continue
             new.append((f"part-probe-{number:06d}.parquet", [table]))
             written += generations.replace_segments(directory, new, replaces)[-1:]
     return written

@@ -52,15 +52,19 @@ def model_device(model: Any) -> torch.device:
 
 
 def run_manifest(cfg, run_dir: Path, *, run_id, backend, extra: dict, **fields: Any) -> dict:
-    """The manifest of a new run of a model with config ``cfg`` (``fields``: seed, preset, steps, data, recorder)."""
+    """The manifest of a new run of a model with config ``cfg`` (``fields``: seed, preset, steps, data, recorder).
+    ``extra`` may name the ``seq_len`` the run trains at, where it is not the config's block_size (a retrofit)."""
     from aah_viz.runlog import make_manifest
+
+    extra = dict(extra)
+    seq_len = int(extra.pop("seq_len", cfg.block_size))
 
     return make_manifest(
         run_id=run_id or Path(run_dir).name,
         regime=cfg.regime,
         config=cfg.to_dict(),
         windows=[int(w) for w in cfg.windows],
-        seq_len=int(cfg.block_size),
+        seq_len=seq_len,
         n_layer=int(cfg.n_layer),
         n_head=int(cfg.n_head),
         max_depth=int(cfg.max_depth or 1),

@@ -188,6 +188,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train},
         overwrite=rc.overwrite,
         manifest_extra={
+            "seq_len": T,  # the blocks it trains on, not the largest window
             "retrofit": args,
             "base_model": recorded_model_path(rc.model_dir, out),  # relative to the run where possible
             "base_model_as_given": str(rc.model_dir),

@@ -1,0 +1,98 @@
+"""``aah-viz lens``: what each head reads on a few documents, and what its executed window cuts."""
+
+from __future__ import annotations
+
+from aah_viz.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "lens",
+        help="record the token lens: each head's strongest keys on a few documents and what its window cuts",
+        description="Run a run's model (the newest checkpoint of aah-viz train, or the newest adapter of aah-viz "
+        "retrofit on its base model) on a few documents and write into the run, per layer, head and query, the "
+        "keys it weighs most under full attention, the window it executes, the attention mass that window cuts "
+        "and the mass on the first token; for CoNLL-U and GAP input also the gold dependency arcs and the "
+        "pronoun's candidate names. The dashboard's Lens page and aah-viz figure --kind tokens show it. "
+        "See docs/lens.md.",
+    )
+    p.add_argument("run", help="run directory of aah-viz train (checkpoints) or aah-viz retrofit (adapters)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="plain-text (UTF-8) file: its paragraphs are the documents")
+    source.add_argument("--syntax", help="CoNLL-U file: its sentences, with their gold dependency arcs")
+    source.add_argument("--coref", help="GAP TSV file: its snippets, with the pronoun and its two candidate names")
+    p.add_argument("--docs", type=int, default=4, help="documents to record (default: 4)")
+    p.add_argument(
+        "--max-tokens", type=int, default=64, help="tokens per document, a start token included (default: 64)"
+    )
+    p.add_argument("--top-k", type=int, default=8, help="strongest keys kept per query (default: 8)")
+    p.add_argument("--checkpoint", type=int, default=None, help="checkpoint or adapter step (default: the newest)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the base model folder of a retrofit run, where it is not where the run records it",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--no-progress", action="store_true", help="do not show a progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def _positive(name: str, value: int, least: int = 1) -> None:
+    if value < least:
+        raise ConfigError(f"--{name} {value}: give at least {least}")
+
+
+def documents(args):
+    from aah_viz.probes.lens_docs import coref_docs, syntax_docs, text_docs
+
+    if args.text:
+        return text_docs(args.text, args.docs)
+    if args.syntax:
+        return syntax_docs(args.syntax, args.docs)
+    return coref_docs(args.coref, args.docs)
+
+
+def run(args) -> int:
+    _positive("docs", args.docs)
+    _positive("max-tokens", args.max_tokens, 2)
+    _positive("top-k", args.top_k)
+    if args.threads is not None:
+        _positive("threads", args.threads)
+    docs = documents(args)  # bad input is refused before any model loads
+    from aah_viz.runlog.paths import list_adapters, list_checkpoints
+
+    if not (list_checkpoints(args.run) or list_adapters(args.run)):
+        raise ConfigError(
+            f"{args.run} has no checkpoint or adapter to run: the lens needs a run of aah-viz train "
+            "(with checkpoints) or of aah-viz retrofit"
+        )
+    from aah_viz.torch_import import require_torch
+
+    torch = require_torch()
+    from instrumentation import check_device, load_for_evaluation, record_lens, write_lens
+
+    check_device(args.device)
+    if args.no_progress:
+        from aah_viz.torch_import import quiet_model_loading
+
+        quiet_model_loading()
+    if args.threads:
+        torch.set_num_threads(int(args.threads))
+    loaded = load_for_evaluation(args.run, checkpoint=args.checkpoint, base_model=args.model, device=args.device)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(docs), desc="lens", unit="doc", disable=True if args.no_progress else None)
+    try:
+        tables = record_lens(loaded, docs, max_tokens=args.max_tokens, top_k=args.top_k, progress=bar.update)
+    except KeyboardInterrupt:
+        bar.close()
+        raise ConfigError(
+            "interrupted: nothing written (the lens is written whole, once every document is done)"
+        ) from None
+    bar.close()
+    out = write_lens(loaded, tables, source=docs[0].source, top_k=args.top_k, max_tokens=args.max_tokens)
+    n_rows = len(tables["attention_samples"]["query"])
+    print(f"lens written to {out}: {len(docs)} documents, {n_rows} (layer, head, query) rows at step {loaded.step}")
+    print(f"  open it: aah-viz dashboard --logs {out.parent}  (page Lens)")
+    return 0

@@ -1,0 +1,134 @@
+"""Lens: what one head reads on real text, token by token, and what its executed window cuts
+(``aah-viz lens`` records it)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+import streamlit.components.v1 as components
+
+from aah_viz.analysis import lens
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.lens_view import token_html
+from aah_viz.figures.lens import distance_map_figure, tokens_figure
+
+TOKEN_VIEW_HEIGHT = 130  # plus a line per 14 tokens
+
+
+@st.cache_data(show_spinner=False)
+def tables(root: str, key: str, token: int) -> dict[str, pd.DataFrame]:
+    return lens.lens_tables(cache.open_run(root, key))
+
+
+def _same_document_runs(root: str, key: str, tokens: pd.DataFrame) -> list[str]:
+    """Other runs whose lens holds a document with exactly these tokens (another configuration)."""
+    texts = list(tokens["token"])
+    out = []
+    for other in state.good_keys():
+        if other == key:
+            continue
+        t = tables(root, other, state.token(other))
+        if not t:
+            continue
+        for doc in t["lens_tokens"]["doc"].unique():
+            if list(lens.doc_tokens(t, int(doc))["token"]) == texts:
+                out.append(f"{other}#{int(doc)}")
+                break
+    return out
+
+
+def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: int) -> None:
+    rows = lens.head_rows(t["attention_samples"], doc, layer, head)
+    components.html(
+        token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query), height=height, scrolling=True
+    )
+
+
+@guarded
+def render() -> None:
+    opened = state.open_run("Lens", summary=False)
+    if opened is None:
+        return
+    key, root, tok, m = opened
+    t = tables(root, key, tok)
+    if not t:
+        st.info(
+            "This run has no lens. `aah-viz lens RUN --syntax FILE.conllu` (or `--coref GAP.tsv`, `--text FILE`) "
+            "runs its model on a few documents and records, per head and token, what it reads under full "
+            "attention and what its executed window cuts (docs/lens.md)."
+        )
+        return
+    names = lens.doc_names(t["lens_tokens"])
+    doc = address.choose(st.selectbox, "doc", "lens_doc", list(names), label="Document", format_func=names.get)
+    tokens = lens.doc_tokens(t, doc)
+    c1, c2, c3 = st.columns([1, 1, 3])
+    layer = state.pick_layer(m["n_layer"], where=c1)
+    head = state.pick_head(m["n_head"], where=c2)
+    head = 0 if head is None else head
+    last = len(tokens) - 1
+    query = address.bound(
+        c3.slider,
+        "query",
+        "lens_query",
+        last,
+        parse=lambda text: min(max(int(text), 0), last),
+        fix=lambda v: min(max(int(v), 0), last),
+        label="Query token (pinned; point at a token below to look from it)",
+        min_value=0,
+        max_value=last,
+    )
+    height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
+    st.subheader(f"L{layer}H{head}")
+    _token_view(t, doc, layer, head, query, height)
+    summary = lens.head_summary(t["attention_samples"], doc)
+    this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
+    if len(this):
+        r = this.iloc[0]
+        st.caption(
+            plain(
+                f"L{layer}H{head} executes a {int(r['window'])}-token window on this document; over its queries the "
+                f"window cuts {r['mass_outside']:.1%} of the full-attention mass on average, and "
+                f"{r['mass_sink']:.1%} goes to the first token."
+            )
+        )
+    others = _same_document_runs(root, key, tokens)
+    if others:
+        labels = {o: state.label(o.rsplit("#", 1)[0]) for o in others}
+        pick = address.choose(
+            st.selectbox,
+            "lens_vs",
+            "lens_vs",
+            ["none", *others],
+            label="Side by side with (the same document in another run's lens)",
+            format_func=lambda o: "none" if o == "none" else labels[o],
+        )
+        if pick != "none":
+            other, other_doc = pick.rsplit("#", 1)
+            st.caption(plain(f"{state.label(other)}: the same head and query"))
+            _token_view(tables(root, other, state.token(other)), int(other_doc), layer, head, query, height)
+    row = lens.query_row(t["attention_samples"], doc, layer, head, query)
+    if row is not None:
+        chart(
+            tokens_figure(tokens, row, lens.doc_links(t, doc), f"L{layer}H{head} from token {query}"),
+            key="lens_tokens_fig",
+            name=f"tokens-doc{doc}-L{layer}H{head}-q{query}",
+        )
+    st.subheader("Heads × distance on this document")
+    matrix, labels = lens.distance_map(t["attention_samples"], doc, m["n_layer"], m["n_head"])
+    chart(
+        distance_map_figure(
+            matrix, labels, m["n_head"], "mean weight of each head's strongest keys by distance", selected=(layer, head)
+        ),
+        key="lens_map",
+        name=f"lens-distance-doc{doc}",
+        on_select=state.head_clicked,
+    )
+    st.caption(
+        "Click a head to look through it above. Weights are those of each query's strongest keys as recorded "
+        "(aah-viz lens --top-k), averaged over the document's queries."
+    )
+
+
+if __name__ == "__main__":
+    render()

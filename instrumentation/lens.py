@@ -1,0 +1,189 @@
+"""``aah-viz lens``: a few documents through a run's model, recorded token by token.
+
+Each document runs twice, as ``aah-viz profile`` runs its blocks: once routed (routing frozen, as
+evaluation runs it: the windows each head executes on this document), and once with every
+attention layer at full causal attention. From the full-attention probabilities the rows of
+``attention_samples`` are built (``aah_viz.analysis.lens.attention_rows``): each query's strongest
+keys, the mass its executed window cuts and the mass on the first token. Beside them, the tokens
+(``lens_tokens``) and the gold links of probe data mapped onto tokens (``lens_links``).
+
+A run of ``aah-viz train`` reads bytes (no start token); a run of ``aah-viz retrofit`` reads with its
+base model's tokenizer and, as the model was trained, its BOS token first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from aah_viz.analysis.lens import DEFAULT_TOP_K, attention_rows
+from aah_viz.errors import ConfigError
+from aah_viz.probes.alignment import align_words
+from aah_viz.probes.lens_docs import LensDoc
+from instrumentation.evaluation import Loaded
+from instrumentation.inference import model_logits
+from instrumentation.profile import full_attention
+
+SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention
+
+
+@dataclass
+class Tokens:
+    ids: list[int]
+    texts: list[str]
+    words: list[int]  # word per token, -1 for none
+    special: list[bool]
+    word_first: list[int]  # first token of each word, -1 where a word has no token kept
+
+
+class _Tokenizer:
+    """The run's tokenizer: bytes for an AAH run, the base model's for a retrofit (with its BOS)."""
+
+    def __init__(self, loaded: Loaded):
+        self.hf = None
+        self.prefix: list[tuple[int, str]] = []
+        if loaded.kind != "run":
+            from transformers import AutoTokenizer
+
+            base = loaded.extra.get("base_model")
+            try:
+                self.hf = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
+            except (OSError, ValueError, TypeError):
+                self.hf = None
+            bos = getattr(self.hf, "bos_token_id", None)
+            vocab = int(getattr(loaded.model.config, "vocab_size", 0) or 0)
+            if bos is not None and 0 <= int(bos) < vocab:
+                self.prefix = [(int(bos), str(self.hf.bos_token))]
+        if self.hf is None:
+            from aah_viz.corpus.tokenizer import ByteTokenizer
+
+            self.byte = ByteTokenizer()
+
+    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if self.hf is None:
+            return self.byte.encode(text)
+        enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+    def tokens(self, doc: LensDoc, max_tokens: int) -> Tokens:
+        ids, offsets = self.encode(doc.text)
+        keep = max(0, max_tokens - len(self.prefix))
+        ids, offsets = ids[:keep], offsets[:keep]
+        align = align_words(offsets, doc.words) if doc.words else None
+        n_pre = len(self.prefix)
+        words = [
+            int(u) if align is not None and u < align.n_words else -1 for u in (align.unit_of_token if align else [])
+        ]
+        texts = [doc.text[a:b] for a, b in offsets]
+        return Tokens(
+            ids=[i for i, _ in self.prefix] + ids,
+            texts=[t for _, t in self.prefix] + texts,
+            words=[-1] * n_pre + (words or [-1] * len(ids)),
+            special=[True] * n_pre + [False] * len(ids),
+            word_first=[] if align is None else [int(t) + n_pre if t >= 0 else -1 for t in align.word_first_token],
+        )
+
+
+def token_links(doc: LensDoc, tokens: Tokens) -> dict[str, list]:
+    """The document's word links as (query, key) token pairs: the later word's first token reads the
+    earlier one's. Links with an end cut off by ``--max-tokens`` are left out."""
+    rows: dict[str, list] = {c: [] for c in ("kind", "label", "query", "key", "gold", "query_is_head")}
+    for link in doc.links:
+        ta, tb = tokens.word_first[link.a], tokens.word_first[link.b]
+        if ta < 0 or tb < 0 or ta == tb:
+            continue
+        query, key = max(ta, tb), min(ta, tb)
+        rows["kind"].append(link.kind)
+        rows["label"].append(link.label)
+        rows["query"].append(query)
+        rows["key"].append(key)
+        rows["gold"].append(bool(link.gold))
+        rows["query_is_head"].append(bool(link.a_is_head and query == ta))
+    return rows
+
+
+@torch.no_grad()
+def document_attention(loaded: Loaded, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (L, H, T, T) under full attention, executed windows (L, H)) of one document."""
+    device = next(loaded.model.parameters()).device
+    x = torch.tensor([list(ids)], dtype=torch.long, device=device)
+    routed = loaded.routed
+    was = loaded.model.training
+    loaded.model.eval()
+    probs: dict[int, np.ndarray] = {}
+    try:
+        with routed.routing_mode("frozen"):
+            model_logits(loaded.model, x)  # routed: the windows each head executes here
+            windows = routed.current_windows().cpu().numpy()
+            with full_attention(routed, lambda i, p: probs.__setitem__(i, p[0].double().cpu().numpy())):
+                model_logits(loaded.model, x)
+    finally:
+        loaded.model.train(was)
+    return np.stack([probs[i] for i in sorted(probs)]), windows
+
+
+def positions_of(loaded: Loaded) -> int:
+    """How many positions one input may take."""
+    cfg = loaded.routed.cfg
+    limit = int(getattr(cfg, "block_size", 0) or 0)
+    hf = getattr(getattr(loaded.model, "config", None), "max_position_embeddings", None)
+    return int(hf) if hf else limit
+
+
+def record_lens(
+    loaded: Loaded,
+    docs: Sequence[LensDoc],
+    *,
+    max_tokens: int = 64,
+    top_k: int = DEFAULT_TOP_K,
+    progress: Callable[[], None] | None = None,
+) -> dict[str, dict[str, list]]:
+    """The three lens tables ({table: columns}) of ``docs``, at the loaded step."""
+    limit = positions_of(loaded)
+    if max_tokens > limit:
+        raise ConfigError(f"--max-tokens {max_tokens} is more than the model's {limit} positions")
+    step = int(loaded.step or 0)
+    tok = _Tokenizer(loaded)
+    tables: dict[str, dict[str, list]] = {"lens_tokens": {}, "lens_links": {}, "attention_samples": {}}
+
+    def add(table: str, rows: dict[str, list], doc: int) -> None:
+        n = len(next(iter(rows.values()))) if rows else 0
+        for col, values in {"step": [step] * n, "doc": [doc] * n, **rows}.items():
+            tables[table].setdefault(col, []).extend(values)
+
+    for number, doc in enumerate(docs):
+        tokens = tok.tokens(doc, max_tokens)
+        if len(tokens.ids) < 2:
+            raise ConfigError(f"document {doc.id!r} has fewer than two tokens; give longer documents")
+        probs, windows = document_attention(loaded, tokens.ids)
+        n = len(tokens.ids)
+        add(
+            "lens_tokens",
+            {
+                "doc_id": [doc.id] * n,
+                "source": [doc.source] * n,
+                "position": list(range(n)),
+                "token": tokens.texts,
+                "word": tokens.words,
+                "special": tokens.special,
+            },
+            number,
+        )
+        add("lens_links", token_links(doc, tokens), number)
+        add("attention_samples", attention_rows(probs, windows, top_k=top_k, sink=SINK_POSITIONS), number)
+        if progress is not None:
+            progress()
+    return tables
+
+
+def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
+    """Write the lens tables into the loaded run at its step (a second lens of that step replaces the
+    first), with a ``lens`` event; returns the run's path."""
+    from instrumentation.evaluation import write_result
+
+    n_docs = len(set(tables["lens_tokens"].get("doc", [])))
+    detail = {**detail, "docs": n_docs, "sink_positions": SINK_POSITIONS, "checkpoint_step": loaded.step}
+    return write_result(loaded.source, loaded, "lens", detail, tables=tables)

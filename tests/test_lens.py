@@ -1,0 +1,263 @@
+"""The token lens (issue 39): what a head reads on real text and what its window cuts.
+
+The stored weights are checked against an independent attention computation (the unpatched model's
+own eager attention), the masses against the weights, the links against the gold annotation read
+by hand, and the page's token view against hostile text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aah_viz.analysis import lens
+from aah_viz.dashboard.lens_view import token_html
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "aah_viz" / "data" / "english_fixture.conllu"
+TEXT = (
+    "The committee met on Tuesday and agreed to publish the report. It said the data were clear.\n\n"
+    "A second paragraph follows here, with words enough to fill a block of bytes for the model."
+)
+
+
+def _causal_probs(rng, L: int, H: int, T: int) -> np.ndarray:
+    raw = rng.random((L, H, T, T)) ** 3
+    raw = np.tril(raw)
+    return raw / raw.sum(-1, keepdims=True)
+
+
+def test_attention_rows_against_a_direct_count():
+    rng = np.random.default_rng(0)
+    L, H, T, k = 2, 3, 9, 4
+    probs = _causal_probs(rng, L, H, T)
+    windows = np.array([[2, 4, 9], [1, 3, 5]])
+    rows = lens.attention_rows(probs, windows, top_k=k, sink=2)
+    assert len(rows["query"]) == L * H * T
+    i = 0
+    for layer in range(L):
+        for head in range(H):
+            for q in range(T):
+                p, w = probs[layer, head, q], int(windows[layer, head])
+                visible = list(range(q + 1))
+                want = sorted(visible, key=lambda j: (-p[j], -j))[: min(k, q + 1)]
+                assert rows["keys"][i] == want
+                assert np.allclose(rows["weights"][i], [p[j] for j in want])
+                assert rows["window"][i] == w
+                assert rows["mass_outside"][i] == pytest.approx(sum(p[j] for j in visible if q - j >= w))
+                assert rows["mass_sink"][i] == pytest.approx(sum(p[j] for j in visible if j < 2))
+                i += 1
+
+
+def test_equal_weights_keep_the_nearer_key_first():
+    probs = np.zeros((1, 1, 4, 4))
+    probs[0, 0] = np.tril(np.ones((4, 4)))
+    probs[0, 0] /= probs[0, 0].sum(-1, keepdims=True)
+    rows = lens.attention_rows(probs, np.array([[4]]), top_k=2)
+    assert rows["keys"][3] == [3, 2] and rows["keys"][0] == [0]
+
+
+def test_the_distance_map_bins_the_stored_weights():
+    import pandas as pd
+
+    samples = pd.DataFrame(
+        {
+            "doc": [0, 0, 0],
+            "layer": [0, 0, 1],
+            "head": [1, 1, 0],
+            "query": [3, 5, 5],
+            "keys": [[3, 0], [1, 4], [5]],
+            "weights": [[0.5, 0.25], [0.6, 0.3], [1.0]],
+        }
+    )
+    matrix, labels = lens.distance_map(samples, 0, n_layer=2, n_head=2)
+    assert labels == ["0", "1", "2-3", "4-5"]
+    # L0H1: query 3 puts 0.5 at distance 0, 0.25 at 3; query 5 puts 0.6 at 4, 0.3 at 1 (mean of two queries)
+    assert np.allclose(matrix[1], [0.25, 0.15, 0.125, 0.3])
+    assert np.allclose(matrix[2], [1.0, 0, 0, 0]) and not matrix[0].any() and not matrix[3].any()
+
+
+def test_the_token_view_keeps_hostile_text_as_text():
+    import pandas as pd
+
+    hostile = ["<script>alert(1)</script>", "<a href='https://example.com'>x</a>", "</script><img src=x>", " & "]
+    tokens = pd.DataFrame({"token": hostile, "special": [False] * 4})
+    rows = pd.DataFrame(
+        {
+            "query": [0, 1, 2, 3],
+            "keys": [[0], [1, 0], [2], [3, 0]],
+            "weights": [[1.0], [0.5, 0.5], [1.0], [0.7, 0.3]],
+            "window": [4] * 4,
+            "mass_outside": [0.0] * 4,
+            "mass_sink": [1.0, 0.5, 0.0, 0.3],
+        }
+    )
+    page = token_html(tokens, rows, pd.DataFrame(columns=["query", "key", "kind", "label", "gold"]), 3)
+    body = page.split("<script", 1)[0]
+    assert "<script>alert" not in page and "<a href" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    data = page.split("<script type='application/json' id='lens-data'>", 1)[1].split("</script>", 1)[0]
+    assert json.loads(data)["rows"]["3"] == {"k": [3, 0], "w": [0.7, 0.3], "win": 4, "out": 0.0, "sink": 0.3}
+
+
+# ---- recorded from real models ------------------------------------------------------------------
+
+torch_needed = pytest.mark.torch
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aah_viz", *args], cwd=cwd, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.fixture(scope="module")
+def retrofit_run(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from conftest import save_tiny_causal_lm
+
+    root = tmp_path_factory.mktemp("lens")
+    model = save_tiny_causal_lm(root / "llama", attn="eager")
+    data = root / "t.txt"
+    data.write_text(TEXT * 6)
+    run = root / "adapted"
+    proc = _cli(
+        "retrofit", str(model), "--data", str(data), "--out", str(run), "--steps", "2", "--seq-len", "48",
+        "--windows", "4,8,16,32", "--no-progress", "--threads", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # the manifest names the length it trained at (not the largest window), so its ACR checks out
+    assert json.loads((run / "manifest.json").read_text())["seq_len"] == 48
+    return root, model, run
+
+
+@torch_needed
+def test_lens_weights_equal_the_models_own_eager_attention(retrofit_run):
+    import torch
+    import transformers
+
+    from aah_viz.runlog import load_run, validate_run
+
+    root, model_dir, run = retrofit_run
+    text = root / "doc.txt"
+    text.write_text(TEXT)
+    proc = _cli("lens", str(run), "--text", str(text), "--docs", "2", "--max-tokens", "40", "--top-k", "40")
+    assert proc.returncode == 0, proc.stderr
+    assert validate_run(run) == []
+    r = load_run(run)
+    t = lens.lens_tables(r)
+    tokens = lens.doc_tokens(t, 0)
+    ids = list(TEXT.split("\n\n")[0].encode()[:40])  # the tiny model has no tokenizer: bytes, no BOS
+    assert "".join(tokens["token"]) == bytes(ids).decode()
+    base = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager").eval()
+    with torch.no_grad():
+        att = base(torch.tensor([ids]), output_attentions=True).attentions  # full causal attention
+    samples = t["attention_samples"]
+    heads = r.table("heads")
+    last = heads[heads["step"] == heads["step"].max()]
+    for layer in range(2):
+        for head in range(4):
+            rows = lens.head_rows(samples, 0, layer, head)
+            full = att[layer][0, head].double().numpy()
+            assert len(rows) == 40
+            for row in rows.itertuples():
+                q = int(row.query)
+                assert sorted(row.keys) == list(range(q + 1))  # top-k of 40 keeps every visible key
+                assert np.allclose(row.weights, full[q, list(row.keys)], atol=2e-5)
+                w = int(row.window)
+                assert row.mass_outside == pytest.approx(full[q, : max(0, q - w + 1)].sum(), abs=2e-5)
+                assert row.mass_sink == pytest.approx(full[q, 0], abs=2e-5)
+            # the window executed is the adapter's, as the run recorded it
+            want = last[(last["layer"] == layer) & (last["head"] == head)]["window"]
+            assert set(rows["window"]) == {int(want.iloc[0])}
+
+
+@torch_needed
+def test_lens_of_a_trained_aah_run_with_gold_arcs(tmp_path):
+    from aah_viz.runlog import load_run
+
+    run = tmp_path / "run"
+    common = ["--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress", "--threads", "1"]
+    assert _cli("train", "--out", str(run), *common).returncode == 0
+    proc = _cli("lens", str(run), "--syntax", str(FIXTURE), "--docs", "2", "--max-tokens", "64", "--top-k", "3")
+    assert proc.returncode == 0, proc.stderr
+    r = load_run(run)
+    t = lens.lens_tables(r)
+    tokens = lens.doc_tokens(t, 0)
+    sentence = "".join(tokens["token"])
+    # the fixture's first sentence, read by hand: "The old man saw a dog in the park ."
+    assert sentence.startswith("The old man saw")
+    links = lens.doc_links(t, 0)
+    by_label: dict = {}  # the first arc of each relation
+    for row in links.itertuples():
+        by_label.setdefault(row.label, (row.query, row.key, row.query_is_head))
+    first = {w: sentence.index(w) for w in ("The", "old", "man", "saw")}
+    assert by_label["det"] == (first["man"], first["The"], True)  # man -> The: the query is the head
+    assert by_label["nsubj"] == (first["saw"], first["man"], True)
+    samples = t["attention_samples"]
+    assert samples["keys"].map(len).max() == 3
+    # the masses come from the whole row: at least the weights of the stored keys they cover
+    for row in samples.itertuples():
+        cut = sum(w for k, w in zip(row.keys, row.weights) if row.query - k >= row.window)
+        on_first = sum(w for k, w in zip(row.keys, row.weights) if k == 0)
+        assert row.mass_outside >= cut - 1e-6 and row.mass_sink >= on_first - 1e-6
+        assert 0.0 <= row.mass_outside <= 1.0 + 1e-6
+    # a second lens of the same step replaces the first, links included
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    assert _cli("lens", str(run), "--text", str(text), "--docs", "1").returncode == 0
+    t = lens.lens_tables(load_run(run))
+    assert set(t["lens_tokens"]["source"]) == {"text"} and t["lens_links"].empty
+
+
+@torch_needed
+def test_the_tokens_figure_draws_a_query_as_svg(retrofit_run):
+    pytest.importorskip("kaleido")
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("Debian chromium is not installed (./dev test installs it)")
+    root, _, run = retrofit_run
+    text = root / "hostile.txt"
+    text.write_text("<b>bold</b> words <a href='x'>link</a> and more words to read here")
+    assert _cli("lens", str(run), "--text", str(text), "--docs", "1").returncode == 0
+    out = root / "tokens.svg"
+    proc = _cli("figure", str(run), "--kind", "tokens", "--opt", "doc=0,layer=1,head=2,query=20", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    svg = out.read_text()
+    assert "L1H2 from token 20" in svg and "<a " not in svg.split("<svg", 1)[1]
+    proc = _cli("figure", str(run), "--kind", "tokens", "--opt", "doc=3", "--out", str(out))
+    assert proc.returncode == 2 and "has no document 3" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--text", "absent.txt"], "absent.txt"),
+        (["--text", "doc.txt", "--docs", "0"], "--docs 0"),
+        (["--text", "doc.txt", "--max-tokens", "100000"], "positions"),
+    ],
+)
+@torch_needed
+def test_bad_input_is_one_line(retrofit_run, args, words):
+    root, _, run = retrofit_run
+    (root / "doc.txt").write_text(TEXT)
+    proc = _cli("lens", str(run), *args, "--no-progress", cwd=root)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+
+
+@torch_needed
+def test_a_run_without_a_model_is_refused(tmp_path):
+    root = tmp_path / "logs"
+    root.mkdir()
+    run = REPO / "sample_logs" / "full_adaptive_seed0"
+    if not run.is_dir():
+        pytest.skip("the bundled sample logs are not in this checkout")
+    (tmp_path / "t.txt").write_text(TEXT)
+    proc = _cli("lens", str(run), "--text", str(tmp_path / "t.txt"))
+    assert proc.returncode == 2 and "no checkpoint or adapter" in proc.stderr
