@@ -17,11 +17,12 @@ def register(subparsers) -> None:
         "See docs/lens.md.",
     )
     p.add_argument("run", help="run directory of aah-viz train (checkpoints) or aah-viz retrofit (adapters)")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", help="plain-text (UTF-8) file: its paragraphs are the documents")
-    source.add_argument("--syntax", help="CoNLL-U file: its sentences, with their gold dependency arcs")
-    source.add_argument("--coref", help="GAP TSV file: its snippets, with the pronoun and its two candidate names")
-    p.add_argument("--docs", type=int, default=4, help="documents to record (default: 4)")
+    p.add_argument("--text", help="plain-text (UTF-8) file: its paragraphs are documents")
+    p.add_argument("--syntax", help="CoNLL-U file: its sentences are documents, with their gold dependency arcs")
+    p.add_argument("--coref", help="GAP TSV file: its snippets are documents, with the pronoun and its two names")
+    p.add_argument(
+        "--docs", type=int, default=4, help="documents to record from each of --text, --syntax, --coref (default: 4)"
+    )
     p.add_argument(
         "--max-tokens", type=int, default=64, help="tokens per document, a start token included (default: 64)"
     )
@@ -46,11 +47,10 @@ def _positive(name: str, value: int, least: int = 1) -> None:
 def documents(args):
     from aah_viz.probes.lens_docs import coref_docs, syntax_docs, text_docs
 
-    if args.text:
-        return text_docs(args.text, args.docs)
-    if args.syntax:
-        return syntax_docs(args.syntax, args.docs)
-    return coref_docs(args.coref, args.docs)
+    readers = ((args.text, text_docs), (args.syntax, syntax_docs), (args.coref, coref_docs))
+    if not any(path for path, _ in readers):
+        raise ConfigError("give the documents: --text FILE, --syntax FILE.conllu or --coref GAP.tsv (or several)")
+    return [doc for path, read in readers if path for doc in read(path, args.docs)]
 
 
 def run(args) -> int:
@@ -91,7 +91,8 @@ def run(args) -> int:
             "interrupted: nothing written (the lens is written whole, once every document is done)"
         ) from None
     bar.close()
-    out = write_lens(loaded, tables, source=docs[0].source, top_k=args.top_k, max_tokens=args.max_tokens)
+    sources = sorted({d.source for d in docs})
+    out = write_lens(loaded, tables, sources=sources, top_k=args.top_k, max_tokens=args.max_tokens)
     n_rows = len(tables["attention_samples"]["query"])
     print(f"lens written to {out}: {len(docs)} documents, {n_rows} (layer, head, query) rows at step {loaded.step}")
     print(f"  open it: aah-viz dashboard --logs {out.parent}  (page Lens)")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
 import pandas as pd
 
-from aah_viz.figures.lens import shown_token
+from aah_viz.figures.lens import visible_token
 
 
 def _json(value) -> str:
@@ -119,9 +120,9 @@ def token_html(tokens: pd.DataFrame, rows: pd.DataFrame, links: pd.DataFrame, qu
     data = {**view_data(tokens, rows, links), "start": int(query)}
     spans = []
     for j, (text, special) in enumerate(zip(tokens["token"], tokens["special"])):
-        shown = shown_token(text)  # escaped
+        shown = html.escape(visible_token(text))  # escaped once: the page shows it, the script reads it back raw
         classes = "tok" + (" sink" if j == 0 else "") + (" special" if special else "")
-        spans.append(f'<span class="{classes}" tabindex="0" data-text="{html.escape(shown)}">{shown}</span>')
+        spans.append(f'<span class="{classes}" tabindex="0" data-text="{shown}">{shown}</span>')
     legend = (
         '<div class="legend">Point at or tab to a token: earlier tokens take the blue of the selected head\'s '
         "weight from it (full attention); struck through: cut by the executed window; orange underline: the "
@@ -133,4 +134,21 @@ def token_html(tokens: pd.DataFrame, rows: pd.DataFrame, links: pd.DataFrame, qu
         f"<div id='status' role='status' aria-live='polite'></div>"
         f"<script type='application/json' id='lens-data'>{_json(data)}</script>"
         f"<script>{SCRIPT}</script></body></html>"
+    )
+
+
+LENS_PAGE = str(Path(__file__).with_name("views") / "lens.py")
+
+
+def link_to_lens(run, layer: int, head: int | None) -> None:
+    """Under a heatmap whose click selects a head: a link to the Lens page on that head, where the
+    run has a lens (the selection travels with the session and the address)."""
+    import streamlit as st
+
+    if head is None or "attention_samples" not in run.tables():
+        return
+    st.page_link(
+        LENS_PAGE,
+        label=f"What L{layer}H{head} reads, token by token: the Lens page",
+        icon=":material/arrow_forward:",
     )

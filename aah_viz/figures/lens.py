@@ -19,10 +19,15 @@ TOKENS_PER_ROW = 16
 WEIGHT_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]
 
 
-def shown_token(text: str) -> str:
-    """A token as drawn: escaped, spaces and line breaks visible."""
+def visible_token(text: str) -> str:
+    """A token with its spaces and line breaks made visible (not escaped)."""
     visible = str(text).replace("\n", "⏎").replace("\t", "⇥")
-    return html.escape(visible if visible.strip() else visible.replace(" ", "␣"), quote=False) or "∅"
+    return (visible if visible.strip() else visible.replace(" ", "␣")) or "∅"
+
+
+def shown_token(text: str) -> str:
+    """A token as drawn: visible and escaped."""
+    return html.escape(visible_token(text), quote=False)
 
 
 def tokens_figure(

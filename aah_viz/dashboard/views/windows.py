@@ -8,6 +8,7 @@ import streamlit as st
 from aah_viz.dashboard import address, cache, state
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
 
@@ -48,6 +49,7 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
             on_select=state.head_clicked,
         )
         st.caption("Click a head to select it on every page (the Hierarchy page highlights it).")
+        link_to_lens(cache.open_run(root, key), layer, head)
     with right:
         br = cache.branch(root, key, token, step)
         chart(

@@ -1,0 +1,120 @@
+"""The Lens page in Debian Chromium (issue 39): point at a token and read the colours the selected
+head gives the earlier tokens; move with the keyboard; click a head in the Windows heatmap and land
+on the Lens with that head. Against a tiny trained run and its lens, recorded by the real commands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser_harness import chromium, need_chromium, new_page, open_page, settle, streamlit_app, wait_selector
+from waiting import PATIENCE_MS, TEST_S, until, waiting_for
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "aah_viz" / "data" / "english_fixture.conllu"
+
+pytestmark = [pytest.mark.browser, pytest.mark.torch, pytest.mark.timeout(TEST_S)]
+
+
+def _cli(*args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "aah_viz", *args], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    need_chromium()
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("lens_logs")
+    run = root / "toy"
+    _cli("train", "--out", str(run), "--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress",
+         "--threads", "1")  # fmt: skip
+    _cli("lens", str(run), "--syntax", str(FIXTURE), "--docs", "2", "--max-tokens", "40", "--no-progress")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(logs):
+    with streamlit_app(logs) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with chromium() as b:
+        yield b
+
+
+def _alpha(style: str) -> float:
+    """The opacity of the token's blue (a browser writes an opaque rgba as rgb)."""
+    found = re.search(r"rgba?\(\s*33,\s*113,\s*181(?:,\s*([0-9.]+))?\)", style or "")
+    if not found:
+        return 0.0
+    return 1.0 if found.group(1) is None else float(found.group(1))
+
+
+def test_pointing_at_a_token_colours_what_the_head_reads(server, browser, logs):
+    from aah_viz.analysis import lens
+    from aah_viz.runlog import load_run
+
+    t = lens.lens_tables(load_run(logs / "toy"))
+    page = new_page(browser, 1400, 1800)
+    open_page(page, f"{server}/lens?run=toy&layer=1&head=2&doc=0", "Lens")
+    wait_selector(page, "iframe", "the token view")
+    frame = page.frame_locator("iframe").first
+    tokens = frame.locator(".tok")
+    with waiting_for("the token view's tokens"):
+        tokens.first.wait_for(timeout=PATIENCE_MS)
+    q = 12
+    tokens.nth(q).hover()
+    status = frame.locator("#status")
+    until(lambda: f"(position {q})" in (status.text_content() or ""), f"the status line to name position {q}")
+    row = lens.query_row(t["attention_samples"], 0, 1, 2, q)
+    strongest = int(row["keys"][0])
+    styles = [tokens.nth(j).get_attribute("style") or "" for j in range(q + 1)]
+    alphas = [_alpha(s) for s in styles]
+    # the strongest key is the deepest blue; every stored key is coloured in proportion to its weight
+    assert alphas[strongest] == pytest.approx(1.0)
+    for key, weight in zip(row["keys"], row["weights"]):
+        assert alphas[int(key)] == pytest.approx(weight / row["weights"][0], abs=0.006)  # the browser keeps 2 decimals
+    later = tokens.nth(q + 1).get_attribute("class")
+    assert "future" in later and "query" in tokens.nth(q).get_attribute("class")
+    assert f"{row['window']}-token window" in status.text_content()
+
+    # the keyboard moves the query: focus, then the right arrow
+    tokens.nth(q).focus()
+    page.keyboard.press("ArrowRight")
+    until(lambda: f"(position {q + 1})" in (status.text_content() or ""), "the arrow key to move the query")
+    page.screenshot(path=str(REPO / "test-artifacts" / "lens-page.png"))
+    page.close()
+
+
+def test_a_head_clicked_on_the_windows_heatmap_opens_in_the_lens(server, browser):
+    page = new_page(browser)
+    open_page(page, f"{server}/windows?run=toy", "Windows")
+    heatmap = page.locator(".st-key-win_heatmap .js-plotly-plot")
+    wait_selector(page, ".st-key-win_heatmap .js-plotly-plot .main-svg", "the windows heatmap")
+    box = heatmap.bounding_box()
+    x, y = page.evaluate(
+        """() => { const gd = document.querySelector('.st-key-win_heatmap .js-plotly-plot');
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        return [xa._offset + xa.l2p(3), ya._offset + ya.l2p(1)]; }"""
+    )
+    page.mouse.move(box["x"] + x - 20, box["y"] + y)
+    page.mouse.move(box["x"] + x, box["y"] + y, steps=5)
+    wait_selector(page, ".st-key-win_heatmap .hoverlayer .hovertext", "the heatmap's hover label")
+    page.mouse.click(box["x"] + x, box["y"] + y)
+    link = page.get_by_role("link", name=re.compile("What L1H3 reads"))
+    with waiting_for("the link to the Lens for L1H3"):
+        link.wait_for(timeout=PATIENCE_MS)
+    settle(page)
+    link.click()
+    with waiting_for("the Lens page's heading"):
+        page.get_by_role("heading", name="Lens", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    settle(page)
+    with waiting_for("the Lens on L1H3"):
+        page.get_by_role("heading", name="L1H3", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    page.close()
