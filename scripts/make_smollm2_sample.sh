@@ -18,7 +18,8 @@
 #      and the paper's ablations grouping_off and fixed_random_grouping); then the same frontier with
 #      standardised routing features (--set feature_normalization=zscore, full_adaptive) in frontier-zscore;
 #   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
-#      window routing executes (appended to that run);
+#      window routing executes (appended to that run), and its token lens on two PUD sentences and two
+#      GAP snippets (aah-viz lens);
 #   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
 #   4. aah-viz head-similarity on the probed run: which similarities give real, stable head groups.
 # The adapted runs keep only their final adapter (AAH parameters and routing state), so anyone with
@@ -59,6 +60,11 @@ SECONDS=0
 "$AAH" profile "$OUT/frontier-full_adaptive" --model "$MODEL" --data "$WIKI" --out "$OUT/frontier-full_adaptive" \
     --seq-len 1024 --batches 2 --threads "$THREADS"
 echo "profile at T = 1024: ${SECONDS}s"
+
+SECONDS=0
+"$AAH" lens "$OUT/frontier-full_adaptive" --model "$MODEL" --syntax "$PUD" --coref "$GAP" --docs 2 \
+    --max-tokens 128 --threads "$THREADS" --no-progress
+echo "lens: ${SECONDS}s"
 
 SECONDS=0
 "$PY" "$HERE/scripts/probe_causal_model.py" --model "$MODEL" --syntax "$PUD" --coref "$GAP" --out "$OUT/probes" \

@@ -261,3 +261,64 @@ def test_a_run_without_a_model_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(TEXT)
     proc = _cli("lens", str(run), "--text", str(tmp_path / "t.txt"))
     assert proc.returncode == 2 and "no checkpoint or adapter" in proc.stderr
+
+
+def write_light_lens(run_dir: Path, T: int = 14) -> None:
+    """A lens written from the table side alone: random causal attention through ``attention_rows``."""
+    import pandas as pd
+
+    from aah_viz.runlog.rewrite import rewrite_step
+
+    rng = np.random.default_rng(1)
+    probs = _causal_probs(rng, 2, 3, T)
+    samples = pd.DataFrame(lens.attention_rows(probs, np.full((2, 3), 4))).assign(doc=0, step=19)
+    text = "The <b>cat</b> sat on it"
+    tokens = pd.DataFrame(
+        {"position": range(T), "token": [text[i] if i < len(text) else "." for i in range(T)], "word": -1}
+    ).assign(special=False, doc=0, doc_id="d1", source="text", step=19)
+    links = pd.DataFrame(
+        {"kind": ["dep"], "label": ["nsubj"], "query": [9], "key": [5], "gold": [True], "query_is_head": [True]}
+    ).assign(doc=0, step=19)
+    rewrite_step(run_dir, {"attention_samples": samples, "lens_tokens": tokens, "lens_links": links}, 19, purpose="t")
+
+
+LENS_PAGE_WITHOUT_TORCH = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from test_light_side import HIDE_TORCH
+exec(HIDE_TORCH)
+os.environ["AAH_VIZ_LOGS"] = {logs!r}
+from streamlit.testing.v1 import AppTest
+from aah_viz.dashboard.app import PAGE_DIR, PAGE_FILES
+at = AppTest.from_file(str(PAGE_DIR / "app.py"), default_timeout=600)
+at.run()
+at.switch_page(PAGE_FILES["lens"]).run()
+print(json.dumps({{
+    "problems": [str(e.value) for e in list(at.exception) + list(at.error)],
+    "subheaders": [s.value for s in at.subheader],
+    "captions": [c.value for c in at.caption],
+    "torch": "torch" in sys.modules,
+}}))
+"""
+
+
+def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
+    from aah_viz.runlog.synthetic import make_synthetic_run
+
+    logs = tmp_path / "logs"
+    run = make_synthetic_run(logs / "toy", n_layer=2, n_head=3, steps=20, seed=0)
+    write_light_lens(run)
+    code = LENS_PAGE_WITHOUT_TORCH.format(tests=str(Path(__file__).parent), logs=str(logs))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["problems"] == [] and result["torch"] is False
+    assert result["subheaders"][:2] == ["L0H0", "Heads × distance on this document"]
+    assert any("executes a 4-token window on this document" in c for c in result["captions"]), result["captions"]
+
+
+def test_the_page_bench_takes_a_logs_root_and_pages(tmp_path):
+    proc = _cli("bench", "dashboard", "--logs", str(tmp_path))
+    assert proc.returncode == 2 and "add --pages" in proc.stderr
+    proc = _cli("bench", "dashboard", "--pages", "--logs", str(tmp_path), "--page", "nope")
+    assert proc.returncode == 2 and "--page nope: not a page" in proc.stderr

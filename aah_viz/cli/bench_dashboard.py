@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.errors import ConfigError
 
 MAX_SECONDS = 1.5
 GOAL_SECONDS = 1.0
@@ -160,6 +161,19 @@ def run(args) -> int:
 
     from aah_viz.runlog.synthetic import make_synthetic_run
 
+    if args.logs is not None or args.page:
+        if not args.pages:
+            raise ConfigError("--logs and --page time whole pages: add --pages")
+        from aah_viz.dashboard.app import PAGE_FILES
+
+        unknown = [p for p in args.page if p not in PAGE_FILES]
+        if unknown:
+            raise ConfigError(f"--page {unknown[0]}: not a page; choose from {', '.join(PAGE_FILES)}")
+    if args.logs is not None:
+        if not Path(args.logs).is_dir():
+            raise ConfigError(f"--logs {args.logs} is not a folder; give a folder holding runs")
+        return _pages(args, Path(args.logs), None)
+
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-") as tmp:
         run_dir = Path(tmp) / "paper-shaped"
         t0 = time.perf_counter()
@@ -222,24 +236,31 @@ def run(args) -> int:
     return 0
 
 
-def _pages(args, logs_root: Path, generated: float) -> int:
-    """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds."""
+def _pages(args, logs_root: Path, generated: float | None) -> int:
+    """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds; on the
+    generated run, or on the runs under ``--logs`` (``generated`` None)."""
     from tqdm import tqdm
 
     from aah_viz.dashboard import page_bench
     from aah_viz.dashboard.app import PAGES
 
-    with tqdm(total=len(PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
-        pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, progress=bar)
-    result = {
-        "pages": pages,
-        "run": {
+    chosen = list(args.page) or None
+    with tqdm(total=len(chosen or PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
+        pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar)
+    what = (
+        {"logs": str(logs_root)}
+        if generated is None
+        else {
             "n_layer": args.layers,
             "n_head": args.heads,
             "steps": args.steps,
             "head_rows": args.layers * args.heads * args.steps,
             "generate_seconds": round(generated, 1),
-        },
+        }
+    )
+    result = {
+        "pages": pages,
+        "run": what,
         "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
         "warm_rounds": args.repeats,
         "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
@@ -257,10 +278,8 @@ def _pages(args, logs_root: Path, generated: float) -> int:
                 f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f} {p['cold_wall_s']:11.2f} "
                 f"{p['warm_wall_s']:11.2f}{flag}"
             )
-        print(
-            f"goals: warm < {page_bench.GOAL_WARM_CPU_S} CPU s, cold < {page_bench.GOAL_COLD_CPU_S} CPU s; "
-            f"{args.layers} x {args.heads} x {args.steps} run"
-        )
+        shape = f"runs under {logs_root}" if generated is None else f"{args.layers} x {args.heads} x {args.steps} run"
+        print(f"goals: warm < {page_bench.GOAL_WARM_CPU_S} CPU s, cold < {page_bench.GOAL_COLD_CPU_S} CPU s; {shape}")
     return 0
 
 
@@ -281,6 +300,18 @@ def register(subparsers) -> None:
         "--repeats", type=int, default=3, help="rounds over all figures; seconds is their median (default 3)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--logs",
+        default=None,
+        help="with --pages: time the pages on the runs under this folder instead of a generated run "
+        "(each page opens on its default run)",
+    )
+    p.add_argument(
+        "--page",
+        action="append",
+        default=[],
+        help="with --pages: time only this page (its address, e.g. lens; repeatable)",
+    )
     p.add_argument(
         "--pages",
         action="store_true",

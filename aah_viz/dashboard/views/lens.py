@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-import streamlit.components.v1 as components
 
 from aah_viz.analysis import lens
 from aah_viz.dashboard import address, cache, state
@@ -40,9 +39,8 @@ def _same_document_runs(root: str, key: str, tokens: pd.DataFrame) -> list[str]:
 
 def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: int) -> None:
     rows = lens.head_rows(t["attention_samples"], doc, layer, head)
-    components.html(
-        token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query), height=height, scrolling=True
-    )
+    # our own HTML around the document's tokens, every text escaped (lens_view): never a user's markup
+    st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query), height=height)
 
 
 @guarded
