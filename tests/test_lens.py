@@ -275,7 +275,7 @@ def write_light_lens(run_dir: Path, T: int = 14) -> None:
     text = "The <b>cat</b> sat on it"
     tokens = pd.DataFrame(
         {"position": range(T), "token": [text[i] if i < len(text) else "." for i in range(T)], "word": -1}
-    ).assign(special=False, doc=0, doc_id="d1", source="text", step=19)
+    ).assign(special=False, doc=0, doc_id="d1", source="syntax", step=19)
     links = pd.DataFrame(
         {"kind": ["dep"], "label": ["nsubj"], "query": [9], "key": [5], "gold": [True], "query_is_head": [True]}
     ).assign(doc=0, step=19)
@@ -306,7 +306,10 @@ def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
     from aah_viz.runlog.synthetic import make_synthetic_run
 
     logs = tmp_path / "logs"
+    from test_figures_registry import add_probe_tables, probe_value
+
     run = make_synthetic_run(logs / "toy", n_layer=2, n_head=3, steps=20, seed=0)
+    add_probe_tables(run, 2, 3, 19)  # head (l, h) scores uas l/10 + h/100 on syntax
     write_light_lens(run)
     code = LENS_PAGE_WITHOUT_TORCH.format(tests=str(Path(__file__).parent), logs=str(logs))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -315,6 +318,10 @@ def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
     assert result["problems"] == [] and result["torch"] is False
     assert result["subheaders"][:2] == ["L0H0", "Heads × distance on this document"]
     assert any("executes a 4-token window on this document" in c for c in result["captions"]), result["captions"]
+    # the head's own probe scores for the kind of link the document carries (syntax here)
+    want = "L0H0 in the run's syntax probe (aah-viz probe, all its data): uas 0.000, score_minus_baseline "
+    shown = [c.replace("\\", "") for c in result["captions"]]  # Markdown escapes of the shown text
+    assert want + f"{probe_value(0, 0):.3f}" in shown, shown
 
 
 def test_the_page_bench_takes_a_logs_root_and_pages(tmp_path):

@@ -43,6 +43,23 @@ def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: in
     st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query), height=height)
 
 
+PROBE_OF_SOURCE = {"syntax": "syntax", "coref": "coref"}
+
+
+def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: str) -> None:
+    """The head's scores from the run's probe tables (aah-viz probe) for the kind of link shown."""
+    probe = PROBE_OF_SOURCE.get(source)
+    heads = cache.probe_tables(root, key, tok).get("probe_heads")
+    if probe is None or heads is None or heads.empty:
+        return
+    mine = heads[(heads["probe"] == probe) & (heads["layer"] == layer) & (heads["head"] == head)]
+    if mine.empty:
+        return
+    mine = mine[mine["step"] == mine["step"].max()]
+    scores = ", ".join(f"{m} {v:.3f}" for m, v in zip(mine["metric"], mine["value"]) if pd.notna(v))
+    st.caption(plain(f"L{layer}H{head} in the run's {probe} probe (aah-viz probe, all its data): {scores}"))
+
+
 @guarded
 def render() -> None:
     opened = state.open_run("Lens", summary=False)
@@ -90,6 +107,7 @@ def render() -> None:
                 f"{r['mass_sink']:.1%} goes to the first token."
             )
         )
+    _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
     others = _same_document_runs(root, key, tokens)
     if others:
         labels = {o: state.label(o.rsplit("#", 1)[0]) for o in others}
