@@ -71,6 +71,12 @@ train_one() {
         && OMP_NUM_THREADS=1 "$PY" -m aah_viz compare "$STAGE/${regime}_seed${seed}" \
             >>"$STAGE/${regime}_seed${seed}.log" 2>&1 \
         || { echo "failed: $regime seed $seed (log follows)" >&2; tail -20 "$STAGE/${regime}_seed${seed}.log" >&2; return 1; }
+    if [ "$regime:$seed" = "full_adaptive:0" ]; then  # one toy run keeps a token lens (docs/lens.md)
+        OMP_NUM_THREADS=1 "$PY" -m aah_viz lens "$STAGE/${regime}_seed${seed}" --threads 1 --no-progress \
+            --syntax aah_viz/data/synthetic_probe.conllu --coref aah_viz/data/synthetic_probe.coref.jsonl \
+            --docs 3 --max-tokens 128 >>"$STAGE/${regime}_seed${seed}.log" 2>&1 \
+            || { echo "failed: lens of $regime seed $seed" >&2; return 1; }
+    fi
     rm -rf "$STAGE/${regime}_seed${seed}/checkpoints"
     echo "done: $regime seed $seed"
 }

@@ -329,3 +329,36 @@ def test_the_page_bench_takes_a_logs_root_and_pages(tmp_path):
     assert proc.returncode == 2 and "add --pages" in proc.stderr
     proc = _cli("bench", "dashboard", "--pages", "--logs", str(tmp_path), "--page", "nope")
     assert proc.returncode == 2 and "--page nope: not a page" in proc.stderr
+
+
+def test_coreference_documents_link_each_pronoun_to_its_antecedent_and_other_candidates():
+    from aah_viz.probes.lens_docs import coref_docs
+
+    (doc,) = coref_docs(REPO / "aah_viz" / "data" / "synthetic_probe.coref.jsonl", 1)
+    assert doc.text.startswith("Ivan is gentle. The old farmers are green.")
+    first_he = doc.text.index(" He is young") + 1
+    word = {span: i for i, span in enumerate(doc.words)}
+    he = word[(first_he, first_he + 2)]
+    mine = [link for link in doc.links if link.a == he]
+    # read by hand: "He" is Ivan (the nearest earlier name of its entity); "The old farmers" is another entity
+    assert [(doc.words[link.b], link.label, link.gold) for link in mine] == [
+        ((0, 4), "antecedent", True),
+        ((16, 31), "other", False),
+    ]
+
+
+def test_gap_rows_link_the_pronoun_to_both_names():
+    import csv
+
+    from aah_viz.probes.lens_docs import coref_docs
+
+    path = REPO / "aah_viz" / "data" / "gap_sample.tsv"
+    row = next(csv.DictReader(path.open(), delimiter="\t"))
+    (doc,) = coref_docs(path, 1)
+    spans = {r: (int(row[f"{c}-offset"]), int(row[f"{c}-offset"]) + len(row[c])) for r, c in
+             (("pronoun", "Pronoun"), ("A", "A"), ("B", "B"))}  # fmt: skip
+    got = {link.label: (doc.words[link.a], doc.words[link.b], link.gold) for link in doc.links}
+    assert got == {
+        "A": (spans["pronoun"], spans["A"], row["A-coref"].upper() == "TRUE"),
+        "B": (spans["pronoun"], spans["B"], row["B-coref"].upper() == "TRUE"),
+    }

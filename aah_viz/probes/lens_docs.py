@@ -67,8 +67,43 @@ def syntax_docs(path, n_docs: int) -> list[LensDoc]:
     return out
 
 
+CANDIDATES = 3  # earlier mentions of other entities linked to each pronoun, nearest first
+
+
 def coref_docs(path, n_docs: int) -> list[LensDoc]:
-    """GAP rows: the pronoun linked to each candidate name, gold where it refers to it."""
+    """Coreference documents in any format ``aah-viz probe`` reads. GAP rows: the pronoun linked to
+    both candidate names (labels A, B), gold where it refers to it. Other formats: each pronoun
+    linked to the nearest earlier mention of its own entity that is not a pronoun (gold, label
+    ``antecedent``) and to the nearest earlier mentions of other entities (label ``other``)."""
+    from aah_viz.probes.coref_formats import read_coref, sniff_coref_format
+
+    if sniff_coref_format(path) == "gap":
+        return _gap_docs(path, n_docs)
+    out = []
+    for document in read_coref(path, max_docs=n_docs):
+        mentions = sorted(
+            ((m.start, m.end, chain.id, m.kind) for chain in document.chains for m in chain.mentions),
+            key=lambda m: (m[0], m[1]),
+        )
+        spans, kept = [], []
+        for m in mentions:  # words must not overlap: a mention inside another is left out
+            if not spans or m[0] >= spans[-1][1]:
+                spans.append((m[0], m[1]))
+                kept.append(m)
+        links = []
+        for i, (_, _, chain, kind) in enumerate(kept):
+            if kind != "pronoun":
+                continue
+            earlier = [j for j in range(i - 1, -1, -1) if kept[j][3] != "pronoun"]
+            own = [j for j in earlier if kept[j][2] == chain][:1]
+            other = [j for j in earlier if kept[j][2] != chain][:CANDIDATES]
+            links += [WordLink(i, j, "coref", "antecedent", True) for j in own]
+            links += [WordLink(i, j, "coref", "other", False) for j in other]
+        out.append(LensDoc(document.id, "coref", document.text, spans, links))
+    return out
+
+
+def _gap_docs(path, n_docs: int) -> list[LensDoc]:
     from aah_viz.probes.coref_formats import read_gap
 
     out: list[LensDoc] = []
