@@ -154,29 +154,41 @@ def record_lens(
         for col, values in {"step": [step] * n, "doc": [doc] * n, **rows}.items():
             tables[table].setdefault(col, []).extend(values)
 
-    for number, doc in enumerate(docs):
-        tokens = tok.tokens(doc, max_tokens)
-        if len(tokens.ids) < 2:
-            raise ConfigError(f"document {doc.id!r} has fewer than two tokens; give longer documents")
-        probs, windows = document_attention(loaded, tokens.ids)
-        n = len(tokens.ids)
-        add(
-            "lens_tokens",
-            {
-                "doc_id": [doc.id] * n,
-                "source": [doc.source] * n,
-                "position": list(range(n)),
-                "token": tokens.texts,
-                "word": tokens.words,
-                "special": tokens.special,
-            },
-            number,
-        )
-        add("lens_links", token_links(doc, tokens), number)
-        add("attention_samples", attention_rows(probs, windows, top_k=top_k, sink=SINK_POSITIONS), number)
-        if progress is not None:
-            progress()
+    from instrumentation.training.stop import StopRequest
+
+    with StopRequest() as stop:
+        for number, doc in enumerate(docs):
+            if stop.requested:  # SIGTERM: the lens is written whole or not at all
+                raise ConfigError(
+                    f"stopped by {stop.requested} after {number} of {len(docs)} documents: nothing written"
+                )
+            _record_doc(loaded, tok, doc, number, max_tokens, top_k, add)
+            if progress is not None:
+                progress()
     return tables
+
+
+def _record_doc(loaded: Loaded, tok: _Tokenizer, doc: LensDoc, number: int, max_tokens: int, top_k: int, add) -> None:
+    """One document's rows of the three tables, handed to ``add(table, rows, doc)``."""
+    tokens = tok.tokens(doc, max_tokens)
+    if len(tokens.ids) < 2:
+        raise ConfigError(f"document {doc.id!r} has fewer than two tokens; give longer documents")
+    probs, windows = document_attention(loaded, tokens.ids)
+    n = len(tokens.ids)
+    add(
+        "lens_tokens",
+        {
+            "doc_id": [doc.id] * n,
+            "source": [doc.source] * n,
+            "position": list(range(n)),
+            "token": tokens.texts,
+            "word": tokens.words,
+            "special": tokens.special,
+        },
+        number,
+    )
+    add("lens_links", token_links(doc, tokens), number)
+    add("attention_samples", attention_rows(probs, windows, top_k=top_k, sink=SINK_POSITIONS), number)
 
 
 def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):

@@ -362,3 +362,23 @@ def test_gap_rows_link_the_pronoun_to_both_names():
         "A": (spans["pronoun"], spans["A"], row["A-coref"].upper() == "TRUE"),
         "B": (spans["pronoun"], spans["B"], row["B-coref"].upper() == "TRUE"),
     }
+
+
+@torch_needed
+def test_sigterm_stops_the_lens_between_documents_and_writes_nothing(retrofit_run):
+    import os
+    import signal
+
+    from aah_viz.errors import ConfigError
+    from aah_viz.probes.lens_docs import text_docs
+    from instrumentation import load_for_evaluation, record_lens
+
+    root, _, run = retrofit_run
+    (root / "two.txt").write_text(TEXT)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    loaded = load_for_evaluation(run)
+    docs = text_docs(root / "two.txt", 2)
+    with pytest.raises(ConfigError, match="stopped by SIGTERM after 1 of 2 documents: nothing written"):
+        record_lens(loaded, docs, max_tokens=32, progress=lambda: os.kill(os.getpid(), signal.SIGTERM))
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is put back
