@@ -38,6 +38,7 @@ COMMANDS = [
     "import_reference",
     "import_gguf",
     "frontier",
+    "sweep",
 ]
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 
