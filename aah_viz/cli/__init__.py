@@ -39,6 +39,7 @@ COMMANDS = [
     "import_gguf",
     "frontier",
     "sweep",
+    "effects",
 ]
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 
