@@ -16,13 +16,25 @@ def register(subparsers) -> None:
     )
     p.add_argument("logs", help="the sweep's logs root (the folder holding CELL__seed-S run directories)")
     p.add_argument("--design", required=True, help="the design file the sweep ran")
-    p.add_argument("--metric", default="val_loss",
-                   help="final metrics, comma-separated: val_loss, val_ppl, acr, acr_causal, flops_ratio_est, "
-                   "tokens_per_s, peak_mem_mb (default: val_loss)")  # fmt: skip
-    p.add_argument("--table", choices=("effects", "cells"), default="effects",
-                   help="effects (default) or cells (each cell's mean and std over seeds)")  # fmt: skip
-    p.add_argument("--format", dest="fmt", choices=("md", "csv", "latex"), default="md",
-                   help="md (Markdown, default), csv (full precision) or latex (booktabs)")  # fmt: skip
+    p.add_argument(
+        "--metric",
+        default="val_loss",
+        help="final metrics, comma-separated: val_loss, val_ppl, acr, acr_causal, flops_ratio_est, "
+        "tokens_per_s, peak_mem_mb (default: val_loss)",
+    )
+    p.add_argument(
+        "--table",
+        choices=("effects", "cells"),
+        default="effects",
+        help="effects (default) or cells (each cell's mean and std over seeds)",
+    )
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("md", "csv", "latex"),
+        default="md",
+        help="md (Markdown, default), csv (full precision) or latex (booktabs)",
+    )
     p.add_argument("--out", default=None, help="write the table to this file instead of printing it")
     p.set_defaults(func=run)
 

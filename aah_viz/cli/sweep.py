@@ -21,23 +21,46 @@ def register(subparsers) -> None:
     )
     p.add_argument("design", help="the design file (TOML): factors and levels, seeds, fixed settings")
     p.add_argument("--logs", required=True, help="the logs root that holds one run directory per trial")
-    p.add_argument("--executor", choices=EXECUTORS, default="local",
-                   help="local: worker processes here (default); ray: Ray tasks; slurm: job arrays via submitit")  # fmt: skip
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local: worker processes here (default); ray: Ray tasks; slurm: job arrays via submitit",
+    )
     p.add_argument("--workers", type=int, default=1, help="trials run at once (default: 1)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads of each trial (default: this machine's cores over --workers)")  # fmt: skip
-    p.add_argument("--gpus-per-trial", type=float, default=0,
-                   help="GPUs each trial requests (ray, slurm); set device = \"cuda\" in [fixed] to use them")  # fmt: skip
-    p.add_argument("--address", default=None,
-                   help="ray: the address of an existing Ray cluster (default: a local Ray runtime)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads of each trial (default: this machine's cores over --workers)",
+    )
+    p.add_argument(
+        "--gpus-per-trial",
+        type=float,
+        default=0,
+        help='GPUs each trial requests (ray, slurm); set device = "cuda" in [fixed] to use them',
+    )
+    p.add_argument(
+        "--address", default=None, help="ray: the address of an existing Ray cluster (default: a local Ray runtime)"
+    )
     p.add_argument("--slurm-partition", default=None, help="slurm: the partition to submit to")
-    p.add_argument("--slurm-timeout-min", type=int, default=24 * 60,
-                   help="slurm: the time limit of each trial in minutes (default: 1440)")  # fmt: skip
-    p.add_argument("--submitit-cluster", choices=("slurm", "local", "debug"), default="slurm",
-                   help="slurm: submitit's executor; local runs the job arrays on this machine (for trying "
-                   "a design out)")  # fmt: skip
-    p.add_argument("--allow-changed-design", action="store_true",
-                   help="run a design other than the one --logs was started with (finished runs it keeps are kept)")  # fmt: skip
+    p.add_argument(
+        "--slurm-timeout-min",
+        type=int,
+        default=24 * 60,
+        help="slurm: the time limit of each trial in minutes (default: 1440)",
+    )
+    p.add_argument(
+        "--submitit-cluster",
+        choices=("slurm", "local", "debug"),
+        default="slurm",
+        help="slurm: submitit's executor; local runs the job arrays on this machine (for trying a design out)",
+    )
+    p.add_argument(
+        "--allow-changed-design",
+        action="store_true",
+        help="run a design other than the one --logs was started with (finished runs it keeps are kept)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the trials and what each needs; run nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
@@ -55,7 +78,9 @@ def check_against_model(design) -> None:
     known = {f.name for f in dataclasses.fields(AAHConfig)}
     for key in design.fixed:
         if key not in TRAIN_FLAGS and key not in known:
-            raise DesignError(f"[fixed] sets {key!r}, which is neither an aah-viz train argument nor a model config key")
+            raise DesignError(
+                f"[fixed] sets {key!r}, which is neither an aah-viz train argument nor a model config key"
+            )
     for factor in design.factors:
         for level in factor.levels:
             for key in factor.level(level).settings:
@@ -106,14 +131,19 @@ def run(args) -> int:
         return 0
     plan.write_design_record(design, logs)
     todo = [t for t in trials if t.state != "done"]
-    progress = SweepProgress(len(trials), already_done=counts["done"], workers=args.workers,
-                             show=not args.no_progress)  # fmt: skip
+    progress = SweepProgress(len(trials), already_done=counts["done"], workers=args.workers, show=not args.no_progress)
     try:
         if args.executor == "local":
             executors.run_local(todo, workers=args.workers, threads=threads, on_event=progress.event)
         elif args.executor == "ray":
-            executors.run_ray(todo, workers=args.workers, threads=threads, gpus=args.gpus_per_trial,
-                              address=args.address, on_event=progress.event)  # fmt: skip
+            executors.run_ray(
+                todo,
+                workers=args.workers,
+                threads=threads,
+                gpus=args.gpus_per_trial,
+                address=args.address,
+                on_event=progress.event,
+            )
         else:
             executors.run_slurm(
                 todo,

@@ -29,8 +29,20 @@ TOO_FEW_SEEDS = "too few seeds for an interval: the model leaves no residual deg
 ONE_SEED = "one seed a cell: the interval rests on the interactions the model leaves out, not on seed variation"
 ALIASED = "aliased in this fraction: not estimable apart from the terms in the model"
 EFFECT_COLUMNS = [
-    "metric", "term", "factors", "levels", "effect", "ci_low", "ci_high", "se", "df", "p", "p_holm", "n", "note",
-]  # fmt: skip
+    "metric",
+    "term",
+    "factors",
+    "levels",
+    "effect",
+    "ci_low",
+    "ci_high",
+    "se",
+    "df",
+    "p",
+    "p_holm",
+    "n",
+    "note",
+]
 
 
 def _coding(values: pd.Series, levels: Sequence[str]) -> np.ndarray:
@@ -56,8 +68,13 @@ def design_matrix(frame: pd.DataFrame, factors: Mapping[str, Sequence[str]]) -> 
     matrix = np.hstack(cols)
     aliased = []
     for f, g in itertools.combinations(factors, 2):
-        product = np.hstack([blocks[f][:, [i]] * blocks[g][:, [j]] for i in range(blocks[f].shape[1])
-                             for j in range(blocks[g].shape[1])])  # fmt: skip
+        product = np.hstack(
+            [
+                blocks[f][:, [i]] * blocks[g][:, [j]]
+                for i in range(blocks[f].shape[1])
+                for j in range(blocks[g].shape[1])
+            ]
+        )
         trial = np.hstack([matrix, product])
         if np.linalg.matrix_rank(trial) == trial.shape[1]:
             matrix = trial
@@ -131,10 +148,36 @@ def _cell_rows_like(data, cells, matrix, factors) -> np.ndarray:
     return np.vstack([matrix[index[tuple(r)]] for r in cells[keys].itertuples(index=False, name=None)])
 
 
-def _row(metric, term, factors, levels, *, effect=math.nan, lo=math.nan, hi=math.nan, se=math.nan, df=math.nan,
-         p=math.nan, n=0, note="") -> dict:  # fmt: skip
-    return {"metric": metric, "term": term, "factors": factors, "levels": levels, "effect": effect, "ci_low": lo,
-            "ci_high": hi, "se": se, "df": df, "p": p, "p_holm": math.nan, "n": n, "note": note}  # fmt: skip
+def _row(
+    metric,
+    term,
+    factors,
+    levels,
+    *,
+    effect=math.nan,
+    lo=math.nan,
+    hi=math.nan,
+    se=math.nan,
+    df=math.nan,
+    p=math.nan,
+    n=0,
+    note="",
+) -> dict:
+    return {
+        "metric": metric,
+        "term": term,
+        "factors": factors,
+        "levels": levels,
+        "effect": effect,
+        "ci_low": lo,
+        "ci_high": hi,
+        "se": se,
+        "df": df,
+        "p": p,
+        "p_holm": math.nan,
+        "n": n,
+        "note": note,
+    }
 
 
 def _contrast(fit, c: np.ndarray, metric, term, factors, levels, n, level) -> dict:
@@ -143,8 +186,19 @@ def _contrast(fit, c: np.ndarray, metric, term, factors, levels, n, level) -> di
         return _row(metric, term, factors, levels, effect=effect, n=n, note=TOO_FEW_SEEDS)
     test = fit.t_test(c.reshape(1, -1))
     lo, hi = (float(v) for v in np.asarray(test.conf_int(alpha=1 - level)).ravel())
-    return _row(metric, term, factors, levels, effect=effect, lo=lo, hi=hi, se=float(np.ravel(test.sd)[0]),
-                df=float(fit.df_resid), p=float(np.ravel(test.pvalue)[0]), n=n)  # fmt: skip
+    return _row(
+        metric,
+        term,
+        factors,
+        levels,
+        effect=effect,
+        lo=lo,
+        hi=hi,
+        se=float(np.ravel(test.sd)[0]),
+        df=float(fit.df_resid),
+        p=float(np.ravel(test.pvalue)[0]),
+        n=n,
+    )
 
 
 def cell_means(frame: pd.DataFrame, factors: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:

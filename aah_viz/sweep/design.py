@@ -326,7 +326,7 @@ def _factor(name: str, spec) -> Factor:
     elif isinstance(spec, Mapping) and "levels" in spec:  # one setting, its values as levels
         extra = sorted(set(spec) - {"key", "levels"})
         if extra or not isinstance(spec.get("key"), str):
-            raise DesignError(f"factor {name!r}: write {{ key = \"setting\", levels = [v1, v2, ...] }}")
+            raise DesignError(f'factor {name!r}: write {{ key = "setting", levels = [v1, v2, ...] }}')
         values = spec["levels"]
         if not isinstance(values, list):
             raise DesignError(f"factor {name!r}: levels must be a list of values, got {values!r}")
@@ -362,21 +362,23 @@ def _generators(raw, factors: tuple[Factor, ...]) -> tuple[str, ...]:
     if raw in ("full", None):
         return ()
     if not isinstance(raw, list):
-        raise DesignError(f"fraction must be a list of generators such as \"D = A * B\", got {raw!r}")
+        raise DesignError(f'fraction must be a list of generators such as "D = A * B", got {raw!r}')
     by_name = {f.name: f for f in factors}
     generated: set[str] = set()
     out = []
     for text in raw:
         m = _GENERATOR_RE.match(str(text))
         if not m:
-            raise DesignError(f"fraction: {text!r} is not a generator such as \"feature_ema = grouping * scoring\"")
+            raise DesignError(f'fraction: {text!r} is not a generator such as "feature_ema = grouping * scoring"')
         target, sources = m.group(1), [s.strip() for s in m.group(3).split("*")]
         for name in [target, *sources]:
             if name not in by_name:
                 raise DesignError(f"fraction {text!r}: {name!r} is not a factor of this design")
             if len(by_name[name].levels) != 2:
-                raise DesignError(f"fraction {text!r}: factor {name!r} has {len(by_name[name].levels)} levels; "
-                                  "a fraction needs two-level factors")  # fmt: skip
+                raise DesignError(
+                    f"fraction {text!r}: factor {name!r} has {len(by_name[name].levels)} levels; "
+                    "a fraction needs two-level factors"
+                )
         if target in generated or target in sources or len(set(sources)) != len(sources):
             raise DesignError(f"fraction {text!r}: factor {target!r} is generated twice or from itself")
         generated.add(target)
