@@ -84,6 +84,17 @@ def design_matrix(frame: pd.DataFrame, factors: Mapping[str, Sequence[str]]) -> 
     return matrix, terms, aliased
 
 
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjustment (what statsmodels' ``multipletests(method="holm")`` returns, without the
+    full garbage collection it runs on every call, which dominates a table's time)."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * np.arange(len(p), 0, -1)
+    out = np.empty_like(p)
+    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled))
+    return out
+
+
 def factorial_effects(
     frame: pd.DataFrame, factors: Mapping[str, Sequence[str]], metric: str, *, level: float = LEVEL
 ) -> pd.DataFrame:
@@ -93,7 +104,6 @@ def factorial_effects(
     without a finite value are left out). ``factors`` maps each factor to its levels, the first the reference.
     """
     import statsmodels.api as sm
-    from statsmodels.stats.multitest import multipletests
 
     data = frame[list(factors) + [metric]].copy()
     data[metric] = pd.to_numeric(data[metric], errors="coerce")
@@ -104,101 +114,61 @@ def factorial_effects(
         return pd.DataFrame(columns=EFFECT_COLUMNS)
     matrix, _, aliased = design_matrix(data, factors)
     fit = sm.OLS(data[metric].to_numpy(dtype=float), matrix).fit()
-    cells = data[list(factors)].drop_duplicates().reset_index(drop=True)
-    cell_rows = _cell_rows_like(data, cells, matrix, factors)
-    per_cell = data.groupby(list(factors), sort=False).size()
-    one_seed = bool((per_cell <= 1).all())
+    keys = list(factors)
+    first = data.drop_duplicates(subset=keys)  # one row of the model per cell present
+    cell_rows = matrix[first.index.to_numpy()]
+    at = {f: first[f].to_numpy() for f in keys}
+    runs = {f: data[f].to_numpy() for f in keys}
+    one_seed = bool((data.groupby(keys, sort=False).size() <= 1).all())
 
     def mean_row(mask) -> np.ndarray | None:
         return cell_rows[mask].mean(axis=0) if mask.any() else None
 
-    rows = []
+    rows, contrasts = [], []
     for f, levels in factors.items():
-        ref = mean_row(cells[f].to_numpy() == levels[0])
+        ref = mean_row(at[f] == levels[0])
         for lv in levels[1:]:
-            at = mean_row(cells[f].to_numpy() == lv)
-            n = int((data[f] == lv).sum() + (data[f] == levels[0]).sum())
-            rows.append(_contrast(fit, at - ref, metric, "main", f, f"{lv} vs {levels[0]}", n, level))
+            n = int(np.isin(runs[f], [lv, levels[0]]).sum())
+            rows.append(_row(metric, "main", f, f"{lv} vs {levels[0]}", n=n))
+            contrasts.append(mean_row(at[f] == lv) - ref)
     for f, g in itertools.combinations(factors, 2):
+        rf, rg = factors[f][0], factors[g][0]
         for lf, lg in itertools.product(factors[f][1:], factors[g][1:]):
-            label = f"{lf} x {lg}"
-            parts = []
-            for a, b in ((lf, lg), (lf, factors[g][0]), (factors[f][0], lg), (factors[f][0], factors[g][0])):
-                parts.append(mean_row((cells[f].to_numpy() == a) & (cells[g].to_numpy() == b)))
-            n = int(data[f].isin([lf, factors[f][0]]).mul(data[g].isin([lg, factors[g][0]])).sum())
+            parts = [mean_row((at[f] == a) & (at[g] == b)) for a, b in ((lf, lg), (lf, rg), (rf, lg), (rf, rg))]
+            n = int((np.isin(runs[f], [lf, rf]) & np.isin(runs[g], [lg, rg])).sum())
+            row = _row(metric, "interaction", f"{f} x {g}", f"{lf} x {lg}", n=n)
             if (f, g) in aliased or any(p is None for p in parts):
-                rows.append(_row(metric, "interaction", f"{f} x {g}", label, n=n, note=ALIASED))
+                rows.append({**row, "note": ALIASED})
                 continue
-            c = parts[0] - parts[1] - parts[2] + parts[3]
-            rows.append(_contrast(fit, c, metric, "interaction", f"{f} x {g}", label, n, level))
-    out = pd.DataFrame(rows, columns=EFFECT_COLUMNS)
-    finite = out["p"].notna()
-    if finite.any():
-        out.loc[finite, "p_holm"] = multipletests(out.loc[finite, "p"].to_numpy(), method="holm")[1]
-    if fit.df_resid > 0 and one_seed:
-        out["note"] = out["note"].where(out["note"] != "", ONE_SEED)
-    return out
+            rows.append(row)
+            contrasts.append(parts[0] - parts[1] - parts[2] + parts[3])
+    estimable = [r for r in rows if r["note"] != ALIASED]
+    if contrasts:
+        c = np.vstack(contrasts)
+        effects = c @ fit.params
+        for r, e in zip(estimable, effects):
+            r["effect"] = float(e)
+        if fit.df_resid > 0:
+            test = fit.t_test(c)  # every contrast at once: statsmodels' t-tests with the model's residual df
+            ci = np.asarray(test.conf_int(alpha=1 - level))
+            se, p = np.ravel(test.sd), np.ravel(test.pvalue)
+            for i, r in enumerate(estimable):
+                r.update(ci_low=float(ci[i, 0]), ci_high=float(ci[i, 1]), se=float(se[i]), p=float(p[i]))
+                r["df"] = float(fit.df_resid)
+            adjusted = holm([r["p"] for r in estimable])
+            for r, q in zip(estimable, adjusted):
+                r["p_holm"] = float(q)
+                r["note"] = ONE_SEED if one_seed else ""
+        else:
+            for r in estimable:
+                r["note"] = TOO_FEW_SEEDS
+    return pd.DataFrame(rows, columns=EFFECT_COLUMNS)
 
 
-def _cell_rows_like(data, cells, matrix, factors) -> np.ndarray:
-    """Model rows of the cells, taken from the data's own rows (same columns as the fitted matrix)."""
-    keys = list(factors)
-    first = data.reset_index(drop=True).drop_duplicates(subset=keys)
-    index = {tuple(r): i for i, r in zip(first.index, first[keys].itertuples(index=False, name=None))}
-    return np.vstack([matrix[index[tuple(r)]] for r in cells[keys].itertuples(index=False, name=None)])
-
-
-def _row(
-    metric,
-    term,
-    factors,
-    levels,
-    *,
-    effect=math.nan,
-    lo=math.nan,
-    hi=math.nan,
-    se=math.nan,
-    df=math.nan,
-    p=math.nan,
-    n=0,
-    note="",
-) -> dict:
-    return {
-        "metric": metric,
-        "term": term,
-        "factors": factors,
-        "levels": levels,
-        "effect": effect,
-        "ci_low": lo,
-        "ci_high": hi,
-        "se": se,
-        "df": df,
-        "p": p,
-        "p_holm": math.nan,
-        "n": n,
-        "note": note,
-    }
-
-
-def _contrast(fit, c: np.ndarray, metric, term, factors, levels, n, level) -> dict:
-    effect = float(c @ fit.params)
-    if fit.df_resid <= 0:
-        return _row(metric, term, factors, levels, effect=effect, n=n, note=TOO_FEW_SEEDS)
-    test = fit.t_test(c.reshape(1, -1))
-    lo, hi = (float(v) for v in np.asarray(test.conf_int(alpha=1 - level)).ravel())
-    return _row(
-        metric,
-        term,
-        factors,
-        levels,
-        effect=effect,
-        lo=lo,
-        hi=hi,
-        se=float(np.ravel(test.sd)[0]),
-        df=float(fit.df_resid),
-        p=float(np.ravel(test.pvalue)[0]),
-        n=n,
-    )
+def _row(metric, term, factors, levels, *, n=0) -> dict:
+    nan = math.nan
+    return {"metric": metric, "term": term, "factors": factors, "levels": levels, "effect": nan, "ci_low": nan,
+            "ci_high": nan, "se": nan, "df": nan, "p": nan, "p_holm": nan, "n": n, "note": ""}  # fmt: skip
 
 
 def cell_means(frame: pd.DataFrame, factors: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
