@@ -110,7 +110,7 @@ feature_ema = ["on", "off"]
 # --- the same design through every executor (slow: three sweeps of eight trials) ----------------------
 
 TIMING = {"step_time_s", "tokens_per_s", "peak_mem_mb", "peak_reserved_mb"}
-VOLATILE_MANIFEST = {"started_at", "finished_at", "host", "run_uid", "run_id"}
+VOLATILE_MANIFEST = {"started_at", "finished_at", "host", "run_uid"}
 
 
 def manifest_without_host_and_times(run_dir) -> dict:
