@@ -115,6 +115,8 @@ def test_fraction_by_generator_is_balanced_and_follows_the_defining_relation():
         ('[factors]\ncolour = ["red", "blue"]\n', "factor 'colour' is not a named factor"),
         ('[factors]\nsteps = { key = "steps", levels = [2, 4] }\n', "factor 'steps' level '2' sets steps"),
         ('[factors]\nx = { key = "seed", levels = [1, 2] }\n', "factor 'x' sets 'seed'"),
+        ('[factors]\nx = { key = "batch_size", levels = [0, 2] }\n', "factor 'x': batch_size must be an integer >= 1"),
+        ('[factors.x]\na = { detail = "all" }\nb = {}\n', "factor 'x' level 'a': detail must be one of full"),
         ('colour = 3\n[factors]\ngrouping = ["feature", "off"]\n', "unknown key(s) 'colour'"),
         ('fraction = ["c = a * b"]\n[factors]\ngrouping = ["feature", "off"]\n', "'c' is not a factor"),
         ('seeds = [1, 1]\n[factors]\ngrouping = ["feature", "off"]\n', "seeds must be distinct"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -72,6 +73,28 @@ TRAIN_FLAGS = {
     "backend": "--backend",
     "window": "--window",
     "device": "--device",
+}
+# What each train argument takes: ("int", lowest), ("number", None: above 0, or 0: at least 0), ("text", choices).
+TRAIN_VALUES = {
+    "preset": ("text", ("tiny", "small", "paper-1b")),
+    "regime": ("text", None),
+    "steps": ("int", 1),
+    "data": ("text", None),
+    "n_docs": ("int", 1),
+    "data_seed": ("int", 0),
+    "batch_size": ("int", 1),
+    "lr": ("number", None),
+    "weight_decay": ("number", 0),
+    "lr_warmup": ("int", 0),
+    "eval_interval": ("int", 1),
+    "eval_batches": ("int", 1),
+    "checkpoint_interval": ("int", 0),
+    "keep_checkpoints": ("int", 0),
+    "detail": ("text", ("full", "light", "minimal")),
+    "flush_every": ("int", 1),
+    "backend": ("text", None),
+    "window": ("int", 1),
+    "device": ("text", None),
 }
 # Set by the sweep itself, per trial: never by a design.
 RESERVED = {
@@ -299,8 +322,26 @@ def _settings(raw, where: str) -> dict[str, object]:
             raise DesignError(f"{where}: {key!r} is not a setting name (a train argument or a model config key)")
         if not _plain(value):
             raise DesignError(f"{where}: {key} must be a number, text, true/false or a list of them, got {value!r}")
+        if key in TRAIN_VALUES:
+            _check_train_value(key, value, where)
         out[key] = value
     return out
+
+
+def _check_train_value(key: str, value, where: str) -> None:
+    kind, limit = TRAIN_VALUES[key]
+    if kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= limit
+        wanted = f"an integer >= {limit}"
+    elif kind == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > 0 if limit is None else value >= limit)
+        wanted = "a finite number " + ("above 0" if limit is None else f">= {limit}")
+    else:
+        ok = isinstance(value, str) and (limit is None or value in limit)
+        wanted = "text" if limit is None else "one of " + ", ".join(limit)
+    if not ok:
+        raise DesignError(f"{where}: {key} must be {wanted}, got {value!r}")
 
 
 def _plain(value) -> bool:
