@@ -4,8 +4,10 @@ interval (one seed, saturated) or an interaction (a fraction) says so. Seeded an
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -151,3 +153,42 @@ def test_effects_table_renders_in_every_format(tmp_path):
     csv_rows = render(table, "csv").strip().splitlines()
     assert len([r for r in csv_rows if r.startswith(("val_loss,", "acr,"))]) == 6
     assert "\\begin{table}" in render(table, "latex")
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "sweep_ablation_tiny"
+SAMPLE_DESIGN = Path(__file__).resolve().parents[1] / "scripts" / "ablation_sample.toml"
+
+
+@pytest.mark.skipif(not (SAMPLE / ".sweep" / "design.json").is_file(), reason="the sample sweep is not here")
+def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(capsys):
+    """The recorded half fraction: each main effect is a difference of means (the columns are orthogonal),
+    its standard error the additive model's residual variance over 6 + 6 runs."""
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from aah_viz.sweep.design import load_design, run_name
+
+    design = load_design(SAMPLE_DESIGN)
+    assert main(["effects", str(SAMPLE), "--design", str(SAMPLE_DESIGN), "--format", "csv"]) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
+    rows = []
+    for cell, seed in design.trials():
+        sc = load_run(SAMPLE / run_name(cell, seed)).scalar("val_loss").sort_values("step")
+        rows.append({**cell.as_dict(), "y": float(sc["value"].iloc[-1])})
+    df = pd.DataFrame(rows)
+    y = df["y"].to_numpy()
+    fitted = np.full(len(df), y.mean())
+    hand = {}
+    for f in design.factors:
+        hi = df[f.name] == f.levels[1]
+        effect = y[hi].mean() - y[~hi].mean()
+        hand[f.name] = effect
+        fitted += np.where(hi, effect / 2, -effect / 2)
+    dof = len(df) - 1 - len(design.factors)
+    se = math.sqrt(((y - fitted) ** 2).sum() / dof * (1 / 6 + 1 / 6))
+    main_rows = out[out["term"] == "main"]
+    assert len(main_rows) == 3 and main_rows["metric"].eq("val_loss").all()
+    for row in main_rows.itertuples():
+        assert row.effect == pytest.approx(hand[row.factors], abs=1e-9)
+        assert row.se == pytest.approx(se, rel=1e-6)
+        assert row.df == dof
+    assert out.loc[out["term"] == "interaction", "effect"].isna().all()  # aliased in the fraction
