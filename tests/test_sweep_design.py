@@ -157,25 +157,34 @@ def test_design_flags_are_the_train_commands():
 
 
 def test_plan_states_and_the_recorded_design(tmp_path):
-    d = load_design(write(tmp_path, BASE + '[factors]\ngrouping = ["feature", "random"]\n'))
+    d = load_design(
+        write(tmp_path, BASE + '[factors]\nscoring = ["joint", "independent"]\ngrouping = ["random", "feature"]\n')
+    )
     logs = tmp_path / "logs"
     trials = plan.plan_trials(d, logs, threads=1)
-    assert [t.state for t in trials] == ["new"] * 4
+    assert [t.state for t in trials] == ["new"] * 8
     done, killed, empty = trials[0].run_dir, trials[1].run_dir, trials[2].run_dir
     for run_dir, status in ((done, "finished"), (killed, "running")):
         run_dir.mkdir(parents=True)
         (run_dir / "manifest.json").write_text(json.dumps({"status": status}))
     empty.mkdir()
     again = plan.plan_trials(d, logs, threads=1)
-    assert [t.state for t in again] == ["done", "resume", "new", "new"]
+    assert [t.state for t in again] == ["done", "resume", "new"] + ["new"] * 5
     assert again[0].argv == ()
     assert list(again[1].argv) == ["train", "--out", str(killed), "--resume", "--no-progress", "--threads", "1"]
     assert "--overwrite" in again[2].argv and "--overwrite" not in again[3].argv
 
     plan.write_design_record(d, logs)
     plan.check_design_record(d, logs, allow_changed=False)  # the same design goes on
+    recorded = plan.recorded_design(logs)  # what aah-viz effects reads without --design
+    assert [c.name for c in recorded.cells] == [c.name for c in d.cells]
+    assert recorded.fingerprint() == d.fingerprint()
     changed = load_design(
-        write(tmp_path, BASE.replace("[0, 1]", "[0, 1, 2]") + '[factors]\ngrouping = ["feature", "random"]\n')
+        write(
+            tmp_path,
+            BASE.replace("[0, 1]", "[0, 1, 2]")
+            + '[factors]\nscoring = ["joint", "independent"]\ngrouping = ["random", "feature"]\n',
+        )
     )
     with pytest.raises(DesignError, match="changed: seeds"):
         plan.check_design_record(changed, logs, allow_changed=False)

@@ -15,7 +15,9 @@ def register(subparsers) -> None:
         "over seeds and Holm-corrected p-values, or the cells' means. See docs/ablations.md.",
     )
     p.add_argument("logs", help="the sweep's logs root (the folder holding CELL__seed-S run directories)")
-    p.add_argument("--design", required=True, help="the design file the sweep ran")
+    p.add_argument(
+        "--design", default=None, help="the design file the sweep ran (default: the design LOGS/.sweep records)"
+    )
     p.add_argument(
         "--metric",
         default="val_loss",
@@ -44,11 +46,12 @@ def run(args) -> int:
     from aah_viz.export.design_effects import cells_table, check_metrics, design_runs_frame, effects_table
     from aah_viz.export.formats import render
     from aah_viz.sweep.design import load_design
+    from aah_viz.sweep.plan import recorded_design
 
-    design = load_design(args.design)
     metrics = check_metrics(args.metric.split(","))
     if not Path(args.logs).is_dir():
         raise AAHVizError(f"{args.logs} is not a folder; give the logs root aah-viz sweep wrote")
+    design = load_design(args.design) if args.design else recorded_design(Path(args.logs))
     frame, notes = design_runs_frame(args.logs, design, metrics)
     if frame.empty:
         raise AAHVizError(f"no finished run of the design {design.name} under {args.logs}; run aah-viz sweep first")

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aah_viz.sweep.design import Cell, Design, DesignError, run_name, train_argv
+from aah_viz.sweep.design import Cell, Design, DesignError, parse_design, run_name, train_argv
 
 STATE_DIR = ".sweep"  # under the logs root: the recorded design and each trial's console output
 DESIGN_RECORD = "design.json"
@@ -104,5 +104,23 @@ def write_design_record(design: Design, logs: Path) -> None:
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     record = {"name": design.name, "fingerprint": design.fingerprint(), "design": design.canonical()}
     tmp = folder / (DESIGN_RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    # not sorted: the order of factors and levels is part of the design (the first level is the reference)
+    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, folder / DESIGN_RECORD)
+
+
+def recorded_design(logs: Path) -> Design:
+    """The design a logs root was swept with, from its record (what ``aah-viz effects`` reads without --design)."""
+    path = Path(logs) / STATE_DIR / DESIGN_RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        data = {k: v for k, v in record["design"].items() if k != "cells"}
+        name = str(record.get("name", Path(logs).name))
+    except FileNotFoundError:
+        raise DesignError(f"{logs} holds no sweep record ({STATE_DIR}/{DESIGN_RECORD}); give --design") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise DesignError(f"{path} cannot be read; give --design") from None
+    design = parse_design({**data, "name": name})
+    if [c.name for c in design.cells] != record["design"].get("cells"):
+        raise DesignError(f"{path} does not expand to the cells it records; give --design")
+    return design
