@@ -32,7 +32,8 @@ def register(subparsers) -> None:
         "--threads",
         type=int,
         default=None,
-        help="CPU threads of each trial (default: this machine's cores over --workers)",
+        help="CPU threads (and, on ray/slurm, CPUs requested) of each trial (default: local, this machine's "
+        "cores over --workers; ray and slurm, 1)",
     )
     p.add_argument(
         "--gpus-per-trial",
@@ -121,7 +122,8 @@ def run(args) -> int:
     plan.check_design_record(design, logs, allow_changed=args.allow_changed_design)
     require_torch()
     check_against_model(design)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
+    # here: the cores shared by the workers; on a cluster this machine's cores say nothing: one unless asked
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // args.workers) if args.executor == "local" else 1)
     trials = plan.plan_trials(design, logs, threads=threads)
     counts = {state: sum(t.state == state for t in trials) for state in plan.STATES}
     if args.dry_run:
