@@ -147,6 +147,16 @@ def test_cli_refuses_in_one_line_before_anything_runs(tmp_path, capsys):
         assert named in lines[0]
         assert not logs.exists()
 
+    # a logs root swept with one design refuses another, unless asked
+    first = write(tmp_path, BASE + '[factors]\ngrouping = ["feature", "random"]\n', "first.toml")
+    plan.write_design_record(load_design(first), logs)
+    other = write(tmp_path, BASE + '[factors]\nfeature_ema = ["on", "off"]\n', "other.toml")
+    assert main(["sweep", str(other), "--logs", str(logs), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aah-viz: error: the design differs") and "changed: cells, factors" in err
+    assert main(["sweep", str(other), "--logs", str(logs), "--dry-run", "--allow-changed-design"]) == 0
+    assert "4 trials: 0 done, 0 to resume, 4 new" in capsys.readouterr().out
+
 
 def test_design_flags_are_the_train_commands():
     from aah_viz.cli import build_parser
