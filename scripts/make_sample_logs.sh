@@ -102,5 +102,7 @@ rm -rf "$OUT.new" && mkdir -p "$OUT.new"
 for run in "${runs[@]}"; do mv "$STAGE/${run%%:*}_seed${run##*:}" "$OUT.new/"; done
 for run in "${MINILM[@]}"; do mv "$STAGE/$run" "$OUT.new/"; done
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.new/"
+# the sample factorial sweep is made by aah-viz sweep (docs/ablations.md), not here: kept as it is
+[ -d "$OUT/sweep_ablation_tiny" ] && cp -r "$OUT/sweep_ablation_tiny" "$OUT.new/"
 rm -rf "$OUT" && mv "$OUT.new" "$OUT"
 du -sh "$OUT"

@@ -39,6 +39,8 @@ COMMANDS = [
     "import_reference",
     "import_gguf",
     "frontier",
+    "sweep",
+    "effects",
 ]
 BENCHES = ["routing", "attention", "step", "hooks", "dashboard", "compact", "retrofit", "generate", "probe"]
 

@@ -1,0 +1,194 @@
+"""Factorial effects: the linear model's effects equal a hand computation on a table with planted effects,
+pure noise gives no more discoveries than the false-positive rate allows, and a design that cannot give an
+interval (one seed, saturated) or an interaction (a fraction) says so. Seeded and deterministic."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from aah_viz.export.effects import ALIASED, ONE_SEED, TOO_FEW_SEEDS, cell_means, factorial_effects
+
+
+def planted_table(rng, levels_a, levels_b, seeds, effect_of, sd):
+    rows = []
+    for a, b in itertools.product(levels_a, levels_b):
+        for s in range(seeds):
+            rows.append({"a": a, "b": b, "seed": s, "y": effect_of(a, b) + rng.normal(0.0, sd)})
+    return pd.DataFrame(rows)
+
+
+def holm(p):
+    """Holm's step-down adjustment, written out."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p)
+    m = len(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, (m - rank) * p[i])
+        adjusted[i] = min(1.0, running)
+    return adjusted
+
+
+def test_two_by_three_effects_equal_the_hand_computation():
+    rng = np.random.default_rng(7)
+    la, lb, n = ["lo", "hi"], ["x", "y", "z"], 4
+    planted = {("hi", "y"): 0.3}
+
+    def effect_of(a, b):
+        return 2.0 + 0.5 * (a == "hi") - 0.2 * (b == "z") + planted.get((a, b), 0.0)
+
+    df = planted_table(rng, la, lb, n, effect_of, sd=0.05)
+    out = factorial_effects(df, {"a": la, "b": lb}, "y")
+
+    # by hand: cell means, pooled within-cell variance (the model is saturated in the cells)
+    m = df.groupby(["a", "b"])["y"].mean()
+    ss = sum(((part["y"] - part["y"].mean()) ** 2).sum() for _, part in df.groupby(["a", "b"]))
+    dof = len(df) - len(la) * len(lb)
+    s2 = ss / dof
+    tq = sps.t.ppf(0.975, dof)
+    hand = {}
+    # main effect of a: mean over b of (hi - lo); coefficients +-1/3 on six cells
+    hand[("a", "hi vs lo")] = (np.mean([m["hi", b] - m["lo", b] for b in lb]), math.sqrt(s2 / n * 6 / 9))
+    for lv in ("y", "z"):
+        hand[("b", f"{lv} vs x")] = (np.mean([m[a, lv] - m[a, "x"] for a in la]), math.sqrt(s2 / n * 4 / 4))
+        dod = m["hi", lv] - m["hi", "x"] - m["lo", lv] + m["lo", "x"]
+        hand[("a x b", f"hi x {lv}")] = (dod, math.sqrt(s2 / n * 4))
+    assert len(out) == len(hand)
+    p_hand = []
+    for row in out.itertuples():
+        est, se = hand[(row.factors, row.levels)]
+        assert row.effect == pytest.approx(est, abs=1e-10)
+        assert row.se == pytest.approx(se, rel=1e-8)
+        assert row.df == dof
+        assert (row.ci_low, row.ci_high) == pytest.approx((est - tq * se, est + tq * se), rel=1e-8)
+        p = 2 * sps.t.sf(abs(est) / se, dof)
+        assert row.p == pytest.approx(p, rel=1e-6, abs=1e-300)
+        p_hand.append(p)
+    assert out["p_holm"].to_numpy() == pytest.approx(holm(p_hand), rel=1e-6, abs=1e-300)
+    from statsmodels.stats.multitest import multipletests
+
+    assert holm(p_hand) == pytest.approx(multipletests(p_hand, method="holm")[1], rel=1e-12)
+    # the planted effects are found and the intervals hold them
+    by = {(r.factors, r.levels): r for r in out.itertuples()}
+    assert by[("a x b", "hi x y")].ci_low <= 0.3 <= by[("a x b", "hi x y")].ci_high
+    assert by[("a x b", "hi x y")].p_holm < 0.05 and by[("a x b", "hi x z")].p_holm > 0.05
+
+    means = cell_means(df, ["a", "b"], ["y"])
+    assert means["n"].tolist() == [n] * 6
+    for row in means.itertuples():
+        part = df[(df["a"] == row.a) & (df["b"] == row.b)]["y"]
+        assert row.y == pytest.approx(part.mean()) and row.y_std == pytest.approx(part.std(ddof=1))
+
+
+def test_pure_noise_finds_no_more_than_the_false_positive_rate():
+    rng = np.random.default_rng(2024)
+    factors = {"a": ["0", "1"], "b": ["0", "1"], "c": ["0", "1"]}
+    reps, alpha = 80, 0.05
+    raw_hits = tests = families_with_a_hit = 0
+    for _ in range(reps):
+        rows = [
+            {"a": a, "b": b, "c": c, "seed": s, "y": rng.normal()}
+            for a, b, c in itertools.product("01", repeat=3)
+            for s in range(2)
+        ]
+        out = factorial_effects(pd.DataFrame(rows), factors, "y")
+        tests += len(out)
+        raw_hits += int((out["p"] < alpha).sum())
+        families_with_a_hit += int((out["p_holm"] < alpha).any())
+    # calibrated p-values: the raw hit count within the binomial's central 99.8%
+    assert sps.binom.ppf(0.001, tests, alpha) <= raw_hits <= sps.binom.ppf(0.999, tests, alpha)
+    # Holm bounds the family-wise error rate by alpha
+    assert families_with_a_hit <= sps.binom.ppf(0.999, reps, alpha)
+    assert families_with_a_hit < raw_hits
+
+
+def test_one_seed_and_fractions_say_what_they_cannot_estimate():
+    rng = np.random.default_rng(3)
+    df = planted_table(rng, ["lo", "hi"], ["x", "y"], 1, lambda a, b: float(a == "hi"), sd=0.1)
+    out = factorial_effects(df, {"a": ["lo", "hi"], "b": ["x", "y"]}, "y")
+    assert out["note"].eq(TOO_FEW_SEEDS).all() and out["ci_low"].isna().all()
+    assert out.loc[out["factors"] == "a", "effect"].item() == pytest.approx(
+        df[df.a == "hi"]["y"].mean() - df[df.a == "lo"]["y"].mean()
+    )
+
+    # 2^(3-1) with c = a*b and two seeds: main effects estimable, interactions aliased
+    rows = []
+    for a, b in itertools.product("01", repeat=2):
+        c = "1" if (a == "1") == (b == "1") else "0"
+        rows += [{"a": a, "b": b, "c": c, "seed": s, "y": rng.normal()} for s in range(2)]
+    out = factorial_effects(pd.DataFrame(rows), {f: ["0", "1"] for f in "abc"}, "y")
+    assert out.loc[out["term"] == "main", "ci_low"].notna().all()
+    assert out.loc[out["term"] == "interaction", "note"].eq(ALIASED).all()
+
+    # one seed but a residual (a 2x2x2 without its three-way term): an interval, with the caveat
+    rows = [{"a": a, "b": b, "c": c, "seed": 0, "y": rng.normal()} for a, b, c in itertools.product("01", repeat=3)]
+    out = factorial_effects(pd.DataFrame(rows), {f: ["0", "1"] for f in "abc"}, "y")
+    assert out["df"].eq(1).all() and out["note"].eq(ONE_SEED).all()
+
+
+def test_effects_table_renders_in_every_format(tmp_path):
+    from aah_viz.export.design_effects import effects_table
+    from aah_viz.export.formats import render
+    from aah_viz.sweep.design import parse_design
+
+    design = parse_design({"seeds": 2, "factors": {"grouping": ["feature", "random"], "feature_ema": ["on", "off"]}})
+    rng = np.random.default_rng(0)
+    rows = [
+        {**cell.as_dict(), "seed": s, "run": "r", "val_loss": rng.normal(), "acr": rng.random()}
+        for cell, s in design.trials()
+    ]
+    table = effects_table(pd.DataFrame(rows), design, ["val_loss", "acr"])
+    assert len(table.df) == 6
+    md = render(table, "md")
+    assert "random vs feature" in md and "grouping x feature_ema" in md
+    csv_rows = render(table, "csv").strip().splitlines()
+    assert len([r for r in csv_rows if r.startswith(("val_loss,", "acr,"))]) == 6
+    assert "\\begin{table}" in render(table, "latex")
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "sweep_ablation_tiny"
+SAMPLE_DESIGN = Path(__file__).resolve().parents[1] / "scripts" / "ablation_sample.toml"
+
+
+@pytest.mark.skipif(not (SAMPLE / ".sweep" / "design.json").is_file(), reason="the sample sweep is not here")
+def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(capsys):
+    """The recorded half fraction: each main effect is a difference of means (the columns are orthogonal),
+    its standard error the additive model's residual variance over 6 + 6 runs."""
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from aah_viz.sweep.design import load_design, run_name
+
+    design = load_design(SAMPLE_DESIGN)
+    assert main(["effects", str(SAMPLE), "--design", str(SAMPLE_DESIGN), "--format", "csv"]) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
+    rows = []
+    for cell, seed in design.trials():
+        sc = load_run(SAMPLE / run_name(cell, seed)).scalar("val_loss").sort_values("step")
+        rows.append({**cell.as_dict(), "y": float(sc["value"].iloc[-1])})
+    df = pd.DataFrame(rows)
+    y = df["y"].to_numpy()
+    fitted = np.full(len(df), y.mean())
+    hand = {}
+    for f in design.factors:
+        hi = df[f.name] == f.levels[1]
+        effect = y[hi].mean() - y[~hi].mean()
+        hand[f.name] = effect
+        fitted += np.where(hi, effect / 2, -effect / 2)
+    dof = len(df) - 1 - len(design.factors)
+    se = math.sqrt(((y - fitted) ** 2).sum() / dof * (1 / 6 + 1 / 6))
+    main_rows = out[out["term"] == "main"]
+    assert len(main_rows) == 3 and main_rows["metric"].eq("val_loss").all()
+    for row in main_rows.itertuples():
+        assert row.effect == pytest.approx(hand[row.factors], abs=1e-9)
+        assert row.se == pytest.approx(se, rel=1e-6)
+        assert row.df == dof
+    assert out.loc[out["term"] == "interaction", "effect"].isna().all()  # aliased in the fraction

@@ -1,0 +1,174 @@
+"""``aah-viz sweep`` for real: tiny designs trained on CPU, a worker killed mid-sweep and the sweep rerun
+(nothing lost or doubled), and (slow) the same design through the local, Ray and submitit executors giving
+the same run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from waiting import run
+
+from aah_viz.runlog import load_run
+from aah_viz.sweep.design import load_design, run_name
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep_cmd(design, logs, *extra):
+    return [sys.executable, "-m", "aah_viz", "sweep", str(design), "--logs", str(logs), "--no-progress", *extra]
+
+
+def steps_once(run_dir, steps: int) -> None:
+    """Every step's rows exactly once: the loss per step, and every head of every layer per step."""
+    r = load_run(run_dir)
+    assert r.status == "finished"
+    sc = r.table("scalars")
+    loss = sc[(sc["name"] == "loss") & sc["layer"].isna()]
+    assert sorted(loss["step"].tolist()) == list(range(steps))
+    heads = r.table("heads")
+    per_step = heads.groupby("step").size()
+    assert per_step.index.tolist() == list(range(steps))
+    assert per_step.nunique() == 1 and not heads.duplicated(["step", "layer", "head"]).any()
+
+
+# Put on PYTHONPATH as sitecustomize: the trial training into $SWEEP_VICTIM kills itself (SIGKILL) right after
+# the rows of step 4 reach the disk, past the checkpoint of step 3, once (a marker file says it happened).
+# The kill lands at the same point on any machine, as a lost worker's would.
+KILL_ONCE = """
+import os, sys
+victim, mark = os.environ.get("SWEEP_VICTIM"), os.environ.get("SWEEP_VICTIM_MARK")
+if victim and victim in sys.argv and not os.path.exists(mark):
+    import signal
+    from instrumentation.training import train
+    record_step = train.RoutingRecorder.step
+    def record_step_then_die(self, step, **kw):
+        record_step(self, step, **kw)
+        if step == 4:
+            self.flush(wait=True)
+            open(mark, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+    train.RoutingRecorder.step = record_step_then_die
+"""
+
+
+def test_a_worker_killed_mid_sweep_loses_only_its_trial_and_the_rerun_resumes_it(tmp_path):
+    steps = 8
+    design = tmp_path / "design.toml"
+    design.write_text(
+        f"""
+seeds = [0]
+[fixed]
+preset = "tiny"
+steps = {steps}
+checkpoint_interval = 2
+eval_interval = {steps}
+eval_batches = 1
+detail = "minimal"
+warmup_steps = 1
+[factors]
+feature_ema = ["on", "off"]
+""",
+        encoding="utf-8",
+    )
+    logs = tmp_path / "logs"
+    d = load_design(design)
+    victim = logs / run_name(d.cells[0], 0)
+    other = logs / run_name(d.cells[1], 0)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_ONCE, encoding="utf-8")
+    mark = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(hook), SWEEP_VICTIM=str(victim.resolve()), SWEEP_VICTIM_MARK=str(mark))
+    cmd = sweep_cmd(design, logs, "--workers", "2", "--threads", "1")
+    first = run(cmd, "the sweep whose worker is killed", capture_output=True, text=True, cwd=ROOT, env=env)
+    assert mark.exists(), first.stderr  # the victim died at step 4
+    assert first.returncode == 2, first.stderr
+    lines = first.stderr.strip().splitlines()
+    assert len(lines) == 1 and "1 of 2 trials did not finish" in lines[0] and victim.name in lines[0]
+    assert load_run(victim).status != "finished"
+    steps_once(other, steps)  # the other trial went on and finished
+
+    again = run(sweep_cmd(design, logs, "--json"), "the rerun of the sweep", capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["done"], summary["ran"], summary["unfinished"]) == (2, 1, [])
+    for run_dir in (victim, other):
+        steps_once(run_dir, steps)
+    resumed = load_run(victim).events("resume")
+    assert len(resumed) == 1 and len(load_run(other).events("resume")) == 0
+    assert sorted(p.name for p in logs.iterdir() if not p.name.startswith(".")) == sorted([victim.name, other.name])
+
+
+# --- the same design through every executor (slow: three sweeps of eight trials) ----------------------
+
+TIMING = {"step_time_s", "tokens_per_s", "peak_mem_mb", "peak_reserved_mb"}
+VOLATILE_MANIFEST = {"started_at", "finished_at", "host", "run_uid"}
+
+
+def manifest_without_host_and_times(run_dir) -> dict:
+    m = json.loads((Path(run_dir) / "manifest.json").read_text())
+    return {k: v for k, v in m.items() if k not in VOLATILE_MANIFEST}
+
+
+def tables_of(run_dir) -> dict[str, pd.DataFrame]:
+    r = load_run(run_dir)
+    out = {}
+    for name in ("heads", "scalars", "branch", "tree"):
+        df = r.table(name)
+        if name == "scalars":
+            df = df[~df["name"].isin(TIMING)]
+        out[name] = df.sort_values(list(df.columns[:3])).reset_index(drop=True)
+    return out
+
+
+@pytest.mark.slow
+def test_every_executor_writes_the_same_run_directories(tmp_path):
+    pytest.importorskip("ray")
+    pytest.importorskip("submitit")
+    design = tmp_path / "design.toml"
+    design.write_text(
+        """
+seeds = [0, 1]
+[fixed]
+preset = "tiny"
+steps = 3
+eval_interval = 3
+warmup_steps = 1
+[factors]
+grouping = ["feature", "random"]
+feature_ema = ["on", "off"]
+""",
+        encoding="utf-8",
+    )
+    roots = {}
+    for executor, extra in (("local", []), ("ray", []), ("slurm", ["--submitit-cluster", "local"])):
+        logs = tmp_path / executor
+        cmd = sweep_cmd(design, logs, "--executor", executor, "--workers", "2", "--threads", "1", *extra)
+        proc = run(cmd, f"the sweep through {executor}", capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        roots[executor] = logs
+    names = {ex: sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) for ex, root in roots.items()}
+    d = load_design(design)
+    expected = sorted(run_name(c, s) for c, s in d.trials())
+    assert names == {ex: expected for ex in roots}
+    for name in expected:
+        ref_manifest = manifest_without_host_and_times(roots["local"] / name)
+        ref_tables = tables_of(roots["local"] / name)
+        for ex in ("ray", "slurm"):
+            assert manifest_without_host_and_times(roots[ex] / name) == ref_manifest, (ex, name)
+            for table, df in tables_of(roots[ex] / name).items():
+                pd.testing.assert_frame_equal(df, ref_tables[table], obj=f"{ex} {name} {table}")
+    effects = [
+        run([sys.executable, "-m", "aah_viz", "effects", str(root), "--design", str(design), "--format", "csv"],
+            "aah-viz effects", capture_output=True, text=True).stdout
+        for root in roots.values()
+    ]  # fmt: skip
+    assert effects[0] == effects[1] == effects[2] and "random vs feature" in effects[0]
