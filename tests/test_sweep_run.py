@@ -172,3 +172,32 @@ feature_ema = ["on", "off"]
         for root in roots.values()
     ]  # fmt: skip
     assert effects[0] == effects[1] == effects[2] and "random vs feature" in effects[0]
+
+
+def test_ray_and_submitit_run_a_trial_as_the_local_executor_does(tmp_path):
+    """The default run exercises both cluster executors (a local Ray runtime, submitit's local
+    executor) on the smallest design: the same run directories as the local executor's."""
+    pytest.importorskip("ray")
+    pytest.importorskip("submitit")
+    design = tmp_path / "design.toml"
+    design.write_text(
+        'seeds = [0]\n[fixed]\npreset = "tiny"\nsteps = 2\neval_interval = 2\nwarmup_steps = 1\n'
+        '[factors]\ngrouping = ["feature", "random"]\n',
+        encoding="utf-8",
+    )
+    roots = {}
+    for executor, extra in (("local", []), ("ray", []), ("slurm", ["--submitit-cluster", "local"])):
+        logs = tmp_path / executor
+        cmd = sweep_cmd(design, logs, "--executor", executor, "--workers", "1", "--threads", "1", *extra)
+        proc = run(cmd, f"the sweep through {executor}", capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        roots[executor] = logs
+    names = {ex: sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) for ex, root in roots.items()}
+    assert len(names["local"]) == 2 and names["ray"] == names["local"] == names["slurm"]
+    for name in names["local"]:
+        for ex in ("ray", "slurm"):
+            assert manifest_without_host_and_times(roots[ex] / name) == manifest_without_host_and_times(
+                roots["local"] / name
+            )
+            for table, df in tables_of(roots[ex] / name).items():
+                pd.testing.assert_frame_equal(df, tables_of(roots["local"] / name)[table], obj=f"{ex} {name} {table}")
