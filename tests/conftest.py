@@ -104,6 +104,25 @@ def smollm2_dir(smollm2_gguf, tmp_path_factory) -> Path:
     return out
 
 
+# ---- the dashboard in a browser: a module defines ``logs`` (its logs root), these serve it -------
+@pytest.fixture(scope="module")
+def server(logs):
+    """``streamlit run app.py`` on the module's ``logs`` (127.0.0.1, a free port); yields its address."""
+    from browser_harness import streamlit_app
+
+    with streamlit_app(logs) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """Debian Chromium through Playwright, for the module's ``server``."""
+    from browser_harness import chromium
+
+    with chromium() as b:
+        yield b
+
+
 # ---- a tiny Hugging Face model -------------------------------------------------------------------
 TINY_SHAPE = dict(
     vocab_size=300,

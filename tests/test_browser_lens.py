@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser_harness import chromium, need_chromium, new_page, open_page, settle, streamlit_app, wait_selector
+from browser_harness import need_chromium, new_page, open_page, settle, wait_selector
 from waiting import PATIENCE_MS, TEST_S, until, waiting_for
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "aah_viz" / "data" / "english_fixture.conllu"
+# the fixtures server and browser (tests/conftest.py) serve this module's logs
 
 pytestmark = [pytest.mark.browser, pytest.mark.torch, pytest.mark.timeout(TEST_S)]
 
@@ -34,18 +35,6 @@ def logs(tmp_path_factory):
          "--threads", "1")  # fmt: skip
     _cli("lens", str(run), "--syntax", str(FIXTURE), "--docs", "2", "--max-tokens", "40", "--no-progress")
     return root
-
-
-@pytest.fixture(scope="module")
-def server(logs):
-    with streamlit_app(logs) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
 
 
 def _alpha(style: str) -> float:

@@ -129,6 +129,29 @@ def tables_of(run_dir) -> dict[str, pd.DataFrame]:
     return out
 
 
+def sweep_through_every_executor(design: Path, tmp_path: Path, workers: int) -> dict[str, Path]:
+    """The design swept by the local, Ray and submitit executors, each into its own logs root; every
+    root holds the design's trials, with the same manifests (but for host and times) and tables."""
+    roots = {}
+    for executor, extra in (("local", []), ("ray", []), ("slurm", ["--submitit-cluster", "local"])):
+        logs = tmp_path / executor
+        cmd = sweep_cmd(design, logs, "--executor", executor, "--workers", str(workers), "--threads", "1", *extra)
+        proc = run(cmd, f"the sweep through {executor}", capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        roots[executor] = logs
+    names = {ex: sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) for ex, root in roots.items()}
+    expected = sorted(run_name(c, s) for c, s in load_design(design).trials())
+    assert names == {ex: expected for ex in roots}
+    for name in expected:
+        ref_manifest = manifest_without_host_and_times(roots["local"] / name)
+        ref_tables = tables_of(roots["local"] / name)
+        for ex in ("ray", "slurm"):
+            assert manifest_without_host_and_times(roots[ex] / name) == ref_manifest, (ex, name)
+            for table, df in tables_of(roots[ex] / name).items():
+                pd.testing.assert_frame_equal(df, ref_tables[table], obj=f"{ex} {name} {table}")
+    return roots
+
+
 @pytest.mark.slow
 def test_every_executor_writes_the_same_run_directories(tmp_path):
     pytest.importorskip("ray")
@@ -148,24 +171,7 @@ feature_ema = ["on", "off"]
 """,
         encoding="utf-8",
     )
-    roots = {}
-    for executor, extra in (("local", []), ("ray", []), ("slurm", ["--submitit-cluster", "local"])):
-        logs = tmp_path / executor
-        cmd = sweep_cmd(design, logs, "--executor", executor, "--workers", "2", "--threads", "1", *extra)
-        proc = run(cmd, f"the sweep through {executor}", capture_output=True, text=True, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        roots[executor] = logs
-    names = {ex: sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) for ex, root in roots.items()}
-    d = load_design(design)
-    expected = sorted(run_name(c, s) for c, s in d.trials())
-    assert names == {ex: expected for ex in roots}
-    for name in expected:
-        ref_manifest = manifest_without_host_and_times(roots["local"] / name)
-        ref_tables = tables_of(roots["local"] / name)
-        for ex in ("ray", "slurm"):
-            assert manifest_without_host_and_times(roots[ex] / name) == ref_manifest, (ex, name)
-            for table, df in tables_of(roots[ex] / name).items():
-                pd.testing.assert_frame_equal(df, ref_tables[table], obj=f"{ex} {name} {table}")
+    roots = sweep_through_every_executor(design, tmp_path, workers=2)
     effects = [
         run([sys.executable, "-m", "aah_viz", "effects", str(root), "--design", str(design), "--format", "csv"],
             "aah-viz effects", capture_output=True, text=True).stdout
@@ -185,19 +191,4 @@ def test_ray_and_submitit_run_a_trial_as_the_local_executor_does(tmp_path):
         '[factors]\ngrouping = ["feature", "random"]\n',
         encoding="utf-8",
     )
-    roots = {}
-    for executor, extra in (("local", []), ("ray", []), ("slurm", ["--submitit-cluster", "local"])):
-        logs = tmp_path / executor
-        cmd = sweep_cmd(design, logs, "--executor", executor, "--workers", "1", "--threads", "1", *extra)
-        proc = run(cmd, f"the sweep through {executor}", capture_output=True, text=True, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        roots[executor] = logs
-    names = {ex: sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) for ex, root in roots.items()}
-    assert len(names["local"]) == 2 and names["ray"] == names["local"] == names["slurm"]
-    for name in names["local"]:
-        for ex in ("ray", "slurm"):
-            assert manifest_without_host_and_times(roots[ex] / name) == manifest_without_host_and_times(
-                roots["local"] / name
-            )
-            for table, df in tables_of(roots[ex] / name).items():
-                pd.testing.assert_frame_equal(df, tables_of(roots["local"] / name)[table], obj=f"{ex} {name} {table}")
+    sweep_through_every_executor(design, tmp_path, workers=1)
