@@ -31,6 +31,7 @@ PAGES = [
     ("views/compare", "Compare", "compare"),
     ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
+    ("guide", "Guide", "guide"),
 ]
 # url path -> the page's file (what Streamlit's test runner switches to)
 PAGE_FILES = {url: str(PAGE_DIR / f"{module}.py") for module, _, url in PAGES}

@@ -10,6 +10,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.dashboard import address, cache, providers, state
+from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import compare as cfig
@@ -67,9 +68,14 @@ def render() -> None:
     root, token = state.logs_root(), state.token()
     keys, probe_only = state.trained_keys(state.selected_keys())
     state.say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
+    views = state.overviews()
+    evaluations = [k for k in keys if views.get(k, {}).get("regime") == "frontier"]
+    keys = [k for k in keys if k not in evaluations]
+    state.say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
     if not keys:
         st.info("No readable trained runs to compare: pick runs on the Runs page.")
         return
+    keys = one_configuration(keys, "cmp_config")
     state.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]

@@ -11,17 +11,41 @@ import streamlit as st
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import configuration as configurations
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import curves as cfig
 
 RANGE_KEY = "tr_range"
+# whether the x range is one the user chose (slider, box, address): only such a range stays put
+# while a live run grows and goes in the address; otherwise the axis follows the run
+RANGE_USER = "tr_range_user"
+RANGE_FULL = "tr_range_full"  # the full range of the last draw (a slider moved back to it follows again)
 GROUP_FIRST = ("regime", "seed", "preset", "windows")
 
 
 def _set_range(x0: float, x1: float) -> None:
     """A box drawn on any chart becomes the x range of every chart (and of the address)."""
     st.session_state[RANGE_KEY] = (x0, x1)
+    st.session_state[RANGE_USER] = True
+
+
+def _slider_moved() -> None:
+    """The slider moved by hand: a chosen range, unless it was moved back to the whole run."""
+    full = st.session_state.get(RANGE_FULL)
+    st.session_state[RANGE_USER] = full is None or tuple(st.session_state[RANGE_KEY]) != tuple(full)
+
+
+def _follow_unless_chosen(full) -> None:
+    """Before the slider is drawn: a range from a new address is the user's; without one chosen, the
+    range is the whole run now (a live run's new steps widen it) and stays out of the address."""
+    text = st.query_params.get("range")
+    if text is not None and text != st.session_state.get(address.SEEN, {}).get("range"):
+        st.session_state[RANGE_USER] = True
+    if not st.session_state.get(RANGE_USER):
+        st.session_state[RANGE_KEY] = full
+        st.session_state[address.KEEP + RANGE_KEY] = full
+    st.session_state[RANGE_FULL] = full
 
 
 def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
@@ -143,8 +167,10 @@ def render() -> None:
     if st.session_state.get("tr_range_axis") != x:  # another x axis: a kept range means nothing there
         st.session_state.pop(RANGE_KEY, None)
         st.session_state.pop(address.KEEP + RANGE_KEY, None)
+        st.session_state.pop(RANGE_USER, None)
         st.session_state["tr_range_axis"] = x
     if hi > lo:
+        _follow_unless_chosen(full)
         x_range = address.bound(
             st.slider,
             "range",
@@ -156,10 +182,18 @@ def render() -> None:
             label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",
             min_value=full[0],
             max_value=full[1],
+            on_change=_slider_moved,
         )
     groups = None
     if group != "none":
         groups = {k: fields[k].get(group) for k in keys}
+        found = configurations.groups(keys)
+        if len(found) > 1:  # runs of different models, T or windows are never averaged together
+            where = {}
+            for label, members in found:
+                for k in members:
+                    where.setdefault(k, label)
+            groups = {k: f"{value} [{where[k]}]" for k, value in groups.items()}
     for name in scalars:
         chart(
             cfig.curves_figure(
