@@ -110,8 +110,9 @@ def _verdict(lo: float, hi: float) -> str:
     return "no clear difference"
 
 
-def findings_markdown(t: pd.DataFrame, compared: list[dict], shares: dict, first_token: dict | None,
-                      profiled: str | None, maps: list[str]) -> str:
+def findings_markdown(
+    t: pd.DataFrame, compared: list[dict], shares: dict, first_token: dict | None, profiled: str | None, maps: list[str]
+) -> str:
     """The page's answer and its reason, in words made from the run's own numbers."""
     front = t[t["pareto"].astype(bool)].sort_values("acr")
     routed = set(t.loc[t["family"].isin(ROUTED_FAMILIES), "configuration"])
