@@ -290,6 +290,30 @@ def test_frontier_states_its_answer_and_reason_from_the_runs_numbers(server, bro
     page.close()
 
 
+def _band_values(page, key: str) -> list[float]:
+    """Every y of the chart's bands (the filled traces)."""
+    return page.evaluate(
+        f"() => document.querySelector('.st-key-{key} .js-plotly-plot')._fullData"
+        ".filter(t => t.fill === 'toself').flatMap(t => Array.from(t.y).map(Number))"
+    )
+
+
+def test_bands_of_two_runs_stay_in_the_metrics_domain_and_say_n_is_small(server, browser, logs):
+    page = new_page(browser, 1500, 1600)
+    view = "runs=full_adaptive_seed0~full_adaptive_seed1&group=regime&band=ci95&scalars=loss~acr&smooth=0"
+    open_page(page, f"{server}/training?{view}", "Training")
+    wait_selector(page, ".st-key-tr_fig_acr .js-plotly-plot .main-svg", "the ACR chart")
+    acr, loss = _band_values(page, "tr_fig_acr"), _band_values(page, "tr_fig_loss")
+    assert acr and loss
+    assert 0 <= min(acr) and max(acr) <= 1, (min(acr), max(acr))  # a coverage is a share
+    assert min(loss) >= 0, min(loss)  # a loss is never negative
+    assert "fewer than 3 runs" in page.locator('[data-testid="stMain"]').inner_text()
+    # W&B's spreads are offered too: standard deviation and standard error
+    open_page(page, f"{server}/training?{view.replace('band=ci95', 'band=std')}", "Training")
+    assert page.locator(".st-key-tr_band input").first.input_value() == "± std dev"
+    page.close()
+
+
 def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(server, browser, logs):
     out = logs / "live-train"
     steps = 300

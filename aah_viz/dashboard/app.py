@@ -54,12 +54,15 @@ def main(argv: list[str] | None = None) -> None:
         st.error(plain(err))
         st.stop()
     first = first_page()
-    page = st.navigation(
-        [
-            st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=module == first)
-            for module, title, url in PAGES
-        ]
-    )
+    pages = {module: st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url) for module, title, url in PAGES}
+
+    def start() -> None:
+        """The address without a page: go to the first page, keeping the query. Every page keeps its own
+        path whatever the logs root holds (``/runs`` is the Runs page with or without a frontier run)."""
+        st.switch_page(pages[first], query_params=dict(st.query_params))
+
+    page = st.navigation([st.Page(start, title="Start", url_path="start", default=True, visibility="hidden"),
+                          *pages.values()])  # fmt: skip
     with st.sidebar:
         st.caption(f"Logs root: {plain(state.logs_root())}")
         live.controls()

@@ -227,8 +227,18 @@ def render() -> None:
         notes.append(
             f"{len(counts)} groups by {group} ("
             + ", ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
-            + f"); band: {curve_stats.BAND_NAMES[band]}"
+            + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
+        few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
+        if band in curve_stats.ESTIMATED_BANDS and few:
+            st.info(
+                plain(
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({', '.join(few)}): a "
+                    f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
+                    "12.7 standard errors wide). Min-max shows the runs themselves."
+                ),
+                icon=":material/info:",
+            )
     st.caption(plain("; ".join(notes) + "."))
     st.caption(
         "Training loss is the loss of one logged training batch with dropout on, so it sits above the "
