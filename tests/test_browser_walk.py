@@ -314,6 +314,35 @@ def test_bands_of_two_runs_stay_in_the_metrics_domain_and_say_n_is_small(server,
     page.close()
 
 
+def test_runs_ticked_on_the_runs_page_drive_the_other_pages_and_the_address(server, browser):
+    page = new_page(browser, 1500, 1200)
+    open_page(page, f"{server}/runs?filter=run&q=full_adaptive_seed", "Runs")
+    page.get_by_role("button", name="Select only shown").first.click()
+    want = "full_adaptive_seed0~full_adaptive_seed1"
+    until(lambda: _query(page).get("sel") == want, "the ticked runs in the address",
+          sleep=lambda s: page.wait_for_timeout(s * 1000), detail=lambda: page.url)  # fmt: skip
+    settle(page)
+    # another page through the sidebar: the ticked runs only, and still in the address
+    page.get_by_role("link", name="Compare").click()
+    page.get_by_role("heading", name="Compare", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    settle(page)
+    wait_selector(page, '.st-key-cmp_summary_box [role="gridcell"]', "the summary table's cells", state="attached")
+    assert [r[:2] for r in _table_rows(page, "cmp_summary_box")] == [["full_adaptive", "2"]]
+    until(lambda: _query(page).get("sel") == want, "the ticked runs in the address after a page switch",
+          sleep=lambda s: page.wait_for_timeout(s * 1000), detail=lambda: page.url)  # fmt: skip
+    address = page.url
+    page.close()
+    # a fresh tab on the copied address starts from the ticked runs, not from every run
+    fresh = browser.new_context(viewport={"width": 1500, "height": 1200})
+    fresh.set_default_timeout(PATIENCE_MS)
+    tab = fresh.new_page()
+    open_page(tab, address.replace("/compare?", "/training?"), "Training")
+    wait_selector(tab, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
+    legend = " ".join(tab.locator(".st-key-tr_fig_loss .legendtext").all_text_contents())
+    assert "full_adaptive_seed0" in legend and "full_adaptive_seed1" in legend, legend
+    fresh.close()
+
+
 def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(server, browser, logs):
     out = logs / "live-train"
     steps = 300

@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         path whatever the logs root holds (``/runs`` is the Runs page with or without a frontier run)."""
         st.switch_page(pages[first], query_params=dict(st.query_params))
 
-    page = st.navigation([st.Page(start, title="Start", url_path="start", default=True, visibility="hidden"),
-                          *pages.values()])  # fmt: skip
+    start_page = st.Page(start, title="Start", url_path="start", default=True, visibility="hidden")
+    page = st.navigation([start_page, *pages.values()])
     with st.sidebar:
         st.caption(f"Logs root: {plain(state.logs_root())}")
         live.controls()
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
             "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"
         ):
             state.refresh()
-    state.read_url()
+    if page is not start_page:  # the page it goes to reads the address (and says what it ignored)
+        state.read_url()
     page.run()
 
 

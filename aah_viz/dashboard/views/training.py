@@ -67,7 +67,8 @@ def render() -> None:
     if not trained:
         st.info("No trained run among the selected runs: pick runs on the Runs page.")
         return
-    default_runs = [key] if key in trained else trained[:1]
+    # the runs ticked on the Runs page when there are some, else the page's run
+    default_runs = trained if state.ticked() else ([key] if key in trained else trained[:1])
     labels = {k: state.label(k) for k in trained}  # computed now: format_func may be called outside the run
     c1, c2 = st.columns([3, 2])
     keys = address.choose_some(
