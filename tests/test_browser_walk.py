@@ -343,6 +343,29 @@ def test_runs_ticked_on_the_runs_page_drive_the_other_pages_and_the_address(serv
     fresh.close()
 
 
+def test_the_run_header_is_one_line_and_the_first_chart_is_above_the_fold(server, browser):
+    page = new_page(browser, 1500, 1000)  # a laptop's screen
+    open_page(page, f"{server}/training?run=full_adaptive_seed0", "Training")
+    wait_selector(page, ".st-key-tr_fig_loss .js-plotly-plot .main-svg", "the loss chart")
+    main = page.locator('[data-testid="stMain"]')
+    warnings = main.locator('[data-testid="stAlert"]')
+    assert warnings.count() == 1, warnings.all_inner_texts()  # every warning about the run in one line
+    line = warnings.first.inner_text()
+    assert "Routing does not learn" in line and "mostly not clusters" in line, line
+    # this run has no head-similarity table: the banner points where there is something to see
+    assert "see Stability" in line and "mean anything" not in line, line
+    assert main.locator('[data-testid="stMetric"]').count() == 0  # no tiles: the run's figures in one line
+    assert warnings.first.bounding_box()["height"] < 70  # one line, not a paragraph
+    chart = page.locator(".st-key-tr_fig_loss").first.bounding_box()
+    assert chart["y"] <= 700, chart  # the first chart starts on the first screen with room to be seen
+    page.locator('[data-testid="stPopover"] button').filter(has_text="Details").first.click()
+    details = page.locator('[data-testid="stPopoverBody"]').first
+    details.wait_for(timeout=PATIENCE_MS)
+    assert "controller's gradient norm is zero at every logged step" in details.inner_text()
+    assert "are the head groups real?" in details.inner_text() and "mean anything" not in details.inner_text()
+    page.close()
+
+
 def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(server, browser, logs):
     out = logs / "live-train"
     steps = 300

@@ -93,7 +93,7 @@ def render() -> None:
         label="Scalars",
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
-    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
+    c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
     x = address.choose(
         c1.radio,
         "x",
