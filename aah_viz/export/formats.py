@@ -226,6 +226,9 @@ _LATEX_SPECIAL = {
     "^": r"\textasciicircum{}",
     "–": "--",
     "±": r"$\pm$",
+    # without T1 font encoding (LaTeX's default OT1) a bare < or > prints as ¡ or ¿
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
 }
 
 
@@ -387,9 +390,10 @@ def to_latex(table, *, width_pt: float = latex_layout.ARTICLE_WIDTH_PT) -> str:
                 "\\ifdim\\wd\\aahtablebox>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox{\\aahtablebox}}"
                 "\\else\\usebox{\\aahtablebox}\\fi",
             ]
-    if notes:
-        out.append("\\par\\smallskip\\footnotesize")
+    if notes:  # flush left under the centred table, as a table's notes are set
+        out.append("\\par\\smallskip{\\raggedright\\footnotesize")
         out.extend(n + "\\par" for n in notes)
+        out.append("}")
     out.append("\\end{table}")
     return "\n".join(out) + "\n"
 
