@@ -161,7 +161,7 @@ def findings_markdown(
     links = [f"[window map of {_md(k)}](/windows?run={quote(k, safe='')})" for k in maps]
     links.append(f"[what these numbers can and cannot show (docs/real-model.md)]({guide.link('real-model')})")
     lines.append("See: " + "; ".join(links) + ".")
-    return "\n\n".join(lines)
+    return "\n\n".join(lines).replace("\n\n- ", "\n- ")  # each list tight under its sentence
 
 
 @guarded
