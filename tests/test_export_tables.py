@@ -792,3 +792,27 @@ def test_latex_notes_read_as_written_in_a_plain_article_and_sit_flush_left(by_re
     edge = next(x for t, x in starts.items() if t.startswith("Table 1:"))
     last = next(x for t, x in starts.items() if t.startswith("budget), not a measured FLOP count"))
     assert last == pytest.approx(edge, abs=0.5), (last, edge)
+
+
+def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):
+    """comparison.tex: each statistic's header is a short symbol or word with its meaning in the notes,
+    not a column name broken at its underscores ("welch" / "p")."""
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    pypdf = pytest.importorskip("pypdf")
+    table = comparison_table(runs, "full_attention")
+    (tmp_path / "cmp.tex").write_text(latex_document([table]), encoding="utf-8")
+    proc = waiting.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "cmp.tex"],
+        "pdflatex to compile a comparison table",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    text = " ".join(" ".join(page.extract_text() for page in pypdf.PdfReader(tmp_path / "cmp.pdf").pages).split())
+    for raw in ("welch", "perm_", "paired_", "mean_", "n_baseline"):
+        assert raw not in text, (raw, text[:800])
+    for meaning in ("Welch's t-test p-value", "permutation test p-value", "seed-matched pairs"):
+        assert meaning in text.replace("’", "'"), (meaning, text[-1200:])
