@@ -7,7 +7,17 @@ import argparse
 import sys
 from pathlib import Path
 
-TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "head_similarity", "frontier", "all")
+TABLE_CHOICES = (
+    "training",
+    "inference",
+    "windows",
+    "stability",
+    "probes",
+    "head_similarity",
+    "head_similarity_summary",
+    "frontier",
+    "all",
+)
 
 
 def register(subparsers) -> None:
