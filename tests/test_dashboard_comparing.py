@@ -66,6 +66,16 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
 
 
+def test_the_probe_only_run_has_no_empty_training_or_controller_charts_on_stability(samples):
+    samples.query_params["run"] = PROBE_ONLY
+    at = goto(samples, "stability")
+    assert at.selectbox(key="run_picker").value == PROBE_ONLY
+    keys = [c.proto.id or "" for c in at.get("plotly_chart")]
+    assert not any(k in key for key in keys for k in ("stab_fig", "stab_ctrl", "valid_fig")), keys
+    assert not any("Controller health" in h.value for h in at.subheader)
+    assert any("A probed model, not trained here" in i.value for i in at.info)
+
+
 def test_the_probe_only_run_shows_no_nan_in_its_header(samples):
     samples.query_params["run"] = PROBE_ONLY
     at = goto(samples, "windows")

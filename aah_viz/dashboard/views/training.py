@@ -211,7 +211,8 @@ def render() -> None:
             ),
             key=f"tr_fig_{name}",
             name=f"{name}-{x}",
-            data=frame[frame["name"] == name],
+            # grouped: the means and bands drawn (the figure's values); else each run's binned series
+            data=None if groups is not None else frame[frame["name"] == name],
             on_box=_set_range,
         )
     notes = [
