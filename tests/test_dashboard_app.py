@@ -712,6 +712,11 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    # the table names each point as the chart labels it (the chart's names and the table's agree)
+    labels = {n: lab for trace in charts(at)[0]["data"] if "markers" in trace.get("mode", "")
+              for n, lab in zip(trace["text"], [c[3] for c in trace["customdata"]])}  # fmt: skip
+    for name, on_chart in zip(table["configuration"], table["on the chart"]):
+        assert on_chart == (labels[name] or "–"), (name, on_chart)
     first_spec = at.get("plotly_chart")[0].proto.spec
     # a second frontier: the picker travels in the address, and a link opens that frontier
     make_synthetic_frontier_run(root / "fr2", seed=2)

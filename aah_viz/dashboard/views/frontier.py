@@ -20,12 +20,13 @@ from aah_viz.analysis.frontier import (
 from aah_viz.dashboard import address, cache, guide, state
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
-from aah_viz.figures.frontier import frontier_figure
+from aah_viz.figures.frontier import frontier_figure, point_label
 from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
 SHOWN = {
     "configuration": "configuration",
+    "on_chart": "on the chart",
     "ppl": "perplexity",
     "ppl_lo": "low (95%)",
     "ppl_hi": "high (95%)",
@@ -216,7 +217,9 @@ def render() -> None:
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
         "side in the same run."
     )
-    shown = t[[c for c in SHOWN if c in t]].rename(columns=SHOWN).sort_values("ACR")
+    # the chart's point labels beside the table's names, so the two read as one
+    labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
+    shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
     st.dataframe(
         shown,
         hide_index=True,
