@@ -298,6 +298,7 @@ def _band_values(page, key: str) -> list[float]:
     )
 
 
+@pytest.mark.slow  # the band's numbers are test_curves' (default run); this, the page
 def test_bands_of_two_runs_stay_in_the_metrics_domain_and_say_n_is_small(server, browser, logs):
     page = new_page(browser, 1500, 1600)
     view = "runs=full_adaptive_seed0~full_adaptive_seed1&group=regime&band=ci95&scalars=loss~acr&smooth=0"
@@ -404,6 +405,7 @@ def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(ser
     page.close()
 
 
+@pytest.mark.slow  # a guard: the zoom stayed put before issue 42 too
 def test_a_range_the_user_chose_stays_while_the_run_grows(server, browser, logs):
     from aah_viz.runlog import RunWriter
     from aah_viz.runlog.synthetic import make_synthetic_run
