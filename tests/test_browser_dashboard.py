@@ -125,6 +125,18 @@ def test_every_page_renders_in_chromium(server, browser):
     page.close()
 
 
+def test_page_paths_do_not_depend_on_the_logs_root(server, browser):
+    """No frontier run here: the first page is Runs, yet /runs is the Runs page (not "Page not found")
+    and the bare address opens Runs with its query kept."""
+    page = new_page(browser, height=1000)
+    _open(page, f"{server}/runs", "Runs")
+    assert "Page not found" not in page.locator("body").inner_text()
+    _open(page, f"{server}/?q=freeze", "Runs")
+    _wait_query(page, q="freeze")
+    _open(page, f"{server}/frontier", "Frontier")
+    page.close()
+
+
 def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, browser, logs):
     from aah_viz.runlog import load_run
 

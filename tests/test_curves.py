@@ -58,8 +58,28 @@ def test_a_group_is_a_mean_with_a_band_over_the_runs_that_reached_each_x():
     half = stats.t.ppf(0.975, 2) * np.std([1.0, 3.0, 5.0], ddof=1) / math.sqrt(3)
     np.testing.assert_allclose(upper - mean, half)
     np.testing.assert_allclose(mean - lower, half)
+    sd = np.std([1.0, 3.0, 5.0], ddof=1)
+    _, mean, lower, upper, _ = curves.group_band([(x, a), (x, b), (x, c)], band="std", points=10)
+    np.testing.assert_allclose(upper - mean, sd)
+    _, mean, lower, upper, _ = curves.group_band([(x, a), (x, b), (x, c)], band="stderr", points=10)
+    np.testing.assert_allclose(mean - lower, sd / math.sqrt(3))
     with pytest.raises(ValueError):
         curves.group_band([(x, a)], band="iqr")
+
+
+def test_a_band_stays_within_the_values_the_metric_can_take():
+    from aah_viz.figures.curves import value_domain
+
+    x = np.arange(5.0)
+    lo_run, hi_run = np.full(5, 0.05), np.full(5, 0.95)  # two runs of a share: n = 2, t = 12.7
+    _, mean, lower, upper, _ = curves.group_band([(x, lo_run), (x, hi_run)], band="ci95", points=5)
+    assert lower.min() < 0 and upper.max() > 1  # unclipped, the interval leaves [0, 1]
+    _, mean, lower, upper, _ = curves.group_band([(x, lo_run), (x, hi_run)], band="ci95", points=5, domain=(0, 1))
+    np.testing.assert_allclose(lower, 0.0)
+    np.testing.assert_allclose(upper, 1.0)
+    np.testing.assert_allclose(mean, 0.5)
+    assert value_domain("acr/layer_3") == (0.0, 1.0) and value_domain("val_loss") == (0.0, np.inf)
+    assert value_domain("margin") is None
 
 
 def test_run_names_and_manifest_values_are_text_in_the_curves_figure():

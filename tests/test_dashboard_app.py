@@ -553,11 +553,13 @@ def test_the_summary_header_warns_about_a_zero_gradient_only_where_there_is_a_co
     goto(at, "windows")
     assert at.selectbox(key="run_picker").value == "adaptive"
     assert "Routing does not learn" in at.warning[0].value  # the first thing on the page
-    assert next(m.value for m in at.metric if m.label == "controller") == "grad = 0"
-    assert all("glossary#" in m.help for m in at.metric)  # every metric links its glossary entry
+    line = next(c for c in at.caption if "causal-pair coverage" in c.value)  # the run in one line
+    assert "controller grad = 0" in line.value
+    for term in ("status", "acr", "causal-coverage", "ari", "controller-grad-norm"):  # each links its entry
+        assert f"glossary#{term}" in line.help, term
     at.selectbox(key="run_picker").set_value("attention").run()
     assert not any("Routing does not learn" in w.value for w in at.warning)
-    assert next(m.value for m in at.metric if m.label == "controller") == "none"
+    assert "controller none" in next(c.value for c in at.caption if "causal-pair coverage" in c.value)
 
 
 def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, logs):
@@ -710,6 +712,11 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    # the table names each point as the chart labels it (the chart's names and the table's agree)
+    labels = {n: lab for trace in charts(at)[0]["data"] if "markers" in trace.get("mode", "")
+              for n, lab in zip(trace["text"], [c[3] for c in trace["customdata"]])}  # fmt: skip
+    for name, on_chart in zip(table["configuration"], table["on the chart"]):
+        assert on_chart == (labels[name] or "–"), (name, on_chart)
     first_spec = at.get("plotly_chart")[0].proto.spec
     # a second frontier: the picker travels in the address, and a link opens that frontier
     make_synthetic_frontier_run(root / "fr2", seed=2)

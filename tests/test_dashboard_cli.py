@@ -26,6 +26,7 @@ def test_dashboard_binds_localhost_headless_and_passes_the_logs_root(tmp_path):
     assert cmd[1:4] == ["-m", "streamlit", "run"] and cmd[4] == str(REPO / "aah_viz" / "dashboard" / "app.py")
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--server.headless") + 1] == "true"
+    assert cmd[cmd.index("--client.toolbarMode") + 1] == "viewer"  # no Deploy button in a user's tool
     assert cmd[cmd.index("--") + 1 :] == ["--logs", str(tmp_path)]
 
 

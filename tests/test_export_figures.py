@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import waiting
 
@@ -174,3 +175,23 @@ def test_no_browser_cli_exits_2_with_one_line(run_dir, tmp_path):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("aah-viz: error:") and "apt-get install chromium" in lines[0]
     assert not (tmp_path / "f.png").exists()
+
+
+def test_exported_training_curves_keep_the_first_losses_off_the_loss_and_perplexity_axes():
+    """As on the Training page (issue 42): the first losses (about 115 nats; perplexity 10^50) do not set
+    the exported figure's loss and perplexity axes, which span the rest of training."""
+    from aah_viz.runlog import load_run
+
+    names = ("full_adaptive_seed0", "full_attention_seed0")
+    dirs = [Path(__file__).resolve().parents[1] / "sample_logs" / n for n in names]
+    if not all((d / "manifest.json").is_file() for d in dirs):
+        pytest.skip("the bundled sample logs are not in this checkout")
+    losses = np.concatenate([load_run(d).scalar("loss")["value"].to_numpy() for d in dirs])
+    fig = FIGURE_KINDS["training_curves"](collect_runs(dirs))
+    lo, hi = fig.layout.yaxis.range
+    assert losses.max() > 100 and hi < losses.max() / 5, (hi, losses.max())
+    assert lo <= np.quantile(losses, 0.05) and hi >= np.quantile(losses, 0.75)  # three quarters of the values are on it
+    plo, phi = fig.layout.yaxis2.range  # perplexity on a log axis: the range is in log10
+    assert phi < 10 and phi >= np.log10(np.exp(np.quantile(losses, 0.75)))
+    whole = FIGURE_KINDS["training_curves"](collect_runs(dirs), robust="false")
+    assert whole.layout.yaxis.range is None  # asked for, every value sets the axis

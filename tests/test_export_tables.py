@@ -28,7 +28,7 @@ from aah_viz.export import (
     factorial_table,
     render,
 )
-from aah_viz.export.formats import latex_document
+from aah_viz.export.formats import latex_document, to_latex
 from aah_viz.runlog import RunWriter
 from aah_viz.runlog.synthetic import make_synthetic_run
 
@@ -755,3 +755,64 @@ def test_the_cli_offers_every_table_kind():
     from aah_viz.export.kinds import TABLE_NAMES
 
     assert TABLE_CHOICES == (*TABLE_NAMES, "all")
+
+
+def test_latex_notes_read_as_written_in_a_plain_article_and_sit_flush_left(by_regime, tmp_path):
+    """Compiled in LaTeX's default font encoding (a user's own article, no T1), the text pdflatex puts in
+    the PDF says "p < 0.05", not "p ¡ 0.05"; the notes start at the text's left edge, not centred."""
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    pypdf = pytest.importorskip("pypdf")
+    assert any("p < 0.05" in n for n in by_regime.notes)
+    doc = "\\documentclass{article}\n\\usepackage{booktabs,graphicx,array}\n\\begin{document}\n"
+    doc += to_latex(by_regime) + "\\end{document}\n"
+    (tmp_path / "plain.tex").write_text(doc, encoding="utf-8")
+    proc = waiting.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "plain.tex"],
+        "pdflatex to compile a table in a plain article",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    page = pypdf.PdfReader(tmp_path / "plain.pdf").pages[0]
+    starts: dict[str, float] = {}
+
+    def seen(text, cm, tm, font, size):
+        x = tm[4] * cm[0] + cm[4]
+        if text.strip():
+            starts.setdefault(text.strip(), x)
+
+    text = page.extract_text(visitor_text=seen)
+    flat = " ".join(text.split())
+    assert "¡" not in flat and "¿" not in flat
+    assert "(p < 0.05)" in flat, flat[-600:]
+    # a note's short last line starts at the left edge, where the caption does (centred, it would not)
+    edge = next(x for t, x in starts.items() if t.startswith("Table 1:"))
+    last = next(x for t, x in starts.items() if t.startswith("budget), not a measured FLOP count"))
+    assert last == pytest.approx(edge, abs=0.5), (last, edge)
+
+
+def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):
+    """comparison.tex: each statistic's header is a short symbol or word with its meaning in the notes,
+    not a column name broken at its underscores ("welch" / "p")."""
+    engine = shutil.which("pdflatex")
+    if engine is None:
+        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    pypdf = pytest.importorskip("pypdf")
+    table = comparison_table(runs, "full_attention")
+    (tmp_path / "cmp.tex").write_text(latex_document([table]), encoding="utf-8")
+    proc = waiting.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", "cmp.tex"],
+        "pdflatex to compile a comparison table",
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    text = " ".join(" ".join(page.extract_text() for page in pypdf.PdfReader(tmp_path / "cmp.pdf").pages).split())
+    for raw in ("welch", "perm_", "paired_", "mean_", "n_baseline"):
+        assert raw not in text, (raw, text[:800])
+    for meaning in ("Welch's t-test p-value", "permutation test p-value", "seed-matched pairs"):
+        assert meaning in text.replace("’", "'"), (meaning, text[-1200:])

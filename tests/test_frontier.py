@@ -271,3 +271,19 @@ def test_export_all_leaves_out_tables_the_runs_were_never_measured_for(tmp_path)
     written = {p.stem for p in (tmp_path / "o").iterdir()}
     assert {"training", "inference", "windows", "stability"} <= written
     assert not written & {"frontier", "head_similarity"}
+
+
+def test_export_of_a_frontier_folder_beside_other_runs_needs_no_allow_mixed(tmp_path):
+    """A frontier table is made of each frontier's own rows, so runs of other configurations beside it
+    (its adaptations, a probe run at another T) are no reason to refuse, as the README's command does."""
+    from aah_viz.cli import main
+    from aah_viz.runlog.synthetic import make_synthetic_frontier_run, make_synthetic_run
+
+    make_synthetic_frontier_run(tmp_path / "logs" / "fr", seed=3)
+    make_synthetic_run(tmp_path / "logs" / "other", n_layer=2, n_head=4, steps=20, windows=(4, 8))
+    out = tmp_path / "o"
+    assert main(["export", str(tmp_path / "logs"), "--table", "frontier", "--format", "csv", "--out", str(out)]) == 0
+    got = pd.read_csv(out / "frontier.csv")
+    assert len(got) == 4 and set(got["run"]) == {"fr"}
+    # a paper table of the same runs still refuses to mix configurations
+    assert main(["export", str(tmp_path / "logs"), "--table", "training", "--out", str(tmp_path / "t")]) == 2

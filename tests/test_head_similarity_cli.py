@@ -57,6 +57,15 @@ def test_a_probed_run_without_a_model_is_compared_from_its_tables(tmp_path, caps
         e = exported[(exported["layer"] == r["layer"]) & (exported["similarity"] == r["similarity"])].iloc[0]
         assert e["verdict"] == r["verdict"] and np.isclose(e["silhouette"], r["silhouette"], equal_nan=True)
     assert "\\begin{table}" in (out / "head_similarity.tex").read_text()
+    # the summary form: one row per similarity, its counts of layers taken here from the per-layer rows
+    assert main(["export", str(run), "--table", "head_similarity_summary", "--format", "csv", "--out", str(out)]) == 0
+    summary = pd.read_csv(out / "head_similarity_summary.csv").set_index("similarity")
+    assert sorted(summary.index) == sorted(exported["similarity"].unique())
+    for name, rows in exported.groupby("similarity"):
+        assert summary.loc[name, "layers"] == len(rows)
+        assert summary.loc[name, "real"] == int((rows["verdict"] == "real").sum())
+    assert main(["export", str(run), "--table", "head_similarity_summary", "--format", "latex", "--out", str(out)]) == 0
+    assert len(summary) < len(exported) and "\\begin{table}" in (out / "head_similarity_summary.tex").read_text()
 
 
 def test_errors_are_one_line(tmp_path, capsys):

@@ -89,6 +89,22 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     assert any(s.value == "Do head groups mean anything?" for s in at.subheader)
     summary = next(df.value for df in at.dataframe if "real and stable" in df.value.columns)
     assert set(summary["similarity"]) == {"attention", "probe"}
+    # the answer in one sentence, counted here from the table's own rows
+    rows = hs.groupings(load_run(logs / "run").table("head_similarity"))
+    rows = rows[rows["procedure"] == "method"]
+    both = rows[(rows["verdict"] == cv.REAL) & (rows["stability"] == hs.STABLE)]
+    real = rows[rows["verdict"] == cv.REAL]
+    sentence = next(m.value for m in at.markdown if "head groups" in m.value and m.value.startswith("**"))
+    if len(both):
+        for name, n in both.groupby("similarity").size().items():
+            total = int((rows["similarity"] == name).sum())
+            assert f"{name} in {n} of {total} layers" in sentence, sentence
+    elif len(real):
+        assert sentence.startswith("**No similarity gives real and stable head groups.**"), sentence
+        for name, n in real.groupby("similarity").size().items():
+            assert f"{name} in {n} of {int((rows['similarity'] == name).sum())} layers" in sentence, sentence
+    else:
+        assert "No similarity gives real head groups in any layer" in sentence
     banners = [w.value for w in at.warning if "mostly not clusters" in w.value]
     assert banners and "do head groups mean anything?" in banners[0]
     next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()

@@ -10,8 +10,18 @@ import warnings
 
 import numpy as np
 
-BANDS = ("minmax", "ci95", "none")
-BAND_NAMES = {"minmax": "min-max", "ci95": "95% CI of the mean", "none": "none"}
+BANDS = ("minmax", "std", "stderr", "ci95", "none")
+BAND_NAMES = {
+    "minmax": "min-max",
+    "std": "± std dev",
+    "stderr": "± std err",
+    "ci95": "95% CI of the mean",
+    "none": "none",
+}
+# bands that estimate a spread from the runs: with fewer than 3 runs they say little (Student's t at n = 2
+# multiplies the standard error by 12.7)
+ESTIMATED_BANDS = ("std", "stderr", "ci95")
+FEW_RUNS = 3
 
 
 def smooth(values, weight: float) -> np.ndarray:
@@ -77,14 +87,16 @@ def robust_range(arrays, fence: float = 3.0, pad: float = 0.06, log: bool = Fals
     return float(lo - pad * span), float(hi + pad * span)
 
 
-def group_band(curves, band: str = "minmax", points: int = 400):
+def group_band(curves, band: str = "minmax", points: int = 400, domain: tuple[float, float] | None = None):
     """Runs of one group as a mean curve with a band, on a shared grid of ``points`` x values.
 
     ``curves``: list of (x, y) arrays, one per run. Each run is interpolated inside its own x range
     only (no run is extended beyond what it logged), so ``n`` at an x is the number of runs that
     reached it. Returns (x, mean, lower, upper, n); the band is the min and max over the runs
-    (``minmax``), the mean ± t·s/√n with the 97.5% Student t quantile (``ci95``; no band where n = 1),
-    or none (lower = upper = mean)."""
+    (``minmax``), the mean ± the sample standard deviation (``std``) or the standard error s/√n
+    (``stderr``), the mean ± t·s/√n with the 97.5% Student t quantile (``ci95``); no band where n = 1;
+    or none (lower = upper = mean). ``domain`` (lo, hi) clips the band to the values the metric can take
+    (a loss is never below 0, a coverage never above 1)."""
     curves = [(np.asarray(x, float), np.asarray(y, float)) for x, y in curves]
     curves = [(x[np.isfinite(y)], y[np.isfinite(y)]) for x, y in curves]
     curves = [(x[np.argsort(x, kind="stable")], y[np.argsort(x, kind="stable")]) for x, y in curves if len(x)]
@@ -107,15 +119,21 @@ def group_band(curves, band: str = "minmax", points: int = 400):
         mean = np.nanmean(rows, axis=0)
         if band == "minmax":
             lower, upper = np.nanmin(rows, axis=0), np.nanmax(rows, axis=0)
-        elif band == "ci95":
+        elif band in ESTIMATED_BANDS:
             sd = np.nanstd(rows, axis=0, ddof=1)
-            half = _t975(n) * sd / np.sqrt(np.maximum(n, 1))
+            half = {
+                "std": lambda: sd,
+                "stderr": lambda: sd / np.sqrt(np.maximum(n, 1)),
+                "ci95": lambda: _t975(n) * sd / np.sqrt(np.maximum(n, 1)),
+            }[band]()
             half = np.where(n > 1, half, 0.0)
             lower, upper = mean - half, mean + half
         elif band == "none":
             lower, upper = mean, mean
         else:
             raise ValueError(f"band must be one of {BANDS}, got {band!r}")
+    if domain is not None:
+        lower, upper = np.clip(lower, *domain), np.clip(upper, *domain)
     keep = n > 0
     return grid[keep], mean[keep], lower[keep], upper[keep], n[keep]
 

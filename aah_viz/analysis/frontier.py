@@ -118,3 +118,86 @@ def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
     table = pd.DataFrame(out)
     table["pareto"] = pareto_front(table["acr"].astype(float), table["ppl"].astype(float))
     return table[list(COLUMNS)]
+
+
+def paired_ratio(
+    block_nll_a: Sequence[float],
+    block_nll_b: Sequence[float],
+    tokens_per_block: int,
+    resamples: np.ndarray | None = None,
+    level: float = LEVEL,
+) -> tuple[float, float, float]:
+    """(perplexity of a / perplexity of b, low, high) on the same blocks: each resample draws the
+    same blocks for both, so the interval is that of the paired difference, not of two intervals."""
+    a = np.asarray(block_nll_a, dtype=float)
+    b = np.asarray(block_nll_b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0 or tokens_per_block < 1:
+        raise ValueError("a paired ratio needs the same blocks, at least one, and tokens per block")
+    scale = a.size * tokens_per_block
+    idx = block_resamples(a.size) if resamples is None else resamples
+    draws = np.exp((a[idx].sum(axis=1) - b[idx].sum(axis=1)) / scale)
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return math.exp((a.sum() - b.sum()) / scale), float(lo), float(hi)
+
+
+ROUTED_FAMILIES = ("zero_shot", "adapted")  # the AAH configurations of a frontier
+STATIC_FAMILY = "sliding_window"
+
+
+def against_nearest_static(details: Sequence[dict]) -> list[dict]:
+    """For each AAH configuration: the static sliding window of nearest ACR (the lower one on a tie)
+    and the paired perplexity ratio AAH / static with its 95% interval. Rows in the run's order:
+    ``configuration, acr, ppl, static, static_acr, static_ppl, ratio, ratio_lo, ratio_hi, n_blocks``."""
+    rows = [d for d in details if d.get("configuration") and d.get("block_nll")]
+    static = [d for d in rows if d.get("family") == STATIC_FAMILY and d.get("acr") is not None]
+    out = []
+    for d in rows:
+        if d.get("family") not in ROUTED_FAMILIES or d.get("acr") is None or not static:
+            continue
+        near = min(static, key=lambda s: (abs(float(s["acr"]) - float(d["acr"])), float(s["acr"])))
+        if len(near["block_nll"]) != len(d["block_nll"]) or near["tokens_per_block"] != d["tokens_per_block"]:
+            continue  # not the same blocks: no paired comparison
+        tokens = int(d["tokens_per_block"])
+        ratio, lo, hi = paired_ratio(d["block_nll"], near["block_nll"], tokens, block_resamples(len(d["block_nll"])))
+        out.append(
+            {
+                "configuration": d["configuration"],
+                "acr": float(d["acr"]),
+                "ppl": math.exp(float(np.sum(d["block_nll"])) / (len(d["block_nll"]) * tokens)),
+                "static": near["configuration"],
+                "static_acr": float(near["acr"]),
+                "static_ppl": math.exp(float(np.sum(near["block_nll"])) / (len(near["block_nll"]) * tokens)),
+                "ratio": ratio,
+                "ratio_lo": lo,
+                "ratio_hi": hi,
+                "n_blocks": len(d["block_nll"]),
+            }
+        )
+    return out
+
+
+def window_shares(details: Sequence[dict]) -> dict[str, dict[int, float]]:
+    """configuration -> {window: share of heads executing it} for the AAH configurations that logged it."""
+    out = {}
+    for d in details:
+        frac = d.get("window_frac")
+        if d.get("family") in ROUTED_FAMILIES and isinstance(frac, dict) and frac:
+            out[d["configuration"]] = {int(w): float(v) for w, v in sorted(frac.items(), key=lambda kv: int(kv[0]))}
+    return out
+
+
+def first_token_profile(profile_details: Sequence[dict]) -> dict | None:
+    """The last ``profile`` event that measured the first token's share of attention (``aah-viz
+    profile``): ``share`` (mean over heads), ``from`` (queries beyond this many tokens), ``heads``,
+    ``heads_over_half``, ``seq_len``; None when the run has none."""
+    found = [d for d in profile_details if d.get("first_token_share_mean") is not None]
+    if not found:
+        return None
+    d = found[-1]
+    return {
+        "share": float(d["first_token_share_mean"]),
+        "from": d.get("first_token_from"),
+        "heads": d.get("heads"),
+        "heads_over_half": d.get("heads_first_token_over_half"),
+        "seq_len": d.get("seq_len"),
+    }

@@ -34,6 +34,8 @@ def streamlit_command(logs: Path, port: int, address: str, reference: Path | Non
         "false",
         "--server.fileWatcherType",
         "none",  # serving, not developing: no reload on source edits
+        "--client.toolbarMode",
+        "viewer",  # a user's tool: no "Deploy" button or developer menu
         "--",
         "--logs",
         str(logs),

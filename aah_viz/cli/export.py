@@ -7,7 +7,17 @@ import argparse
 import sys
 from pathlib import Path
 
-TABLE_CHOICES = ("training", "inference", "windows", "stability", "probes", "head_similarity", "frontier", "all")
+TABLE_CHOICES = (
+    "training",
+    "inference",
+    "windows",
+    "stability",
+    "probes",
+    "head_similarity",
+    "head_similarity_summary",
+    "frontier",
+    "all",
+)
 
 
 def register(subparsers) -> None:
@@ -122,7 +132,10 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in TABLE_CHOICES if n != "all"] if args.table == "all" else [args.table]
     own_table_kinds = {n for n, k in TABLE_KINDS.items() if k.own_table is not None}
     rendered: dict[str, str] = {}  # file stem -> text: every table is built before any is written
-    groups = split_by_config(runs) if args.allow_mixed else {check_same_config(runs): runs}
+    if all(n in own_table_kinds for n in names):  # each run makes its own rows (a frontier): nothing to mix
+        groups = {None: runs}
+    else:
+        groups = split_by_config(runs) if args.allow_mixed else {check_same_config(runs): runs}
     multi = len(groups) > 1
     if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
         present = ", ".join(sorted({str(r.regime) for r in runs}))

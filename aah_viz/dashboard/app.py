@@ -32,6 +32,7 @@ PAGES = [
     ("views/compare", "Compare", "compare"),
     ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
+    ("guide", "Guide", "guide"),
 ]
 # url path -> the page's file (what Streamlit's test runner switches to)
 PAGE_FILES = {url: str(PAGE_DIR / f"{module}.py") for module, _, url in PAGES}
@@ -54,12 +55,15 @@ def main(argv: list[str] | None = None) -> None:
         st.error(plain(err))
         st.stop()
     first = first_page()
-    page = st.navigation(
-        [
-            st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url, default=module == first)
-            for module, title, url in PAGES
-        ]
-    )
+    pages = {module: st.Page(PAGE_DIR / f"{module}.py", title=title, url_path=url) for module, title, url in PAGES}
+
+    def start() -> None:
+        """The address without a page: go to the first page, keeping the query. Every page keeps its own
+        path whatever the logs root holds (``/runs`` is the Runs page with or without a frontier run)."""
+        st.switch_page(pages[first], query_params=dict(st.query_params))
+
+    start_page = st.Page(start, title="Start", url_path="start", default=True, visibility="hidden")
+    page = st.navigation([start_page, *pages.values()])
     with st.sidebar:
         st.caption(f"Logs root: {plain(state.logs_root())}")
         live.controls()
@@ -67,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
             "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"
         ):
             state.refresh()
-    state.read_url()
+    if page is not start_page:  # the page it goes to reads the address (and says what it ignored)
+        state.read_url()
     page.run()
 
 

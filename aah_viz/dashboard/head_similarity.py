@@ -30,6 +30,22 @@ def table(root: str, key: str, token: int) -> pd.DataFrame:
     return run.table("head_similarity") if "head_similarity" in run.tables() else pd.DataFrame()
 
 
+def verdict_sentence(summary: pd.DataFrame) -> str:
+    """The section's answer in one sentence, from ``hs.summary``: which similarities give real and stable
+    groups in how many layers (the best first), or that none does."""
+    if summary is None or summary.empty:
+        return "No grouping was judged."
+    good = summary[summary["real_and_stable"] > 0].sort_values("real_and_stable", ascending=False, kind="stable")
+    if good.empty:
+        real = summary[summary["real"] > 0]
+        if real.empty:
+            return "**No similarity gives real head groups in any layer**: every grouping is at chance or undefined."
+        named = ", ".join(f"{r.similarity} in {r.real} of {r.layers} layers" for r in real.itertuples())
+        return f"**No similarity gives real and stable head groups.** Real but not shown stable: {named}."
+    named = ", ".join(f"{r.similarity} in {r.real_and_stable} of {r.layers} layers" for r in good.itertuples())
+    return f"**Real and stable head groups:** {named}."
+
+
 def section(root: str, key: str, token: int) -> None:
     """The grid of verdicts, the agreement with span and probe, and the per-similarity counts."""
     st.subheader(TITLE, anchor=ANCHOR)
@@ -51,12 +67,16 @@ def section(root: str, key: str, token: int) -> None:
         horizontal=True,
         format_func=lambda p: "the method's (threshold)" if p == "method" else "complete linkage (same count)",
     )
+    st.markdown(verdict_sentence(hs.summary(t, procedure)))
     chart(hfig.verdict_figure(t, procedure, "which similarities give real, stable head groups"),
           key="hsim_verdicts", name="head-similarity")  # fmt: skip
     st.caption(
         "Real: the grouping's silhouette beats both validity nulls (random groupings of the same sizes, and "
         "structureless heads grouped alike). Stable: the groupings of two disjoint halves of the data agree "
-        "beyond chance (ARI, p <= 0.05)."
+        "beyond chance (ARI, p <= 0.05). Light grey (no grouping, –): the similarity is undefined in that "
+        f"layer (no probe or span scores there, or heads all alike). With more than {hfig.MOST_TEXT_COLUMNS} "
+        "layers the cells carry colour only: hover a cell for its words. In the agreement grids, a blank cell "
+        "has no grouping to compare and – an undefined ARI."
     )
     chart(hfig.agreement_figure(t, procedure, "do they agree with what heads do?"), key="hsim_agree",
           name="head-similarity-agreement")  # fmt: skip

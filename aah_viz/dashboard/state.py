@@ -114,8 +114,39 @@ def check_key(key: str) -> str:
     return key
 
 
+SEL_PARAM = "sel"  # the runs ticked on the Runs page, in the address (joined by "~"); absent: every run
+SEL_SEEN = "selected_runs_url_seen"
+
+
+def _selection_address(good: list[str]) -> None:
+    """The ticked runs travel in the address: a new ``sel=`` (a pasted link, a fresh tab) becomes the
+    session's selection (unknown names dropped), and the session's selection is written back (a
+    sidebar page switch drops the query). Every run selected, or none ticked, writes nothing."""
+    text = st.query_params.get(SEL_PARAM)
+    if text is not None and text != st.session_state.get(SEL_SEEN):
+        chosen = [k for k in str(text).split("~") if k in good]
+        if chosen:
+            st.session_state[SELECTED] = chosen
+    chosen = [k for k in good if k in set(st.session_state.get(SELECTED, good))]
+    want = "~".join(chosen) if chosen and len(chosen) < len(good) else None
+    if want is None:
+        if SEL_PARAM in st.query_params:
+            del st.query_params[SEL_PARAM]
+    elif st.query_params.get(SEL_PARAM) != want:
+        st.query_params[SEL_PARAM] = want
+    st.session_state[SEL_SEEN] = want
+
+
+def ticked() -> bool:
+    """Whether the user chose some runs (not every one) on the Runs page or through the address."""
+    good = good_keys()
+    chosen = [k for k in st.session_state.get(SELECTED, good) if k in good]
+    return 0 < len(chosen) < len(good)
+
+
 def selected_keys() -> list[str]:
     good = good_keys()
+    _selection_address(good)
     chosen = [k for k in st.session_state.get(SELECTED, good) if k in good]
     return chosen or good
 

@@ -16,8 +16,9 @@ from aah_viz.dashboard.common import plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.regimes import NO_CHOICE_MODES, REGIMES
 
-# fn(root, key, token, manifest) -> None; draws st.warning / st.info boxes for the run, or nothing
-Banner = Callable[[str, str, int, dict], None]
+# fn(root, key, token, manifest) -> (short, details) or None: a warning about the run in a few words (all
+# of them share one line at the top of the page) and its full text (shown on demand)
+Banner = Callable[[str, str, int, dict], "tuple[str, str] | None"]
 FULL_READ_PAGES = ("Stability",)
 BANNERS: list[Banner] = []
 
@@ -54,14 +55,15 @@ def controller_state(root: str, key: str, token: int, manifest: dict, full: bool
     return "zero" if largest == 0.0 else "learning"
 
 
-def zero_gradient_warning(root: str, key: str, token: int, manifest: dict, full: bool = False) -> None:
-    if controller_state(root, key, token, manifest, full) == "zero":
-        st.warning(
-            "**Routing does not learn:** the controller's gradient norm is zero at every logged step, so its "
-            "window choices are a fixed random function of drifting statistics (as in the reference). "
-            "See Stability → controller health.",
-            icon="⚠️",
-        )
+def zero_gradient_note(root: str, key: str, token: int, manifest: dict, full: bool = False) -> tuple[str, str] | None:
+    if controller_state(root, key, token, manifest, full) != "zero":
+        return None
+    return (
+        "**Routing does not learn** (gradient 0)",
+        "**Routing does not learn:** the controller's gradient norm is zero at every logged step, so its "
+        "window choices are a fixed random function of drifting statistics (as in the reference). "
+        "See Stability → controller health.",
+    )
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -87,24 +89,33 @@ def _stability(root: str, key: str, token: int, full: bool = False) -> tuple[str
 
 
 def header(root: str, key: str, token: int, manifest: dict, page: str | None = None) -> None:
-    """Banners (zero-gradient warning first), then one row of metrics about the run. On the pages
-    that read a run's whole stability and controller tables anyway, the header takes its figures
-    from those reads; elsewhere it reads only the few columns it shows."""
+    """One line of warnings (the zero-gradient one first, each in a few words, the full texts behind
+    **Details**), then one line about the run: regime, seed, status and progress, ACR, causal-pair
+    coverage, stability, controller; the glossary's definitions in its ? tooltip. On the pages that read
+    a run's whole stability and controller tables anyway, the header takes its figures from those reads;
+    elsewhere it reads only the few columns it shows."""
     full = page in FULL_READ_PAGES
-    zero_gradient_warning(root, key, token, manifest, full)
-    for banner in BANNERS:
-        banner(root, key, token, manifest)
+    notes = [zero_gradient_note(root, key, token, manifest, full)]
+    notes += [banner(root, key, token, manifest) for banner in BANNERS]
+    notes = [n for n in notes if n]
+    if notes:
+        c1, c2 = st.columns([7, 1], vertical_alignment="center")
+        c1.warning(" · ".join(short for short, _ in notes), icon="⚠️")
+        with c2.popover("Details", width="stretch"):
+            for _, details in notes:
+                st.markdown(details)
     o = cache.overview(root, key, token)
     seed = "" if o.get("seed") is None else f", seed {o['seed']}"
-    st.caption(
-        f"**{plain(o.get('regime'))}**{plain(seed)} · {plain(o.get('status') or '?')}: {_progress(o, manifest)}",
-        help=help_text("status"),
-    )
-    c = st.columns(4)
-    c[0].metric("ACR", _fmt(o.get("final_acr")), help=help_text("acr"))
-    c[1].metric("causal-pair coverage", _fmt(o.get("final_causal_coverage")), help=help_text("causal_coverage"))
     value, _ = _stability(root, key, token, full)
-    c[2].metric("stability", value, help=help_text("ari"))
     state = controller_state(root, key, token, manifest, full)
     shown = {"none": "none", "unlogged": "not logged", "zero": "grad = 0", "learning": "grad > 0"}[state]
-    c[3].metric("controller", shown, help=help_text("controller_grad_norm"))
+    facts = [
+        f"**{plain(o.get('regime'))}**{plain(seed)}",
+        f"{plain(o.get('status') or '?')}: {_progress(o, manifest)}",
+        f"ACR {_fmt(o.get('final_acr'))}",
+        f"causal-pair coverage {_fmt(o.get('final_causal_coverage'))}",
+        f"stability {value}",
+        f"controller {shown}",
+    ]
+    terms = ("status", "acr", "causal_coverage", "ari", "controller_grad_norm")
+    st.caption(" · ".join(facts), help="\n\n".join(help_text(t) for t in terms))

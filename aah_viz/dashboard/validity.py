@@ -29,30 +29,48 @@ SEE_ALSO = (
 )
 
 
+VALIDITY_PLACE = "Stability → are the head groups real?"
+SIMILARITY_PLACE = f"Stability → {HEAD_SIMILARITY_TITLE.lower()}"
+
+
+def has_head_similarity(root: str, key: str, token: int) -> bool:
+    """Whether the run has a ``head_similarity`` table (aah-viz head-similarity): only then has the
+    section on which similarities give real groups something to show."""
+    return "head_similarity" in cache.open_run(root, key).tables()
+
+
 @register_banner
-def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> None:
+def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> tuple[str, str] | None:
     """Every page of one run: its groups colour the windows, the training and the probes too, so the
-    doubt is said wherever the run is shown."""
-    text = cv.groups_in_doubt(cache.validity(root, key, token)["validity"])
-    if text:
-        st.warning(text + SEE_ALSO, icon="⚠️")
+    doubt is said wherever the run is shown; it points to the head-similarity section only where the
+    run has one to see."""
+    v = cache.validity(root, key, token)["validity"]
+    text = cv.groups_in_doubt(v)
+    if not text:
+        return None
+    shares = cv.run_shares(v)
+    similarity = has_head_similarity(root, key, token)
+    place = SIMILARITY_PLACE if similarity else "see Stability"
+    short = f"**Head groups mostly not clusters** ({shares['forced_share']:.0%} forced; {place})"
+    return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
 @state.register_selection_banner
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
     root = state.logs_root()
-    named = []
+    named, similarity = [], False
     for key in keys:
         v = cache.validity(root, key, state.token(key))["validity"]
         if cv.groups_in_doubt(v):
             shares = cv.run_shares(v)
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
+            similarity = similarity or has_head_similarity(root, key, state.token(key))
     if named:
         st.warning(
             plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))
             + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
-            "structure." + SEE_ALSO,
+            "structure." + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}."),
             icon="⚠️",
         )
 

@@ -226,6 +226,9 @@ _LATEX_SPECIAL = {
     "^": r"\textasciicircum{}",
     "–": "--",
     "±": r"$\pm$",
+    # without T1 font encoding (LaTeX's default OT1) a bare < or > prints as ¡ or ¿
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
 }
 
 
@@ -256,6 +259,17 @@ SHORT_HEADERS = {
     "checkpoint_step": ("ckpt", "checkpoint step"),
     "joint_scorer": ("joint", "joint scorer"),
     "elapsed_s": ("time (s)", "elapsed seconds"),
+    # comparison tables (comparison.tex): words, not column names broken at their underscores
+    "n_baseline": ("$n_b$", "runs of the baseline"),
+    "mean_baseline": ("mean$_b$", "mean of the baseline"),
+    "diff": ("diff.", "mean minus the baseline's mean"),
+    "welch_t": ("$t$", "Welch's t statistic"),
+    "welch_df": ("df", "Welch-Satterthwaite degrees of freedom"),
+    "welch_p": ("$p_t$", "Welch's t-test p-value (two-sided)"),
+    "perm_p": ("$p_\\pi$", "permutation test p-value"),
+    "n_paired": ("pairs", "seed-matched pairs"),
+    "paired_perm_p": ("$p_{\\pi,\\mathrm{pair}}$", "paired permutation test p-value"),
+    "perm_method": ("test", "how the permutation p-values were computed"),
 }
 SINGLE_SEED_MARK = "$^\\dagger$"
 
@@ -387,9 +401,10 @@ def to_latex(table, *, width_pt: float = latex_layout.ARTICLE_WIDTH_PT) -> str:
                 "\\ifdim\\wd\\aahtablebox>\\linewidth\\resizebox{\\linewidth}{!}{\\usebox{\\aahtablebox}}"
                 "\\else\\usebox{\\aahtablebox}\\fi",
             ]
-    if notes:
-        out.append("\\par\\smallskip\\footnotesize")
+    if notes:  # flush left under the centred table, as a table's notes are set
+        out.append("\\par\\smallskip{\\raggedright\\footnotesize")
         out.extend(n + "\\par" for n in notes)
+        out.append("}")
     out.append("\\end{table}")
     return "\n".join(out) + "\n"
 

@@ -79,3 +79,46 @@ def build_tables(runs, *, procedure: str = "method", **_opts) -> list:
             empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
         )
     ]
+
+
+SUMMARY_NAME = "head_similarity_summary"
+SUMMARY_ID_COLUMNS = ["run", "similarity"]
+SUMMARY_VALUE_COLUMNS = ["layers", "real", "stable", "real_and_stable", "agrees_with_span", "agrees_with_probe"]
+SUMMARY_NOTES = [
+    "Counts of layers. real: the grouping's silhouette beats both validity nulls; stable: two disjoint "
+    "halves of the data give groupings that agree beyond chance; agrees_with_span, agrees_with_probe: "
+    "the grouping agrees with the layer's span or probe grouping (ARI, permutation test p <= 0.05). "
+    "The per-layer rows are the head_similarity table.",
+]
+
+
+def summary_records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
+    """One row per similarity of one run: in how many layers its grouping is real, stable, both, and
+    agrees with span and probe (``hs.summary`` at the table's newest step)."""
+    cols = SUMMARY_ID_COLUMNS + SUMMARY_VALUE_COLUMNS
+    if table is None or table.empty:
+        return pd.DataFrame(columns=cols)
+    newest = table[table["step"] == table["step"].max()]
+    return hs.summary(newest, procedure).assign(run=run_id)[cols]
+
+
+def build_summary_tables(runs, *, procedure: str = "method", **_opts) -> list:
+    """The summary form of the head_similarity export: a few rows per run instead of one per layer."""
+    from aah_viz.export.table import Table
+
+    frames = [summary_records(str(r.run_id), r.table(NAME) if NAME in r.tables() else None, procedure) for r in runs]
+    kept = [f for f in frames if len(f)]
+    df = pd.concat(kept, ignore_index=True) if kept else frames[0]
+    return [
+        Table(
+            name=SUMMARY_NAME,
+            df=df.reset_index(drop=True),
+            caption="Head groups under each similarity, over the layers: real, stable, agreeing with span and probe",
+            label="tab:head_similarity_summary",
+            notes=list(SUMMARY_NOTES),
+            id_columns=list(SUMMARY_ID_COLUMNS),
+            value_columns=list(SUMMARY_VALUE_COLUMNS),
+            decimals={c: 0 for c in SUMMARY_VALUE_COLUMNS},
+            empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
+        )
+    ]

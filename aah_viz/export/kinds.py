@@ -190,6 +190,7 @@ TABLE_KINDS: dict[str, TableKind] = {
     "stability": TableKind(stability_rows),
     "probes": TableKind(probe_rows, parts=PROBE_PARTS, part_noun="probe table"),
     "head_similarity": TableKind(own_table=head_similarity.build_tables),
+    "head_similarity_summary": TableKind(own_table=head_similarity.build_summary_tables),
     "frontier": TableKind(own_table=frontier.build_tables),
 }
 TABLE_NAMES = tuple(TABLE_KINDS)

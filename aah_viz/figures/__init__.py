@@ -25,6 +25,7 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
     "training_curves": {
         "smoothing": "debiased EMA weight 0-0.99 (default 0)",
         "log_step": "log-scale step axis (default false)",
+        "robust": "the first losses do not set the loss and perplexity axes (default true), as on the Training page",
     },
     "window_heatmap": {"step": "training step (default: last recorded)"},
     "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
@@ -209,11 +210,14 @@ def build_window_vs_probe(runs, probe: str = "syntax", metric: str | None = None
     )
 
 
-def build_training_curves(runs, smoothing: float = 0.0, log_step: bool = False, **_) -> go.Figure:
+def build_training_curves(runs, smoothing: float = 0.0, log_step: bool = False, robust=True, **_) -> go.Figure:
     from aah_viz.figures import data, training
 
     return training.training_curves_figure(
-        data.training_data(list(runs)), smoothing=float(smoothing), log_step=str(log_step).lower() in ("1", "true")
+        data.training_data(list(runs)),
+        smoothing=float(smoothing),
+        log_step=str(log_step).lower() in ("1", "true"),
+        robust=str(robust).lower() not in ("0", "false", "no"),
     )
 
 

@@ -21,6 +21,22 @@ X_AXES = {
 X_NAMES = {"step": "step", "tokens": "tokens", "wall_s": "wall time"}
 # scalars logged only at evaluations: drawn as points, never smoothed
 SPARSE = ("val_loss", "val_ppl")
+# the values a scalar can take, by its name (per-layer ones as NAME/layer_L): bands are clipped to them
+SHARES = ("acr", "acr_causal", "realised_work", "flops_ratio_est", "coverage", "frac", "share")
+NON_NEGATIVE = ("loss", "val_loss", "val_ppl", "ppl", "lr", "tokens_per_s", "step_time_s", "peak_mem_mb", "grad_norm",
+                "controller_grad_norm", "controller_weight_drift")  # fmt: skip
+
+
+def value_domain(name: str) -> tuple[float, float] | None:
+    """(lo, hi) of the values ``name`` can take: shares in [0, 1], losses and rates at least 0."""
+    base = name.split("/", 1)[0]
+    if base in SHARES or base.startswith(("frac_", "share_")):
+        return (0.0, 1.0)
+    if base in NON_NEGATIVE or base.endswith(("_loss", "_ppl", "_norm")):
+        return (0.0, np.inf)
+    return None
+
+
 DEFAULT_SCALARS = ("loss", "val_loss")
 GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
@@ -167,7 +183,9 @@ def curves_figure(
         for run in lines:
             members.setdefault(groups.get(run), []).append(run)
         for i, (group, runs_in) in enumerate(sorted(members.items(), key=lambda g: str(g[0]))):
-            gx, mean, lower, upper, n = curves.group_band([(lines[r][1], lines[r][3]) for r in runs_in], band=band)
+            gx, mean, lower, upper, n = curves.group_band(
+                [(lines[r][1], lines[r][3]) for r in runs_in], band=band, domain=value_domain(name)
+            )
             if gx.size == 0:
                 continue
             color = _group_color(group, i, group_by)

@@ -16,6 +16,7 @@ from aah_viz.figures import style
 CLASSES = ("no grouping", "chance", "stable only", "real only", "real and stable")
 CLASS_COLORS = ("#f0f0f0", "#d9d9d9", "#9ecae1", "#fdae6b", "#31a354")
 TARGETS = ("span", "probe")
+MOST_TEXT_COLUMNS = 12  # beyond this many layers a cell's words would be a few pixels: colour and hover only
 
 
 def cell_class(verdict, stability) -> int:
@@ -71,15 +72,17 @@ def verdict_figure(table: pd.DataFrame, procedure: str = "method", title: str = 
     scale = []
     for k, color in enumerate(CLASS_COLORS):
         scale += [(k / n, color), ((k + 1) / n, color)]
+    words = len(layers) <= MOST_TEXT_COLUMNS
     fig = go.Figure(
         go.Heatmap(
-            z=z, x=[f"layer {x}" for x in layers], y=names, zmin=-0.5, zmax=n - 0.5, colorscale=scale,
-            text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text", xgap=2, ygap=2,
+            z=z, x=[str(x) for x in layers], y=names, zmin=-0.5, zmax=n - 0.5, colorscale=scale,
+            text=text, texttemplate="%{text}" if words else None, hovertext=hover, hoverinfo="text", xgap=2, ygap=2,
             colorbar=dict(tickvals=list(range(n)), ticktext=list(CLASSES), title="grouping"),
         )
     )  # fmt: skip
     fig.update_yaxes(autorange="reversed", title="head similarity")
-    fig.update_xaxes(side="top")
+    # layer numbers below the grid, upright: labels on top ran into the title
+    fig.update_xaxes(side="bottom", title="layer", tickangle=0, type="category")
     return style.base_layout(fig, title, height=140 + 60 * len(names))
 
 
@@ -122,10 +125,12 @@ def agreement_figure(table: pd.DataFrame, procedure: str = "method", title: str 
             mark = "agree" if r["agreement"] == hs.AGREE else ("–" if r["agreement"] == hs.UNDEFINED else "")
             text[i, j] = f"{r['ari']:.2f}<br>{mark}" if pd.notna(r["ari"]) else mark
         fig.add_trace(
-            go.Heatmap(z=z, x=[f"layer {x}" for x in layers], y=names, zmin=-0.2, zmax=1.0, colorscale="Greens",
-                       text=text, texttemplate="%{text}", xgap=2, ygap=2, showscale=col == len(TARGETS),
+            go.Heatmap(z=z, x=[str(x) for x in layers], y=names, zmin=-0.2, zmax=1.0, colorscale="Greens",
+                       text=text, texttemplate="%{text}" if len(layers) <= MOST_TEXT_COLUMNS // 2 else None,
+                       xgap=2, ygap=2, showscale=col == len(TARGETS),
                        colorbar=dict(title="ARI"), hovertemplate="%{y}, %{x}: ARI %{z:.3f}<extra></extra>"),
             row=1, col=col,
         )  # fmt: skip
         fig.update_yaxes(autorange="reversed", row=1, col=col)
+        fig.update_xaxes(title="layer", tickangle=0, type="category", row=1, col=col)
     return style.base_layout(fig, title, height=180 + 50 * len(hs.SIMILARITIES))

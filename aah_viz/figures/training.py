@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from aah_viz.analysis.curves import smooth
+from aah_viz.analysis.curves import robust_range, smooth
 from aah_viz.figures import style
 
 # (panel title, y-axis title, [(scalar name, transform, trace suffix, markers)])
@@ -27,8 +27,12 @@ def training_curves_figure(
     log_step: bool = False,
     title: str = "training curves",
     log_loss: bool = False,
+    robust: bool = True,
 ) -> go.Figure:
-    """Five panels on a shared step axis. ``series``: columns label, regime, seed, name, step, value."""
+    """Five panels on a shared step axis. ``series``: columns label, regime, seed, name, step, value.
+
+    ``robust`` (as the Training page): values beyond Tukey's far-out fences (the first losses, about
+    115 nats, whose perplexity is 10^50) do not set the loss and perplexity axes; the lines run beyond."""
     fig = make_subplots(
         rows=3,
         cols=2,
@@ -37,6 +41,7 @@ def training_curves_figure(
         horizontal_spacing=0.12,
     )
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
+    shown: dict[int, list] = {0: [], 1: []}  # the y values drawn in the loss (0) and perplexity (1) panels
     for label in labels:
         run = series[series["label"] == label]
         regime, seed = run["regime"].iloc[0], run["seed"].iloc[0]
@@ -58,6 +63,8 @@ def training_curves_figure(
                     fig.add_trace(
                         style.raw_line(x, raw, line["color"], label, f"{label} {suffix} raw".strip()), row=row, col=col
                     )
+                if i in shown:
+                    shown[i].append(y)
                 fig.add_trace(
                     go.Scatter(
                         x=x,
@@ -83,6 +90,11 @@ def training_curves_figure(
     fig.update_yaxes(type="log", row=1, col=2)
     if log_loss:
         fig.update_yaxes(type="log", row=1, col=1)
+    if robust:
+        for i, log in ((0, log_loss), (1, True)):
+            yr = robust_range(shown[i], log=log)
+            if yr is not None:
+                fig.update_yaxes(range=list(yr), row=1, col=i + 1)
     fig.add_annotation(
         text="lines: training batches (dropout on)<br>open circles: validation",  # two lines: inside the empty panel
         xref="paper",

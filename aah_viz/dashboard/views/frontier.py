@@ -3,19 +3,30 @@ configuration with its interval over blocks, the Pareto front marked, and the ta
 
 from __future__ import annotations
 
+import posixpath
+from urllib.parse import quote
+
 import pandas as pd
 import streamlit as st
 
-from aah_viz.analysis.frontier import run_frontier_table
-from aah_viz.dashboard import address, cache, state
+from aah_viz.analysis.frontier import (
+    ROUTED_FAMILIES,
+    against_nearest_static,
+    event_details,
+    first_token_profile,
+    frontier_table,
+    window_shares,
+)
+from aah_viz.dashboard import address, cache, guide, state
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
-from aah_viz.figures.frontier import frontier_figure
+from aah_viz.figures.frontier import frontier_figure, point_label
 from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
 SHOWN = {
     "configuration": "configuration",
+    "on_chart": "on the chart",
     "ppl": "perplexity",
     "ppl_lo": "low (95%)",
     "ppl_hi": "high (95%)",
@@ -24,6 +35,18 @@ SHOWN = {
     "speed_vs_unpatched": "speed vs unpatched",
     "adapt_steps": "adaptation steps",
     "pareto": "Pareto",
+}
+
+
+# one number format per column of the table
+FORMATS = {
+    "perplexity": "%.2f",
+    "low (95%)": "%.2f",
+    "high (95%)": "%.2f",
+    "ACR": "%.3f",
+    "causal coverage": "%.3f",
+    "speed vs unpatched": "%.2f",
+    "adaptation steps": "%d",
 }
 
 
@@ -45,8 +68,101 @@ def frontier_keys() -> list[str]:
 
 
 @st.cache_data(show_spinner=False)
+def details(root: str, key: str, token: int) -> list[dict]:
+    """The ``inference`` details of a frontier run (one per configuration evaluated)."""
+    return event_details(cache.open_run(root, key).events("inference"))
+
+
+@st.cache_data(show_spinner=False)
 def table(root: str, key: str, token: int) -> pd.DataFrame:
-    return run_frontier_table(cache.open_run(root, key))
+    return frontier_table(details(root, key, token))
+
+
+@st.cache_data(show_spinner=False)
+def profile(root: str, key: str, token: int) -> dict | None:
+    return first_token_profile(event_details(cache.open_run(root, key).events("profile")))
+
+
+def adapted_runs(key: str, found: list[dict]) -> list[str]:
+    """The run keys of the adaptations a frontier names (``adapt_run``, beside the frontier run) that
+    are under the logs root, in the frontier's order."""
+    out = []
+    good = set(state.good_keys())
+    for d in found:
+        name = d.get("adapt_run")
+        if d.get("family") != "adapted" or not name:
+            continue
+        candidate = posixpath.normpath(posixpath.join(posixpath.dirname(key), str(name)))
+        if candidate in good and candidate not in out:
+            out.append(candidate)
+    return out
+
+
+def _md(text) -> str:
+    """Run and configuration names inside generated Markdown: no character acts as Markdown."""
+    return plain(str(text))
+
+
+def _verdict(lo: float, hi: float) -> str:
+    if lo > 1:
+        return "higher perplexity"
+    if hi < 1:
+        return "lower perplexity"
+    return "no clear difference"
+
+
+def findings_markdown(
+    t: pd.DataFrame, compared: list[dict], shares: dict, first_token: dict | None, profiled: str | None, maps: list[str]
+) -> str:
+    """The page's answer and its reason, in words made from the run's own numbers."""
+    front = t[t["pareto"].astype(bool)].sort_values("acr")
+    routed = set(t.loc[t["family"].isin(ROUTED_FAMILIES), "configuration"])
+    on_front = [c for c in front["configuration"] if c in routed]
+    lines = [
+        f"**Answer.** {len(front)} of {len(t)} configurations are on the Pareto front (no other has both a "
+        f"lower ACR and a lower perplexity): {_md(', '.join(front['configuration']))}. "
+        + (
+            f"AAH configurations on it: {_md(', '.join(on_front))}."
+            if on_front
+            else f"None of the {len(routed)} AAH configurations is on it."
+        )
+    ]
+    if compared:
+        worse = sum(c["ratio_lo"] > 1 for c in compared)
+        better = sum(c["ratio_hi"] < 1 for c in compared)
+        lines.append(
+            f"Against the static window of nearest ACR, on the same {compared[0]['n_blocks']} blocks (perplexity "
+            f"ratio AAH / static, 95% paired bootstrap interval): {worse} of {len(compared)} AAH configurations "
+            f"have a higher perplexity, {better} a lower one."
+        )
+        lines += [
+            f"- {_md(c['configuration'])} (ACR {c['acr']:.3f}, perplexity {c['ppl']:.2f}) against "
+            f"{_md(c['static'])} (ACR {c['static_acr']:.3f}, perplexity {c['static_ppl']:.2f}): ratio "
+            f"{c['ratio']:.2f} [{c['ratio_lo']:.2f}, {c['ratio_hi']:.2f}], {_verdict(c['ratio_lo'], c['ratio_hi'])}."
+            for c in compared
+        ]
+    why = []
+    if first_token is not None:
+        over = first_token.get("heads_over_half")
+        heads = first_token.get("heads")
+        why.append(
+            f"In the profile of {_md(profiled)} (aah-viz profile"
+            + (f", T = {first_token['seq_len']}" if first_token.get("seq_len") else "")
+            + f"), queries beyond {first_token.get('from')} tokens put {first_token['share']:.1%} of their "
+            "attention on the block's first token"
+            + (f" ({over} of {heads} heads more than half)" if over is not None and heads else "")
+            + ": every window shorter than the query's position drops that mass."
+        )
+    for name, share in shares.items():
+        parts = ", ".join(f"{w} tokens {v:.0%}" for w, v in share.items())
+        why.append(f"Heads per window in {_md(name)}: {parts}.")
+    if why:
+        lines.append("**Why.** " + why[0])
+        lines += [f"- {w}" for w in why[1:]]
+    links = [f"[window map of {_md(k)}](/windows?run={quote(k, safe='')})" for k in maps]
+    links.append(f"[what these numbers can and cannot show (docs/real-model.md)]({guide.link('real-model')})")
+    lines.append("See: " + "; ".join(links) + ".")
+    return "\n\n".join(lines).replace("\n\n- ", "\n- ")  # each list tight under its sentence
 
 
 @guarded
@@ -83,6 +199,16 @@ def render() -> None:
             f"configuration; {len(t)} configurations."
         )  # fmt: skip
     )
+    found = details(root, key, tok)
+    maps = adapted_runs(key, found)
+    first_token, profiled = None, None
+    for k in maps:
+        first_token = profile(root, k, state.token(k))
+        if first_token is not None:
+            profiled = k
+            break
+    shares = {c: v for c, v in window_shares(found).items() if c.endswith("_adapted")} or window_shares(found)
+    st.markdown(findings_markdown(t, against_nearest_static(found), shares, first_token, profiled, maps))
     chart(frontier_figure(t), key="frontier_fig", name="frontier", data=t)
     st.caption(
         "Each point: perplexity over the held-out tokens with its 95% interval from a bootstrap over blocks "
@@ -91,8 +217,16 @@ def render() -> None:
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
         "side in the same run."
     )
-    shown = t[[c for c in SHOWN if c in t]].rename(columns=SHOWN).sort_values("ACR")
-    st.dataframe(shown, hide_index=True, width="stretch", key="frontier_table")
+    # the chart's point labels beside the table's names, so the two read as one
+    labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
+    shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
+    st.dataframe(
+        shown,
+        hide_index=True,
+        width="stretch",
+        key="frontier_table",
+        column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in FORMATS.items()},
+    )
 
 
 if __name__ == "__main__":

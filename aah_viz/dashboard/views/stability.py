@@ -26,6 +26,13 @@ def render() -> None:
     if opened is None:
         return
     key, root, token, m = opened
+    if state.overviews().get(key, {}).get("probe_only"):  # a model probed, not trained here
+        st.info(
+            "A probed model, not trained here: it has no routing updates, training steps or window controller "
+            "to show. What its heads' similarities say is below (aah-viz head-similarity)."
+        )
+        head_similarity.section(root, key, token)
+        return
     st.caption(
         "Every routing update compared with the layer's previous one: the level-0 partition (ARI, "
         "label-permutation invariant), heads whose group-mates or window changed, and changes of the tree's shape.",

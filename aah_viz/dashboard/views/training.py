@@ -11,17 +11,41 @@ import streamlit as st
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import configuration as configurations
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import curves as cfig
 
 RANGE_KEY = "tr_range"
+# whether the x range is one the user chose (slider, box, address): only such a range stays put
+# while a live run grows and goes in the address; otherwise the axis follows the run
+RANGE_USER = "tr_range_user"
+RANGE_FULL = "tr_range_full"  # the full range of the last draw (a slider moved back to it follows again)
 GROUP_FIRST = ("regime", "seed", "preset", "windows")
 
 
 def _set_range(x0: float, x1: float) -> None:
     """A box drawn on any chart becomes the x range of every chart (and of the address)."""
     st.session_state[RANGE_KEY] = (x0, x1)
+    st.session_state[RANGE_USER] = True
+
+
+def _slider_moved() -> None:
+    """The slider moved by hand: a chosen range, unless it was moved back to the whole run."""
+    full = st.session_state.get(RANGE_FULL)
+    st.session_state[RANGE_USER] = full is None or tuple(st.session_state[RANGE_KEY]) != tuple(full)
+
+
+def _follow_unless_chosen(full) -> None:
+    """Before the slider is drawn: a range from a new address is the user's; without one chosen, the
+    range is the whole run now (a live run's new steps widen it) and stays out of the address."""
+    text = st.query_params.get("range")
+    if text is not None and text != st.session_state.get(address.SEEN, {}).get("range"):
+        st.session_state[RANGE_USER] = True
+    if not st.session_state.get(RANGE_USER):
+        st.session_state[RANGE_KEY] = full
+        st.session_state[address.KEEP + RANGE_KEY] = full
+    st.session_state[RANGE_FULL] = full
 
 
 def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
@@ -43,7 +67,8 @@ def render() -> None:
     if not trained:
         st.info("No trained run among the selected runs: pick runs on the Runs page.")
         return
-    default_runs = [key] if key in trained else trained[:1]
+    # the runs ticked on the Runs page when there are some, else the page's run
+    default_runs = trained if state.ticked() else ([key] if key in trained else trained[:1])
     labels = {k: state.label(k) for k in trained}  # computed now: format_func may be called outside the run
     c1, c2 = st.columns([3, 2])
     keys = address.choose_some(
@@ -68,7 +93,7 @@ def render() -> None:
         label="Scalars",
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
-    c1, c2, c3, c4, c5 = st.columns([2, 2, 2, 3, 3])
+    c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
     x = address.choose(
         c1.radio,
         "x",
@@ -143,8 +168,10 @@ def render() -> None:
     if st.session_state.get("tr_range_axis") != x:  # another x axis: a kept range means nothing there
         st.session_state.pop(RANGE_KEY, None)
         st.session_state.pop(address.KEEP + RANGE_KEY, None)
+        st.session_state.pop(RANGE_USER, None)
         st.session_state["tr_range_axis"] = x
     if hi > lo:
+        _follow_unless_chosen(full)
         x_range = address.bound(
             st.slider,
             "range",
@@ -156,10 +183,18 @@ def render() -> None:
             label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",
             min_value=full[0],
             max_value=full[1],
+            on_change=_slider_moved,
         )
     groups = None
     if group != "none":
         groups = {k: fields[k].get(group) for k in keys}
+        found = configurations.groups(keys)
+        if len(found) > 1:  # runs of different models, T or windows are never averaged together
+            where = {}
+            for label, members in found:
+                for k in members:
+                    where.setdefault(k, label)
+            groups = {k: f"{value} [{where[k]}]" for k, value in groups.items()}
     for name in scalars:
         chart(
             cfig.curves_figure(
@@ -176,7 +211,8 @@ def render() -> None:
             ),
             key=f"tr_fig_{name}",
             name=f"{name}-{x}",
-            data=frame[frame["name"] == name],
+            # grouped: the means and bands drawn (the figure's values); else each run's binned series
+            data=None if groups is not None else frame[frame["name"] == name],
             on_box=_set_range,
         )
     notes = [
@@ -193,8 +229,18 @@ def render() -> None:
         notes.append(
             f"{len(counts)} groups by {group} ("
             + ", ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
-            + f"); band: {curve_stats.BAND_NAMES[band]}"
+            + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
+        few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
+        if band in curve_stats.ESTIMATED_BANDS and few:
+            st.info(
+                plain(
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({', '.join(few)}): a "
+                    f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
+                    "12.7 standard errors wide). Min-max shows the runs themselves."
+                ),
+                icon=":material/info:",
+            )
     st.caption(plain("; ".join(notes) + "."))
     st.caption(
         "Training loss is the loss of one logged training batch with dropout on, so it sits above the "

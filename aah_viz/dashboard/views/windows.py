@@ -87,7 +87,11 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     if key not in selected:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
-    default = [key] + [k for k in selected if k != key][:3]
+    # the runs ticked on the Runs page, else this run's other seeds (same regime) first
+    views = state.overviews()
+    same = [k for k in selected if k != key and views.get(k, {}).get("regime") == views.get(key, {}).get("regime")]
+    others = [k for k in selected if k != key] if state.ticked() else same + [k for k in selected if k not in same]
+    default = [key] + [k for k in others if k != key][:3]
     labels = {k: state.label(k) for k in selected}  # computed now: format_func may be called outside the run
     chosen = address.choose_some(
         st.multiselect,

@@ -1,0 +1,48 @@
+"""One configuration at a time: pages that average runs (Compare, grouped Training curves) never pool
+runs of different models, sequence lengths or candidate windows. With several among the selected
+runs, a picker (in the address) chooses one, the largest by default, and the page names the runs it
+leaves out."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from aah_viz.analysis.configurations import split_by_configuration
+from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard.safe_text import plain
+
+
+def groups(keys) -> list[tuple[str, list[str]]]:
+    """``[(label, keys)]`` of the runs, the largest configuration first."""
+    root = state.logs_root()
+    return split_by_configuration({k: cache.manifest(root, k, state.token(k)) for k in keys})
+
+
+def one_configuration(keys, widget_key: str, param: str = "config", where=None) -> list[str]:
+    """The runs of one configuration among ``keys`` (all of them when they share one)."""
+    keys = list(keys)
+    found = groups(keys)
+    if len(found) <= 1:
+        return keys
+    labels = [label for label, _ in found]
+    members = dict(found)
+    label = address.choose(
+        (where or st).selectbox,
+        param,
+        widget_key,
+        labels,
+        label="Configuration (model, sequence length T, candidate windows)",
+        format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
+        help="Runs of different models, sequence lengths or candidate windows are never averaged "
+        "together: pick the configuration to show.",
+    )
+    chosen = members[label]
+    left = [k for k in keys if k not in chosen]
+    if left:
+        st.caption(
+            plain(
+                f"{len(found)} configurations among the selected runs; showing {label}. "
+                f"Left out ({len(left)}, another configuration: pick it above): " + ", ".join(left) + "."
+            )
+        )
+    return [k for k in keys if k in chosen]

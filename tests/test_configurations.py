@@ -1,0 +1,76 @@
+"""Which runs may be averaged together (issue 42): model, sequence length and candidate windows, from
+manifests; and the paired perplexity ratio of two configurations of a frontier on the same blocks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from aah_viz.analysis.configurations import configuration_of, split_by_configuration
+from aah_viz.analysis.frontier import against_nearest_static, paired_ratio
+
+BYTE = {"preset": "small", "seq_len": 128, "windows": [16, 32, 64, 128]}
+SMOL = {"preset": "models/smollm2-135m", "seq_len": 512, "windows": [64, 128, 256, 512],
+        "retrofit": {"model_dir": "models/smollm2-135m"}}  # fmt: skip
+
+
+def test_runs_of_other_models_lengths_or_windows_never_share_a_group():
+    manifests = {
+        "a0": {**BYTE, "regime": "full_adaptive"},
+        "a1": {**BYTE, "regime": "full_adaptive"},
+        "base": {**BYTE, "regime": "full_attention", "windows": [1, 2]},  # its windows are not in effect
+        "tiny": {**BYTE, "preset": "tiny", "regime": "full_adaptive"},
+        "w": {**BYTE, "regime": "full_adaptive", "windows": [32, 128]},
+        "s0": {**SMOL, "regime": "full_adaptive"},
+        "s1": {**SMOL, "regime": "grouping_off"},
+    }
+    groups = dict((label, sorted(keys)) for label, keys in split_by_configuration(manifests))
+    assert groups == {
+        "preset small, T = 128, windows 16/32/64/128": ["a0", "a1", "base"],
+        "preset small, T = 128, windows 32/128": ["base", "w"],  # the baseline joins each group of its T
+        "preset tiny, T = 128, windows 16/32/64/128": ["tiny"],
+        "smollm2-135m, T = 512, windows 64/128/256/512": ["s0", "s1"],
+    }
+    assert [len(k) for _, k in split_by_configuration(manifests)] == [3, 2, 2, 1]  # the largest first
+    assert configuration_of({"regime": "frontier", "seq_len": 512, "config": {"model_dir": "m/smol"}})[0] == "smol"
+
+
+def test_a_baseline_alone_is_its_own_group():
+    assert split_by_configuration({"b": {**BYTE, "regime": "full_attention"}}) == [
+        ("preset small, T = 128, full attention only", ["b"])
+    ]
+
+
+def test_the_paired_ratio_is_the_ratio_of_perplexities_and_its_interval_pairs_blocks():
+    rng = np.random.default_rng(3)
+    b = rng.uniform(1000, 2000, size=12)
+    a = b + 50.0  # every block worse by the same amount: the paired interval has no width
+    ratio, lo, hi = paired_ratio(a, b, 256)
+    ppl = lambda x: math.exp(x.sum() / (x.size * 256))  # noqa: E731
+    assert ratio == pytest.approx(ppl(a) / ppl(b))
+    assert lo == pytest.approx(ratio) and hi == pytest.approx(ratio)
+    c = b + rng.normal(0, 80, size=12)  # noisy differences: an interval around the ratio
+    ratio, lo, hi = paired_ratio(c, b, 256)
+    assert lo < ratio < hi
+    with pytest.raises(ValueError):
+        paired_ratio(a[:3], b, 256)
+
+
+def test_each_routed_configuration_meets_the_static_window_of_nearest_acr():
+    blocks = [[100.0, 110.0], [90.0, 95.0], [120.0, 130.0]]
+
+    def row(name, family, acr, nll):
+        return {"configuration": name, "family": family, "acr": acr, "block_nll": nll, "tokens_per_block": 8}
+
+    details = [
+        row("sliding_window_64", "sliding_window", 0.125, blocks[0]),
+        row("sliding_window_128", "sliding_window", 0.25, blocks[1]),
+        row("x_adapted", "adapted", 0.2, blocks[2]),
+        row("y_zero_shot", "zero_shot", 0.1875, blocks[2]),
+    ]
+    rows = {r["configuration"]: r for r in against_nearest_static(details)}
+    assert rows["x_adapted"]["static"] == "sliding_window_128"
+    assert rows["y_zero_shot"]["static"] == "sliding_window_64"  # a tie: the lower ACR
+    assert rows["x_adapted"]["ratio"] == pytest.approx(math.exp((250 - 185) / 16))
