@@ -348,12 +348,15 @@ def run_frontier(fc: FrontierConfig) -> dict:
                             work, "head_windows", fc.candidate_windows(), block_size=T, static_head_windows=head_windows
                         )
                     elif conf.family == "adapted":
-                        adapter = _adapted(fc, conf.regime, inputs / "adapt.txt", out)
+                        adapter = _adapted(fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"])
                         handle = load_adapter(work, adapter)
                     else:
                         kw = {"window": conf.window} if conf.window else {}
                         if conf.family == "zero_shot":
                             kw.update(fc.aah_overrides)  # the routed regimes only: static windows have none
+                        # the untrained AAH parameters are drawn from --seed, as `aah-viz retrofit --seed` starts
+                        # them: the same command gives the same zero-shot rows
+                        torch.manual_seed(int(fc.seed))
                         handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw)
                     try:
                         handle.set_step(None)
@@ -416,39 +419,82 @@ def _profiled_head_windows(work, blocks: np.ndarray, fc: FrontierConfig, run: _R
     return assignment
 
 
-def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path) -> Path:
-    """The final adapter of ``regime`` after ``adapt_steps`` (adapting, or continuing, when needed)."""
-    from aah_viz.runlog.paths import list_adapters
+def adaptation_settings(rc) -> dict:
+    """What an adaptation run must have been made with to be reused: model, data (its hash), lr, steps,
+    seed, windows, block length, batch size and the --set keys."""
+    return {
+        "model_dir": str(Path(rc.model_dir).resolve()),
+        "regime": rc.regime,
+        "windows": [int(w) for w in rc.windows],
+        "steps": int(rc.steps),
+        "seed": int(rc.seed),
+        "lr": float(rc.lr),
+        "batch_size": int(rc.batch_size),
+        "seq_len": int(rc.seq_len),
+        "overrides": dict(sorted(rc.overrides.items())),
+    }
+
+
+def recorded_adaptation_settings(manifest: dict) -> tuple[dict, str | None]:
+    """The settings an adaptation run's manifest records (as ``adaptation_settings``) and its data hash."""
+    args = manifest.get("retrofit") if isinstance(manifest.get("retrofit"), dict) else {}
+    data = manifest.get("data") if isinstance(manifest.get("data"), dict) else {}
+    keys = ("model_dir", "regime", "windows", "steps", "seed", "lr", "batch_size", "seq_len", "overrides")
+    got = {k: args.get(k) for k in keys}
+    if isinstance(got["model_dir"], str):
+        got["model_dir"] = str(Path(got["model_dir"]).resolve())
+    if isinstance(got["overrides"], dict):
+        got["overrides"] = dict(sorted(got["overrides"].items()))
+    return got, data.get("sha256")
+
+
+def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model_dir: str) -> Path:
+    """The final adapter of ``regime`` after ``adapt_steps``: reused only when its run was made with these
+    settings on this text; continued when it was interrupted; made afresh under --overwrite."""
+    from aah_viz.runlog import read_manifest
+    from aah_viz.runlog.paths import list_adapters, manifest_path
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
     run_dir = adapt_run_dir(out, regime)
-    found = list_adapters(run_dir)
-    if not (found and found[-1][0] == fc.adapt_steps - 1):
-        rc = RetrofitConfig(
-            model_dir=fc.model_dir,
-            out=str(run_dir),
-            data=str(adapt_text),
-            regime=regime,
-            windows=fc.candidate_windows(),
-            steps=fc.adapt_steps,
-            seed=fc.seed,
-            train="aah",
-            batch_size=fc.adapt_batch_size,
-            seq_len=fc.seq_len,
-            lr=fc.adapt_lr,
-            eval_interval=max(1, fc.adapt_steps // 4),
-            eval_batches=2,
-            keep_checkpoints=1,
-            checkpoint_interval=max(1, fc.adapt_steps // 4),
-            resume=(run_dir / "manifest.json").is_file(),
-            device=fc.device,
-            threads=fc.threads,
-            progress=fc.progress,
-            overrides={**fc.aah_overrides, "block_size": fc.seq_len},
-        )
-        adapt(rc)
+    rc = RetrofitConfig(
+        model_dir=model_dir,
+        out=str(run_dir),
+        data=str(adapt_text),
+        regime=regime,
+        windows=fc.candidate_windows(),
+        steps=fc.adapt_steps,
+        seed=fc.seed,
+        train="aah",
+        batch_size=fc.adapt_batch_size,
+        seq_len=fc.seq_len,
+        lr=fc.adapt_lr,
+        eval_interval=max(1, fc.adapt_steps // 4),
+        eval_batches=2,
+        keep_checkpoints=1,
+        checkpoint_interval=max(1, fc.adapt_steps // 4),
+        device=fc.device,
+        threads=fc.threads,
+        progress=fc.progress,
+        overrides={**fc.aah_overrides, "block_size": fc.seq_len},
+    )
+    exists = manifest_path(run_dir).is_file()
+    if exists and not fc.overwrite:
+        recorded, data_hash = recorded_adaptation_settings(read_manifest(run_dir))
+        wanted = adaptation_settings(rc)
+        differ = [k for k in wanted if recorded.get(k) != wanted[k]]
+        if data_hash != _sha256(adapt_text):
+            differ.append("data")
+        if differ:
+            raise RunLogError(
+                f"{run_dir} is an adaptation made with other settings ({', '.join(differ)}); pass --overwrite to "
+                "adapt afresh, or give a new --out"
+            )
         found = list_adapters(run_dir)
-    return found[-1][1]
+        if found and found[-1][0] == fc.adapt_steps - 1:
+            return found[-1][1]
+    rc = replace(rc, resume=exists and not fc.overwrite, overwrite=exists and fc.overwrite)
+    adapt(rc)
+    return list_adapters(run_dir)[-1][1]
 
 
 def describe(fc: FrontierConfig) -> dict:

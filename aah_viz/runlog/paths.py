@@ -341,6 +341,13 @@ def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def remove_adapters(run_dir: str | os.PathLike) -> None:
+    """Remove every adapter of a run with its optimizer file (a run replaced by --overwrite)."""
+    for step, path in list_adapters(run_dir):
+        path.unlink(missing_ok=True)
+        adapter_optimizer_path(run_dir, step).unlink(missing_ok=True)
+
+
 def prune_adapters(run_dir: str | os.PathLike, keep_last: int) -> None:
     """Remove all but the newest ``keep_last`` adapters with their optimizer files (<= 0 keeps everything)."""
     if keep_last <= 0:

@@ -28,6 +28,7 @@ from aah_viz.runlog.paths import (
     atomic_path,
     list_adapters,
     prune_adapters,
+    remove_adapters,
 )
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
@@ -176,6 +177,8 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         progress_desc=f"retrofit {cfg.regime}",
         grad_clip=rc.grad_clip,
         report=rc.report,
+        # once the replaced run is ours (its lock held): its adapters of later steps would pass for this run's
+        on_open=(lambda rec: rec.writer is not None and remove_adapters(out)) if rc.overwrite and not rc.resume else None,
     )
     recording = Recording(
         run_dir=out,
@@ -185,7 +188,8 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         seed=rc.seed,
         preset=cfg.preset,
         steps=rc.steps,
-        data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train},
+        data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train}
+        | {"sha256": data_mod.file_identity(rc.data)["sha256"]},
         overwrite=rc.overwrite,
         manifest_extra={
             "retrofit": args,
