@@ -14,7 +14,7 @@ a gradient only through a differentiable routing mode: ``controller_training`` d
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -115,6 +115,13 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     if rc.resume:
         if not (out / "manifest.json").is_file():
             raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
+        from aah_viz.runlog import read_manifest
+        from instrumentation.training.settings import resumed_report
+
+        recorded = read_manifest(out).get("retrofit")
+        rc = replace(
+            rc, report=resumed_report(rc.report, recorded.get("report") if isinstance(recorded, dict) else None)
+        )
         found = list_adapters(out)
         if found:
             step, path = found[-1]
@@ -143,6 +150,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     lr_warmup = rc.lr_warmup_steps if rc.lr_warmup_steps is not None else default_lr_warmup(rc.steps)
     args = {k: v for k, v in asdict(rc).items() if k not in ("progress", "out", "report")}
     args.update(world_size=dist.world_size, seq_len=T, lr_warmup_steps=lr_warmup, windows=list(rc.windows))
+    args["report"] = asdict(rc.report) if rc.report is not None else None  # a bare --resume reports the same
 
     def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = model_logits(model, x)
@@ -178,7 +186,9 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         grad_clip=rc.grad_clip,
         report=rc.report,
         # once the replaced run is ours (its lock held): its adapters of later steps would pass for this run's
-        on_open=(lambda rec: rec.writer is not None and remove_adapters(out)) if rc.overwrite and not rc.resume else None,
+        on_open=(lambda rec: rec.writer is not None and remove_adapters(out))
+        if rc.overwrite and not rc.resume
+        else None,
     )
     recording = Recording(
         run_dir=out,

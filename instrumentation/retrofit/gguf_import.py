@@ -155,9 +155,7 @@ def check_layout(reader, arch: str, path: Path) -> None:
             continue
         want = [sizes[d] for d in dims]
         if shapes[name] != want:
-            raise InputFormatError(
-                f"{path}: tensor {name} has shape {shapes[name]}, the header implies {want}"
-            )
+            raise InputFormatError(f"{path}: tensor {name} has shape {shapes[name]}, the header implies {want}")
 
 
 def check_architecture(summary: GGUFSummary, path: Path) -> None:

@@ -170,8 +170,25 @@ def resume_settings(tc, manifest: dict, checkpoint_step: int | None) -> ResumePl
             )
         steps = tc.steps
     settings["steps"] = steps
-    merged = dataclasses.replace(tc, **settings, overrides={})
+    merged = dataclasses.replace(tc, **settings, overrides={}, report=resumed_report(tc.report, recorded.get("report")))
     return ResumePlan(merged, recorded_steps, extends=steps > recorded_steps)
+
+
+def resumed_report(given, recorded):
+    """The reporting a resume continues with: the --report-to given now, else the run's recorded one
+    (a bare --resume keeps sending where the run sent; its packages must still be there)."""
+    if given is not None or not isinstance(recorded, dict) or not recorded.get("targets"):
+        return given
+    from aah_viz.reporting.options import check_installed
+    from aah_viz.reporting.reporter import ReportSettings
+    from aah_viz.reporting.sinks import parse_targets
+
+    targets = parse_targets(",".join(str(t) for t in recorded["targets"] if isinstance(t, str)))
+    check_installed(targets)
+    numbers = {k: recorded.get(k) for k in ("every", "images")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers.values()):
+        raise ConfigError(f"--resume: the run's recorded reporting {recorded!r} is damaged; give --report-to again")
+    return ReportSettings(targets, numbers["every"], numbers["images"], bool(recorded.get("layers")))
 
 
 def _comparable(value, recorded):

@@ -210,6 +210,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
     run_args.update(
         batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
     )
+    run_args["report"] = asdict(tc.report) if tc.report is not None else None  # a bare --resume reports the same
 
     owner = {"run_uid": manifest.get("run_uid") if manifest else None}  # whose checkpoints these are
 
