@@ -228,7 +228,12 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
             model=model,
             optimizer=optimizer,
             config=cfg.to_dict(),
-            extra={"controller_init": rec.controller_reference(), "run_uid": owner["run_uid"]},
+            extra={
+                "controller_init": rec.controller_reference(),
+                "run_uid": owner["run_uid"],
+                "seed": tc.seed,
+                "data_sha256": data_info.get("sha256"),
+            },
         )
         prune_checkpoints(out, tc.keep_checkpoints)
 
