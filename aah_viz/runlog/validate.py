@@ -244,6 +244,13 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
                 f"aah-viz compact finishes it"
             )
         )
+    kept_hidden = generations.unaccounted(directory)
+    if kept_hidden:
+        problems.append(
+            f"{table}: {generations.RECORD} hides {len(kept_hidden)} segments whose rows its new segments cannot "
+            f"hold ({', '.join(kept_hidden[:MAX_EXAMPLES])}): not a swap of this run's; readers skip them and "
+            f"nothing deletes them; move {table}/{generations.RECORD} out of the run to read them again"
+        )
     keep = _KEEP_COLUMNS.get(table, [])
     parts, names = [], []
     for seg in segments:
