@@ -327,6 +327,7 @@ def manifest_problems(manifest: dict) -> list[str]:
         if _is_int(value) and not lo <= value <= hi:
             problems.append(f"manifest.json: field {field!r} must be in [{lo}, {hi}], got {value}")
     problems += _config_problems(manifest.get("config"))
+    problems += _mirror_problems(manifest)
     backend = manifest.get("backend")
     if isinstance(backend, dict) and not all(v is None or isinstance(v, str) for v in backend.values()):
         problems.append(f"manifest.json: field 'backend' must map names to strings or null, got {_shown(backend)}")
@@ -349,6 +350,27 @@ def _config_problems(config: Any) -> list[str]:
     for key in CONFIG_BOOLS:
         if config.get(key) is not None and not isinstance(config[key], bool):
             problems.append(f"manifest.json: field 'config.{key}' must be true or false, got {_shown(config[key])}")
+    return problems
+
+
+# config keys that say again what a top-level field says: they must agree (a page or a command may read either)
+MIRRORED = ("n_layer", "n_head", "max_depth")
+
+
+def _mirror_problems(manifest: dict) -> list[str]:
+    config = manifest.get("config")
+    if not isinstance(config, dict):
+        return []
+    problems = []
+    for key in MIRRORED:
+        if key not in config:
+            continue
+        value, top = config[key], manifest.get(key)
+        lo, hi = LIMITS[key]
+        if not (_is_int(value) and lo <= value <= hi):
+            problems.append(f"manifest.json: field 'config.{key}' must be an integer in [{lo}, {hi}], got {_shown(value)}")
+        elif _is_int(top) and value != top:
+            problems.append(f"manifest.json: field 'config.{key}' is {value}, but field {key!r} says {top}")
     return problems
 
 
