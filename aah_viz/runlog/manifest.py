@@ -368,7 +368,9 @@ def _mirror_problems(manifest: dict) -> list[str]:
         value, top = config[key], manifest.get(key)
         lo, hi = LIMITS[key]
         if not (_is_int(value) and lo <= value <= hi):
-            problems.append(f"manifest.json: field 'config.{key}' must be an integer in [{lo}, {hi}], got {_shown(value)}")
+            problems.append(
+                f"manifest.json: field 'config.{key}' must be an integer in [{lo}, {hi}], got {_shown(value)}"
+            )
         elif _is_int(top) and value != top:
             problems.append(f"manifest.json: field 'config.{key}' is {value}, but field {key!r} says {top}")
     return problems
