@@ -404,7 +404,7 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     assert proc.returncode == 2, err[-2000:]
     assert "stopped by SIGTERM after step 9" in err and "Traceback" not in err
     run = load_run(out)
-    assert run.manifest["status"] == "failed"
+    assert run.manifest["status"] == "stopped"
     # closed, nothing missing: not an interrupted run, but not a finished one either; validate and the Runs page
     # say where it stopped and how to go on
     said = f"stopped at step 9 by a signal (SIGTERM); resume with aah-viz train --out {out} --resume"

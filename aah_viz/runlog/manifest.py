@@ -24,10 +24,11 @@ from aah_viz.schema import (
     STATUS_FINISHED,
     STATUS_IMPORTED,
     STATUS_RUNNING,
+    STATUS_STOPPED,
     parse_version,
 )
 
-STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED)
+STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED, STATUS_STOPPED)
 
 # field -> (python types accepted, meaning); docs/log-format.md lists the same
 REQUIRED_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {

@@ -34,7 +34,14 @@ from aah_viz.errors import RunLogError
 from aah_viz.runlog import containment, generations, lock, paths
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
-from aah_viz.schema import ALL_TABLES, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
+from aah_viz.schema import (
+    ALL_TABLES,
+    STATUS_FAILED,
+    STATUS_FINISHED,
+    STATUS_IMPORTED,
+    STATUS_RUNNING,
+    STATUS_STOPPED,
+)
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
 MAX_EXAMPLES = 3
@@ -85,9 +92,15 @@ def resume_command(run_dir: str | os.PathLike, manifest: dict) -> str:
 
 
 def stop_notice(run_dir: str | os.PathLike, manifest: dict, events: pd.DataFrame | None, last: int | None):
-    """A failed run that a signal stopped at its last recorded step (a ``terminated`` event there): where
-    it stopped and how to continue it. None for any other run."""
-    if manifest.get("status") != STATUS_FAILED or events is None or not len(events) or last is None:
+    """A run that a signal stopped at its last recorded step (status ``stopped``, or ``failed`` as runs before
+    that status said, with a ``terminated`` event there): where it stopped and how to continue it. None for
+    any other run."""
+    if (
+        manifest.get("status") not in (STATUS_STOPPED, STATUS_FAILED)
+        or events is None
+        or not len(events)
+        or last is None
+    ):
         return None
     stops = events[events["kind"] == "terminated"]
     if not len(stops) or int(stops["step"].max()) != last:
@@ -178,7 +191,7 @@ def _check_last_step(manifest: dict, on_disk: int | None) -> list[str]:
     if on_disk is None:
         return [f"manifest.json: field 'last_step' is {claimed} but the tables hold no step; the manifest does "
                 "not describe this run"]  # fmt: skip
-    if claimed > on_disk or (claimed != on_disk and status in (STATUS_FINISHED, STATUS_FAILED)):
+    if claimed > on_disk or (claimed != on_disk and status in (STATUS_FINISHED, STATUS_FAILED, STATUS_STOPPED)):
         return [f"manifest.json: field 'last_step' is {claimed} but the tables' last step is {on_disk}; the "
                 "manifest does not describe this run"]  # fmt: skip
     return []
