@@ -118,10 +118,18 @@ class ProbeProgress:
         self._saved_at = time.monotonic()
         if self.folder.is_symlink():
             raise InputFormatError(f"{self.folder} is a link; a run's files must lie inside it: remove it")
+        if self.folder.exists() and not self.folder.is_dir():
+            raise InputFormatError(
+                f"{self.folder} is not a folder; it is where a probe keeps its progress: move it out of the run"
+            )
 
     def saved(self) -> dict | None:
         """The saved meta of this probe, None when there is none; another probe's is refused."""
         meta_path = self.folder / META
+        if meta_path.is_symlink() or (meta_path.exists() and not meta_path.is_file()):
+            raise InputFormatError(
+                f"{meta_path} is not a plain file: pass --restart to discard the interrupted probe and start over"
+            )
         if not meta_path.is_file():
             return None
         try:
