@@ -37,15 +37,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.errors import ConfigError, RunLogError, UnsafePathError
 from aah_viz.paired_timing import interleave, paired_report, timed
+from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, is_run, run_entry
 from instrumentation.config import REGIMES, AAHConfig, windows_for
 from instrumentation.data import cut_blocks
 from instrumentation.inference import eval_batches, inference_pass, model_logits
 
 AAH_REGIMES = ("full_adaptive", "grouping_off", "fixed_random_grouping")
 PROFILE_SHARE = 0.95
-INPUTS_DIR = "inputs"  # the split texts, kept while the frontier runs, removed when it finishes
 MANIFEST_KEY = "frontier"
 
 
@@ -140,8 +140,15 @@ def plan(fc: FrontierConfig) -> list[Configuration]:
 
 
 def adapt_run_dir(out: Path, regime: str) -> Path:
-    """Where the adaptation of ``regime`` is recorded: a retrofit run beside the frontier run."""
-    return out.parent / f"{out.name}-{regime}"
+    """Where the adaptation of ``regime`` is recorded: a retrofit run beside the frontier run (never through
+    a symbolic link: a link there would send the adaptation, and its pruning, elsewhere)."""
+    sibling = out.parent / f"{out.name}-{regime}"
+    if sibling.is_symlink():
+        raise UnsafePathError(
+            f"{sibling} is a symbolic link; the frontier's adaptation runs are written beside --out, never through "
+            "a link: remove it, or give another --out"
+        )
+    return sibling
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -212,7 +219,7 @@ class _Run:
         out = Path(fc.out)
         self.done: set[str] = set()
         self.regimes: tuple[str, ...] = tuple(fc.regimes)
-        if (out / "manifest.json").is_file() and not fc.overwrite:
+        if is_run(out) and not fc.overwrite:
             run = load_run(out)
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
@@ -316,7 +323,9 @@ def run_frontier(fc: FrontierConfig) -> dict:
             f"(got {blocks.shape[0]} and {adapt_blocks.shape[0]}); use a longer text or a shorter --seq-len"
         )
     base = load_causal_lm(model_dir, fc.device).eval()
-    inputs = out / INPUTS_DIR
+    inputs = run_entry(out, INPUTS_DIR)
+    for regime in fc.regimes:  # a link where an adaptation run goes: refused before anything is written
+        adapt_run_dir(out, regime)
     settings = fc.settings(_sha256(data))
     run = _Run(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
     fc = replace(fc, regimes=run.regimes)  # with the regimes evaluated before
@@ -324,7 +333,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
     try:
         inputs.mkdir(exist_ok=True)
         for name, text in texts.items():  # the adaptation runs read theirs from here
-            (inputs / name).write_text(text, encoding="utf-8")
+            atomic_write_bytes(run_entry(out, INPUTS_DIR, name), text.encode("utf-8"))
         work = load_causal_lm(model_dir, fc.device).eval()
         common = dict(seq_len=T, tokens_per_block=T, eval_split={"first_eval_line": cut, "eval_share": fc.eval_share})
         steps = [c for c in plan(fc) if c.name not in run.done]
@@ -452,7 +461,7 @@ def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model
     """The final adapter of ``regime`` after ``adapt_steps``: reused only when its run was made with these
     settings on this text; continued when it was interrupted; made afresh under --overwrite."""
     from aah_viz.runlog import read_manifest
-    from aah_viz.runlog.paths import list_adapters, manifest_path
+    from aah_viz.runlog.paths import list_adapters
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
     run_dir = adapt_run_dir(out, regime)
@@ -477,7 +486,7 @@ def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model
         progress=fc.progress,
         overrides={**fc.aah_overrides, "block_size": fc.seq_len},
     )
-    exists = manifest_path(run_dir).is_file()
+    exists = is_run(run_dir)
     if exists and not fc.overwrite:
         recorded, data_hash = recorded_adaptation_settings(read_manifest(run_dir))
         wanted = adaptation_settings(rc)

@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     run_dir = Path(args.run)
-    if not (run_dir / "manifest.json").is_file():
+    from aah_viz.runlog.paths import is_run
+
+    if not is_run(run_dir):
         raise RunLogError(f"{run_dir} is not a run directory (no manifest.json)")
     loaded_run = load_run(run_dir)
     present = set(loaded_run.tables())

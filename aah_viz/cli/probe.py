@@ -155,14 +155,14 @@ def read_inputs(args):
 
 
 def _output_run(target, args, source):
-    from aah_viz.schema import MANIFEST
+    from aah_viz.runlog.paths import is_run
 
     if target.run_dir is not None and args.out is None:
         return target.run_dir
     if args.out is None:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
     out = Path(args.out)
-    if (out / MANIFEST).is_file():
+    if is_run(out):
         return out
     from aah_viz.runlog import RunWriter, make_manifest
 

@@ -26,6 +26,7 @@ from aah_viz.runlog.paths import (
     adapter_optimizer_path,
     adapter_path,
     atomic_path,
+    is_run,
     list_adapters,
     prune_adapters,
     remove_adapters,
@@ -113,7 +114,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     keep_through, first_step, resume_state = None, 0, None
     torch.manual_seed(rc.seed)  # the AAH parameters start identical on every rank
     if rc.resume:
-        if not (out / "manifest.json").is_file():
+        if not is_run(out):
             raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
         from aah_viz.runlog import read_manifest
         from instrumentation.training.settings import resumed_report

@@ -36,6 +36,7 @@ import torch
 from aah_viz.errors import TrainingError
 from aah_viz.reporting.reporter import Reporter, ReportSettings
 from aah_viz.reporting.sinks import open_sinks
+from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training.distributed import Dist, average_gradients, ranks_agree, routing_sync
@@ -186,7 +187,7 @@ def open_reporter(loop: Loop, recording: Recording, rec: RoutingRecorder) -> Rep
     resumed = recording.resume_from_step is not None
     sinks = open_sinks(
         settings.targets,
-        tensorboard_dir=recording.run_dir / "tensorboard",
+        tensorboard_dir=run_entry(recording.run_dir, TENSORBOARD_DIR),
         run_name=run_name,
         config=config,
         first_step=loop.first_step if resumed else None,

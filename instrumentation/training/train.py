@@ -25,7 +25,7 @@ import torch
 
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.reporting.reporter import ReportSettings
-from aah_viz.runlog.paths import checkpoint_path, prune_checkpoints
+from aah_viz.runlog.paths import checkpoint_path, is_run, prune_checkpoints
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
@@ -115,7 +115,7 @@ def _plan_resume(tc: TrainConfig, out: Path):
     """(the run's own settings, its newest checkpoint or None) for ``--resume``; see settings."""
     from aah_viz.runlog import read_manifest
 
-    if not (out / "manifest.json").is_file():
+    if not is_run(out):
         raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
     manifest = read_manifest(out)
     latest = ckpt.latest_checkpoint(out)
