@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aah_viz.runlog import paths
+from aah_viz.runlog import bounded_json, paths
 from aah_viz.runlog.segment_io import write_temp
 
 RECORD = "_generations.json"
@@ -46,7 +46,7 @@ KEEP = 8  # generations remembered: a reader whose listing is older than 8 swaps
 def _load(directory: Path) -> tuple[list[dict], str | None]:
     """The record's generations as written (names unchecked), or ([], why it cannot be used)."""
     try:
-        data = json.loads((directory / RECORD).read_bytes())
+        data = bounded_json.loads(bounded_json.read_regular(directory / RECORD))
     except FileNotFoundError:
         return [], None
     except (OSError, ValueError) as err:

@@ -17,6 +17,8 @@ import pyarrow
 
 from aah_viz._version import __version__
 from aah_viz.errors import RunLogError, SchemaVersionError
+from aah_viz.runlog import bounded_json
+from aah_viz.runlog.bounded_json import read_regular
 from aah_viz.runlog.paths import atomic_write_bytes, manifest_path
 from aah_viz.schema import (
     SCHEMA_VERSION,
@@ -196,7 +198,7 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     if not Path(run_dir).is_dir():
         raise RunLogError(f"{run_dir} is not a run directory (no such folder); give a folder holding manifest.json")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except FileNotFoundError:
         raise RunLogError(
             f"{run_dir} is not a run directory: {path.name} is missing (was the run started with aah-viz train?)"
@@ -208,8 +210,8 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     except OSError as err:
         raise RunLogError(f"cannot read {path}: {err.strerror or err}") from None
     try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as err:
+        manifest = bounded_json.loads(text)
+    except ValueError as err:
         raise RunLogError(f"{path} is not valid JSON ({err}); the run directory is damaged") from None
     if not isinstance(manifest, dict):
         raise RunLogError(f"{path} must hold a JSON object, found {type(manifest).__name__}")

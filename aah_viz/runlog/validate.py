@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from aah_viz import coverage
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import containment, generations, lock, paths
+from aah_viz.runlog import bounded_json, containment, generations, lock, paths
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
 from aah_viz.schema import (
@@ -402,7 +402,7 @@ def _check_events(events: pd.DataFrame) -> list[str]:
         if text is None or (isinstance(text, float) and np.isnan(text)):
             continue
         try:
-            ok = isinstance(json.loads(text), dict)
+            ok = isinstance(bounded_json.loads(text), dict)
         except (TypeError, ValueError):
             ok = False
         if not ok:
