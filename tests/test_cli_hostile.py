@@ -76,9 +76,14 @@ def places(tmp_path_factory) -> dict[str, str]:
     return {k: str(root / k) for k in ("folder", "fifo", "link_out", "file")} | {"missing": str(root / "missing")}
 
 
+def _errors(err: str) -> list[str]:
+    """The error lines of a command's stderr (progress bars, e.g. a model's loading bar, are not errors)."""
+    return [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
+
+
 def _one_line_naming(err: str, option: str, value: str) -> bool:
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    said = lines[-1] if lines else ""
+    lines = _errors(err)
+    said = lines[-1] if len(lines) == 1 else ""
     names_it = option in said or option.lstrip("-").replace("-", "_") in said or value[:20] in said
     return "error" in said and names_it and "Traceback" not in err
 
@@ -151,7 +156,7 @@ def walk_command(path: tuple[str, ...], baseline: list[str], places, only: set[s
             code, err = run_case([*path, *baseline, option, value])
             if code == 0 or (code == 2 and _one_line_naming(err, option, value)):
                 continue
-            if code == 2 and len([x for x in err.strip().splitlines() if x.strip()]) == 1 and "Traceback" not in err:
+            if code == 2 and len(_errors(err)) == 1 and "Traceback" not in err:
                 continue  # refused in one line by what the value led to (a missing file, a damaged run)
             findings.append((option, value[:30], code, err.strip()[-300:]))
     return cases, findings
@@ -185,3 +190,52 @@ def test_dashboard_refuses_a_port_or_address_it_cannot_serve_on(places):
     for option, value in cases:
         code, err = run_case(["dashboard", "--logs", places["folder"], option, value])
         assert code == 2 and _one_line_naming(err, option, value), (option, value[:20], err[-300:])
+
+
+# the commands that load torch models: their whole walk is slow, a few representative options run by default
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+TEXT = "the quick brown fox jumps over the lazy dog, again and again.\n" * 80
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory, tiny_causal_lm) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("heavy")
+    (root / "text.txt").write_text(TEXT)
+    return {"model": tiny_causal_lm(root / "llama"), "text": root / "text.txt", "root": root}
+
+
+def _heavy_baselines(h, out) -> dict[tuple[str, ...], list[str]]:
+    train = ["--out", str(out), "--preset", "tiny", "--steps", "2", "--n-docs", "20", "--no-progress", "--overwrite"]
+    retro = [str(h["model"]), "--data", str(h["text"]), "--out", str(out), "--steps", "1", "--seq-len", "16"]
+    retro.append("--overwrite")
+    evaluate = [str(h["model"]), "--data", str(h["text"]), "--out", str(out), "--regime", "full_attention"]
+    evaluate.append("--overwrite")
+    return {
+        ("train",): [*train, "--threads", "1"],
+        ("retrofit",): [*retro, "--windows", "4,8,16", "--no-progress", "--threads", "1"],
+        ("evaluate",): [*evaluate, "--windows", "4,8,16", "--seq-len", "16", "--no-progress", "--threads", "1"],
+    }
+
+
+REPRESENTATIVE = {
+    ("train",): {"--lr", "--batch-size", "--set", "--device"},
+    ("retrofit",): {"--lr", "--batch-size", "--set"},
+    ("evaluate",): {"--batches", "--batch-size"},
+}
+
+
+@pytest.mark.parametrize("path", list(REPRESENTATIVE), ids=lambda p: " ".join(p))
+def test_model_commands_refuse_hostile_values_of_representative_options(path, heavy, places, tmp_path):
+    baseline = _heavy_baselines(heavy, tmp_path / "out")[path]
+    cases, findings = walk_command(path, baseline, places, only=REPRESENTATIVE[path])
+    assert cases > 0 and not findings, findings[:5]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", list(REPRESENTATIVE), ids=lambda p: " ".join(p))
+def test_model_commands_refuse_hostile_values_of_every_option(path, heavy, places, tmp_path):
+    baseline = _heavy_baselines(heavy, tmp_path / "out")[path]
+    cases, findings = walk_command(path, baseline, places)
+    assert cases > 0 and not findings, findings[:8]

@@ -93,10 +93,44 @@ def _base_names(model, handle, params) -> list[str]:
     return [n for n, p in model.named_parameters() if id(p) in wanted]
 
 
+_RETROFIT_INTS = {
+    "steps": ("--steps", 1),
+    "seed": ("--seed", 0),
+    "batch_size": ("--batch-size", 1),
+    "seq_len": ("--seq-len", 1),
+    "eval_interval": ("--eval-interval", 1),
+    "eval_batches": ("--eval-batches", 1),
+    "checkpoint_interval": ("--checkpoint-interval", 0),
+    "keep_checkpoints": ("--keep-checkpoints", 0),
+    "flush_every": ("--flush-every", 1),
+    "lr_warmup_steps": ("--lr-warmup", 0),
+    "threads": ("--threads", 1),
+}
+
+
+def check_retrofit_values(rc: RetrofitConfig) -> None:
+    """One ConfigError naming the flag for any out-of-range setting, before a model is loaded."""
+    import math
+
+    from instrumentation.training.settings import check_device, check_ints
+
+    check_ints(rc, _RETROFIT_INTS)
+    for flag, value, positive in (
+        ("--lr", rc.lr, True),
+        ("--weight-decay", rc.weight_decay, False),
+        ("--grad-clip", rc.grad_clip, False),
+    ):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < 0 or (positive and value == 0):
+            raise ConfigError(f"{flag} must be a finite number {'above' if positive else '>='} 0, got {value!r}")
+    if rc.resume and rc.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other; pass one of them")
+    check_device(rc.device)
+
+
 def adapt(rc: RetrofitConfig) -> dict:
     """Adapt, record and checkpoint one retrofit run; returns a small summary."""
-    if rc.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {rc.steps}")
+    check_retrofit_values(rc)
     if rc.threads:
         torch.set_num_threads(int(rc.threads))
     t0 = time.perf_counter()

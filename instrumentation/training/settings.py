@@ -58,16 +58,28 @@ _INT_MIN = {
 }
 
 
-def check_values(tc) -> None:
-    """Raise ConfigError (naming the flag and the allowed values) for any out-of-range training setting."""
-    for key, (flag, lowest) in _INT_MIN.items():
-        value = getattr(tc, key)
+# the largest value of a setting whose size is allocated (a batch of 10^11 sequences is not a mistake to run)
+_INT_MAX = {"batch_size": 1 << 16, "eval_batches": 1 << 20, "n_docs": 10**7, "threads": 4096, "steps": 10**9}
+
+
+def check_ints(settings, table: dict = _INT_MIN) -> None:
+    """Every integer setting of ``settings`` (an object with those attributes) within its range, or one
+    ConfigError naming the flag, the value and the range."""
+    for key, (flag, lowest) in table.items():
+        value = getattr(settings, key, None)
         if value is None:
             continue
+        highest = _INT_MAX.get(key)
+        allowed = f">= {lowest}" if highest is None else f"from {lowest} to {highest}"
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value!r}")
-        if value < lowest:
-            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value}")
+            raise ConfigError(f"{flag} must be an integer {allowed}, got {value!r}")
+        if value < lowest or (highest is not None and value > highest):
+            raise ConfigError(f"{flag} must be an integer {allowed}, got {value}")
+
+
+def check_values(tc) -> None:
+    """Raise ConfigError (naming the flag and the allowed values) for any out-of-range training setting."""
+    check_ints(tc)
     if not _finite(tc.lr) or tc.lr <= 0:
         raise ConfigError(f"--lr must be a finite number above 0, got {tc.lr!r}")
     if not _finite(tc.weight_decay) or tc.weight_decay < 0:
