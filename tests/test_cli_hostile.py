@@ -239,3 +239,24 @@ def test_model_commands_refuse_hostile_values_of_every_option(path, heavy, place
     baseline = _heavy_baselines(heavy, tmp_path / "out")[path]
     cases, findings = walk_command(path, baseline, places)
     assert cases > 0 and not findings, findings[:8]
+
+
+def test_the_cases_that_ended_in_a_traceback_are_one_line(places, synthetic, tmp_path):
+    """The adversarial pass's findings, each by its own command line."""
+    outside = Path(places["link_out"]).resolve()
+    export_out = tmp_path / "tb"
+    export_out.mkdir()
+    (export_out / synthetic.name).symlink_to(outside, target_is_directory=True)
+    cases = {
+        "--set block_size=10^12": ["train", "--out", str(tmp_path / "r"), "--preset", "tiny", "--steps", "1",
+                                   "--set", "block_size=1000000000000", "--no-progress"],
+        "bench compact --segments 0": ["bench", "compact", "--segments", "0"],
+        "import-reference --out FILE": ["import-reference", "--out", places["file"]],
+        "export tensorboard --overwrite over a link": ["export", "tensorboard", str(synthetic), "--out",
+                                                      str(export_out), "--overwrite"],
+    }  # fmt: skip
+    before = sorted(p.name for p in outside.iterdir())
+    for name, argv in cases.items():
+        code, err = run_case(argv)
+        assert code == 2 and len(_errors(err)) == 1 and "Traceback" not in err, (name, err[-500:])
+    assert sorted(p.name for p in outside.iterdir()) == before
