@@ -106,19 +106,28 @@ def test_a_hard_linked_file_in_a_declared_folder_is_damage_and_refused(run, tmp_
 torch = pytest.importorskip("torch")
 
 
-def test_train_resume_over_linked_checkpoints_is_one_line_and_the_decoy_is_untouched(tmp_path, capsys):
-    """The high finding: RUN/checkpoints a link, train --resume wrote and pruned there."""
+def test_commands_over_linked_checkpoints_are_one_line_and_the_decoy_is_untouched(tmp_path, capsys):
+    """The high finding: RUN/checkpoints a link, train --resume wrote and pruned there; evaluate and
+    probe read the checkpoint through it."""
     out = tmp_path / "run"
     args = ["train", "--out", str(out), "--preset", "tiny", "--steps", "4", "--n-docs", "20", "--no-progress"]
     assert main([*args, "--threads", "1", "--checkpoint-interval", "2"]) == 0
     target = decoy(tmp_path / "outside", "checkpoints")
     shutil.rmtree(out / "checkpoints")
     (out / "checkpoints").symlink_to(target, target_is_directory=True)
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     before = snapshot(tmp_path / "outside")
-    capsys.readouterr()
-    rc = main(["train", "--out", str(out), "--resume", "--steps", "6", "--no-progress", "--threads", "1"])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and "checkpoints" in err and "symbolic link" in err, err
+    commands = {
+        "train --resume": ["train", "--out", str(out), "--resume", "--steps", "6", "--no-progress", "--threads", "1"],
+        "evaluate": ["evaluate", str(out), "--data", str(text), "--out", str(out), "--no-progress", "--threads", "1"],
+        "probe": ["probe", str(out), "--max-docs", "1", "--no-progress", "--threads", "1"],
+    }
+    for name, argv in commands.items():
+        capsys.readouterr()
+        rc = main(argv)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and "checkpoints" in err and "symbolic link" in err, (name, err)
     assert snapshot(tmp_path / "outside") == before
 
 
@@ -153,3 +162,38 @@ def test_no_code_outside_the_run_log_builds_a_path_inside_a_run_by_hand():
                 if HAND_BUILT.search(line.split("#")[0]):
                     found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+@pytest.mark.slow
+def test_retrofit_and_frontier_over_linked_entries_are_one_line(tmp_path, tiny_causal_lm, capsys):
+    """adapters/ of a retrofit run, inputs/ of a frontier, and a frontier's sibling adaptation run as links."""
+    pytest.importorskip("transformers")
+    model = tiny_causal_lm(tmp_path / "llama")
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(200)))
+    out = tmp_path / "retro"
+    retro = ["retrofit", str(model), "--data", str(text), "--out", str(out), "--steps", "1", "--seq-len", "16"]
+    retro += ["--windows", "4,8,16", "--no-progress", "--threads", "1"]
+    assert main(retro) == 0
+    outside = tmp_path / "outside"
+    shutil.rmtree(out / "adapters")
+    (out / "adapters").symlink_to(decoy(outside, "adapters"), target_is_directory=True)
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    (fr / "inputs").symlink_to(decoy(outside, "inputs"), target_is_directory=True)
+    sibling = tmp_path / "fr2-full_adaptive"
+    sibling.symlink_to(decoy(outside, "sibling"), target_is_directory=True)
+    before = snapshot(outside)
+    frontier = ["frontier", str(model), "--data", str(text), "--seq-len", "16", "--windows", "8,16", "--no-progress"]
+    frontier += ["--regimes", "full_adaptive", "--adapt-steps", "1", "--eval-blocks", "1", "--timing-pairs", "2"]
+    commands = {
+        "retrofit --resume": ([*retro, "--resume", "--steps", "2"], "adapters"),
+        "frontier over inputs": ([*frontier, "--out", str(fr)], "inputs"),
+        "frontier over a sibling": ([*frontier, "--out", str(tmp_path / "fr2")], "fr2-full_adaptive"),
+    }
+    for name, (argv, entry) in commands.items():
+        capsys.readouterr()
+        rc = main(argv)
+        err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert rc == 2 and len(err) == 1 and entry in err[0] and "link" in err[0], (name, err)
+    assert snapshot(outside) == before
