@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aah_viz.errors import MissingDependencyError
+from aah_viz.errors import ConfigError, MissingDependencyError
+
+MAX_THREADS = 4096
 
 INSTALL_HINT = (
     "install the model side with: pip install 'aah-viz[torch]' (in a checkout: pip install -e '.[torch]'); "
@@ -42,3 +44,12 @@ def missing_extra(err: ModuleNotFoundError) -> MissingDependencyError | None:
             f"this command needs {name}, which is not installed; install it with: pip install 'aah-viz[{EXTRAS[name]}]'"
         )
     return None
+
+
+def set_threads(threads) -> None:
+    """``--threads N`` for torch: None or 0 leaves torch's choice; anything but 1..MAX_THREADS is one line."""
+    if threads is None or threads == 0:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"--threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
+    require_torch().set_num_threads(threads)

@@ -81,6 +81,12 @@ def _errors(err: str) -> list[str]:
     return [line for line in err.replace("\r", "\n").splitlines() if "error:" in line]
 
 
+@pytest.fixture(autouse=True)
+def elsewhere(tmp_path, monkeypatch):
+    """Every case runs in a folder of its own: a value such as ``--out nan`` is a relative path there."""
+    monkeypatch.chdir(tmp_path)
+
+
 def _one_line_naming(err: str, option: str, value: str) -> bool:
     lines = _errors(err)
     said = lines[-1] if len(lines) == 1 else ""

@@ -149,11 +149,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(args, run_dir: Path):
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import require_torch, set_threads
 
-    torch = require_torch()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    require_torch()
+    set_threads(args.threads)
     syntax_docs, coref_docs = ([], []) if args.no_probes else _probe_documents(args)
     from instrumentation import measure_heads
 
