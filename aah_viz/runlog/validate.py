@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz import coverage
-from aah_viz.errors import RunLogError
+from aah_viz.errors import RunLogError, UnsafePathError
 from aah_viz.runlog import bounded_json, containment, generations, lock, paths
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
@@ -170,11 +170,19 @@ def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.Data
     return problems
 
 
+def _checkpoints(run_dir: Path) -> list:
+    """The run's checkpoints; none when the gate refuses the folder (that is reported as damage already)."""
+    try:
+        return paths.list_checkpoints(run_dir)
+    except UnsafePathError:
+        return []
+
+
 def _interrupted(run_dir: Path, manifest: dict, last) -> Notice:
     said = "interrupted: status is 'running' but no process is writing the run"
     command = resume_command(run_dir, manifest)
     trained = isinstance(manifest.get("train"), dict)  # a run of aah-viz train: it resumes from a checkpoint
-    if last is not None and trained and not paths.list_checkpoints(run_dir):
+    if last is not None and trained and not _checkpoints(run_dir):
         return Notice(
             f"{said} (it stopped after step {last}, before its first checkpoint); {command} starts it again from "
             "step 0, dropping the rows recorded so far"
