@@ -232,6 +232,7 @@ REPRESENTATIVE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", list(REPRESENTATIVE), ids=lambda p: " ".join(p))
 def test_model_commands_refuse_hostile_values_of_representative_options(path, heavy, places, tmp_path):
     baseline = _heavy_baselines(heavy, tmp_path / "out")[path]
@@ -257,6 +258,12 @@ def test_the_cases_that_ended_in_a_traceback_are_one_line(places, synthetic, tmp
         "--set block_size=10^12": ["train", "--out", str(tmp_path / "r"), "--preset", "tiny", "--steps", "1",
                                    "--set", "block_size=1000000000000", "--no-progress"],
         "bench compact --segments 0": ["bench", "compact", "--segments", "0"],
+        "retrofit --lr nan": ["retrofit", places["folder"], "--data", places["file"], "--out", "o", "--lr", "nan"],
+        "retrofit --batch-size 0": ["retrofit", places["folder"], "--data", places["file"], "--out", "o",
+                                    "--batch-size", "0"],
+        "evaluate --threads -1": ["evaluate", str(synthetic), "--data", places["file"], "--out", "o",
+                                  "--threads", "-1"],
+        "dashboard --port 99999": ["dashboard", "--logs", places["folder"], "--port", "99999"],
         "import-reference --out FILE": ["import-reference", "--out", places["file"]],
         "export tensorboard --overwrite over a link": ["export", "tensorboard", str(synthetic), "--out",
                                                       str(export_out), "--overwrite"],
