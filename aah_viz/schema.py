@@ -16,6 +16,7 @@ MANIFEST = "manifest.json"
 
 # status values in the manifest
 STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED = "running", "finished", "failed", "imported"
+STATUS_STOPPED = "stopped"  # a signal ended training after a step: its rows and checkpoint saved, ready to resume
 
 LIST_INT = pa.list_(pa.int32())
 LIST_FLOAT = pa.list_(pa.float32())

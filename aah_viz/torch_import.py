@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aah_viz.errors import MissingDependencyError
+from aah_viz.errors import ConfigError, MissingDependencyError
+
+MAX_THREADS = 4096
 
 INSTALL_HINT = (
     "install the model side with: pip install 'aah-viz[torch]' (in a checkout: pip install -e '.[torch]'); "
@@ -51,3 +53,12 @@ def quiet_model_loading() -> None:
     except ImportError:
         return
     hf_logging.disable_progress_bar()
+
+
+def set_threads(threads) -> None:
+    """``--threads N`` for torch: None or 0 leaves torch's choice; anything but 1..MAX_THREADS is one line."""
+    if threads is None or threads == 0:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"--threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
+    require_torch().set_num_threads(threads)

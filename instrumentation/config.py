@@ -256,6 +256,17 @@ def _refuse_unknown_keys(generated_init):
 AAHConfig.__init__ = _refuse_unknown_keys(AAHConfig.__init__)
 
 
+# the largest size of each dimension a config may ask for (a model's tables are allocated from them)
+SIZE_LIMITS = {
+    "vocab_size": 1 << 22,
+    "block_size": 1 << 20,
+    "n_layer": 1024,
+    "n_head": 1024,
+    "n_embd": 1 << 16,
+    "n_ff": 1 << 18,
+}
+
+
 def _fail(key: str, message: str) -> None:
     raise ConfigError(f"config key {key!r}: {message}")
 
@@ -300,6 +311,8 @@ def validate(cfg: AAHConfig) -> None:
     for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_ff"):
         if int(getattr(cfg, key)) < 1:
             _fail(key, f"must be a positive integer, got {getattr(cfg, key)!r}")
+        if int(getattr(cfg, key)) > SIZE_LIMITS[key]:  # sizes are allocated: bounded before anything is built
+            _fail(key, f"{getattr(cfg, key)} is above {SIZE_LIMITS[key]}; allowed 1..{SIZE_LIMITS[key]}")
     if cfg.n_embd % cfg.n_head != 0:
         _fail(
             "n_head",

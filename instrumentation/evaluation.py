@@ -20,7 +20,7 @@ import torch
 
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.runlog.paths import list_adapters, list_checkpoints
-from instrumentation.data import cut_blocks
+from instrumentation.data import SYNTHETIC, cut_blocks
 from instrumentation.inference import eval_batches, inference_pass
 
 
@@ -160,6 +160,11 @@ def evaluate(
 
 def _blocks(loaded: Loaded, data, seq_len: int | None, batch_size: int, max_batches: int | None):
     cfg = loaded.routed.cfg
+    for flag, value in (("--batch-size", batch_size), ("--batches", max_batches), ("--seq-len", seq_len)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{flag} must be an integer >= 1, got {value!r}")
+    if not (loaded.kind == "run" and str(data) == SYNTHETIC) and not Path(data).is_file():
+        raise ConfigError(f"--data {data} is not a file; give the plain-text (UTF-8) file to evaluate on")
     T = int(seq_len or cfg.block_size)
     if T > cfg.block_size and loaded.kind == "run":
         raise ConfigError(f"--seq-len {T} exceeds the model's block_size {cfg.block_size}")

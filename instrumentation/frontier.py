@@ -37,15 +37,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aah_viz.errors import ConfigError, RunLogError
+from aah_viz.errors import ConfigError, RunLogError, UnsafePathError
 from aah_viz.paired_timing import interleave, paired_report, timed
+from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, is_run, run_entry
+from aah_viz.torch_import import set_threads
 from instrumentation.config import REGIMES, AAHConfig, windows_for
 from instrumentation.data import cut_blocks
 from instrumentation.inference import eval_batches, inference_pass, model_logits
 
 AAH_REGIMES = ("full_adaptive", "grouping_off", "fixed_random_grouping")
 PROFILE_SHARE = 0.95
-INPUTS_DIR = "inputs"  # the split texts, kept while the frontier runs, removed when it finishes
 MANIFEST_KEY = "frontier"
 
 
@@ -140,8 +141,15 @@ def plan(fc: FrontierConfig) -> list[Configuration]:
 
 
 def adapt_run_dir(out: Path, regime: str) -> Path:
-    """Where the adaptation of ``regime`` is recorded: a retrofit run beside the frontier run."""
-    return out.parent / f"{out.name}-{regime}"
+    """Where the adaptation of ``regime`` is recorded: a retrofit run beside the frontier run (never through
+    a symbolic link: a link there would send the adaptation, and its pruning, elsewhere)."""
+    sibling = out.parent / f"{out.name}-{regime}"
+    if sibling.is_symlink():
+        raise UnsafePathError(
+            f"{sibling} is a symbolic link; the frontier's adaptation runs are written beside --out, never through "
+            "a link: remove it, or give another --out"
+        )
+    return sibling
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -212,7 +220,7 @@ class _Run:
         out = Path(fc.out)
         self.done: set[str] = set()
         self.regimes: tuple[str, ...] = tuple(fc.regimes)
-        if (out / "manifest.json").is_file() and not fc.overwrite:
+        if is_run(out) and not fc.overwrite:
             run = load_run(out)
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
@@ -278,8 +286,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
     from instrumentation.retrofit import load_adapter, patch_model
     from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
 
-    if fc.threads:
-        torch.set_num_threads(int(fc.threads))
+    set_threads(fc.threads)
     model_dir, data, out = Path(fc.model_dir), Path(fc.data), Path(fc.out)
     if not is_model_dir(model_dir):
         raise ConfigError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
@@ -316,7 +323,9 @@ def run_frontier(fc: FrontierConfig) -> dict:
             f"(got {blocks.shape[0]} and {adapt_blocks.shape[0]}); use a longer text or a shorter --seq-len"
         )
     base = load_causal_lm(model_dir, fc.device).eval()
-    inputs = out / INPUTS_DIR
+    inputs = run_entry(out, INPUTS_DIR)
+    for regime in fc.regimes:  # a link where an adaptation run goes: refused before anything is written
+        adapt_run_dir(out, regime)
     settings = fc.settings(_sha256(data))
     run = _Run(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
     fc = replace(fc, regimes=run.regimes)  # with the regimes evaluated before
@@ -324,7 +333,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
     try:
         inputs.mkdir(exist_ok=True)
         for name, text in texts.items():  # the adaptation runs read theirs from here
-            (inputs / name).write_text(text, encoding="utf-8")
+            atomic_write_bytes(run_entry(out, INPUTS_DIR, name), text.encode("utf-8"))
         work = load_causal_lm(model_dir, fc.device).eval()
         common = dict(seq_len=T, tokens_per_block=T, eval_split={"first_eval_line": cut, "eval_share": fc.eval_share})
         steps = [c for c in plan(fc) if c.name not in run.done]
@@ -348,12 +357,15 @@ def run_frontier(fc: FrontierConfig) -> dict:
                             work, "head_windows", fc.candidate_windows(), block_size=T, static_head_windows=head_windows
                         )
                     elif conf.family == "adapted":
-                        adapter = _adapted(fc, conf.regime, inputs / "adapt.txt", out)
+                        adapter = _adapted(fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"])
                         handle = load_adapter(work, adapter)
                     else:
                         kw = {"window": conf.window} if conf.window else {}
                         if conf.family == "zero_shot":
                             kw.update(fc.aah_overrides)  # the routed regimes only: static windows have none
+                        # the untrained AAH parameters are drawn from --seed, as `aah-viz retrofit --seed` starts
+                        # them: the same command gives the same zero-shot rows
+                        torch.manual_seed(int(fc.seed))
                         handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw)
                     try:
                         handle.set_step(None)
@@ -416,39 +428,82 @@ def _profiled_head_windows(work, blocks: np.ndarray, fc: FrontierConfig, run: _R
     return assignment
 
 
-def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path) -> Path:
-    """The final adapter of ``regime`` after ``adapt_steps`` (adapting, or continuing, when needed)."""
+def adaptation_settings(rc) -> dict:
+    """What an adaptation run must have been made with to be reused: model, data (its hash), lr, steps,
+    seed, windows, block length, batch size and the --set keys."""
+    return {
+        "model_dir": str(Path(rc.model_dir).resolve()),
+        "regime": rc.regime,
+        "windows": [int(w) for w in rc.windows],
+        "steps": int(rc.steps),
+        "seed": int(rc.seed),
+        "lr": float(rc.lr),
+        "batch_size": int(rc.batch_size),
+        "seq_len": int(rc.seq_len),
+        "overrides": dict(sorted(rc.overrides.items())),
+    }
+
+
+def recorded_adaptation_settings(manifest: dict) -> tuple[dict, str | None]:
+    """The settings an adaptation run's manifest records (as ``adaptation_settings``) and its data hash."""
+    args = manifest.get("retrofit") if isinstance(manifest.get("retrofit"), dict) else {}
+    data = manifest.get("data") if isinstance(manifest.get("data"), dict) else {}
+    keys = ("model_dir", "regime", "windows", "steps", "seed", "lr", "batch_size", "seq_len", "overrides")
+    got = {k: args.get(k) for k in keys}
+    if isinstance(got["model_dir"], str):
+        got["model_dir"] = str(Path(got["model_dir"]).resolve())
+    if isinstance(got["overrides"], dict):
+        got["overrides"] = dict(sorted(got["overrides"].items()))
+    return got, data.get("sha256")
+
+
+def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model_dir: str) -> Path:
+    """The final adapter of ``regime`` after ``adapt_steps``: reused only when its run was made with these
+    settings on this text; continued when it was interrupted; made afresh under --overwrite."""
+    from aah_viz.runlog import read_manifest
     from aah_viz.runlog.paths import list_adapters
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
     run_dir = adapt_run_dir(out, regime)
-    found = list_adapters(run_dir)
-    if not (found and found[-1][0] == fc.adapt_steps - 1):
-        rc = RetrofitConfig(
-            model_dir=fc.model_dir,
-            out=str(run_dir),
-            data=str(adapt_text),
-            regime=regime,
-            windows=fc.candidate_windows(),
-            steps=fc.adapt_steps,
-            seed=fc.seed,
-            train="aah",
-            batch_size=fc.adapt_batch_size,
-            seq_len=fc.seq_len,
-            lr=fc.adapt_lr,
-            eval_interval=max(1, fc.adapt_steps // 4),
-            eval_batches=2,
-            keep_checkpoints=1,
-            checkpoint_interval=max(1, fc.adapt_steps // 4),
-            resume=(run_dir / "manifest.json").is_file(),
-            device=fc.device,
-            threads=fc.threads,
-            progress=fc.progress,
-            overrides={**fc.aah_overrides, "block_size": fc.seq_len},
-        )
-        adapt(rc)
+    rc = RetrofitConfig(
+        model_dir=model_dir,
+        out=str(run_dir),
+        data=str(adapt_text),
+        regime=regime,
+        windows=fc.candidate_windows(),
+        steps=fc.adapt_steps,
+        seed=fc.seed,
+        train="aah",
+        batch_size=fc.adapt_batch_size,
+        seq_len=fc.seq_len,
+        lr=fc.adapt_lr,
+        eval_interval=max(1, fc.adapt_steps // 4),
+        eval_batches=2,
+        keep_checkpoints=1,
+        checkpoint_interval=max(1, fc.adapt_steps // 4),
+        device=fc.device,
+        threads=fc.threads,
+        progress=fc.progress,
+        overrides={**fc.aah_overrides, "block_size": fc.seq_len},
+    )
+    exists = is_run(run_dir)
+    if exists and not fc.overwrite:
+        recorded, data_hash = recorded_adaptation_settings(read_manifest(run_dir))
+        wanted = adaptation_settings(rc)
+        differ = [k for k in wanted if recorded.get(k) != wanted[k]]
+        if data_hash != _sha256(adapt_text):
+            differ.append("data")
+        if differ:
+            raise RunLogError(
+                f"{run_dir} is an adaptation made with other settings ({', '.join(differ)}); pass --overwrite to "
+                "adapt afresh, or give a new --out"
+            )
         found = list_adapters(run_dir)
-    return found[-1][1]
+        if found and found[-1][0] == fc.adapt_steps - 1:
+            return found[-1][1]
+    rc = replace(rc, resume=exists and not fc.overwrite, overwrite=exists and fc.overwrite)
+    adapt(rc)
+    return list_adapters(run_dir)[-1][1]
 
 
 def describe(fc: FrontierConfig) -> dict:

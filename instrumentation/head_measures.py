@@ -207,12 +207,12 @@ ENCODER_SENTENCES = 500  # sentences whose Q/K/V give an encoder's features (as 
 
 def _run_validation_blocks(run_dir, seq_len: int) -> np.ndarray:
     """The validation blocks a run of ``aah-viz train`` held out (its manifest's data and split)."""
-    import json
     from pathlib import Path
 
+    from aah_viz.runlog import read_manifest
     from instrumentation.data import cut_blocks, load_token_stream
 
-    data = json.loads((Path(run_dir) / "manifest.json").read_text()).get("data") or {}
+    data = read_manifest(Path(run_dir)).get("data") or {}
     source, val = data.get("source"), int(data.get("val_blocks") or 0)
     if not source or val < 1:
         raise ConfigError(f"{run_dir}: its manifest names no training data with held-out blocks; pass --data TEXT")

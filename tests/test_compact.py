@@ -223,3 +223,24 @@ def test_a_damaged_run_is_not_compacted_without_force(small_run, capsys):
     assert main(["compact", str(small_run), "--no-progress", "--force"]) == 0
     assert len(paths.list_segments(small_run / "heads")) == 1
     assert any("16 rows share a (step, layer, head) key" in p for p in validate_run(small_run))
+
+
+def test_a_record_that_hides_segments_is_damage_and_nothing_deletes_them(small_run, capsys):
+    """A generation record naming one existing segment as the new set and eleven others as replaced hides
+    rows no swap of this run made: validate reports it as damage and never advises compact; compact
+    refuses, and compact --force keeps every hidden segment on disk."""
+    heads = small_run / "heads"
+    names = [p.name for p in paths.list_segments(heads)]
+    (heads / generations.RECORD).write_text(json.dumps({"generations": [{"added": names[:1], "replaces": names[1:]}]}))
+    problems = validate_run(small_run)
+    said = [p for p in problems if "heads" in p]
+    assert said and not any("compact" in p for p in problems), problems
+    assert any("hides 11 segments" in p for p in said) and validate_run(small_run) == problems
+    assert main(["compact", str(small_run)]) == 2
+    assert sorted(p.name for p in paths.list_segments(heads)) == sorted(names)
+    assert main(["compact", str(small_run), "--force"]) == 0
+    capsys.readouterr()
+    left = {p.name for p in paths.list_segments(heads)}
+    assert set(names[1:]) <= left  # what the record hides is kept
+    (heads / generations.RECORD).unlink()
+    assert len(pd.read_parquet(heads)) >= 12 * 8  # every step's rows are there to be read again

@@ -307,6 +307,21 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
+def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(logs, monkeypatch, tmp_path):
+    """/training?range=inf,5 (also 1e400,2 and -inf,inf): the page draws the full x range, no exception."""
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(PAGE_FILES["training"]).run()
+    full = at.slider(key="tr_range").value
+    for text in ("inf,5", "1e400,2", "-inf,inf", "nan,3"):
+        at.query_params["range"] = text
+        at.run()
+        assert not at.exception, (text, [e.value for e in at.exception])
+        assert at.slider(key="tr_range").value == full, text
+
+
 def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_path, monkeypatch):
     root = tmp_path / "live"
     run_dir = make_synthetic_run(root / "live-run", n_layer=2, n_head=4, steps=60, status="running")

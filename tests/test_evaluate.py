@@ -155,3 +155,26 @@ def test_evaluate_a_hugging_face_model_folder(tmp_path, tiny_causal_lm):
 def test_evaluate_errors_are_one_line(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--data", "x.txt", "--out", str(tmp_path / "o")]) == 2
     assert "neither a run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--batches", "0"], "--batches must be an integer >= 1, got 0"),
+        (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
+        (["--batch-size", "-3"], "--batch-size must be an integer >= 1, got -3"),
+    ],
+)
+def test_a_zero_count_is_named_as_such_not_as_a_short_text(trained, tmp_path, capsys, args, said):
+    run, data = trained
+    rc = main(["evaluate", str(run), "--data", str(data), "--out", str(tmp_path / "o"), "--no-progress", *args])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and said in err and "tokens" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_missing_text_is_named_without_advising_the_training_corpus(trained, tmp_path, capsys):
+    run, _ = trained
+    missing = tmp_path / "missing.txt"
+    assert main(["evaluate", str(run), "--data", str(missing), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--data {missing} is not a file" in err and "synthetic" not in err and len(err.splitlines()) == 1, err

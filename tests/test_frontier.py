@@ -287,3 +287,60 @@ def test_export_of_a_frontier_folder_beside_other_runs_needs_no_allow_mixed(tmp_
     assert len(got) == 4 and set(got["run"]) == {"fr"}
     # a paper table of the same runs still refuses to mix configurations
     assert main(["export", str(tmp_path / "logs"), "--table", "training", "--out", str(tmp_path / "t")]) == 2
+
+
+def _rows_without_timing(run: Path) -> dict[str, dict]:
+    """Every row of a frontier run, less what a clock measures (speed, elapsed time)."""
+    drop = ("speed_vs_unpatched", "elapsed_s", "seconds", "tokens_per_s", "peak_mem_mb")
+    return {name: {k: v for k, v in d.items() if k not in drop} for name, d in _details(run).items()}
+
+
+def test_the_same_command_gives_the_same_rows(llama, tmp_path):
+    """Two frontiers of the same command: every row equal, the zero-shot routing included (its untrained
+    AAH parameters are drawn from --seed, not from whatever the process drew before)."""
+    import torch as torch_mod
+
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert _frontier(llama, data, first, "--regimes", "full_adaptive", "--windows", "8,32").returncode == 0
+    torch_mod.manual_seed(12345)  # nothing of this process reaches the subprocess; the second call's draws differ
+    assert _frontier(llama, data, second, "--regimes", "full_adaptive", "--windows", "8,32").returncode == 0
+    a, b = _rows_without_timing(first), _rows_without_timing(second)
+    assert a.keys() == b.keys() and "full_adaptive_zero_shot" in a
+    for name in a:
+        assert a[name] == b[name], name
+
+
+@pytest.mark.slow
+def test_an_adaptation_is_reused_only_with_its_settings_and_overwrite_replaces_it(llama, tmp_path):
+    """--overwrite --adapt-lr 0.5 adapts afresh (the adapted row changes, the adapter run records lr 0.5);
+    without --overwrite, an adaptation run made with other settings is refused in one line."""
+    from aah_viz.runlog import load_run
+
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    common = ("--adapt-steps", "1", "--regimes", "full_adaptive", "--windows", "16,32")
+    assert _frontier(llama, data, out, *common).returncode == 0
+    before = _details(out)["full_adaptive_adapted"]
+    adapt_dir = tmp_path / before["adapt_run"]
+    old_uid = load_run(adapt_dir).manifest["run_uid"]
+    old_adapter = sorted((adapt_dir / "adapters").glob("step-*.safetensors"))[-1].read_bytes()
+
+    redo = _frontier(llama, data, out, *common, "--adapt-lr", "0.5", "--overwrite")
+    assert redo.returncode == 0, redo.stderr
+    after = _details(out)["full_adaptive_adapted"]
+    manifest = load_run(adapt_dir).manifest
+    assert manifest["retrofit"]["lr"] == 0.5 and manifest["run_uid"] != old_uid
+    assert sorted((adapt_dir / "adapters").glob("step-*.safetensors"))[-1].read_bytes() != old_adapter
+    assert after["adapt_run"] == before["adapt_run"]
+
+    # the frontier run gone, its adaptation left: a new frontier with another lr must not take it
+    import shutil
+
+    shutil.rmtree(out)
+    stale = _frontier(llama, data, out, *common, "--adapt-lr", "0.001")
+    assert stale.returncode == 2, stale.stderr
+    assert "other settings (lr)" in stale.stderr and len(stale.stderr.strip().splitlines()) == 1
+    assert load_run(adapt_dir).manifest["retrofit"]["lr"] == 0.5

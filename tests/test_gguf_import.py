@@ -58,16 +58,28 @@ def _tiny_llama():
     return LlamaForCausalLM(cfg).eval()
 
 
-def write_gguf(path: Path, model, architecture: str = "llama", q8_embedding: bool = False) -> dict[str, np.ndarray]:
-    """The model as llama.cpp would write it; returns the float weights a reader must get back."""
+def write_gguf(
+    path: Path,
+    model,
+    architecture: str = "llama",
+    q8_embedding: bool = False,
+    *,
+    block_count: int | None = None,
+    head_count: int | None = None,
+    bos_id: int = 257,
+    blocks_written: int | None = None,
+    extra_tensor: str | None = None,
+) -> dict[str, np.ndarray]:
+    """The model as llama.cpp would write it; returns the float weights a reader must get back. The
+    keywords make a damaged file: a header's block or head count, BOS id, fewer blocks, a stray tensor."""
     cfg = model.config
     w = gguf.GGUFWriter(str(path), architecture)
     w.add_name("tiny test llama")
-    w.add_block_count(cfg.num_hidden_layers)
+    w.add_block_count(cfg.num_hidden_layers if block_count is None else block_count)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count(cfg.num_attention_heads if head_count is None else head_count)
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(ROPE_THETA)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
@@ -79,7 +91,7 @@ def write_gguf(path: Path, model, architecture: str = "llama", q8_embedding: boo
     w.add_token_list(tokens)
     w.add_token_types([1] * 257 + [3, 3, 3])
     w.add_token_merges(["t h"])
-    w.add_bos_token_id(257)
+    w.add_bos_token_id(bos_id)
     w.add_eos_token_id(258)
     w.add_pad_token_id(259)
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
@@ -96,7 +108,9 @@ def write_gguf(path: Path, model, architecture: str = "llama", q8_embedding: boo
         w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     w.add_tensor("output.weight", sd["lm_head.weight"])
-    for i in range(cfg.num_hidden_layers):
+    if extra_tensor:
+        w.add_tensor(extra_tensor, np.zeros(4, dtype=np.float32))
+    for i in range(cfg.num_hidden_layers if blocks_written is None else blocks_written):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"])
         w.add_tensor(f"blk.{i}.attn_q.weight", _llama_cpp_permute(sd[p + "self_attn.q_proj.weight"], nh))
@@ -191,6 +205,35 @@ def test_other_architectures_and_damaged_files_are_refused_in_one_line(tiny_gguf
         assert "Traceback" not in proc.stderr
         assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["falcon.gguf", "notes.gguf", "truncated.gguf"]
+
+
+def test_a_header_and_tensors_that_disagree_are_refused_before_anything_is_built(tiny_gguf, tmp_path):
+    """Every tensor the architecture needs must be in the file and every tensor in it used; declared sizes
+    are the tensors' own (block_count 10^6 refused at once, not a model of 10^6 blocks built)."""
+    _, original, _ = tiny_gguf
+    cases = {
+        "three-of-two": (dict(block_count=3), "tensor blk.2.attn_norm.weight is missing"),
+        "one-block": (dict(blocks_written=1), "tensor blk.1.attn_norm.weight is missing"),
+        "zero-blocks": (dict(block_count=0), "block_count is 0"),
+        "million": (dict(block_count=10**6), "is above"),
+        "extra": (dict(extra_tensor="blk.0.attn_sinks.weight"), "tensor blk.0.attn_sinks.weight is not one"),
+        "more-blocks-than-header": (dict(block_count=1), "tensor blk.1.attn_norm.weight is not one"),
+        "no-heads": (dict(head_count=0), "head_count is 0"),
+        "bos": (dict(bos_id=10**6), "bos_token_id 1000000 is not an id"),
+    }
+    from aah_viz.errors import InputFormatError
+    from instrumentation.retrofit.gguf_import import read_summary
+
+    for name, (damage, fragment) in cases.items():
+        source = tmp_path / f"{name}.gguf"
+        write_gguf(source, original, **damage)
+        with pytest.raises(InputFormatError) as refused:
+            read_summary(source)  # what import-gguf reads first, before any model is built
+        assert fragment in str(refused.value) and "\n" not in str(refused.value), (name, refused.value)
+    out = tmp_path / "out"
+    proc = _cli(str(tmp_path / "three-of-two.gguf"), str(out))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "tensor blk.2.attn_norm.weight is missing" in proc.stderr and not out.exists()
 
 
 def test_an_existing_folder_is_never_overwritten(tiny_gguf, tmp_path):

@@ -111,6 +111,14 @@ def test_restart_discards_an_interrupted_probe(runs, tmp_path):
     big = runs / "big.conllu"
     code, _ = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(run, big)])
     assert code == 130 and (run / ".probe-progress").is_dir()
+    # the run moved: the same probe of it continues (what it probes is the run, not the path it had)
+    done = json.loads((run / ".probe-progress" / "meta.json").read_text())["done"]
+    moved = tmp_path / "moved"
+    run.rename(moved)
+    code, err = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(moved, big)])
+    assert code == 130 and "interrupted probe of other" not in err, err[-1000:]
+    assert json.loads((moved / ".probe-progress" / "meta.json").read_text())["done"] > done
+    moved.rename(run)
     assert main(_probe_args(run, big, "--max-docs", "2", "--restart", "--no-progress", "--json")) == 0
     assert not (run / ".probe-progress").exists()
 
@@ -123,3 +131,18 @@ def test_threads_are_honoured_by_every_pool(runs, capsys):
     )
     summary = json.loads(capsys.readouterr().out)
     assert summary["threads"] == {"torch": 1, "blas": 1}
+
+
+def test_a_progress_entry_that_is_not_a_folder_or_not_a_file_is_refused_in_one_line(tmp_path):
+    """A plain file named .probe-progress, or a FIFO named meta.json in it: refused at once, never read."""
+    from aah_viz.errors import InputFormatError
+    from aah_viz.probes.progress import FOLDER, META, ProbeProgress
+
+    (tmp_path / FOLDER).write_text("not a folder")
+    with pytest.raises(InputFormatError, match="is not a folder"):
+        ProbeProgress(tmp_path, "digest")
+    (tmp_path / FOLDER).unlink()
+    (tmp_path / FOLDER).mkdir()
+    os.mkfifo(tmp_path / FOLDER / META)
+    with pytest.raises(InputFormatError, match="is not a plain file"):
+        ProbeProgress(tmp_path, "digest").saved()

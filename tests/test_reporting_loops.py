@@ -140,3 +140,15 @@ def test_a_resumed_run_replaces_the_points_after_its_checkpoint_and_an_overwritt
     assert main([*shorter, "--overwrite"]) == 0
     assert [s for s, _ in _scalar_events(out / "tensorboard")] == [0, 1, 2]
     assert len(list((out / "tensorboard").iterdir())) == 1
+
+
+def test_a_bare_resume_keeps_reporting_where_the_run_reported(tmp_path):
+    """`train --resume` without --report-to: the run's recorded reporting (targets and cadence) goes on, so
+    TensorBoard holds every step, not the steps up to the interruption."""
+    out = tmp_path / "run"
+    base = [a for a in TRAIN if a not in ("--keep-checkpoints", "0")]
+    args = [*base, "--out", str(out), "--checkpoint-interval", "4", "--report-to", "tensorboard", "--report-every", "1"]
+    assert main(args) == 0
+    assert load_run(out).manifest["train"]["report"]["targets"] == ["tensorboard"]
+    assert main(["train", "--out", str(out), "--resume", "--steps", "12", "--no-progress"]) == 0
+    assert [s for s, _ in _scalar_events(out / "tensorboard")] == list(range(12))

@@ -41,8 +41,10 @@ def edit_manifest(run, **changes):
         ({"backend": {"resolved": ["x"]}}, "'backend' must map names to strings or null"),
         ({"config": {"w_min": "4"}}, "'config.w_min' must be a number >= 0"),
         ({"config": {"window_ablation_mode": ["adaptive"]}}, "'config.window_ablation_mode' must be a string"),
-        ({"n_layer": 3}, "'n_layer' is 3 but the heads table has layers 0..1"),
-        ({"n_head": 8}, "'n_head' is 8 but the heads table has heads 0..3"),
+        ({"n_layer": 3, "config": {"n_layer": 3}}, "'n_layer' is 3 but the heads table has layers 0..1"),
+        ({"n_head": 8, "config": {"n_head": 8}}, "'n_head' is 8 but the heads table has heads 0..3"),
+        ({"config": {"n_layer": 10**9}}, "'config.n_layer' must be an integer in [1, 1024]"),
+        ({"config": {"n_head": 5}}, "'config.n_head' is 5, but field 'n_head' says 4"),
     ],
 )
 def test_a_bad_manifest_is_one_error_naming_the_key_for_load_run_and_validate(run, changes, named):

@@ -404,7 +404,7 @@ def test_sigterm_closes_the_run_cleanly_and_a_bare_resume_matches_the_uninterrup
     assert proc.returncode == 2, err[-2000:]
     assert "stopped by SIGTERM after step 9" in err and "Traceback" not in err
     run = load_run(out)
-    assert run.manifest["status"] == "failed"
+    assert run.manifest["status"] == "stopped"
     # closed, nothing missing: not an interrupted run, but not a finished one either; validate and the Runs page
     # say where it stopped and how to go on
     said = f"stopped at step 9 by a signal (SIGTERM); resume with aah-viz train --out {out} --resume"
@@ -497,6 +497,16 @@ def test_a_checkpoint_of_another_run_or_step_or_config_is_refused_with_the_reaso
     warm = read_manifest(mine)["config"]["warmup_steps"]
     _extend_is_refused(run, capsys, f"written with config warmup_steps={warm + 7}, but the run records "
                        f"warmup_steps={warm}")  # fmt: skip
+    # without a run id, while the run has one: refused, whatever else agrees
+    payload = torch.load(ckpt.checkpoint_path(mine, 5), weights_only=True)
+    del payload["run_uid"]
+    torch.save(payload, newest)
+    _extend_is_refused(run, capsys, f"records no run id while this run is {uid}")
+    # another seed's checkpoint given this run's id: the seed tells it apart
+    payload = torch.load(ckpt.checkpoint_path(other, 5), weights_only=True)
+    payload["run_uid"] = uid
+    torch.save(payload, newest)
+    _extend_is_refused(run, capsys, "written with seed 4, but the run records 3")
     # the run's own checkpoint: the extension goes ahead
     shutil.copy(ckpt.checkpoint_path(mine, 5), newest)
     assert main(["train", "--out", str(run), "--resume", "--steps", "8", "--no-progress", "--threads", "1"]) == 0

@@ -85,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a module of this project went missing: a bug, with its traceback
         print(f"aah-viz: error: {missing}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.filename is None and not isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise  # not a file the user named: a bug, with its traceback
+        where = str(err.filename) if err.filename is not None else ""
+        shown = where[:200] + ("..." if len(where) > 200 else "")
+        print(f"aah-viz: error: {shown}: {err.strerror or type(err).__name__}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("aah-viz: error: an input is nested too deeply to be read (a crafted JSON file?)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("aah-viz: interrupted", file=sys.stderr)
         return 130

@@ -13,11 +13,10 @@ from aah_viz.paired_timing import check_pairs
 
 def torch_with_threads(threads: int | None):
     """torch, set to ``threads`` CPU threads when given (0 or None: torch's own choice)."""
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import require_torch, set_threads
 
     torch = require_torch()
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     return torch
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.errors import ConfigError
 from aah_viz.paired_timing import (
     add_clock_argument,
     add_pairs_argument,
@@ -45,6 +46,13 @@ def run(args) -> int:
     from aah_viz.runlog.compact import compact_run
     from aah_viz.runlog.synthetic import make_synthetic_run
 
+    for flag, value, lo, hi in (
+        ("--segments", args.segments, 2, 1_000_000),
+        ("--layers", args.layers, 1, 1024),
+        ("--heads", args.heads, 1, 1024),
+    ):
+        if not lo <= value <= hi:
+            raise ConfigError(f"{flag} {value}: give a whole number from {lo} to {hi}")
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-") as tmp:
         before = Path(tmp) / "segments"
         print(f"generating a run of {args.segments} heads segments ...", file=sys.stderr)

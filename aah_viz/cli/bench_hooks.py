@@ -59,7 +59,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from aah_viz.errors import ConfigError
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import require_torch, set_threads
 
     if args.report_every < 0:
         raise ConfigError(f"--report-every must be >= 0, got {args.report_every}")
@@ -67,11 +67,10 @@ def run(args) -> int:
         from aah_viz.reporting.options import check_installed
 
         check_installed([args.report_to])
-    torch = require_torch()
+    require_torch()
     from instrumentation import bench_hooks
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     result = bench_hooks(
         preset=args.preset,
         regime=args.regime,

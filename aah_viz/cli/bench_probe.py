@@ -64,13 +64,12 @@ def _source(target, device: str):
 
 def run(args: argparse.Namespace) -> int:
     from aah_viz.cli.probe import read_inputs
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import require_torch, set_threads
 
     check_pairs(args.pairs)
     syntax_docs, coref_docs, _, _ = read_inputs(args)
-    torch = require_torch()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    require_torch()
+    set_threads(args.threads)
     from instrumentation import bench_probe
 
     source = _source(args.target, args.device)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aah_viz.errors import RunLogError
+from aah_viz.errors import ConfigError, RunLogError
 
 
 def app_path() -> Path:
@@ -45,9 +45,31 @@ def streamlit_command(logs: Path, port: int, address: str, reference: Path | Non
     return cmd
 
 
+def check_serving(address: str, port: int) -> None:
+    """One line for a port outside 1..65535 or an address this machine cannot serve on (before Streamlit starts)."""
+    import socket
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port}: a TCP port is a whole number from 1 to 65535")
+    if not address or len(address) > 253:
+        raise ConfigError(f"--address {address[:60]!r}: give an IP address or a host name such as 127.0.0.1")
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICSERV)
+        family, kind, proto, _, where = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except (OSError, UnicodeError, ValueError) as err:
+        raise ConfigError(
+            f"--address {address[:60]} --port {port}: cannot serve there ({type(err).__name__}: "
+            f"{str(err)[:80]}); give an address of this machine (127.0.0.1) and a free port"
+        ) from None
+
+
 def run(args) -> int:
     from aah_viz.dashboard import config
 
+    check_serving(args.address, args.port)
     logs = Path(args.logs).expanduser().resolve() if args.logs else config.default_logs_root()
     if not logs.is_dir():
         raise RunLogError(f"logs root {logs} is not a folder; give --logs DIR, a folder holding run directories")

@@ -107,12 +107,13 @@ def load_model(args):
     """The model ``--source`` names (run, checkpoint, model folder, adapter), as evaluate and profile load it."""
     from aah_viz.torch_import import require_torch
 
-    torch = require_torch()
+    require_torch()
     from instrumentation import check_device, load_for_evaluation
 
     check_device(args.device)  # an unknown device is the argument's fault, never the checkpoint's
-    if args.threads:
-        torch.set_num_threads(int(args.threads))
+    from aah_viz.torch_import import set_threads
+
+    set_threads(args.threads)
     return load_for_evaluation(
         args.source,
         checkpoint=args.checkpoint,

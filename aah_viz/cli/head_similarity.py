@@ -97,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     run_dir = Path(args.run)
-    if not (run_dir / "manifest.json").is_file():
+    from aah_viz.runlog.paths import is_run
+
+    if not is_run(run_dir):
         raise RunLogError(f"{run_dir} is not a run directory (no manifest.json)")
     loaded_run = load_run(run_dir)
     present = set(loaded_run.tables())
@@ -147,11 +149,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(args, run_dir: Path):
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import require_torch, set_threads
 
-    torch = require_torch()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    require_torch()
+    set_threads(args.threads)
     syntax_docs, coref_docs = ([], []) if args.no_probes else _probe_documents(args)
     from instrumentation import measure_heads
 

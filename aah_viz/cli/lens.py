@@ -57,8 +57,6 @@ def run(args) -> int:
     _positive("docs", args.docs)
     _positive("max-tokens", args.max_tokens, 2)
     _positive("top-k", args.top_k)
-    if args.threads is not None:
-        _positive("threads", args.threads)
     docs = documents(args)  # bad input is refused before any model loads
     from aah_viz.runlog.paths import list_adapters, list_checkpoints
 
@@ -67,18 +65,15 @@ def run(args) -> int:
             f"{args.run} has no checkpoint or adapter to run: the lens needs a run of aah-viz train "
             "(with checkpoints) or of aah-viz retrofit"
         )
-    from aah_viz.torch_import import require_torch
+    from aah_viz.torch_import import quiet_model_loading, require_torch, set_threads
 
-    torch = require_torch()
+    require_torch()
     from instrumentation import check_device, load_for_evaluation, record_lens, write_lens
 
     check_device(args.device)
+    set_threads(args.threads)
     if args.no_progress:
-        from aah_viz.torch_import import quiet_model_loading
-
         quiet_model_loading()
-    if args.threads:
-        torch.set_num_threads(int(args.threads))
     loaded = load_for_evaluation(args.run, checkpoint=args.checkpoint, base_model=args.model, device=args.device)
     from tqdm.auto import tqdm
 

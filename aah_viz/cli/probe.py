@@ -155,14 +155,14 @@ def read_inputs(args):
 
 
 def _output_run(target, args, source):
-    from aah_viz.schema import MANIFEST
+    from aah_viz.runlog.paths import is_run
 
     if target.run_dir is not None and args.out is None:
         return target.run_dir
     if args.out is None:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
     out = Path(args.out)
-    if (out / MANIFEST).is_file():
+    if is_run(out):
         return out
     from aah_viz.runlog import RunWriter, make_manifest
 
@@ -276,7 +276,7 @@ def _progress(target, args, source, step, windows, syntax_docs, coref_docs):
 
     run_dir = target.run_dir if target.run_dir is not None and args.out is None else Path(args.out)
     digest = fingerprint(
-        model=str(Path(target.model_path).resolve()),
+        model=_model_identity(target),
         kind=target.kind,
         step=step,
         windows=np.asarray(windows, dtype=np.int64),
@@ -295,6 +295,22 @@ def _progress(target, args, source, step, windows, syntax_docs, coref_docs):
     else:
         saved.saved()  # an interrupted probe of something else: refused before any work
     return saved
+
+
+def _model_identity(target) -> str:
+    """What the probed model is: inside a run, the run's id and the file's place in it (a moved or copied
+    run continues its interrupted probe); else the model's resolved path."""
+    from aah_viz.runlog import read_manifest
+
+    model = Path(target.model_path).resolve()
+    if target.run_dir is None:
+        return str(model)
+    try:
+        inside = model.relative_to(Path(target.run_dir).resolve())
+        uid = read_manifest(target.run_dir).get("run_uid")
+    except (ValueError, RunLogError):
+        return str(model)
+    return f"run {uid}/{inside.as_posix()}" if isinstance(uid, str) else str(model)
 
 
 def _limit_threads(threads: int | None):

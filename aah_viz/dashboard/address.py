@@ -8,6 +8,7 @@ data) is dropped for the default: the address is data, never trusted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import streamlit as st
@@ -26,7 +27,7 @@ def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
         try:
             st.session_state[key] = parse(text)
             return
-        except (ValueError, TypeError, KeyError, IndexError):
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError):
             pass  # not a value this widget can take: fall through to the session's or the default
     if key not in st.session_state:
         st.session_state[key] = st.session_state.get(KEEP + key, default)
@@ -129,9 +130,17 @@ def flag_text(value) -> str:
     return "1" if value else "0"
 
 
+def _finite(text: str) -> float:
+    """A number from the address; ``inf``, ``1e400`` and ``nan`` are refused (int(inf) would raise OverflowError)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def number_in(lo: float, hi: float, cast=float) -> Callable[[str], object]:
     def parse(text: str):
-        value = cast(float(text))
+        value = cast(_finite(text))
         if not lo <= value <= hi:
             raise ValueError(text)
         return value
@@ -143,7 +152,7 @@ def range_in(lo: float, hi: float, cast=float) -> Callable[[str], tuple]:
     """``a,b`` with lo <= a < b <= hi (clipped into the data's range)."""
 
     def parse(text: str):
-        a, b = (cast(float(t)) for t in text.split(","))
+        a, b = (cast(_finite(t)) for t in text.split(","))
         a, b = max(cast(lo), a), min(cast(hi), b)
         if not a < b:
             raise ValueError(text)

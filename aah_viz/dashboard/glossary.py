@@ -122,7 +122,8 @@ TERMS: dict[str, tuple[str, str]] = {
     ),
     "status": (
         "status",
-        "running: the writer is open (or died without closing; a stale heartbeat says so); finished; failed.",
+        "running: the writer is open (or died without closing; a stale heartbeat says so); finished; failed (an "
+        "error ended it); stopped (a signal ended training after a step; resume continues it).",
     ),
     "single_seed": (
         "single seed",

@@ -24,6 +24,7 @@ from aah_viz.dashboard import summary as run_summary
 from aah_viz.dashboard.common import plain
 from aah_viz.errors import AAHVizError, UnsafePathError
 from aah_viz.runlog import resolve_under
+from aah_viz.runlog.paths import manifest_path
 
 LOGS_ROOT = "logs_root"
 REFERENCE_DIR = "reference_dir"
@@ -62,7 +63,7 @@ def run_stamp(root: str, key: str) -> int:
     base = Path(root) / key
     total = 0
     try:
-        total += os.stat(base / "manifest.json").st_mtime_ns
+        total += os.stat(manifest_path(base)).st_mtime_ns
         with os.scandir(base) as entries:
             for e in entries:
                 if e.is_dir(follow_symlinks=False):

@@ -38,7 +38,7 @@ from aah_viz import coverage
 from aah_viz.errors import AAHVizError, InputFormatError
 from aah_viz.export.paper_columns import TABLE1_SCALARS, TABLE2_KEYS
 from aah_viz.regimes import paper_rank, regime_named, slug
-from aah_viz.runlog import RunWriter, make_manifest
+from aah_viz.runlog import RunWriter, make_manifest, read_manifest
 from aah_viz.runlog.paths import resolve_under
 from aah_viz.schema import STATUS_IMPORTED
 
@@ -306,8 +306,8 @@ def _run_dir(out_dir: Path, run_id: str, overwrite: bool) -> Path:
         )
     if path.exists() and overwrite:
         try:
-            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            manifest = read_manifest(path)
+        except (OSError, ValueError, AAHVizError):
             manifest = {}
         if not manifest.get("imported"):
             raise AAHVizError(

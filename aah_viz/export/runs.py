@@ -15,6 +15,7 @@ from pathlib import Path
 from aah_viz.errors import AAHVizError, RunLogError
 from aah_viz.regimes import paper_rank
 from aah_viz.runlog import discover_runs, load_run
+from aah_viz.runlog.paths import is_run
 
 
 class MixedConfigError(AAHVizError):
@@ -26,7 +27,7 @@ def collect_runs(paths: Iterable[str | os.PathLike]) -> list:
     runs, seen = [], set()
     for p in paths:
         p = Path(p)
-        if (p / "manifest.json").is_file():
+        if is_run(p):
             found = [p]
         elif p.is_dir():
             found = discover_runs(p)

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from aah_viz.errors import AAHVizError, InputFormatError
+from aah_viz.runlog.paths import PROBE_PROGRESS_DIR, run_entry
 
-FOLDER = ".probe-progress"
+FOLDER = PROBE_PROGRESS_DIR  # declared with every entry of a run in runlog.paths
 STATE, META = "state.npz", "meta.json"
 NUMBERS = (int, float, np.integer, np.floating)
 SAVE_EVERY_S = 300.0  # a killed probe loses at most this much work
@@ -106,11 +107,19 @@ def _restore(objects: dict[str, object], arrays, meta: dict) -> None:
                 setattr(obj, attr, list(kind[1]) if kind[0] == "list" else kind[1])
 
 
+def _regular(path: Path) -> Path:
+    """``path`` when it is a plain file (a FIFO or a device would block the read): else refused."""
+    run_entry(path.parent.parent, FOLDER, path.name)
+    if path.is_symlink() or not path.is_file():
+        raise InputFormatError(f"{path} is not a plain file: pass --restart to discard the interrupted probe")
+    return path
+
+
 class ProbeProgress:
     """The saved state of one probe in ``run_dir/.probe-progress``; ``stop`` is set by a signal handler."""
 
     def __init__(self, run_dir: str | Path, digest: str, *, total: int = 0, every_s: float = SAVE_EVERY_S):
-        self.folder = Path(run_dir) / FOLDER
+        self.folder = run_entry(run_dir, FOLDER)  # refused when a link leads out of the run
         self.digest = digest
         self.total = total
         self.every_s = every_s
@@ -118,10 +127,18 @@ class ProbeProgress:
         self._saved_at = time.monotonic()
         if self.folder.is_symlink():
             raise InputFormatError(f"{self.folder} is a link; a run's files must lie inside it: remove it")
+        if self.folder.exists() and not self.folder.is_dir():
+            raise InputFormatError(
+                f"{self.folder} is not a folder; it is where a probe keeps its progress: move it out of the run"
+            )
 
     def saved(self) -> dict | None:
         """The saved meta of this probe, None when there is none; another probe's is refused."""
-        meta_path = self.folder / META
+        meta_path = run_entry(self.folder.parent, FOLDER, META)  # a link out or a hard link: refused
+        if meta_path.is_symlink() or (meta_path.exists() and not meta_path.is_file()):
+            raise InputFormatError(
+                f"{meta_path} is not a plain file: pass --restart to discard the interrupted probe and start over"
+            )
         if not meta_path.is_file():
             return None
         try:
@@ -145,7 +162,7 @@ class ProbeProgress:
         if meta is None:
             return 0
         try:
-            with np.load(self.folder / STATE, allow_pickle=False) as z:
+            with np.load(_regular(self.folder / STATE), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
             _restore(objects, arrays, meta["state"])
         except (OSError, ValueError, KeyError, TypeError):

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog.paths import CHECKPOINT_SUFFIX, list_adapters, list_checkpoints, step_of
-from aah_viz.schema import MANIFEST
+from aah_viz.runlog.paths import CHECKPOINT_SUFFIX, is_run, list_adapters, list_checkpoints, step_of
 
 
 @dataclass
@@ -29,7 +28,7 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
         raise RunLogError(
             f"{path} does not exist; give a run directory, a checkpoint (.pt) or a Hugging Face model folder"
         )
-    if path.is_dir() and (path / MANIFEST).is_file():
+    if path.is_dir() and is_run(path):
         found, kind = list_checkpoints(path), "aah"
         if not found and list_adapters(path):
             found, kind = list_adapters(path), "retrofit"
@@ -47,7 +46,7 @@ def resolve_target(text: str, step: int | None = None) -> ProbeTarget:
             chosen = match[0]
         return ProbeTarget(kind, chosen[1], path, chosen[0])
     if path.is_file() and path.suffix == ".pt":
-        run_dir = path.parent.parent if (path.parent.parent / MANIFEST).is_file() else None
+        run_dir = path.parent.parent if is_run(path.parent.parent) else None
         return ProbeTarget("aah", path, run_dir, step_of(path.name, CHECKPOINT_SUFFIX))
     if path.is_dir() and (path / "config.json").is_file():
         return ProbeTarget("hf", path, None, None)

@@ -21,6 +21,7 @@ from aah_viz.reporting import from_run
 from aah_viz.reporting.scalars import routing_scalars, scalars_at
 from aah_viz.reporting.sinks import TensorBoardSink
 from aah_viz.runlog import discover_runs, load_run
+from aah_viz.runlog.paths import is_run
 from aah_viz.runlog.validate import damage
 
 MAX_REASONS = 5
@@ -31,7 +32,7 @@ def collect(paths) -> list[Path]:
     """Run directories: each path a run, or a folder holding runs."""
     found: list[Path] = []
     for p in map(Path, paths):
-        if (p / "manifest.json").is_file():
+        if is_run(p):
             found.append(p)
         elif p.is_dir() and (runs := discover_runs(p)):
             found.extend(runs)
@@ -100,6 +101,12 @@ def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool =
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     names = folder_names(runs)
+    linked = [out / n for n in names if (out / n).is_symlink() or (out / n).exists() and not (out / n).is_dir()]
+    if linked:
+        raise ConfigError(
+            f"{linked[0]} is a link or not a folder; --overwrite replaces only export folders: remove it, "
+            "or give another --out"
+        )
     taken = [out / n for n in names if (out / n).exists()]
     if taken and not overwrite:
         raise ConfigError(

@@ -67,7 +67,7 @@ def compact_locked(run_dir: Path, *, min_segments: int = 2, durable: bool = True
         for tmp in paths.list_temp_files(directory):
             tmp.unlink(missing_ok=True)
         generations.finish(directory, durable=durable)
-        segments = paths.list_segments(directory)
+        segments, _ = generations.visible_segments(directory)  # what a record hides stays as it is
         if len(segments) < max(2, min_segments):
             continue
         parts, used, left = _read_all(segments)

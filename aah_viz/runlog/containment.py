@@ -45,7 +45,8 @@ def _is_table_link(entry: os.DirEntry, run_dir: Path) -> bool:
 
 def escapes(run_dir: str | os.PathLike) -> list[str]:
     """One line per file of ``run_dir`` that leads outside it: the manifest, the lock, a table folder or a
-    file in one that is a symbolic link to somewhere else, and generation records naming other files."""
+    file in one that is a symbolic link to somewhere else, every declared entry (``paths.RUN_ENTRIES``) or
+    file in one that the gate refuses (a link out, a hard link), and generation records naming other files."""
     run_dir = Path(run_dir)
     root = run_dir.resolve()
     found = []
@@ -62,6 +63,10 @@ def escapes(run_dir: str | os.PathLike) -> list[str]:
             target = _outside(run_dir / entry.name, root)
             if target is not None:
                 found.append(link_note(entry.name, target))
+    covered = {MANIFEST, paths.LOCK_NAME}  # their links are named above
+    for problem in paths.entry_problems(run_dir):
+        if not any(problem.startswith(f"{run_dir}/{name} is a symbolic link") for name in covered):
+            found.append(problem)
     for table in paths.list_table_dirs(run_dir):
         directory = run_dir / table
         for entry in sorted(os.scandir(directory), key=lambda e: e.name):

@@ -12,7 +12,7 @@ import numpy as np
 
 from aah_viz.analysis.queries import last_step_of, segment_step_bounds
 from aah_viz.runlog.validate import set_aside_problems, stop_notice
-from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED
+from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_STOPPED
 
 
 def missing_step_ranges(bounds: np.ndarray, planned_end: int | None = None) -> list[tuple[int, int]]:
@@ -58,7 +58,7 @@ def damage_warnings(run) -> list[str]:
     planned = run.manifest.get("steps")
     finished = run.manifest.get("status") == STATUS_FINISHED and isinstance(planned, int) and planned > 0
     bounds = segment_step_bounds(run, "heads")
-    if run.manifest.get("status") == STATUS_FAILED:  # say why it ended early and how to go on
+    if run.manifest.get("status") in (STATUS_FAILED, STATUS_STOPPED):  # say why it ended early and how to go on
         last = int(bounds[:, 1].max()) if len(bounds) else last_step_of(run, "scalars")
         stopped = stop_notice(run.path, run.manifest, run.events("terminated"), last)
         notes += [stopped] if stopped else []

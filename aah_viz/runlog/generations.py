@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from aah_viz.runlog import paths
+from aah_viz.runlog import bounded_json, paths
 from aah_viz.runlog.segment_io import write_temp
 
 RECORD = "_generations.json"
@@ -45,7 +46,7 @@ KEEP = 8  # generations remembered: a reader whose listing is older than 8 swaps
 def _load(directory: Path) -> tuple[list[dict], str | None]:
     """The record's generations as written (names unchecked), or ([], why it cannot be used)."""
     try:
-        data = json.loads((directory / RECORD).read_bytes())
+        data = bounded_json.loads(bounded_json.read_regular(directory / RECORD))
     except FileNotFoundError:
         return [], None
     except (OSError, ValueError) as err:
@@ -153,17 +154,47 @@ def replace_segments(
     return [directory / name for name, _ in new]
 
 
-def unfinished(directory: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """(old segments a finished swap has not deleted yet, new segments of a swap that never finished)."""
+def _rows(path: Path) -> int | None:
+    try:
+        return int(pq.read_metadata(path).num_rows)
+    except Exception:  # noqa: BLE001 - unreadable: its rows cannot be accounted for
+        return None
+
+
+def _accounted(directory: Path, gen: dict, present: list[str]) -> bool:
+    """Whether the swap's new segments can hold the rows of the old ones still there: true of every swap
+    this package makes (compaction keeps every row; a re-probe replaces a step's rows by as many), not of a
+    record written to hide segments. Only such old segments may be deleted."""
+    old = [_rows(directory / n) for n in present]
+    new = [_rows(directory / n) for n in gen["added"]]
+    return None not in old and None not in new and sum(old) <= sum(new)
+
+
+def _swaps(directory: Path) -> tuple[list[str], list[str], list[str]]:
     listed = {p.name for p in paths.list_segments(directory)}
     generations, _ = read_record(directory)
-    stale, orphans = [], []
+    stale, orphans, hidden = [], [], []
     for gen in generations:
         if all(name in listed for name in gen["added"]):
-            stale += [n for n in gen["replaces"] if n in listed]
+            present = [n for n in gen["replaces"] if n in listed]
+            if present:
+                (stale if _accounted(directory, gen, present) else hidden).extend(present)
         else:
             orphans += [n for n in gen["added"] if n in listed]
-    return sorted(set(stale)), sorted(set(orphans))
+    hidden = sorted(set(hidden))
+    return sorted(set(stale) - set(hidden)), sorted(set(orphans)), hidden
+
+
+def unfinished(directory: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(old segments a finished swap has not deleted yet, new segments of a swap that never finished).
+    Old segments whose rows the swap's new ones cannot hold are not among them (``unaccounted``)."""
+    stale, orphans, _ = _swaps(Path(directory))
+    return stale, orphans
+
+
+def unaccounted(directory: str | os.PathLike) -> list[str]:
+    """Segments the record hides whose rows its new segments cannot hold: never deleted (validate reports them)."""
+    return _swaps(Path(directory))[2]
 
 
 def finish(directory: str | os.PathLike, durable: bool = True) -> tuple[list[str], list[str]]:

@@ -17,6 +17,8 @@ import pyarrow
 
 from aah_viz._version import __version__
 from aah_viz.errors import RunLogError, SchemaVersionError
+from aah_viz.runlog import bounded_json
+from aah_viz.runlog.bounded_json import read_regular
 from aah_viz.runlog.paths import atomic_write_bytes, manifest_path
 from aah_viz.schema import (
     SCHEMA_VERSION,
@@ -24,10 +26,11 @@ from aah_viz.schema import (
     STATUS_FINISHED,
     STATUS_IMPORTED,
     STATUS_RUNNING,
+    STATUS_STOPPED,
     parse_version,
 )
 
-STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED)
+STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_IMPORTED, STATUS_STOPPED)
 
 # field -> (python types accepted, meaning); docs/log-format.md lists the same
 REQUIRED_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -195,7 +198,7 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     if not Path(run_dir).is_dir():
         raise RunLogError(f"{run_dir} is not a run directory (no such folder); give a folder holding manifest.json")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")
     except FileNotFoundError:
         raise RunLogError(
             f"{run_dir} is not a run directory: {path.name} is missing (was the run started with aah-viz train?)"
@@ -207,8 +210,8 @@ def read_manifest(run_dir: str | os.PathLike) -> dict:
     except OSError as err:
         raise RunLogError(f"cannot read {path}: {err.strerror or err}") from None
     try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as err:
+        manifest = bounded_json.loads(text)
+    except ValueError as err:
         raise RunLogError(f"{path} is not valid JSON ({err}); the run directory is damaged") from None
     if not isinstance(manifest, dict):
         raise RunLogError(f"{path} must hold a JSON object, found {type(manifest).__name__}")
@@ -327,6 +330,7 @@ def manifest_problems(manifest: dict) -> list[str]:
         if _is_int(value) and not lo <= value <= hi:
             problems.append(f"manifest.json: field {field!r} must be in [{lo}, {hi}], got {value}")
     problems += _config_problems(manifest.get("config"))
+    problems += _mirror_problems(manifest)
     backend = manifest.get("backend")
     if isinstance(backend, dict) and not all(v is None or isinstance(v, str) for v in backend.values()):
         problems.append(f"manifest.json: field 'backend' must map names to strings or null, got {_shown(backend)}")
@@ -349,6 +353,29 @@ def _config_problems(config: Any) -> list[str]:
     for key in CONFIG_BOOLS:
         if config.get(key) is not None and not isinstance(config[key], bool):
             problems.append(f"manifest.json: field 'config.{key}' must be true or false, got {_shown(config[key])}")
+    return problems
+
+
+# config keys that say again what a top-level field says: they must agree (a page or a command may read either)
+MIRRORED = ("n_layer", "n_head", "max_depth")
+
+
+def _mirror_problems(manifest: dict) -> list[str]:
+    config = manifest.get("config")
+    if not isinstance(config, dict):
+        return []
+    problems = []
+    for key in MIRRORED:
+        if key not in config:
+            continue
+        value, top = config[key], manifest.get(key)
+        lo, hi = LIMITS[key]
+        if not (_is_int(value) and lo <= value <= hi):
+            problems.append(
+                f"manifest.json: field 'config.{key}' must be an integer in [{lo}, {hi}], got {_shown(value)}"
+            )
+        elif _is_int(top) and value != top:
+            problems.append(f"manifest.json: field 'config.{key}' is {value}, but field {key!r} says {top}")
     return problems
 
 

@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,107 @@ QUARANTINE_SUFFIX = ".corrupt"
 
 def manifest_path(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / MANIFEST
+
+
+def is_run(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is a run directory: it holds a ``manifest.json`` file."""
+    return manifest_path(folder).is_file()
+
+
+# ---------------------------------------------------------------------------- the run's entries
+# Every file or folder a command reads or writes inside a run, besides the table folders (segments:
+# below), declared once: name -> "file" or "folder". Each is opened, listed, replaced and deleted
+# through ``run_entry`` / ``entry_files``, which refuse a link leading out of the run and a
+# hard-linked file; ``entry_problems`` lists the same for validate and every writer's lock.
+CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routing state of a step
+ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
+TENSORBOARD_DIR = "tensorboard"  # --report-to tensorboard: the event files
+PROBE_PROGRESS_DIR = ".probe-progress"  # an interrupted aah-viz probe's saved state
+INPUTS_DIR = "inputs"  # aah-viz frontier: the split texts its adaptation runs read
+RUN_ENTRIES: dict[str, str] = {
+    MANIFEST: "file",
+    LOCK_NAME: "file",
+    CHECKPOINT_DIR: "folder",
+    ADAPTER_DIR: "folder",
+    TENSORBOARD_DIR: "folder",
+    PROBE_PROGRESS_DIR: "folder",
+    INPUTS_DIR: "folder",
+}
+
+
+def _leads_out(path: Path, root: Path) -> str | None:
+    target = path.resolve()
+    root = root.resolve()
+    return None if target == root or root in target.parents else str(target)
+
+
+def entry_problem(path: Path, run_dir: str | os.PathLike) -> str | None:
+    """Why ``path`` (an entry of the run, or a file in one) must not be used: a symbolic link leading out
+    of the run, or a file with other names (a hard link: writing it writes them). None when it may."""
+    root = Path(run_dir)
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        return f"{path} cannot be examined ({type(err).__name__})"
+    try:
+        shown = path.relative_to(root).as_posix()
+    except ValueError:
+        shown = str(path)
+    if stat.S_ISLNK(st.st_mode):
+        target = _leads_out(path, root)
+        if target is not None:
+            return (
+                f"{root}/{shown} is a symbolic link to {target}, outside the run: the run is damaged (a run's "
+                "files must stay inside it); nothing reads or writes through it: remove the link"
+            )
+    elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        return (
+            f"{root}/{shown} is a hard-linked file ({st.st_nlink} names): the run is damaged (writing it would "
+            "change a file elsewhere); nothing reads or writes it: replace it by a copy"
+        )
+    return None
+
+
+def run_entry(run_dir: str | os.PathLike, name: str, *inside: str) -> Path:
+    """The path of the declared entry ``name`` of a run (``inside``: a file in that folder), refused with
+    :class:`UnsafePathError` when the entry or the file is a link leading out of the run or hard-linked."""
+    if name not in RUN_ENTRIES:
+        raise ValueError(f"{name!r} is not a declared entry of a run (runlog.paths.RUN_ENTRIES)")
+    path = Path(run_dir) / name
+    for part in (path, path.joinpath(*inside)) if inside else (path,):
+        problem = entry_problem(part, run_dir)
+        if problem:
+            raise UnsafePathError(problem)
+    return path.joinpath(*inside)
+
+
+def entry_files(run_dir: str | os.PathLike, name: str) -> list[Path]:
+    """The names in the declared folder ``name`` of a run (none when it is absent), each through the gate."""
+    folder = run_entry(run_dir, name)
+    try:
+        names = sorted(e.name for e in os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [run_entry(run_dir, name, n) for n in names]
+
+
+def entry_problems(run_dir: str | os.PathLike) -> list[str]:
+    """One line per declared entry of a run, or file in a declared folder, that the gate refuses."""
+    found = []
+    for name, kind in RUN_ENTRIES.items():
+        path = Path(run_dir) / name
+        problem = entry_problem(path, run_dir)
+        if problem:
+            found.append(problem)
+            continue
+        if kind == "folder" and path.is_dir():
+            with contextlib.suppress(OSError):
+                for e in sorted(os.scandir(path), key=lambda e: e.name):
+                    if problem := entry_problem(path / e.name, run_dir):
+                        found.append(problem)
+    return found
 
 
 def check_table_name(name: str) -> str:
@@ -280,8 +382,6 @@ def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> 
 
 
 # ---------------------------------------------------------------------------- model files
-CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routing state of a step
-ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
 CHECKPOINT_SUFFIX = ".pt"
 ADAPTER_SUFFIX = ".safetensors"
 OPTIMIZER_SUFFIX = ".optimizer.pt"  # beside each adapter: its optimizer and RNG state
@@ -301,36 +401,34 @@ def step_of(name: str, suffix: str) -> int | None:
 
 def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
     """``<run>/checkpoints/step-XXXXXXXX.pt`` (``run_dir`` "" gives the path inside the run)."""
-    return Path(run_dir) / CHECKPOINT_DIR / step_file_name(step, CHECKPOINT_SUFFIX)
+    if str(run_dir) == "":
+        return Path(CHECKPOINT_DIR) / step_file_name(step, CHECKPOINT_SUFFIX)
+    return run_entry(run_dir, CHECKPOINT_DIR, step_file_name(step, CHECKPOINT_SUFFIX))
 
 
 def adapter_path(run_dir: str | os.PathLike, step: int) -> Path:
     """``<run>/adapters/step-XXXXXXXX.safetensors``."""
-    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, ADAPTER_SUFFIX)
+    return run_entry(run_dir, ADAPTER_DIR, step_file_name(step, ADAPTER_SUFFIX))
 
 
 def adapter_optimizer_path(run_dir: str | os.PathLike, step: int) -> Path:
     """``<run>/adapters/step-XXXXXXXX.optimizer.pt``: the optimizer and RNG state of an adapter's step."""
-    return Path(run_dir) / ADAPTER_DIR / step_file_name(step, OPTIMIZER_SUFFIX)
+    return run_entry(run_dir, ADAPTER_DIR, step_file_name(step, OPTIMIZER_SUFFIX))
 
 
-def _list_steps(folder: Path, suffix: str) -> list[tuple[int, Path]]:
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    found = [(step, folder / e.name) for e in entries if (step := step_of(e.name, suffix)) is not None and e.is_file()]
-    return sorted(found)
+def _list_steps(run_dir: str | os.PathLike, name: str, suffix: str) -> list[tuple[int, Path]]:
+    found = [(step, p) for p in entry_files(run_dir, name) if (step := step_of(p.name, suffix)) is not None]
+    return sorted((step, p) for step, p in found if p.is_file())
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint of a run, in step order (temporary files are hidden)."""
-    return _list_steps(Path(run_dir) / CHECKPOINT_DIR, CHECKPOINT_SUFFIX)
+    return _list_steps(run_dir, CHECKPOINT_DIR, CHECKPOINT_SUFFIX)
 
 
 def list_adapters(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """(step, path) of every adapter of a retrofit run, in step order."""
-    return _list_steps(Path(run_dir) / ADAPTER_DIR, ADAPTER_SUFFIX)
+    return _list_steps(run_dir, ADAPTER_DIR, ADAPTER_SUFFIX)
 
 
 def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int) -> None:
@@ -339,6 +437,13 @@ def prune_checkpoints(run_dir: str | os.PathLike, keep_last: int) -> None:
         return
     for _, path in list_checkpoints(run_dir)[:-keep_last]:
         path.unlink(missing_ok=True)
+
+
+def remove_adapters(run_dir: str | os.PathLike) -> None:
+    """Remove every adapter of a run with its optimizer file (a run replaced by --overwrite)."""
+    for step, path in list_adapters(run_dir):
+        path.unlink(missing_ok=True)
+        adapter_optimizer_path(run_dir, step).unlink(missing_ok=True)
 
 
 def prune_adapters(run_dir: str | os.PathLike, keep_last: int) -> None:

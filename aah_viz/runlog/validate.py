@@ -30,11 +30,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz import coverage
-from aah_viz.errors import RunLogError
-from aah_viz.runlog import containment, generations, lock, paths
+from aah_viz.errors import RunLogError, UnsafePathError
+from aah_viz.runlog import bounded_json, containment, generations, lock, paths
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
-from aah_viz.schema import ALL_TABLES, STATUS_FAILED, STATUS_FINISHED, STATUS_IMPORTED, STATUS_RUNNING
+from aah_viz.schema import (
+    ALL_TABLES,
+    STATUS_FAILED,
+    STATUS_FINISHED,
+    STATUS_IMPORTED,
+    STATUS_RUNNING,
+    STATUS_STOPPED,
+)
 
 ACR_TOLERANCE = 1e-5  # recorders may compute in float32
 MAX_EXAMPLES = 3
@@ -85,9 +92,15 @@ def resume_command(run_dir: str | os.PathLike, manifest: dict) -> str:
 
 
 def stop_notice(run_dir: str | os.PathLike, manifest: dict, events: pd.DataFrame | None, last: int | None):
-    """A failed run that a signal stopped at its last recorded step (a ``terminated`` event there): where
-    it stopped and how to continue it. None for any other run."""
-    if manifest.get("status") != STATUS_FAILED or events is None or not len(events) or last is None:
+    """A run that a signal stopped at its last recorded step (status ``stopped``, or ``failed`` as runs before
+    that status said, with a ``terminated`` event there): where it stopped and how to continue it. None for
+    any other run."""
+    if (
+        manifest.get("status") not in (STATUS_STOPPED, STATUS_FAILED)
+        or events is None
+        or not len(events)
+        or last is None
+    ):
         return None
     stops = events[events["kind"] == "terminated"]
     if not len(stops) or int(stops["step"].max()) != last:
@@ -157,11 +170,19 @@ def _check_completeness(run_dir: Path, manifest: dict, tables: dict[str, pd.Data
     return problems
 
 
+def _checkpoints(run_dir: Path) -> list:
+    """The run's checkpoints; none when the gate refuses the folder (that is reported as damage already)."""
+    try:
+        return paths.list_checkpoints(run_dir)
+    except UnsafePathError:
+        return []
+
+
 def _interrupted(run_dir: Path, manifest: dict, last) -> Notice:
     said = "interrupted: status is 'running' but no process is writing the run"
     command = resume_command(run_dir, manifest)
     trained = isinstance(manifest.get("train"), dict)  # a run of aah-viz train: it resumes from a checkpoint
-    if last is not None and trained and not paths.list_checkpoints(run_dir):
+    if last is not None and trained and not _checkpoints(run_dir):
         return Notice(
             f"{said} (it stopped after step {last}, before its first checkpoint); {command} starts it again from "
             "step 0, dropping the rows recorded so far"
@@ -178,7 +199,7 @@ def _check_last_step(manifest: dict, on_disk: int | None) -> list[str]:
     if on_disk is None:
         return [f"manifest.json: field 'last_step' is {claimed} but the tables hold no step; the manifest does "
                 "not describe this run"]  # fmt: skip
-    if claimed > on_disk or (claimed != on_disk and status in (STATUS_FINISHED, STATUS_FAILED)):
+    if claimed > on_disk or (claimed != on_disk and status in (STATUS_FINISHED, STATUS_FAILED, STATUS_STOPPED)):
         return [f"manifest.json: field 'last_step' is {claimed} but the tables' last step is {on_disk}; the "
                 "manifest does not describe this run"]  # fmt: skip
     return []
@@ -243,6 +264,13 @@ def _check_table(run_dir: Path, table: str, max_depth: int) -> tuple[pd.DataFram
                 f"files pandas would read twice ({', '.join((stale + orphans)[:MAX_EXAMPLES])}); "
                 f"aah-viz compact finishes it"
             )
+        )
+    kept_hidden = generations.unaccounted(directory)
+    if kept_hidden:
+        problems.append(
+            f"{table}: {generations.RECORD} hides {len(kept_hidden)} segments whose rows its new segments cannot "
+            f"hold ({', '.join(kept_hidden[:MAX_EXAMPLES])}): not a swap of this run's; readers skip them and "
+            f"nothing deletes them; move {table}/{generations.RECORD} out of the run to read them again"
         )
     keep = _KEEP_COLUMNS.get(table, [])
     parts, names = [], []
@@ -382,7 +410,7 @@ def _check_events(events: pd.DataFrame) -> list[str]:
         if text is None or (isinstance(text, float) and np.isnan(text)):
             continue
         try:
-            ok = isinstance(json.loads(text), dict)
+            ok = isinstance(bounded_json.loads(text), dict)
         except (TypeError, ValueError):
             ok = False
         if not ok:

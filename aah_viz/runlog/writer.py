@@ -34,6 +34,7 @@ from aah_viz.schema import (
     STATUS_FINISHED,
     STATUS_IMPORTED,
     STATUS_RUNNING,
+    STATUS_STOPPED,
 )
 
 
@@ -284,8 +285,8 @@ class RunWriter:
         A finished run is compacted first when ``compact_on_close`` is set. Closing twice is harmless."""
         if self.closed:
             return
-        if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_RUNNING, STATUS_IMPORTED):
-            raise RunLogError(f"close status must be finished, failed or imported, got {status!r}")
+        if status not in (STATUS_FINISHED, STATUS_FAILED, STATUS_RUNNING, STATUS_IMPORTED, STATUS_STOPPED):
+            raise RunLogError(f"close status must be finished, failed, stopped or imported, got {status!r}")
         try:
             self.flush()
             if status == STATUS_FINISHED and self.compact_on_close is not None:

@@ -35,6 +35,7 @@ import torch
 from aah_viz.paired_timing import paired_report
 from aah_viz.reporting.reporter import Reporter, ReportSettings
 from aah_viz.reporting.sinks import open_sinks
+from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
 from instrumentation import data as data_mod
 from instrumentation.config import AAHConfig
 from instrumentation.model import AAHTransformer
@@ -84,7 +85,7 @@ def bench_hooks(
             rep_dir = run_dir.parent / f"{run_dir.name}-reported"
             rep_rec = RoutingRecorder(models[2], rep_dir, detail, **rec_args).attach()
             targets = () if report_to == "none" else (report_to,)
-            sinks = open_sinks(targets, tensorboard_dir=rep_dir / "tensorboard", run_name=rep_dir.name)
+            sinks = open_sinks(targets, tensorboard_dir=run_entry(rep_dir, TENSORBOARD_DIR), run_name=rep_dir.name)
             reporter = Reporter(ReportSettings(targets, every=report_every), sinks)
         try:
             for step in range(steps):

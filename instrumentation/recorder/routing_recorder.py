@@ -29,7 +29,7 @@ import torch
 
 from aah_viz.errors import ConfigError
 from aah_viz.runlog import rows
-from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED
+from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_STOPPED
 from instrumentation.recorder import model_state as rm
 from instrumentation.recorder import payload as rp
 
@@ -240,7 +240,7 @@ class RoutingRecorder:
                 self._event(self._last_step_or_zero(), "error", error=exc_type.__name__, message=str(exc)[:500])
             except Exception:  # noqa: BLE001 - detaching must still happen
                 pass
-        self.detach(STATUS_FAILED if exc_type is not None else STATUS_FINISHED)
+        self.detach(_closing_status(exc_type))
 
     def controller_reference(self) -> list[torch.Tensor]:
         """The controller weights that weight drift is measured from (saved in checkpoints)."""
@@ -523,3 +523,10 @@ class RoutingRecorder:
             writer.flush()
         finally:
             self.write_cpu_s += time.thread_time() - started
+
+
+def _closing_status(exc_type) -> str:
+    """finished; stopped when a signal ended training after a step (``StoppedBySignal``); else failed."""
+    if exc_type is None:
+        return STATUS_FINISHED
+    return STATUS_STOPPED if getattr(exc_type, "closes_run_as", None) == STATUS_STOPPED else STATUS_FAILED

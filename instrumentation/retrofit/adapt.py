@@ -14,7 +14,7 @@ a gradient only through a differentiable routing mode: ``controller_training`` d
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -26,9 +26,12 @@ from aah_viz.runlog.paths import (
     adapter_optimizer_path,
     adapter_path,
     atomic_path,
+    is_run,
     list_adapters,
     prune_adapters,
+    remove_adapters,
 )
+from aah_viz.torch_import import set_threads
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
@@ -91,12 +94,45 @@ def _base_names(model, handle, params) -> list[str]:
     return [n for n, p in model.named_parameters() if id(p) in wanted]
 
 
+_RETROFIT_INTS = {
+    "steps": ("--steps", 1),
+    "seed": ("--seed", 0),
+    "batch_size": ("--batch-size", 1),
+    "seq_len": ("--seq-len", 1),
+    "eval_interval": ("--eval-interval", 1),
+    "eval_batches": ("--eval-batches", 1),
+    "checkpoint_interval": ("--checkpoint-interval", 0),
+    "keep_checkpoints": ("--keep-checkpoints", 0),
+    "flush_every": ("--flush-every", 1),
+    "lr_warmup_steps": ("--lr-warmup", 0),
+    "threads": ("--threads", 1),
+}
+
+
+def check_retrofit_values(rc: RetrofitConfig) -> None:
+    """One ConfigError naming the flag for any out-of-range setting, before a model is loaded."""
+    import math
+
+    from instrumentation.training.settings import check_device, check_ints
+
+    check_ints(rc, _RETROFIT_INTS)
+    for flag, value, positive in (
+        ("--lr", rc.lr, True),
+        ("--weight-decay", rc.weight_decay, False),
+        ("--grad-clip", rc.grad_clip, False),
+    ):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < 0 or (positive and value == 0):
+            raise ConfigError(f"{flag} must be a finite number {'above' if positive else '>='} 0, got {value!r}")
+    if rc.resume and rc.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other; pass one of them")
+    check_device(rc.device)
+
+
 def adapt(rc: RetrofitConfig) -> dict:
     """Adapt, record and checkpoint one retrofit run; returns a small summary."""
-    if rc.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {rc.steps}")
-    if rc.threads:
-        torch.set_num_threads(int(rc.threads))
+    check_retrofit_values(rc)
+    set_threads(rc.threads)
     t0 = time.perf_counter()
     with process_group(rc.device) as (dist, device):
         summary = _adapt(rc, dist, device)
@@ -112,8 +148,15 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     keep_through, first_step, resume_state = None, 0, None
     torch.manual_seed(rc.seed)  # the AAH parameters start identical on every rank
     if rc.resume:
-        if not (out / "manifest.json").is_file():
+        if not is_run(out):
             raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
+        from aah_viz.runlog import read_manifest
+        from instrumentation.training.settings import resumed_report
+
+        recorded = read_manifest(out).get("retrofit")
+        rc = replace(
+            rc, report=resumed_report(rc.report, recorded.get("report") if isinstance(recorded, dict) else None)
+        )
         found = list_adapters(out)
         if found:
             step, path = found[-1]
@@ -142,6 +185,7 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
     lr_warmup = rc.lr_warmup_steps if rc.lr_warmup_steps is not None else default_lr_warmup(rc.steps)
     args = {k: v for k, v in asdict(rc).items() if k not in ("progress", "out", "report")}
     args.update(world_size=dist.world_size, seq_len=T, lr_warmup_steps=lr_warmup, windows=list(rc.windows))
+    args["report"] = asdict(rc.report) if rc.report is not None else None  # a bare --resume reports the same
 
     def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = model_logits(model, x)
@@ -176,6 +220,10 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         progress_desc=f"retrofit {cfg.regime}",
         grad_clip=rc.grad_clip,
         report=rc.report,
+        # once the replaced run is ours (its lock held): its adapters of later steps would pass for this run's
+        on_open=(lambda rec: rec.writer is not None and remove_adapters(out))
+        if rc.overwrite and not rc.resume
+        else None,
     )
     recording = Recording(
         run_dir=out,
@@ -185,7 +233,8 @@ def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
         seed=rc.seed,
         preset=cfg.preset,
         steps=rc.steps,
-        data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train},
+        data={"source": str(rc.data), "tokens": int(tokens.size), "train_blocks": splits.n_train}
+        | {"sha256": data_mod.file_identity(rc.data)["sha256"]},
         overwrite=rc.overwrite,
         manifest_extra={
             "seq_len": T,  # the blocks it trains on, not the largest window

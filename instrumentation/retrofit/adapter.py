@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from aah_viz.errors import ConfigError
+from aah_viz.runlog import bounded_json
 from aah_viz.runlog.paths import atomic_path
 from instrumentation.config import AAHConfig
 from instrumentation.retrofit.patch import RetrofitHandle, patch_with_config, routing_handle
@@ -87,8 +88,13 @@ def read_adapter(path: str | Path) -> tuple[AAHConfig, dict[str, torch.Tensor], 
         raise ConfigError(f"adapter {path} is not a safetensors file: {err}") from err
     if meta.get("format") != FORMAT:
         raise ConfigError(f"adapter {path}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    cfg = AAHConfig.from_dict(json.loads(meta["config"]))
-    return cfg, tensors, json.loads(meta.get("routing_state", "{}")), json.loads(meta.get("extra", "{}"))
+    try:
+        cfg_doc, state, extra = (bounded_json.loads(meta.get(k, "{}")) for k in ("config", "routing_state", "extra"))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"adapter {path}: its metadata is not the JSON an adapter holds ({err})") from None
+    if not all(isinstance(d, dict) for d in (cfg_doc, state, extra)):
+        raise ConfigError(f"adapter {path}: its metadata config, routing_state and extra must be JSON objects")
+    return AAHConfig.from_dict(cfg_doc), tensors, state, extra
 
 
 def load_adapter(model: nn.Module, path: str | Path) -> RetrofitHandle:

@@ -66,7 +66,96 @@ def read_summary(path: str | Path) -> GGUFSummary:
         raise InputFormatError(f"{path}: not a readable GGUF file ({type(err).__name__}: {err})") from None
     if not isinstance(architecture, str):
         raise InputFormatError(f"{path}: the GGUF header names no general.architecture")
+    if architecture in SUPPORTED_ARCHITECTURES:
+        check_layout(reader, architecture, path)
     return GGUFSummary(architecture, name if isinstance(name, str) else None, dict(types), n_tensors)
+
+
+# tensors every block of these architectures holds (llama.cpp's names) and what each one's shape is, in
+# ggml order (first dimension first): E embedding, F feed-forward, Q query width, K key/value width, D head
+BLOCK_TENSORS = {
+    "attn_norm.weight": ("E",),
+    "attn_q.weight": ("E", "Q"),
+    "attn_k.weight": ("E", "K"),
+    "attn_v.weight": ("E", "K"),
+    "attn_output.weight": ("Q", "E"),
+    "ffn_norm.weight": ("E",),
+    "ffn_gate.weight": ("E", "F"),
+    "ffn_up.weight": ("E", "F"),
+    "ffn_down.weight": ("F", "E"),
+}
+EXTRA_BLOCK_TENSORS = {
+    "qwen2": {"attn_q.bias": ("Q",), "attn_k.bias": ("K",), "attn_v.bias": ("K",)},
+    "qwen3": {"attn_q_norm.weight": ("D",), "attn_k_norm.weight": ("D",)},
+}
+TOP_TENSORS = {"token_embd.weight": ("E", "V"), "output_norm.weight": ("E",)}
+# present in some files and not needed: the head tied to the embedding when absent; llama.cpp's rope
+# frequencies, which the header's rope settings already give
+OPTIONAL_TENSORS = {"output.weight": ("E", "V"), "rope_freqs.weight": None}
+MAX_BLOCKS = 4096  # a bound on any header before a model is built from it
+
+
+def _positive_int(reader, key: str, path: Path, *, default: int | None = None) -> int:
+    value = _field(reader, key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputFormatError(f"{path}: the GGUF header's {key} is {value!r}; it must be a positive whole number")
+    return value
+
+
+def check_layout(reader, arch: str, path: Path) -> None:
+    """Every tensor the architecture needs is in the file with the shape the header implies, every
+    tensor in the file is one it uses, and the declared sizes are the tensors' own: refused in one
+    line before anything is allocated (a header saying more blocks than the file holds, ids beyond the
+    vocabulary)."""
+    blocks = _positive_int(reader, f"{arch}.block_count", path)
+    n_embd = _positive_int(reader, f"{arch}.embedding_length", path)
+    n_head = _positive_int(reader, f"{arch}.attention.head_count", path)
+    n_kv = _positive_int(reader, f"{arch}.attention.head_count_kv", path, default=n_head)
+    n_ff = _positive_int(reader, f"{arch}.feed_forward_length", path)
+    head_dim = _positive_int(reader, f"{arch}.attention.key_length", path, default=max(1, n_embd // n_head))
+    if blocks > MAX_BLOCKS:
+        raise InputFormatError(f"{path}: the GGUF header's {arch}.block_count {blocks} is above {MAX_BLOCKS}")
+    if n_head % n_kv:
+        raise InputFormatError(f"{path}: {n_head} attention heads do not share {n_kv} key/value heads evenly")
+    if f"{arch}.attention.key_length" not in reader.fields and n_embd % n_head:
+        raise InputFormatError(f"{path}: embedding length {n_embd} is not a multiple of {n_head} heads")
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
+    embd = shapes.get("token_embd.weight")
+    n_vocab = embd[1] if embd and len(embd) == 2 else (len(tokens) if isinstance(tokens, list) else 0)
+    if not n_vocab:
+        raise InputFormatError(f"{path}: the GGUF file holds no vocabulary (tokenizer.ggml.tokens)")
+    for key in ("bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id"):
+        token = _field(reader, f"tokenizer.ggml.{key}")
+        if token is not None and not (isinstance(token, int) and 0 <= token < n_vocab):
+            raise InputFormatError(f"{path}: tokenizer.ggml.{key} {token!r} is not an id of its {n_vocab} tokens")
+    sizes = dict(E=n_embd, F=n_ff, Q=n_head * head_dim, K=n_kv * head_dim, D=head_dim, V=n_vocab)
+    wanted = dict(TOP_TENSORS)
+    per_block = {**BLOCK_TENSORS, **EXTRA_BLOCK_TENSORS.get(arch, {})}
+    for i in range(blocks):
+        wanted.update({f"blk.{i}.{suffix}": shape for suffix, shape in per_block.items()})
+    missing = [name for name in wanted if name not in shapes]
+    if missing:
+        raise InputFormatError(
+            f"{path}: tensor {missing[0]} is missing ({len(missing)} missing in all; the header says "
+            f"{blocks} blocks); the file is incomplete or its header wrong"
+        )
+    extra = [name for name in shapes if name not in wanted and name not in OPTIONAL_TENSORS]
+    if extra:
+        raise InputFormatError(
+            f"{path}: tensor {extra[0]} is not one a {arch} model of {blocks} blocks uses ({len(extra)} such); "
+            "the header and the tensors disagree"
+        )
+    for name, dims in {**wanted, **OPTIONAL_TENSORS}.items():
+        if dims is None or name not in shapes:
+            continue
+        want = [sizes[d] for d in dims]
+        if shapes[name] != want:
+            raise InputFormatError(f"{path}: tensor {name} has shape {shapes[name]}, the header implies {want}")
 
 
 def check_architecture(summary: GGUFSummary, path: Path) -> None:
@@ -117,8 +206,9 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = Tru
             stages.set_postfix_str("weights (dequantising)")
             loaded = AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
             stages.update()
-        except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:
-            raise InputFormatError(f"{gguf_file}: cannot load the model ({type(err).__name__}: {err})") from None
+        except (OSError, ValueError, KeyError, RuntimeError, TypeError, IndexError, ZeroDivisionError) as err:
+            said = " ".join(str(err).split()).split(" For details look at the above report")[0]
+            raise InputFormatError(f"{gguf_file}: cannot load the model ({type(err).__name__}: {said})") from None
         config = loaded.config.to_dict()
         config.pop("quantization_config", None)
         config = AutoConfig.for_model(**config)
@@ -126,7 +216,7 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = Tru
         try:
             model.load_state_dict(loaded.state_dict(), strict=True)
         except RuntimeError as err:
-            first = str(err).splitlines()[1:2] or [str(err)]
+            first = [line for line in str(err).splitlines()[1:] if "above report" not in line][:1] or [str(err)]
             raise InputFormatError(
                 f"{gguf_file}: the weights do not fit a {summary.architecture} model ({first[0].strip()})"
             ) from None

@@ -9,10 +9,12 @@ A checkpoint is one ``torch.save`` of plain containers and tensors, so it loads 
      "config": cfg.to_dict(),
      "rng": {"torch": ByteTensor, "cuda": [ByteTensor, ...]},
      "controller_init": [tensors],   # the controller weights at step 0 (for weight drift)
-     "run_uid": "..."}               # the manifest's run_uid: whose checkpoint this is
+     "run_uid": "...",               # the manifest's run_uid: whose checkpoint this is
+     "seed": 0, "data_sha256": "..."}  # the run's seed and training text (None: the synthetic corpus)
 
 A resume trusts a checkpoint only when it is the run's own (``check_belongs``): its run id, its
-step and its config agree with the run and the file name.
+step, its config, its seed and its text agree with the run and the file name; a checkpoint without a
+run id is refused when the run has one (it cannot be told from another run's).
 
 Files are written to a temporary name, fsynced and renamed, so a killed process never leaves a
 half-written checkpoint under a real name. Names, listing and pruning: ``aah_viz.runlog.paths``.
@@ -129,6 +131,18 @@ def check_belongs(payload: dict[str, Any], path: str | Path, step: int, manifest
                 f"checkpoint {path} was written with config {key}={saved.get(key)!r}, but the run records "
                 f"{key}={recorded.get(key)!r}: it is not this run's checkpoint; {remedy}"
             )
+    data = manifest.get("data") if isinstance(manifest.get("data"), dict) else {}
+    for key, mine in (("seed", manifest.get("seed")), ("data_sha256", data.get("sha256"))):
+        if key in payload and payload[key] != mine:
+            raise RunLogError(
+                f"checkpoint {path} was written with {key} {payload[key]!r}, but the run records {mine!r}: it is "
+                f"not this run's checkpoint; {remedy}"
+            )
+    if ours is not None and theirs is None:
+        raise RunLogError(
+            f"checkpoint {path} records no run id while this run is {ours}: it cannot be told from another run's "
+            f"checkpoint; {remedy}"
+        )
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

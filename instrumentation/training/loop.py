@@ -21,7 +21,7 @@ heatmap every ``images`` routing updates, to TensorBoard (``<run>/tensorboard``)
 (``aah_viz.reporting``). They read the recorder's last closed step, so the values are the run's.
 
 A SIGTERM (single process) ends the loop after the current step: its rows and a checkpoint are
-saved, a ``terminated`` event is written and the run is closed as failed, ready to resume.
+saved, a ``terminated`` event is written and the run is closed as ``stopped``, ready to resume.
 """
 
 from __future__ import annotations
@@ -36,11 +36,18 @@ import torch
 from aah_viz.errors import TrainingError
 from aah_viz.reporting.reporter import Reporter, ReportSettings
 from aah_viz.reporting.sinks import open_sinks
+from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training.distributed import Dist, average_gradients, ranks_agree, routing_sync
 from instrumentation.training.schedule import lr_multiplier, set_lr
 from instrumentation.training.stop import StopRequest
+
+
+class StoppedBySignal(TrainingError):
+    """A signal ended the loop after a step (its rows and checkpoint saved): the run closes as ``stopped``."""
+
+    closes_run_as = "stopped"
 
 
 @dataclass
@@ -180,7 +187,7 @@ def open_reporter(loop: Loop, recording: Recording, rec: RoutingRecorder) -> Rep
     resumed = recording.resume_from_step is not None
     sinks = open_sinks(
         settings.targets,
-        tensorboard_dir=recording.run_dir / "tensorboard",
+        tensorboard_dir=run_entry(recording.run_dir, TENSORBOARD_DIR),
         run_name=run_name,
         config=config,
         first_step=loop.first_step if resumed else None,
@@ -253,9 +260,9 @@ def run_loop(loop: Loop, recording: Recording) -> LoopResult:
                     bar.set_postfix(loss=f"{result.last_loss:.3f}", refresh=False)
                 if stopping and not last:
                     rec.event(step, "terminated", signal=stop.requested)
-                    raise TrainingError(
+                    raise StoppedBySignal(
                         f"stopped by {stop.requested} after step {step}; its rows and a checkpoint are saved "
-                        f"and the run is closed as failed; continue it with {loop.resume_hint}"
+                        f"and the run is closed as stopped; continue it with {loop.resume_hint}"
                     )
         finally:
             bar.close()

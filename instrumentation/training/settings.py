@@ -58,16 +58,28 @@ _INT_MIN = {
 }
 
 
-def check_values(tc) -> None:
-    """Raise ConfigError (naming the flag and the allowed values) for any out-of-range training setting."""
-    for key, (flag, lowest) in _INT_MIN.items():
-        value = getattr(tc, key)
+# the largest value of a setting whose size is allocated (a batch of 10^11 sequences is not a mistake to run)
+_INT_MAX = {"batch_size": 1 << 16, "eval_batches": 1 << 20, "n_docs": 10**7, "threads": 4096, "steps": 10**9}
+
+
+def check_ints(settings, table: dict = _INT_MIN) -> None:
+    """Every integer setting of ``settings`` (an object with those attributes) within its range, or one
+    ConfigError naming the flag, the value and the range."""
+    for key, (flag, lowest) in table.items():
+        value = getattr(settings, key, None)
         if value is None:
             continue
+        highest = _INT_MAX.get(key)
+        allowed = f">= {lowest}" if highest is None else f"from {lowest} to {highest}"
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value!r}")
-        if value < lowest:
-            raise ConfigError(f"{flag} must be an integer >= {lowest}, got {value}")
+            raise ConfigError(f"{flag} must be an integer {allowed}, got {value!r}")
+        if value < lowest or (highest is not None and value > highest):
+            raise ConfigError(f"{flag} must be an integer {allowed}, got {value}")
+
+
+def check_values(tc) -> None:
+    """Raise ConfigError (naming the flag and the allowed values) for any out-of-range training setting."""
+    check_ints(tc)
     if not _finite(tc.lr) or tc.lr <= 0:
         raise ConfigError(f"--lr must be a finite number above 0, got {tc.lr!r}")
     if not _finite(tc.weight_decay) or tc.weight_decay < 0:
@@ -170,8 +182,25 @@ def resume_settings(tc, manifest: dict, checkpoint_step: int | None) -> ResumePl
             )
         steps = tc.steps
     settings["steps"] = steps
-    merged = dataclasses.replace(tc, **settings, overrides={})
+    merged = dataclasses.replace(tc, **settings, overrides={}, report=resumed_report(tc.report, recorded.get("report")))
     return ResumePlan(merged, recorded_steps, extends=steps > recorded_steps)
+
+
+def resumed_report(given, recorded):
+    """The reporting a resume continues with: the --report-to given now, else the run's recorded one
+    (a bare --resume keeps sending where the run sent; its packages must still be there)."""
+    if given is not None or not isinstance(recorded, dict) or not recorded.get("targets"):
+        return given
+    from aah_viz.reporting.options import check_installed
+    from aah_viz.reporting.reporter import ReportSettings
+    from aah_viz.reporting.sinks import parse_targets
+
+    targets = parse_targets(",".join(str(t) for t in recorded["targets"] if isinstance(t, str)))
+    check_installed(targets)
+    numbers = {k: recorded.get(k) for k in ("every", "images")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in numbers.values()):
+        raise ConfigError(f"--resume: the run's recorded reporting {recorded!r} is damaged; give --report-to again")
+    return ReportSettings(targets, numbers["every"], numbers["images"], bool(recorded.get("layers")))
 
 
 def _comparable(value, recorded):

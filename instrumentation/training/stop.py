@@ -8,7 +8,7 @@ import threading
 
 class StopRequest:
     """SIGTERM during training asks the loop to stop after the current step: its rows and a checkpoint
-    are written and the run is closed (as failed, with a ``terminated`` event), so a plain ``kill`` never
+    are written and the run is closed (as ``stopped``, with a ``terminated`` event), so a plain ``kill`` never
     leaves a half-closed run. A second SIGTERM acts as usual. Single-process runs only: under torchrun
     every rank would have to agree on the step, and the launcher's SIGKILL follows anyway."""
 

@@ -25,7 +25,8 @@ import torch
 
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.reporting.reporter import ReportSettings
-from aah_viz.runlog.paths import checkpoint_path, prune_checkpoints
+from aah_viz.runlog.paths import checkpoint_path, is_run, prune_checkpoints
+from aah_viz.torch_import import set_threads
 from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
@@ -115,7 +116,7 @@ def _plan_resume(tc: TrainConfig, out: Path):
     """(the run's own settings, its newest checkpoint or None) for ``--resume``; see settings."""
     from aah_viz.runlog import read_manifest
 
-    if not (out / "manifest.json").is_file():
+    if not is_run(out):
         raise RunLogError(f"--resume: {out} holds no run (no manifest.json); start it without --resume")
     manifest = read_manifest(out)
     latest = ckpt.latest_checkpoint(out)
@@ -144,8 +145,7 @@ def train(tc: TrainConfig) -> TrainResult:
             return TrainResult(
                 out, -1 if last is None else last + 1, last, None, None, 0.0, _finished_note(out, manifest, tc.steps)
             )
-    if tc.threads:
-        torch.set_num_threads(int(tc.threads))
+    set_threads(tc.threads)
     with process_group(tc.device) as (dist, device):
         return _train(tc, out, dist, device, plan, manifest, latest)
 
@@ -210,6 +210,7 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
     run_args.update(
         batch_size=batch_size, eval_interval=eval_interval, lr_warmup_steps=lr_warmup, world_size=dist.world_size
     )
+    run_args["report"] = asdict(tc.report) if tc.report is not None else None  # a bare --resume reports the same
 
     owner = {"run_uid": manifest.get("run_uid") if manifest else None}  # whose checkpoints these are
 
@@ -227,7 +228,12 @@ def _train(tc: TrainConfig, out: Path, dist: Dist, device: str, plan, manifest, 
             model=model,
             optimizer=optimizer,
             config=cfg.to_dict(),
-            extra={"controller_init": rec.controller_reference(), "run_uid": owner["run_uid"]},
+            extra={
+                "controller_init": rec.controller_reference(),
+                "run_uid": owner["run_uid"],
+                "seed": tc.seed,
+                "data_sha256": data_info.get("sha256"),
+            },
         )
         prune_checkpoints(out, tc.keep_checkpoints)
 

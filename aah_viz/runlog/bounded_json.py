@@ -1,0 +1,61 @@
+"""Reading a user's JSON file without a hang or a traceback: a plain file only, nesting bounded.
+
+``json.loads`` recurses once per nesting level, so a manifest of 100,000 ``[`` raises RecursionError; a
+FIFO named ``manifest.json`` blocks a plain ``open().read()`` forever. ``read_regular`` opens without
+blocking and refuses anything but a regular file; ``loads`` counts the nesting first (strings skipped)
+and refuses more than ``MAX_DEPTH`` levels with ValueError, which callers already report as damage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+MAX_DEPTH = 64  # no record aah-viz writes nests deeper than a handful of levels
+
+
+def nesting_depth(text: str | bytes) -> int:
+    """The deepest nesting of ``[`` and ``{`` in a JSON text, strings left out."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH):
+    """``json.loads`` for text of at most ``max_depth`` nesting levels; ValueError (JSONDecodeError's base) else."""
+    if nesting_depth(text) > max_depth:
+        raise ValueError(f"JSON nested more than {max_depth} levels deep")
+    return json.loads(text)
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of ``path`` when it is a regular file (a FIFO, a device or a socket would block or never
+    end): OSError otherwise, FileNotFoundError when it is absent."""
+    fd = os.open(Path(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
