@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from aah_viz.errors import AAHVizError
+from aah_viz.runlog.manifest import read_manifest
 from aah_viz.sweep.design import Cell, Design, DesignError, parse_design, run_name, train_argv
 
 STATE_DIR = ".sweep"  # under the logs root: the recorded design and each trial's console output
@@ -39,12 +41,13 @@ class Trial:
 
 
 def run_status(run_dir: Path) -> str | None:
-    """The status the run's manifest records (finished, running, failed), or None without a readable one."""
+    """The status the run's manifest records (finished, running, stopped, failed), or None without a
+    readable one."""
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_manifest(run_dir)
+    except AAHVizError:
         return None
-    status = manifest.get("status") if isinstance(manifest, dict) else None
+    status = manifest.get("status")
     return status if isinstance(status, str) else None
 
 
