@@ -175,6 +175,37 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "accuracy": pa.float64(),
         "window": pa.int32(),
     },
+    # selection-aware statistics of each probe target's best head (docs/probes.md, aah_viz.probes.claims)
+    "probe_claims": {
+        "step": pa.int64(),
+        "probe": pa.string(),  # syntax or coref
+        "relation": pa.string(),  # the relation; "all" for coreference
+        "direction": pa.string(),  # causal: dependent_to_head / head_to_dependent; encoder and coref: null
+        "count": pa.int64(),  # items (links, queries)
+        "n_clusters": pa.int64(),  # sentences (documents for coreference) the bootstrap resamples
+        "n_columns": pa.int32(),  # heads (times directions on an encoder) the best is chosen among
+        "best_layer": pa.int16(),
+        "best_head": pa.int16(),
+        "best_direction": pa.string(),
+        "best_acc": pa.float64(),
+        "best_ci_low": pa.float64(),  # 95 % bootstrap over clusters
+        "best_ci_high": pa.float64(),
+        "split_half_acc": pa.float64(),  # chosen on half the clusters, scored on the other half
+        "null_mean": pa.float64(),  # best of all heads with the answer moved at random within each item
+        "null_p95": pa.float64(),
+        "adjusted_p": pa.float64(),  # (1 + #null >= best_acc) / (1 + draws)
+        "baseline": pa.string(),  # the strongest baseline: offset:K, pos, or a coreference baseline
+        "baseline_acc": pa.float64(),
+        "baseline_split_half_acc": pa.float64(),
+        "delta": pa.float64(),  # best_acc - baseline_acc
+        "delta_ci_low": pa.float64(),
+        "delta_ci_high": pa.float64(),
+        "beats_baseline": pa.bool_(),  # delta_ci_low > 0 and split_half_acc > baseline_split_half_acc
+        "offset_acc": pa.float64(),  # syntax: the best fixed offset
+        "pos_acc": pa.float64(),  # syntax: the nearest word of the answer's UPOS
+        "offset_share": pa.float64(),  # syntax: share of the relation's items the best head answers at that offset
+        "positional": pa.bool_(),  # offset_share >= 0.5
+    },
     # written by ``aah-viz compare``: AAH groups against probe clusters, per level and layer
     # (layer null: pooled over the layer's non-degenerate rows, layer-stratified null)
     "comparisons": {
