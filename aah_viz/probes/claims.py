@@ -87,9 +87,23 @@ class Settings:
     seed: int = 0
 
 
+def in_cluster_order(items: Items) -> Items:
+    """The items sorted by cluster (stable), so that the draws do not depend on the order inputs were read in."""
+    order = np.argsort(items.clusters, kind="stable")
+    return Items(
+        items.clusters[order],
+        items.hits[order],
+        items.choice[order],
+        np.asarray(items.n_choices)[order],
+        np.asarray(items.n_correct)[order],
+        {name: np.asarray(hit)[order] for name, hit in items.baselines.items()},
+    )
+
+
 def claim(items: Items, settings: Settings) -> dict:
     """The statistics of one target (columns of ``CLAIM_COLUMNS`` but the naming ones); ``best`` is the
     best column's index."""
+    items = in_cluster_order(items)
     hits = items.hits.astype(np.float64)
     n, k = hits.shape
     acc = hits.mean(axis=0)

@@ -179,8 +179,11 @@ class CorefScorer:
     def bucket_of(self, distance: int) -> int:
         return max(0, int(np.searchsorted(self.edges, distance, side="right")) - 1)
 
-    def add(self, doc: Document, predictions) -> None:
+    def add(self, doc: Document, predictions, doc_index: int | None = None) -> None:
+        """One document's queries; ``doc_index`` numbers the document for the bootstrap (default: the
+        documents added so far), so that the resampling is the same in any order of adding."""
         queries = predictions.queries
+        number = self.n_docs if doc_index is None else int(doc_index)
         self.n_docs += 1
         if not queries:
             return
@@ -209,7 +212,7 @@ class CorefScorer:
             per_query.append((hit, *mention_choice(mentions, q, chosen), base_hit))
         if per_query:
             hit, choice, n_groups, n_correct, base_hit = zip(*per_query)
-            self._doc.append(np.full(len(hit), self.n_docs - 1, dtype=np.int64))
+            self._doc.append(np.full(len(hit), number, dtype=np.int64))
             self._hit.append(np.stack(hit))
             self._choice.append(np.stack(choice).astype(np.int16))
             self._n_groups.append(np.array(n_groups, dtype=np.int64))

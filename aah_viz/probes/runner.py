@@ -256,7 +256,7 @@ def run_probes(
                 syntax.add(syn_doc, preds.dep2head, preds.head2dep, first)
             tally.lengths.append(dependency_lengths(syn_doc, preds.alignment))
         if cor_doc is not None:
-            coref.add(cor_doc, preds)
+            coref.add(cor_doc, preds, i)
             tally.n_coref += 1
         if bar is not None:
             bar.update(1)
