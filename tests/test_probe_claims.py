@@ -154,3 +154,20 @@ def test_claims_columns_match_the_contract(causal_run):
 
     assert list(causal_run.probe_claims.columns) == list(PROBE_TABLES["probe_claims"])
     assert isinstance(causal_run.probe_claims, pd.DataFrame)
+
+
+def test_the_exported_probes_tables_start_with_the_claims(causal_run, tmp_path):
+    from aah_viz.export.runs import collect_runs
+    from aah_viz.export.tables import build_table
+
+    run_dir = make_synthetic_run(tmp_path / "logs" / "probed", n_layer=1, n_head=4, steps=3)
+    write_probe_tables(run_dir, causal_run.tables(), 2)
+    from aah_viz.export.records import PROBE_PARTS
+
+    assert list(PROBE_PARTS)[0] == "claims"
+    table = build_table("probes", collect_runs([run_dir]), part="claims").df
+    claims = causal_run.probe_claims
+    assert len(table) == len(claims)
+    got = table.set_index(["relation", "direction"])["adjusted_p"].sort_index()
+    want = claims.set_index(["relation", "direction"])["adjusted_p"].sort_index()
+    np.testing.assert_allclose(got.to_numpy(dtype=float), want.to_numpy(dtype=float))
