@@ -280,6 +280,11 @@ HEAD_SIMILARITY_TABLES: dict[str, dict[str, pa.DataType]] = {
         "ari_null_p95": pa.float64(),
         "ari_p_value": pa.float64(),
         "agreement": pa.string(),  # agree, chance, undefined
+        "mantel_rho": pa.float64(),  # agreement rows: Spearman's rho of the two distances (1 - similarity)
+        "mantel_null_p95": pa.float64(),  # over the heads' pairs, against heads relabelled at random
+        "mantel_p_value": pa.float64(),  # one-sided; exact (every relabelling) when mantel_exact
+        "mantel_p_holm": pa.float64(),  # Holm-adjusted across the layers of the same pair and procedure
+        "mantel_exact": pa.bool_(),
         "labels": LIST_INT,  # grouping rows: every head's group; empty on agreement rows
         "source": pa.string(),  # what the similarity was measured on, in words
         "reason": pa.string(),  # why something is undefined ("; "-separated)

@@ -175,3 +175,28 @@ def test_mantel_exact_p_counts_relabellings_at_least_as_large():
     result = mantel(a, b, 10, np.random.default_rng(0))
     assert result.exact and result.n_relabelings == 120
     assert result.p_value == pytest.approx(np.mean(np.array(rhos) >= observed - 1e-12))
+
+
+def test_head_similarity_rows_carry_each_layers_mantel_test_and_holm_across_layers():
+    from aah_viz.analysis import head_similarity as hs
+
+    rng = np.random.default_rng(6)
+    n_layer, n_head = 3, 8
+    distance = rng.random((n_layer, n_head, 6))
+    probe = np.concatenate([distance * 2 + 0.05 * rng.random(distance.shape), rng.random((n_layer, n_head, 2))], -1)
+    probe[2] = rng.random((n_head, 8))  # the last layer's probe scores say nothing of its attention
+    inputs = {"distance": hs.HeadInput(distance), "probe": hs.HeadInput(probe)}
+    settings = hs.Settings(null_samples=5, refit_samples=3, agreement_samples=99)
+    table = hs.head_similarity_rows(inputs, settings=settings, similarities=("attention", "probe"))
+    rows = hs.agreements(table)
+    assert set(rows["procedure"]) == {"method", "complete"}
+    iu = np.triu_indices(n_head, 1)
+    for layer in range(n_layer):
+        mine = rows[rows["layer"] == layer]
+        a = 1 - hs.similarity("attention", distance[layer])
+        b = 1 - hs.similarity("probe", probe[layer])
+        assert mine["mantel_rho"].to_numpy() == pytest.approx([spearmanr(a[iu], b[iu]).statistic] * 2)
+        assert not mine["mantel_exact"].any()  # 8! relabellings: drawn, not enumerated
+    method = rows[rows["procedure"] == "method"].sort_values("layer")
+    assert method["mantel_p_value"].iloc[0] == pytest.approx(1 / 100) and method["mantel_p_value"].iloc[2] > 0.05
+    np.testing.assert_allclose(method["mantel_p_holm"], holm(method["mantel_p_value"].to_numpy()))
