@@ -200,3 +200,24 @@ def test_head_similarity_rows_carry_each_layers_mantel_test_and_holm_across_laye
     method = rows[rows["procedure"] == "method"].sort_values("layer")
     assert method["mantel_p_value"].iloc[0] == pytest.approx(1 / 100) and method["mantel_p_value"].iloc[2] > 0.05
     np.testing.assert_allclose(method["mantel_p_holm"], holm(method["mantel_p_value"].to_numpy()))
+
+
+def test_mantel_view_shows_ari_only_where_both_groupings_are_real():
+    from aah_viz.analysis import head_similarity as hs
+
+    rng = np.random.default_rng(9)
+    distance = rng.random((2, 7, 6))
+    probe = distance[..., :5] + 0.1 * rng.random((2, 7, 5))
+    inputs = {"distance": hs.HeadInput(distance), "probe": hs.HeadInput(probe)}
+    table = hs.head_similarity_rows(
+        inputs, settings=hs.Settings(null_samples=5, refit_samples=3, agreement_samples=50), similarities=("attention", "probe")
+    )
+    view = hs.mantel_view(table)
+    assert list(view["layer"]) == [0, 1] and set(view["similarity"]) == {"attention"}
+    assert view["exact"].all()  # 7 heads: all 5040 relabellings
+    grouped = hs.groupings(table)
+    grouped = grouped[grouped["procedure"] == "method"]
+    for layer, ari in zip(view["layer"], view["ARI (both real)"]):
+        verdicts = set(grouped.loc[grouped["layer"] == layer, "verdict"])
+        assert np.isnan(ari) == (verdicts != {"real"})
+    assert hs.mantel_view(table.drop(columns=[c for c in table if c.startswith("mantel")])).empty  # older tables

@@ -513,6 +513,34 @@ def agreements(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["other"].notna()]
 
 
+def mantel_view(table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
+    """The Mantel rows of the newest step against the probe similarity, one per layer and similarity: rho,
+    its null's 95th percentile, p, Holm's p, and the groupings' ARI where both groupings are real."""
+    if table.empty or "mantel_rho" not in table:
+        return pd.DataFrame()
+    table = table[(table["step"] == table["step"].max()) & (table["procedure"] == procedure)]
+    real = {(int(r.layer), r.similarity) for r in groupings(table).itertuples() if r.verdict == cv.REAL}
+    agree = agreements(table)
+    agree = agree[((agree["other"] == "probe") | (agree["similarity"] == "probe")) & agree["mantel_rho"].notna()]
+    rows = []
+    for r in agree.itertuples():
+        other = r.other if r.similarity == "probe" else r.similarity
+        both_real = (int(r.layer), r.similarity) in real and (int(r.layer), r.other) in real
+        rows.append(
+            {
+                "layer": int(r.layer),
+                "similarity": other,
+                "rho": r.mantel_rho,
+                "null 95th pct": r.mantel_null_p95,
+                "p": r.mantel_p_value,
+                "p (Holm, layers)": r.mantel_p_holm,
+                "exact": bool(r.mantel_exact),
+                "ARI (both real)": r.ari if both_real else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def summary(table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
     """Per similarity over the layers: layers judged, real groupings, stable groupings, real and
     stable, the median silhouette minus its chance bar, and the layers whose grouping agrees with the
