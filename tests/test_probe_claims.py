@@ -87,6 +87,12 @@ def test_every_heads_interval_holds_its_accuracy(causal_run):
         base, end = metric.rsplit(":", 1)
         value = acc.loc[(layer, head, base)]
         assert value >= group["value"].iloc[0] - 1e-12 if end == "low" else value <= group["value"].iloc[0] + 1e-12
+    # the best head's interval in probe_claims is its own interval row: the same resamples
+    ends = interval.set_index(["layer", "head", "metric"])["value"]
+    for row in causal_run.probe_claims.itertuples():
+        metric = f"{row.relation}:{row.direction}"
+        assert ends.loc[(row.best_layer, row.best_head, f"{metric}:low")] == row.best_ci_low
+        assert ends.loc[(row.best_layer, row.best_head, f"{metric}:high")] == row.best_ci_high
 
 
 def test_the_planted_coreference_head_is_claimed_and_the_nearest_name_baseline_scored():

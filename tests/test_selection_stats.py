@@ -24,11 +24,11 @@ def test_cluster_bootstrap_resamples_whole_clusters_as_a_loop_over_the_same_draw
     clusters = np.array([0, 0, 1, 2, 2, 2, 3])
     values = np.array([[1, 0], [1, 1], [0, 0], [1, 1], [0, 1], [1, 0], [0, 1]], dtype=float)
     lo, hi = cluster_bootstrap_interval(clusters, values, 50, np.random.default_rng(5))
-    # the same multinomial draws, used by hand: each cluster's items repeated as often as it was drawn
-    weights = np.random.default_rng(5).multinomial(4, np.full(4, 0.25), size=50)
+    # the same draws used by hand: four clusters drawn with replacement, each drawn cluster's items in
+    picks = np.random.default_rng(5).integers(0, 4, size=(50, 4))
     means = []
-    for w in weights:
-        rows = [values[clusters == c] for c in range(4) for _ in range(w[c])]
+    for pick in picks:
+        rows = [values[clusters == c] for c in pick]
         means.append(np.concatenate(rows).mean(axis=0))
     expected_lo, expected_hi = np.quantile(np.array(means), [0.025, 0.975], axis=0)
     np.testing.assert_allclose(lo, expected_lo)

@@ -101,59 +101,64 @@ def in_cluster_order(items: Items) -> Items:
 
 
 def claim(items: Items, settings: Settings) -> dict:
-    """The statistics of one target (columns of ``CLAIM_COLUMNS`` but the naming ones); ``best`` is the
-    best column's index."""
+    """The statistics of one target (columns of ``CLAIM_COLUMNS`` but the naming ones), and ``best`` (the
+    best column's index) and ``column_low``/``column_high`` (every column's interval, from the same
+    resamples of clusters as the best head's)."""
     items = in_cluster_order(items)
     hits = items.hits.astype(np.float64)
     n, k = hits.shape
     acc = hits.mean(axis=0)
     best = int(np.argmax(acc))  # ties: the first column, as probe_relations
-    rng = np.random.default_rng([settings.seed, 1])
-    lo, hi = cluster_bootstrap_interval(items.clusters, hits[:, best], settings.n_boot, rng)
+    names = list(items.baselines)
+    base = np.stack([items.baselines[name] for name in names], axis=1).astype(np.float64) if names else None
+    b = int(np.argmax(base.mean(axis=0))) if names else None  # ties: the first baseline named
+    # one set of resamples for every column and the best head's difference from the baseline
+    columns = hits if base is None else np.column_stack([hits, hits[:, best] - base[:, b]])
+    lo, hi = cluster_bootstrap_interval(items.clusters, columns, settings.n_boot, np.random.default_rng([settings.seed, 1]))
     split = split_half_best(items.clusters, hits, np.random.default_rng([settings.seed, 2]), settings.n_splits)
     null = max_null(items.n_choices, items.n_correct, items.choice, settings.n_draws, np.random.default_rng([settings.seed, 3]))
-    names = list(items.baselines)
     row = {
         "best": best,
+        "column_low": lo[:k],
+        "column_high": hi[:k],
         "count": n,
         "n_clusters": int(len(np.unique(items.clusters))),
         "n_columns": k,
         "best_acc": float(acc[best]),
-        "best_ci_low": float(lo[0]),
-        "best_ci_high": float(hi[0]),
+        "best_ci_low": float(lo[best]),
+        "best_ci_high": float(hi[best]),
         "split_half_acc": split.score,
         "null_mean": float(null.mean()) if len(null) else np.nan,
         "null_p95": float(np.quantile(null, 0.95)) if len(null) else np.nan,
         "adjusted_p": adjusted_p(float(acc[best]), null),
     }
-    if names:
-        base = np.stack([items.baselines[name] for name in names], axis=1).astype(np.float64)
+    if base is not None:
         base_acc = base.mean(axis=0)
-        b = int(np.argmax(base_acc))
         base_split = split_half_best(items.clusters, base, np.random.default_rng([settings.seed, 2]), settings.n_splits)
-        d_lo, d_hi = cluster_bootstrap_interval(items.clusters, hits[:, best] - base[:, b], settings.n_boot, rng)
         row.update(
             baseline=names[b],
             baseline_acc=float(base_acc[b]),
             baseline_split_half_acc=base_split.score,
             delta=float(acc[best] - base_acc[b]),
-            delta_ci_low=float(d_lo[0]),
-            delta_ci_high=float(d_hi[0]),
-            beats_baseline=bool(d_lo[0] > 0 and split.score > base_split.score),
+            delta_ci_low=float(lo[k]),
+            delta_ci_high=float(hi[k]),
+            beats_baseline=bool(lo[k] > 0 and split.score > base_split.score),
         )
     return row
 
 
-def head_interval_rows(
-    step: int, metric: str, clusters: np.ndarray, hits: np.ndarray, n_head: int, n_boot: int, seed: int, column_head=None
-) -> list[dict]:
-    """probe_heads rows (probe ``interval``): ``METRIC:low`` and ``METRIC:high`` of every head's accuracy,
-    resampling clusters. ``column_head`` maps a column to its flat head (default: the column itself)."""
-    lo, hi = cluster_bootstrap_interval(clusters, hits.astype(np.float64), n_boot, np.random.default_rng([seed, 4]))
+def interval_rows(step: int, metric_of, low: np.ndarray, high: np.ndarray, n_head: int) -> list[dict]:
+    """probe_heads rows (probe ``interval``): ``METRIC:low`` and ``METRIC:high`` of every column's accuracy;
+    ``metric_of(column)`` gives the column's (metric, flat head)."""
     rows = []
-    for col in range(hits.shape[1]):
-        flat = col if column_head is None else column_head(col)
+    for col in range(len(low)):
+        metric, flat = metric_of(col)
         layer, head = divmod(int(flat), n_head)
-        for end, value in (("low", lo[col]), ("high", hi[col])):
+        for end, value in (("low", low[col]), ("high", high[col])):
             rows.append(dict(step=step, layer=layer, head=head, probe=INTERVAL_PROBE, metric=f"{metric}:{end}", value=float(value)))
     return rows
+
+
+def split_claim(row: dict) -> tuple[int, np.ndarray, np.ndarray]:
+    """Takes ``best`` and the column intervals out of a :func:`claim` row (which then holds table columns only)."""
+    return row.pop("best"), row.pop("column_low"), row.pop("column_high")

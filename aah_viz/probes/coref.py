@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.corpus.document import Document, Mention
-from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, head_interval_rows
+from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, interval_rows, split_claim
 from aah_viz.probes.predict import CorefQuery
 
 BASE_EDGES = (1, 4, 8, 16)
@@ -243,14 +243,16 @@ class CorefScorer:
         )
         return Items(doc, hit, choice, n_groups, n_correct, {name: base[:, i] for i, name in enumerate(BASELINES)})
 
-    def claims_table(self, step: int, settings: Settings = Settings()) -> pd.DataFrame:
+    def claims(self, step: int, settings: Settings = Settings()) -> tuple[pd.DataFrame, list[dict]]:
         """The ``probe_claims`` row of coreference (relation ``all``): the best head over every query,
-        resampling documents; the baselines are this probe's (``BASELINES``)."""
+        resampling documents; the baselines are this probe's (``BASELINES``). And every head's interval as
+        probe_heads rows (``coref:accuracy:low`` / ``:high``)."""
         items = self._items()
         if items is None:
-            return pd.DataFrame(columns=CLAIM_COLUMNS)
+            return pd.DataFrame(columns=CLAIM_COLUMNS), []
         row = claim(items, settings)
-        flat = row.pop("best")
+        flat, low, high = split_claim(row)
+        intervals = interval_rows(step, lambda col: ("coref:accuracy", col), low, high, self.n_head)
         row.update(
             step=step,
             probe="coref",
@@ -264,15 +266,7 @@ class CorefScorer:
             offset_share=np.nan,
             positional=None,
         )
-        return pd.DataFrame([row], columns=CLAIM_COLUMNS)
-
-    def interval_rows(self, step: int, n_boot: int, seed: int = 0) -> list[dict]:
-        """probe_heads rows (probe ``interval``): every head's ``accuracy`` with a 95 % bootstrap over
-        documents (``coref:accuracy:low`` / ``:high``)."""
-        items = self._items()
-        if items is None:
-            return []
-        return head_interval_rows(step, "coref:accuracy", items.clusters, items.hits, self.n_head, n_boot, seed)
+        return pd.DataFrame([row], columns=CLAIM_COLUMNS), intervals
 
     def head_rows(self, step: int, windows: np.ndarray) -> list[dict]:
         """probe_heads rows: ``accuracy`` (all mentions), ``reachable_accuracy`` (antecedent nearer

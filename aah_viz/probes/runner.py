@@ -277,13 +277,15 @@ def run_probes(
     claims = Settings(n_boot=n_boot, n_draws=null_draws, seed=seed)
     claim_tables = []
     if syntax_docs:
-        syntax_rows = syntax.head_rows(step, min_count) + syntax.interval_rows(step, min_count, n_boot, seed)
+        table, intervals = syntax.claims(step, min_count, claims)
+        syntax_rows = syntax.head_rows(step, min_count) + intervals
         heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in syntax_rows]
-        claim_tables.append(syntax.claims_table(step, min_count, claims))
+        claim_tables.append(table)
     if coref_docs:
+        table, intervals = coref.claims(step, claims)
         heads_rows += coref.head_rows(step, windows)
-        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in coref.interval_rows(step, n_boot, seed)]
-        claim_tables.append(coref.claims_table(step, claims))
+        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in intervals]
+        claim_tables.append(table)
     lengths = np.concatenate(syntax_lengths) if syntax_lengths else np.zeros(0, dtype=np.int64)
     heads_rows += sufficiency_rows(step, windows, lengths, np.array(coref.distances, dtype=np.int64))
     heads_rows += distance.head_rows(step, n_head, windows)

@@ -24,7 +24,7 @@ import pandas as pd
 
 from aah_viz.corpus.document import Document
 from aah_viz.probes.baselines import choice_index_other, nearest_category_either, upos_codes
-from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, head_interval_rows
+from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, interval_rows, split_claim
 
 DIRECTIONS = ("dep2head", "head2dep")
 EXCLUDED_RELATIONS = ("root", "punct")
@@ -281,14 +281,15 @@ class SyntaxScorer:
             return np.zeros((0, 2 * n_heads), dtype=np.int16), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
         return tuple(np.concatenate(x) for x in (self._choice, self._n_choices, self._pos))
 
-    def claims_table(self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings=None) -> pd.DataFrame:
+    def claims(self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings=None) -> tuple[pd.DataFrame, list[dict]]:
         """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation: the best of every head in
-        both directions; baselines the offsets and ``pos`` (nearest word of the head's UPOS)."""
+        both directions; baselines the offsets and ``pos`` (nearest word of the head's UPOS). And the
+        probe_heads rows of every head's interval per relation and direction (``REL:DIRECTION:low`` / ``:high``)."""
         settings = settings or Settings()
         rel, sentence, hits, base = self._links()
         choice, n_choices, pos = self._choices()
         n_heads = self.n_layer * self.n_head
-        rows = []
+        rows, intervals = [], []
         for name in self.included_relations(min_count):
             mask = rel == name
             flat_hits = hits[mask].reshape(int(mask.sum()), 2 * n_heads)  # dep2head columns first
@@ -296,7 +297,13 @@ class SyntaxScorer:
             baselines["pos"] = pos[mask]
             items = Items(sentence[mask], flat_hits, choice[mask], n_choices[mask], np.ones(int(mask.sum())), baselines)
             row = claim(items, settings)
-            d, flat = divmod(row.pop("best"), n_heads)
+            best, low, high = split_claim(row)
+            d, flat = divmod(best, n_heads)
+
+            def metric_of(col, name=name):
+                return f"{name}:{DIRECTIONS[col // n_heads]}", col % n_heads
+
+            intervals += interval_rows(step, metric_of, low, high, self.n_head)
             offsets = base[mask].mean(axis=0)
             k = int(np.argmax(offsets))
             # the best head's pick is the word at the best offset: the offset baseline and the head agree
@@ -318,7 +325,7 @@ class SyntaxScorer:
                 positional=share >= POSITIONAL_SHARE,
             )
             rows.append(row)
-        return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+        return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
 
     def _offset_choice(self, mask: np.ndarray, offset: int) -> np.ndarray:
         """Per link of ``mask``: the index (among the sentence's other words) of the word at ``offset``
@@ -328,17 +335,6 @@ class SyntaxScorer:
         target = position + offset
         inside = (target >= 0) & (target < length)
         return np.where(inside, np.where(target > position, target - 1, target), -2)
-
-    def interval_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT, n_boot: int = DEFAULT_BOOT, seed: int = 0) -> list[dict]:
-        """probe_heads rows (probe ``interval``): every head's accuracy per relation and direction with a
-        95 % bootstrap over sentences (``REL:DIRECTION:low`` / ``:high``)."""
-        rel, sentence, hits, _ = self._links()
-        rows = []
-        for name in self.included_relations(min_count):
-            mask = rel == name
-            for d, direction in enumerate(DIRECTIONS):
-                rows += head_interval_rows(step, f"{name}:{direction}", sentence[mask], hits[mask, d], self.n_head, n_boot, seed)
-        return rows
 
     def head_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """probe_heads rows.

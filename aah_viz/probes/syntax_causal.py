@@ -25,7 +25,7 @@ import pandas as pd
 
 from aah_viz.corpus.document import Document
 from aah_viz.probes.baselines import choice_index_backward, nearest_category_backward, upos_codes
-from aah_viz.probes.claims import CLAIM_COLUMNS, POSITIONAL_SHARE, Items, Settings, claim, head_interval_rows
+from aah_viz.probes.claims import CLAIM_COLUMNS, POSITIONAL_SHARE, Items, Settings, claim, interval_rows, split_claim
 from aah_viz.probes.syntax import (
     DEFAULT_BOOT,
     DEFAULT_MIN_COUNT,
@@ -123,19 +123,24 @@ class CausalSyntaxScorer:
             return np.zeros((0, n_heads), dtype=np.int16), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
         return tuple(np.concatenate(x) for x in (self._choice, self._n_choices, self._pos))
 
-    def claims_table(self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings: Settings = Settings()) -> pd.DataFrame:
-        """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation and direction; the
-        baselines are the backward offsets and ``pos`` (nearest earlier word of the answer's UPOS)."""
+    def claims(
+        self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings: Settings = Settings()
+    ) -> tuple[pd.DataFrame, list[dict]]:
+        """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation and direction (the baselines
+        are the backward offsets and ``pos``, the nearest earlier word of the answer's UPOS), and the
+        probe_heads rows of every head's interval on each (``REL:DIRECTION:low`` / ``:high``)."""
         rel, direction, sentence, hits, base = self._links()
         choice, n_choices, pos = self._choices()
-        rows = []
+        rows, intervals = [], []
         for name, d in self.included(min_count):
             mask = (rel == name) & (direction == d)
             baselines = {f"offset:{k}": base[mask, i] for i, k in enumerate(BACKWARD_OFFSETS)}
             baselines["pos"] = pos[mask]
             items = Items(sentence[mask], hits[mask], choice[mask], n_choices[mask], np.ones(int(mask.sum())), baselines)
             row = claim(items, settings)
-            flat = row.pop("best")
+            flat, low, high = split_claim(row)
+            metric = f"{name}:{CAUSAL_DIRECTIONS[d]}"
+            intervals += interval_rows(step, lambda col, metric=metric: (metric, col), low, high, self.n_head)
             offsets = base[mask].mean(axis=0)
             k = int(np.argmax(offsets))
             # the later word's prediction sits at the best offset exactly when it picks that earlier word
@@ -155,18 +160,7 @@ class CausalSyntaxScorer:
                 positional=share >= POSITIONAL_SHARE,
             )
             rows.append(row)
-        return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-
-    def interval_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT, n_boot: int = DEFAULT_BOOT, seed: int = 0) -> list[dict]:
-        """probe_heads rows (probe ``interval``): every head's accuracy per relation and direction with a
-        95 % bootstrap over sentences (``REL:DIRECTION:low`` / ``:high``)."""
-        rel, direction, sentence, hits, _ = self._links()
-        rows = []
-        for name, d in self.included(min_count):
-            mask = (rel == name) & (direction == d)
-            metric = f"{name}:{CAUSAL_DIRECTIONS[d]}"
-            rows += head_interval_rows(step, metric, sentence[mask], hits[mask], self.n_head, n_boot, seed)
-        return rows
+        return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
 
     @property
     def count(self) -> dict[str, int]:
