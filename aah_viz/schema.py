@@ -323,6 +323,12 @@ SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
 
 ALL_TABLES = {**TABLES, **PROBE_TABLES, **HEAD_SIMILARITY_TABLES, **SUMMARY_TABLES}
 
+# Columns added to a table after runs were already written with it: a segment without them is an older
+# writer's, read with the column empty and not a problem for ``aah-viz validate``.
+LATER_COLUMNS: dict[str, frozenset[str]] = {
+    "head_similarity": frozenset({"mantel_rho", "mantel_null_p95", "mantel_p_value", "mantel_p_holm", "mantel_exact"}),
+}
+
 
 def group_column(level: int) -> str:
     return f"group_l{level}"

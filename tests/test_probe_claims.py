@@ -177,3 +177,19 @@ def test_the_exported_probes_tables_start_with_the_claims(causal_run, tmp_path):
     got = table.set_index(["relation", "direction"])["adjusted_p"].sort_index()
     want = claims.set_index(["relation", "direction"])["adjusted_p"].sort_index()
     np.testing.assert_allclose(got.to_numpy(dtype=float), want.to_numpy(dtype=float))
+
+
+def test_a_head_similarity_table_written_before_the_mantel_columns_still_validates_and_loads():
+    import pyarrow.parquet as pq
+
+    from aah_viz.analysis import head_similarity as hs
+
+    run_dir = Path(__file__).resolve().parents[1] / "sample_logs" / "smollm2_wikitext" / "probes"
+    segments = sorted((run_dir / "head_similarity").glob("part-*.parquet"))
+    if not segments:
+        pytest.skip("no head_similarity table in sample_logs/smollm2_wikitext/probes")
+    assert all("mantel_rho" not in pq.read_schema(p).names for p in segments)  # an older writer's table
+    assert validate_run(run_dir) == []
+    table = load_run(run_dir).table("head_similarity")
+    assert table["mantel_rho"].isna().all() and len(hs.summary(table))
+    assert hs.mantel_view(table).empty
