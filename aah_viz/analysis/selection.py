@@ -52,7 +52,7 @@ def _as_columns(values: np.ndarray) -> np.ndarray:
 def resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """(n_boot, n) how often each of n clusters is drawn when n are drawn with replacement, per resample
     (a multinomial(n, uniform) row, built from n_boot * n uniform draws: cheaper than ``rng.multinomial``)."""
-    draws = rng.integers(0, n, size=(n_boot, n)) + (np.arange(n_boot) * n)[:, None]
+    draws = rng.integers(0, n, size=(n_boot, n), dtype=np.int64) + (np.arange(n_boot) * n)[:, None]
     return np.bincount(draws.ravel(), minlength=n_boot * n).reshape(n_boot, n)
 
 

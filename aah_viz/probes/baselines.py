@@ -32,11 +32,14 @@ def upos_codes(doc: Document) -> np.ndarray:
 
 def nearest_category_backward(upos: np.ndarray, later: np.ndarray, earlier: np.ndarray) -> np.ndarray:
     """(n_links,) bool: the nearest word before ``later`` with ``earlier``'s category is ``earlier``."""
-    out = np.zeros(len(later), dtype=bool)
-    for i, (b, a) in enumerate(zip(later, earlier)):
-        cat = upos[a]
-        out[i] = cat >= 0 and not np.any(upos[a + 1 : b] == cat)
-    return out
+    if len(later) == 0:
+        return np.zeros(0, dtype=bool)
+    cat = upos[earlier]
+    width = int((later - earlier).max())
+    between = earlier[:, None] + np.arange(1, width)[None, :]  # the words strictly between, padded
+    inside = between < later[:, None]
+    same = inside & (upos[np.minimum(between, len(upos) - 1)] == cat[:, None])
+    return (cat >= 0) & ~same.any(axis=1)
 
 
 def nearest_category_either(
@@ -44,16 +47,15 @@ def nearest_category_either(
 ) -> np.ndarray:
     """(n_links,) bool: the nearest other word of the dependent's sentence with the head's category is the
     head (either side; at equal distance the earlier wins)."""
-    out = np.zeros(len(dependent), dtype=bool)
-    for i, (d, h, s, n) in enumerate(zip(dependent, head, sentence_start, sentence_len)):
-        cat = upos[h]
-        if cat < 0:
-            continue
-        words = np.arange(s, s + n)
-        same = words[(upos[s : s + n] == cat) & (words != d)]
-        distance = np.abs(same - d) * 2 + (same > d)  # the earlier of two at one distance first
-        out[i] = same[np.argmin(distance)] == h
-    return out
+    if len(dependent) == 0:
+        return np.zeros(0, dtype=bool)
+    cat = upos[head]
+    words = sentence_start[:, None] + np.arange(int(sentence_len.max()))[None, :]  # the sentence, padded
+    inside = words < (sentence_start + sentence_len)[:, None]
+    same = inside & (words != dependent[:, None]) & (upos[np.minimum(words, len(upos) - 1)] == cat[:, None])
+    distance = np.abs(words - dependent[:, None]) * 2 + (words > dependent[:, None])  # earlier first at a tie
+    nearest = words[np.arange(len(dependent)), np.argmin(np.where(same, distance, np.iinfo(np.int64).max), axis=1)]
+    return (cat >= 0) & same.any(axis=1) & (nearest == head)
 
 
 def choice_index_backward(pred: np.ndarray, sentence_start: np.ndarray) -> np.ndarray:
