@@ -193,3 +193,19 @@ def test_a_head_similarity_table_written_before_the_mantel_columns_still_validat
     table = load_run(run_dir).table("head_similarity")
     assert table["mantel_rho"].isna().all() and len(hs.summary(table))
     assert hs.mantel_view(table).empty
+
+
+def test_encoder_claims_score_the_nearest_word_of_the_heads_category_either_side_as_the_columns_say():
+    docs = read_conllu(FIXTURE)
+    result = run_probes(PlantedSource(docs), docs, (), min_count=3, n_boot=100, null_draws=49)
+    upos = column_upos(FIXTURE)
+    hits = defaultdict(list)
+    for s, dep, head, rel in column_links(FIXTURE):
+        words = [w for (t, w) in upos if t == s and w != dep and upos[(s, w)] == upos[(s, head)]]
+        nearest = min(words, key=lambda w: (abs(w - dep), w > dep))  # the earlier of two at one distance
+        hits[rel].append(nearest == head)
+    claims = result.probe_claims.set_index("relation")
+    assert len(claims) >= 3
+    for rel, row in claims.iterrows():
+        assert row["pos_acc"] == pytest.approx(np.mean(hits[rel]))
+        assert row["best_direction"] in ("dep2head", "head2dep") and row["n_columns"] == 8
