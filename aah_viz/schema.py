@@ -176,6 +176,37 @@ PROBE_TABLES: dict[str, dict[str, pa.DataType]] = {
         "accuracy": pa.float64(),
         "window": pa.int32(),
     },
+    # selection-aware statistics of each probe target's best head (docs/probes.md, aah_viz.probes.claims)
+    "probe_claims": {
+        "step": pa.int64(),
+        "probe": pa.string(),  # syntax or coref
+        "relation": pa.string(),  # the relation; "all" for coreference
+        "direction": pa.string(),  # causal: dependent_to_head / head_to_dependent; encoder and coref: null
+        "count": pa.int64(),  # items (links, queries)
+        "n_clusters": pa.int64(),  # sentences (documents for coreference) the bootstrap resamples
+        "n_columns": pa.int32(),  # heads (times directions on an encoder) the best is chosen among
+        "best_layer": pa.int16(),
+        "best_head": pa.int16(),
+        "best_direction": pa.string(),
+        "best_acc": pa.float64(),
+        "best_ci_low": pa.float64(),  # 95 % bootstrap over clusters
+        "best_ci_high": pa.float64(),
+        "split_half_acc": pa.float64(),  # chosen on half the clusters, scored on the other half
+        "null_mean": pa.float64(),  # best of all heads with the answer moved at random within each item
+        "null_p95": pa.float64(),
+        "adjusted_p": pa.float64(),  # (1 + #null >= best_acc) / (1 + draws)
+        "baseline": pa.string(),  # the strongest baseline: offset:K, pos, or a coreference baseline
+        "baseline_acc": pa.float64(),
+        "baseline_split_half_acc": pa.float64(),
+        "delta": pa.float64(),  # best_acc - baseline_acc
+        "delta_ci_low": pa.float64(),
+        "delta_ci_high": pa.float64(),
+        "beats_baseline": pa.bool_(),  # delta_ci_low > 0 and split_half_acc > baseline_split_half_acc
+        "offset_acc": pa.float64(),  # syntax: the best fixed offset
+        "pos_acc": pa.float64(),  # syntax: the nearest word of the answer's UPOS
+        "offset_share": pa.float64(),  # syntax: share of the relation's items the best head answers at that offset
+        "positional": pa.bool_(),  # offset_share >= 0.5
+    },
     # written by ``aah-viz compare``: AAH groups against probe clusters, per level and layer
     # (layer null: pooled over the layer's non-degenerate rows, layer-stratified null)
     "comparisons": {
@@ -250,6 +281,11 @@ HEAD_SIMILARITY_TABLES: dict[str, dict[str, pa.DataType]] = {
         "ari_null_p95": pa.float64(),
         "ari_p_value": pa.float64(),
         "agreement": pa.string(),  # agree, chance, undefined
+        "mantel_rho": pa.float64(),  # agreement rows: Spearman's rho of the two distances (1 - similarity)
+        "mantel_null_p95": pa.float64(),  # over the heads' pairs, against heads relabelled at random
+        "mantel_p_value": pa.float64(),  # one-sided; exact (every relabelling) when mantel_exact
+        "mantel_p_holm": pa.float64(),  # Holm-adjusted across the layers of the same pair and procedure
+        "mantel_exact": pa.bool_(),
         "labels": LIST_INT,  # grouping rows: every head's group; empty on agreement rows
         "source": pa.string(),  # what the similarity was measured on, in words
         "reason": pa.string(),  # why something is undefined ("; "-separated)
@@ -324,6 +360,12 @@ SUMMARY_TABLES: dict[str, dict[str, pa.DataType]] = {
 }
 
 ALL_TABLES = {**TABLES, **PROBE_TABLES, **HEAD_SIMILARITY_TABLES, **LENS_TABLES, **SUMMARY_TABLES}
+
+# Columns added to a table after runs were already written with it: a segment without them is an older
+# writer's, read with the column empty and not a problem for ``aah-viz validate``.
+LATER_COLUMNS: dict[str, frozenset[str]] = {
+    "head_similarity": frozenset({"mantel_rho", "mantel_null_p95", "mantel_p_value", "mantel_p_holm", "mantel_exact"}),
+}
 
 
 def group_column(level: int) -> str:

@@ -61,7 +61,15 @@ def test_probe_end_to_end_writes_the_three_tables(trained_run, capsys):
     n_layer, n_head = run.n_layer, run.n_head
     heads = run.table("probe_heads")
     step = int(heads["step"].iloc[0])
-    assert set(heads["probe"]) == {"syntax", "coref", "sufficiency", "attention_js", "distance", "positional"}
+    assert set(heads["probe"]) == {
+        "syntax",
+        "coref",
+        "sufficiency",
+        "attention_js",
+        "distance",
+        "positional",
+        "interval",
+    }
     for probe in ("syntax", "coref", "sufficiency", "distance"):
         sub = heads[heads["probe"] == probe]
         assert len(sub[["layer", "head"]].drop_duplicates()) == n_layer * n_head
@@ -74,12 +82,18 @@ def test_probe_end_to_end_writes_the_three_tables(trained_run, capsys):
     relations = run.table("probe_relations")
     assert {"det", "nsubj"} <= set(relations["relation"]) and relations["best_acc"].between(0, 1).all()
     coref = run.table("probe_coref")
-    assert {"head", "nearest_mention", "same_head", "rule"} == set(coref["method"])
+    assert {"head", "nearest_mention", "same_head", "rule", "nearest_name", "first_name"} == set(coref["method"])
+    claims = run.table("probe_claims")
+    assert set(claims["probe"]) == {"syntax", "coref"} and set(relations["relation"]) == set(
+        claims.loc[claims["probe"] == "syntax", "relation"]
+    )
     assert validate_run(trained_run) == []
     # probing the same step again replaces the step's rows instead of duplicating them
     assert main(["probe", str(trained_run), "--max-docs", "2", "--min-count", "10", "--no-progress", "--json"]) == 0
     again = load_run(trained_run).table("probe_heads")
     assert again.duplicated(subset=["step", "layer", "head", "probe", "metric"]).sum() == 0
+    claims_again = load_run(trained_run).table("probe_claims")
+    assert not claims_again.duplicated(subset=["step", "probe", "relation", "direction"]).any()
     # and the comparisons run on it
     assert main(["compare", str(trained_run), "--permutations", "20", "--bootstrap", "20"]) == 0
     assert len(load_run(trained_run).table("comparisons")) > 0

@@ -431,7 +431,7 @@ def test_inputs_sorted_by_length_give_the_same_tables(context):
     lengths = [len(d.text) for d in docs]
     assert lengths != sorted(lengths)  # the order really changes
     ordered = run_probes(PlantedSource(docs), docs, docs, sort_by_length=True, **kwargs)
-    for name in ("probe_relations", "probe_coref"):  # counts, accuracies, bootstrap intervals: exactly
+    for name in ("probe_relations", "probe_coref", "probe_claims"):  # counts, accuracies, bootstrap, nulls: exactly
         pd_testing.assert_frame_equal(getattr(plain, name), getattr(ordered, name))
     a, b = (
         r.probe_heads.sort_values(["probe", "metric", "layer", "head"]).reset_index(drop=True) for r in (plain, ordered)

@@ -37,6 +37,7 @@ import pandas as pd
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis.partitions import ari_rows
+from aah_viz.analysis.selection import holm, mantel
 
 SIMILARITIES = ("method", "zscore", "attention", "span", "probe")
 PROCEDURES = ("method", "complete")  # the method's level-0 procedure; complete linkage at its group count
@@ -368,7 +369,8 @@ COLUMNS = (
     "step", "layer", "similarity", "procedure", "other", "n_heads", "n_groups", "origin", "threshold",
     "sim_min", "sim_median", "sim_max", "silhouette", "null_mean", "null_p95", "null_p_value", "refit_mean",
     "refit_p95", "refit_p_value", "verdict", "stability_ari", "stability_null_p95", "stability_p_value",
-    "stability", "ari", "ari_null_mean", "ari_null_p95", "ari_p_value", "agreement", "labels", "source", "reason",
+    "stability", "ari", "ari_null_mean", "ari_null_p95", "ari_p_value", "agreement", "mantel_rho",
+    "mantel_null_p95", "mantel_p_value", "mantel_p_holm", "mantel_exact", "labels", "source", "reason",
 )  # fmt: skip
 
 
@@ -420,6 +422,30 @@ def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def layer_mantel(layer: int, a: str, b: str, inputs: dict[str, HeadInput], settings: Settings) -> dict:
+    """The Mantel test of one layer's heads under two similarities (distance ``1 - similarity``): Spearman's
+    rho over the pairs of heads, with a relabelling null (every relabelling when the heads are few)."""
+    x, y = (np.asarray(inputs[INPUT_OF[s]].all[layer], dtype=np.float64) for s in (a, b))
+    if not (varies(a, x) and varies(b, y)):
+        return {}
+    rng = np.random.default_rng(_seed(settings, layer, a, b, "mantel"))
+    test = mantel(1 - similarity(a, x), 1 - similarity(b, y), settings.agreement_samples, rng)
+    if not np.isfinite(test.rho):
+        return {}
+    return dict(
+        mantel_rho=test.rho, mantel_null_p95=test.null_p95, mantel_p_value=test.p_value, mantel_exact=test.exact
+    )
+
+
+def _with_holm(frame: pd.DataFrame) -> pd.DataFrame:
+    """``mantel_p_holm``: each pair of similarities' Mantel p-values, Holm-adjusted across the layers."""
+    frame["mantel_p_holm"] = np.nan
+    rows = frame[frame["other"].notna() & frame["mantel_p_value"].notna()]
+    for _, group in rows.groupby(["similarity", "other", "procedure"]):
+        frame.loc[group.index, "mantel_p_holm"] = holm(group["mantel_p_value"].to_numpy(dtype=float))
+    return frame
+
+
 def _agreement_row(layer: int, a: dict, b: dict, settings: Settings) -> dict:
     row = dict.fromkeys(COLUMNS)
     row.update(layer=layer, similarity=a["similarity"], other=b["similarity"], procedure=a["procedure"],
@@ -459,14 +485,19 @@ def head_similarity_rows(
     n_layer = min((np.asarray(inputs[INPUT_OF[s]].all).shape[0] for s in names), default=0)
     rows = []
     for layer in range(n_layer):
+        mantels: dict[tuple[str, str], dict] = {}  # one test per pair of similarities, whatever the procedure
         for procedure in PROCEDURES:
             groupings = [_grouping_row(layer, s, procedure, inputs[INPUT_OF[s]], settings) for s in names]
             rows += groupings
             for i, a in enumerate(groupings):
-                rows += [_agreement_row(layer, a, b, settings) for b in groupings[i + 1 :]]
+                for b in groupings[i + 1 :]:
+                    pair = (a["similarity"], b["similarity"])
+                    if pair not in mantels:
+                        mantels[pair] = layer_mantel(layer, *pair, inputs, settings)
+                    rows.append({**_agreement_row(layer, a, b, settings), **mantels[pair]})
         if progress is not None:
             progress(1)
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = _with_holm(pd.DataFrame(rows, columns=list(COLUMNS)))
     frame["step"] = int(step)
     return frame
 
@@ -482,6 +513,34 @@ def groupings(table: pd.DataFrame) -> pd.DataFrame:
 def agreements(table: pd.DataFrame) -> pd.DataFrame:
     """The agreement rows (one per layer, pair of similarities and procedure)."""
     return table[table["other"].notna()]
+
+
+def mantel_view(table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
+    """The Mantel rows of the newest step against the probe similarity, one per layer and similarity: rho,
+    its null's 95th percentile, p, Holm's p, and the groupings' ARI where both groupings are real."""
+    if table.empty or "mantel_rho" not in table:
+        return pd.DataFrame()
+    table = table[(table["step"] == table["step"].max()) & (table["procedure"] == procedure)]
+    real = {(int(r.layer), r.similarity) for r in groupings(table).itertuples() if r.verdict == cv.REAL}
+    agree = agreements(table)
+    agree = agree[((agree["other"] == "probe") | (agree["similarity"] == "probe")) & agree["mantel_rho"].notna()]
+    rows = []
+    for r in agree.itertuples():
+        other = r.other if r.similarity == "probe" else r.similarity
+        both_real = (int(r.layer), r.similarity) in real and (int(r.layer), r.other) in real
+        rows.append(
+            {
+                "layer": int(r.layer),
+                "similarity": other,
+                "rho": r.mantel_rho,
+                "null 95th pct": r.mantel_null_p95,
+                "p": r.mantel_p_value,
+                "p (Holm, layers)": r.mantel_p_holm,
+                "exact": bool(r.mantel_exact),
+                "ARI (both real)": r.ari if both_real else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def summary(table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:

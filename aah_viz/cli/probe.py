@@ -90,7 +90,15 @@ def register(subparsers) -> None:
         default=1000,
         help="resamples of sentences for each relation's interval of best head minus baseline (default: 1000)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    p.add_argument(
+        "--null-draws",
+        type=int,
+        default=200,
+        help="label shuffles of the max-over-heads null behind probe_claims' adjusted p (default: 200)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the bootstrap, the null and the split halves (default: 0)"
+    )
     p.add_argument(
         "--no-start-token",
         action="store_true",
@@ -190,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 1:
         raise InputFormatError(f"--bootstrap must be at least 1, got {args.bootstrap}")
+    if args.null_draws < 1:
+        raise InputFormatError(f"--null-draws must be at least 1, got {args.null_draws}")
     target = resolve_target(args.target, args.step)
     if target.run_dir is None and args.out is None:
         raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
@@ -264,6 +274,7 @@ def _probe(source, syntax_docs, coref_docs, step, windows, args, saved):
         seed=args.seed,
         sort_by_length=args.sort_by_length,
         saved=saved,
+        null_draws=args.null_draws,
     )
 
 
@@ -390,6 +401,9 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> d
         "attention": "causal" if result.causal else "bidirectional",
         "direction_counts": result.direction_counts,
         "cataphora_left_out": result.n_cataphora_left_out,
+        "claims": result.probe_claims.drop(columns=["step"]).to_dict(orient="records")
+        if len(result.probe_claims)
+        else [],
         "relations": result.probe_relations.drop(columns=["step"]).to_dict(orient="records"),
         "best_coref_head": best_coref,
         "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}
@@ -397,6 +411,24 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> d
         else {},
         "segments": [str(p) for p in written],
     }
+
+
+CLAIMS_SHOWN = [
+    "probe",
+    "relation",
+    "direction",
+    "count",
+    "best_layer",
+    "best_head",
+    "best_acc",
+    "split_half_acc",
+    "null_p95",
+    "adjusted_p",
+    "baseline",
+    "baseline_acc",
+    "beats_baseline",
+    "offset_share",
+]
 
 
 def _print_tables(result, summary) -> None:
@@ -411,6 +443,10 @@ def _print_tables(result, summary) -> None:
             f"head_to_dependent, baseline the best backward offset); {summary['cataphora_left_out']} pronoun(s) "
             "before their antecedent left out of coreference"
         )
+    if len(result.probe_claims):
+        print("best heads, selection-aware (probe_claims: split half, max-over-heads null, strongest baseline):")
+        claims = result.probe_claims[CLAIMS_SHOWN]
+        print(claims.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if len(result.probe_relations):
         shown = result.probe_relations.drop(columns=["step", "labels", "context"])
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -82,3 +82,12 @@ def section(root: str, key: str, token: int) -> None:
           name="head-similarity-agreement")  # fmt: skip
     st.dataframe(hs.summary(t, procedure).rename(columns=SUMMARY_COLUMNS)[list(SUMMARY_COLUMNS.values())],
                  hide_index=True, width="stretch", key="hsim_summary")  # fmt: skip
+    mantel = hs.mantel_view(t, procedure)
+    if len(mantel):
+        st.markdown("**Similar heads, similar probe profiles? Within-layer Mantel tests**")
+        st.dataframe(mantel, hide_index=True, width="stretch", key="hsim_mantel")
+        st.caption(
+            "Spearman's rho between two similarities' distances over each layer's pairs of heads, against the "
+            "heads relabelled at random (exact: every relabelling); Holm's adjustment across the layers. No "
+            "grouping is involved. The ARI of the two groupings is shown only where both are judged real."
+        )

@@ -15,12 +15,17 @@ from aah_viz.analysis import head_similarity as hs
 
 NAME = "head_similarity"
 ID_COLUMNS = ["run", "layer", "similarity", "verdict", "stability"]
-VALUE_COLUMNS = ["groups", "silhouette", "chance", "stability_ari", "ari_span", "ari_probe"]
+VALUE_COLUMNS = [
+    "groups", "silhouette", "chance", "stability_ari", "ari_span", "ari_probe", "mantel_probe", "mantel_probe_p_holm",
+]  # fmt: skip
 NOTES = [
     "groups: found by the method's level-0 procedure at its threshold; silhouette on 1 - similarity; "
     "chance: the larger 95th percentile of the two validity nulls (real: silhouette above it).",
     "stability_ari: ARI between the groupings of two disjoint halves of the data (stable: p <= 0.05 "
     "against a permutation null); ari_span, ari_probe: ARI with the span and probe groupings of the layer.",
+    "mantel_probe: Spearman's rho between this similarity's and the probe scores' distances over the layer's "
+    "pairs of heads (no grouping involved); mantel_probe_p_holm: its relabelling p-value, Holm-adjusted "
+    "across the layers.",
 ]
 
 
@@ -30,6 +35,12 @@ def _pair_ari(agree: pd.DataFrame, layer, a: str, b: str) -> float:
     rows = agree[(agree["layer"] == layer) & (((agree["similarity"] == a) & (agree["other"] == b))
                                               | ((agree["similarity"] == b) & (agree["other"] == a)))]  # fmt: skip
     return float(rows["ari"].iloc[0]) if len(rows) else np.nan
+
+
+def _pair_value(agree: pd.DataFrame, layer: int, a: str, b: str, column: str) -> float:
+    rows = agree[(agree["layer"] == layer) & (((agree["similarity"] == a) & (agree["other"] == b))
+                                              | ((agree["similarity"] == b) & (agree["other"] == a)))]  # fmt: skip
+    return float(rows[column].iloc[0]) if len(rows) and column in rows and pd.notna(rows[column].iloc[0]) else np.nan
 
 
 def records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.DataFrame:
@@ -53,6 +64,8 @@ def records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.D
                 "stability_ari": r["stability_ari"],
                 "ari_span": _pair_ari(agree, r["layer"], r["similarity"], "span"),
                 "ari_probe": _pair_ari(agree, r["layer"], r["similarity"], "probe"),
+                "mantel_probe": _pair_value(agree, r["layer"], r["similarity"], "probe", "mantel_rho"),
+                "mantel_probe_p_holm": _pair_value(agree, r["layer"], r["similarity"], "probe", "mantel_p_holm"),
             }
         )
     frame = pd.DataFrame(rows, columns=ID_COLUMNS + VALUE_COLUMNS)

@@ -148,6 +148,11 @@ def stability_rows(runs, windows, **_) -> Rows:
 
 
 PROBE_CAPTIONS = {
+    "claims": "Best heads once their choice among all heads is accounted for: accuracy chosen on half the "
+    "sentences (documents) and scored on the other half, the 95th percentile of the best of all heads with "
+    "each item's answer shuffled and the adjusted p, the best head's accuracy with a 95% bootstrap interval, "
+    "the strongest baseline (fixed offsets, nearest word of the answer's part of speech, mention baselines) "
+    "and whether the head beats it.",
     "comparisons": "Learned head groups against clusters of the same layer's heads built from their "
     "probe profiles: ARI against a within-layer permutation null (mean, 95th percentile), p-value, "
     "NMI, V-measure; pooled rows (no layer) use a layer-stratified null; the compared partition's "

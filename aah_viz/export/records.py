@@ -334,6 +334,26 @@ def _validity_shares(run) -> dict:
 
 
 PROBE_PARTS = {
+    "claims": (
+        "probe_claims",
+        ["probe", "relation", "direction", "best_layer", "best_head", "best_direction", "baseline", "beats_baseline"],
+        [
+            "count",
+            "split_half_acc",
+            "null_p95",
+            "adjusted_p",
+            "best_acc",
+            "best_ci_low",
+            "best_ci_high",
+            "baseline_acc",
+            "delta",
+            "delta_ci_low",
+            "delta_ci_high",
+            "offset_acc",
+            "pos_acc",
+            "offset_share",
+        ],
+    ),
     "comparisons": (
         "comparisons",
         ["level", "layer", "target", "partition_verdict", "reason"],

@@ -11,7 +11,13 @@ from aah_viz.figures import style
 
 GREY = "#b0b0b0"
 TARGET_COLORS = {"kmeans:profile": "#1f77b4", "agglomerative:profile": "#2ca02c", "js_agglomerative": "#9467bd"}
-BASELINE_COLORS = {"nearest_mention": "#d62728", "same_head": "#ff7f0e", "rule": "#8c564b"}
+BASELINE_COLORS = {
+    "nearest_mention": "#d62728",
+    "same_head": "#ff7f0e",
+    "rule": "#8c564b",
+    "nearest_name": "#e377c2",
+    "first_name": "#7f7f7f",
+}
 
 
 def head_name(layer, head) -> str:
@@ -47,6 +53,120 @@ def relations_view(relations: pd.DataFrame) -> pd.DataFrame:
             for p, o, s in zip(rel["positional"], rel["positional_offset"], rel["positional_share"])
         ]
     return out.reset_index(drop=True)
+
+
+def claim_labels(claims: pd.DataFrame) -> list[str]:
+    """``syntax obj (dependent to head)``, ``coref``: a target's name for tables and axes."""
+    out = []
+    for probe, rel, d in zip(claims["probe"], claims["relation"], claims["direction"]):
+        if probe == "coref":
+            out.append("coreference")
+        else:
+            out.append(f"{rel} ({str(d).replace('_', ' ')})" if isinstance(d, str) and d else str(rel))
+    return out
+
+
+def _interval(lo, hi) -> str:
+    return "" if pd.isna(lo) else f"[{lo:.3f}, {hi:.3f}]"
+
+
+def claims_view(claims: pd.DataFrame) -> pd.DataFrame:
+    """``probe_claims`` at its newest step as a reading table, selection-aware numbers first: the best
+    head's split-half score and its adjusted p against the best of all heads under shuffled answers,
+    then its accuracy with an interval, the strongest baseline and whether the head beats it."""
+    if claims.empty:
+        return pd.DataFrame()
+    c = claims[claims["step"] == claims["step"].max()].sort_values(["probe", "count"], ascending=[False, False])
+    best = [
+        head_name(a, b) + (f" {d}" if isinstance(d, str) and d in ("dep2head", "head2dep") else "")
+        for a, b, d in zip(c["best_layer"], c["best_head"], c["best_direction"])
+    ]
+    return pd.DataFrame(
+        {
+            "target": claim_labels(c),
+            "count": c["count"].to_numpy(),
+            "best head": best,
+            "split-half acc": c["split_half_acc"].to_numpy(),
+            "null 95th pct": c["null_p95"].to_numpy(),
+            "adjusted p": c["adjusted_p"].to_numpy(),
+            "best acc": c["best_acc"].to_numpy(),
+            "95% interval": [_interval(lo, hi) for lo, hi in zip(c["best_ci_low"], c["best_ci_high"])],
+            "strongest baseline": c["baseline"].fillna("").to_numpy(),
+            "baseline acc": c["baseline_acc"].to_numpy(),
+            "best − baseline": [
+                "" if pd.isna(d) else f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                for d, lo, hi in zip(c["delta"], c["delta_ci_low"], c["delta_ci_high"])
+            ],
+            "beats baseline": ["yes" if b is True or b == 1 else "no" for b in c["beats_baseline"]],
+            "at the offset": ["" if pd.isna(s) else f"{s:.0%}" for s in c["offset_share"]],
+        }
+    )
+
+
+def claims_figure(claims: pd.DataFrame, title: str = "") -> go.Figure:
+    """Per target: the best head's split-half accuracy (filled: it beats the strongest baseline), its
+    in-sample accuracy with a 95 % interval (hollow), the strongest baseline (cross) and the 95th
+    percentile of the best of all heads under shuffled answers (grey bar)."""
+    if claims.empty:
+        return style.empty_figure("no selection-aware statistics: probe again with this version of aah-viz", title)
+    c = claims[claims["step"] == claims["step"].max()].sort_values("split_half_acc")
+    labels = claim_labels(c)
+    beats = c["beats_baseline"].fillna(False).astype(bool).to_numpy()
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=c["null_p95"],
+            y=labels,
+            orientation="h",
+            marker=dict(color="#e3e3e3"),
+            name="best of all heads, answers shuffled (95th percentile)",
+            hovertemplate="%{y}: null 95th percentile %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=c["best_acc"],
+            y=labels,
+            mode="markers",
+            marker=dict(symbol="circle-open", size=9, color="#1f77b4"),
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=(c["best_ci_high"] - c["best_acc"]).to_numpy(),
+                arrayminus=(c["best_acc"] - c["best_ci_low"]).to_numpy(),
+                color="#9ab",
+            ),
+            name="best head, in sample (95% interval)",
+            hovertemplate="%{y}: best head %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=c["split_half_acc"],
+            y=labels,
+            mode="markers",
+            marker=dict(size=11, color=np.where(beats, "#1f77b4", "#d62728")),
+            name="best head, split half (blue: beats the strongest baseline)",
+            text=[f"adjusted p {p:.3f}" for p in c["adjusted_p"]],
+            hovertemplate="%{y}: split half %{x:.3f}, %{text}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=c["baseline_acc"],
+            y=labels,
+            mode="markers",
+            marker=dict(symbol="x", size=9, color="#333"),
+            name="strongest baseline",
+            text=c["baseline"].fillna("").tolist(),
+            hovertemplate="%{y}: %{text} %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title="accuracy", range=[0, 1.02])
+    fig.update_yaxes(title="")
+    return style.base_layout(
+        fig, title or "best heads once their choice is accounted for", height=max(320, 26 * len(c) + 160)
+    )
 
 
 def relation_labels(rel: pd.DataFrame) -> list[str]:
@@ -137,7 +257,7 @@ def coref_bucket_figure(coref: pd.DataFrame, title: str = "") -> go.Figure:
                 line=dict(color="#1f77b4", dash="dot"),
             )
         )
-    for method in ("nearest_mention", "same_head", "rule"):
+    for method in BASELINE_COLORS:
         base = c[c["method"] == method].set_index("bucket")
         if base.empty:
             continue

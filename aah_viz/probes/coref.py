@@ -30,10 +30,11 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.corpus.document import Document, Mention
+from aah_viz.probes.claims import CLAIM_COLUMNS, DEFAULT_SETTINGS, Items, Settings, claim, interval_rows, split_claim
 from aah_viz.probes.predict import CorefQuery
 
 BASE_EDGES = (1, 4, 8, 16)
-BASELINES = ("nearest_mention", "same_head", "rule")
+BASELINES = ("nearest_mention", "same_head", "rule", "nearest_name", "first_name")
 
 
 def flat_mentions(doc: Document) -> list[tuple[int, Mention]]:
@@ -85,6 +86,22 @@ def coref_queries(doc: Document, causal: bool = False) -> list[CorefQuery]:
     return queries
 
 
+def mention_choice(mentions: list[tuple[int, Mention]], query: CorefQuery, chosen: np.ndarray) -> tuple:
+    """What the null of one query needs: the earlier mention each head's chosen word belongs to (the
+    first in text order that holds it; -1 for none), the number of earlier mentions, and how many of
+    them are in the query's chain."""
+    mention = mentions[query.mention][1]
+    chain = mentions[query.mention][0]
+    before = [i for i, (_, m) in enumerate(mentions) if m.end <= mention.start]
+    group_of: dict[int, int] = {}
+    for g, i in enumerate(before):
+        for w in mentions[i][1].words:
+            group_of.setdefault(int(w), g)
+    choice = np.array([group_of.get(int(w), -1) for w in chosen], dtype=np.int64)
+    n_correct = sum(1 for i in before if mentions[i][0] == chain)
+    return choice, len(before), n_correct
+
+
 def bucket_edges(windows: Sequence[int] = ()) -> list[int]:
     """Lower edges of the distance buckets: 1, 4, 8, 16 and every candidate window."""
     return sorted(set(BASE_EDGES) | {int(w) for w in windows if int(w) > 0})
@@ -126,7 +143,14 @@ def baseline_choices(doc: Document) -> dict[int, dict[str, int | None]]:
             rule = full[0] if full else (agreeing[0] if agreeing else nearest)
         else:
             rule = same_head
-        out[index] = {"nearest_mention": nearest, "same_head": same_head, "rule": rule}
+        names = [i for i in order if mentions[i][1].kind == "name"]
+        out[index] = {
+            "nearest_mention": nearest,
+            "same_head": same_head,
+            "rule": rule,
+            "nearest_name": names[0] if names else nearest,
+            "first_name": names[-1] if names else nearest,
+        }
     return out
 
 
@@ -143,18 +167,31 @@ class CorefScorer:
         self.base_correct = {name: np.zeros(n_b, dtype=np.int64) for name in BASELINES}
         self.distances: list[int] = []  # every query's antecedent distance (tokens), for sufficiency
         self.cataphora_left_out: int | None = None  # causal: pronouns left out (antecedent after them)
+        # per scored query, for the selection-aware statistics (aah_viz.probes.claims), one array per document
+        self.n_docs = 0
+        self._doc: list[np.ndarray] = []  # (q,) document number
+        self._hit: list[np.ndarray] = []  # (q, n_heads) bool
+        self._choice: list[np.ndarray] = []  # (q, n_heads) the earlier mention each head picked, -1 none
+        self._n_groups: list[np.ndarray] = []  # (q,) earlier mentions
+        self._n_correct: list[np.ndarray] = []  # (q,) of them in the query's chain
+        self._base_hit: list[np.ndarray] = []  # (q, len(BASELINES)) bool
 
     def bucket_of(self, distance: int) -> int:
         return max(0, int(np.searchsorted(self.edges, distance, side="right")) - 1)
 
-    def add(self, doc: Document, predictions) -> None:
+    def add(self, doc: Document, predictions, doc_index: int | None = None) -> None:
+        """One document's queries; ``doc_index`` numbers the document for the bootstrap (default: the
+        documents added so far), so that the resampling is the same in any order of adding."""
         queries = predictions.queries
+        number = self.n_docs if doc_index is None else int(doc_index)
+        self.n_docs += 1
         if not queries:
             return
         alignment = predictions.alignment
         first = alignment.word_first_token
         mentions = flat_mentions(doc)
         choices = baseline_choices(doc)
+        per_query: list[tuple] = []
         for qi, q in enumerate(queries):
             if first[q.head] < 0 or first[q.antecedent_head] < 0:
                 continue  # a word without tokens cannot be probed
@@ -166,9 +203,21 @@ class CorefScorer:
             correct_words = q.candidates[q.correct]
             self.head_correct[:, b] += np.isin(chosen, correct_words) & (chosen >= 0)
             chain = mentions[q.mention][0]
+            base_hit = []
             for name in BASELINES:
                 pick = choices[q.mention][name]
-                self.base_correct[name][b] += int(pick is not None and mentions[pick][0] == chain)
+                base_hit.append(pick is not None and mentions[pick][0] == chain)
+                self.base_correct[name][b] += int(base_hit[-1])
+            hit = np.isin(chosen, correct_words) & (chosen >= 0)
+            per_query.append((hit, *mention_choice(mentions, q, chosen), base_hit))
+        if per_query:
+            hit, choice, n_groups, n_correct, base_hit = zip(*per_query)
+            self._doc.append(np.full(len(hit), number, dtype=np.int64))
+            self._hit.append(np.stack(hit))
+            self._choice.append(np.stack(choice).astype(np.int16))
+            self._n_groups.append(np.array(n_groups, dtype=np.int64))
+            self._n_correct.append(np.array(n_correct, dtype=np.int64))
+            self._base_hit.append(np.array(base_hit, dtype=bool))
 
     def _rows(self, step, layer, head, method, correct, window):
         rows = []
@@ -185,6 +234,40 @@ class CorefScorer:
         for name in BASELINES:
             rows += self._rows(step, None, None, name, self.base_correct[name], None)
         return pd.DataFrame(rows)
+
+    def _items(self) -> Items | None:
+        if not self._hit:
+            return None
+        doc, hit, choice, n_groups, n_correct, base = (
+            np.concatenate(x)
+            for x in (self._doc, self._hit, self._choice, self._n_groups, self._n_correct, self._base_hit)
+        )
+        return Items(doc, hit, choice, n_groups, n_correct, {name: base[:, i] for i, name in enumerate(BASELINES)})
+
+    def claims(self, step: int, settings: Settings = DEFAULT_SETTINGS) -> tuple[pd.DataFrame, list[dict]]:
+        """The ``probe_claims`` row of coreference (relation ``all``): the best head over every query,
+        resampling documents; the baselines are this probe's (``BASELINES``). And every head's interval as
+        probe_heads rows (``coref:accuracy:low`` / ``:high``)."""
+        items = self._items()
+        if items is None:
+            return pd.DataFrame(columns=CLAIM_COLUMNS), []
+        row = claim(items, settings)
+        flat, low, high = split_claim(row)
+        intervals = interval_rows(step, lambda col: ("coref:accuracy", col), low, high, self.n_head)
+        row.update(
+            step=step,
+            probe="coref",
+            relation="all",
+            direction=None,
+            best_layer=flat // self.n_head,
+            best_head=flat % self.n_head,
+            best_direction=None,
+            offset_acc=np.nan,
+            pos_acc=np.nan,
+            offset_share=np.nan,
+            positional=None,
+        )
+        return pd.DataFrame([row], columns=CLAIM_COLUMNS), intervals
 
     def head_rows(self, step: int, windows: np.ndarray) -> list[dict]:
         """probe_heads rows: ``accuracy`` (all mentions), ``reachable_accuracy`` (antecedent nearer

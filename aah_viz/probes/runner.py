@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from aah_viz.analysis.selection import DEFAULT_NULL_DRAWS
 from aah_viz.corpus.document import Document, Sentence, Word
+from aah_viz.probes.claims import Settings
 from aah_viz.probes.coref import CorefScorer, bucket_edges, cataphoric_pronouns, coref_queries
 from aah_viz.probes.distance import DistanceProfile
 from aah_viz.probes.predict import DocumentPredictor, JSAccumulator, predict_documents
@@ -51,12 +53,14 @@ class ProbeResult:
     causal: bool = False  # probed looking back (a decoder)
     n_cataphora_left_out: int = 0  # causal: pronouns left out because their antecedent comes after them
     direction_counts: dict = field(default_factory=dict)  # causal: relation -> direction -> gold links
+    probe_claims: pd.DataFrame = field(default_factory=pd.DataFrame)  # selection-aware statistics per target
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
             "probe_heads": self.probe_heads,
             "probe_relations": self.probe_relations,
             "probe_coref": self.probe_coref,
+            "probe_claims": self.probe_claims,
         }
 
 
@@ -170,6 +174,7 @@ def run_probes(
     causal: bool | None = None,
     sort_by_length: bool = False,
     saved: ProbeProgress | None = None,
+    null_draws: int = DEFAULT_NULL_DRAWS,
 ) -> ProbeResult:
     """Score ``source`` (see :mod:`aah_viz.probes.predict`) on the syntax and coreference documents.
 
@@ -183,6 +188,7 @@ def run_probes(
     taken in another order, and the model's float rounding may differ with the padded shapes.
     ``saved`` keeps what is finished on disk (:mod:`aah_viz.probes.progress`): the probe starts after
     the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``), saved.
+    ``null_draws``: label shuffles of the max-over-heads null behind ``probe_claims``.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -250,7 +256,7 @@ def run_probes(
                 syntax.add(syn_doc, preds.dep2head, preds.head2dep, first)
             tally.lengths.append(dependency_lengths(syn_doc, preds.alignment))
         if cor_doc is not None:
-            coref.add(cor_doc, preds)
+            coref.add(cor_doc, preds, i)
             tally.n_coref += 1
         if bar is not None:
             bar.update(1)
@@ -268,10 +274,18 @@ def run_probes(
     syntax_lengths, n_coref = tally.lengths, tally.n_coref
 
     heads_rows = []
+    claims = Settings(n_boot=n_boot, n_draws=null_draws, seed=seed)
+    claim_tables = []
     if syntax_docs:
-        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in syntax.head_rows(step, min_count)]
+        table, intervals = syntax.claims(step, min_count, claims)
+        syntax_rows = syntax.head_rows(step, min_count) + intervals
+        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in syntax_rows]
+        claim_tables.append(table)
     if coref_docs:
+        table, intervals = coref.claims(step, claims)
         heads_rows += coref.head_rows(step, windows)
+        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in intervals]
+        claim_tables.append(table)
     lengths = np.concatenate(syntax_lengths) if syntax_lengths else np.zeros(0, dtype=np.int64)
     heads_rows += sufficiency_rows(step, windows, lengths, np.array(coref.distances, dtype=np.int64))
     heads_rows += distance.head_rows(step, n_head, windows)
@@ -292,4 +306,7 @@ def run_probes(
         causal=causal,
         n_cataphora_left_out=coref.cataphora_left_out or 0,
         direction_counts=syntax.direction_counts() if causal else {},
+        probe_claims=pd.concat([t for t in claim_tables if len(t)], ignore_index=True)
+        if any(len(t) for t in claim_tables)
+        else pd.DataFrame(),
     )

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.corpus.document import Document
+from aah_viz.probes.baselines import choice_index_other, nearest_category_either, upos_codes
+from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, interval_rows, split_claim
 
 DIRECTIONS = ("dep2head", "head2dep")
 EXCLUDED_RELATIONS = ("root", "punct")
@@ -173,6 +175,10 @@ class SyntaxScorer:
         self._sentence: list[np.ndarray] = []
         self._hits: list[np.ndarray] = []  # (n_links, 2, n_heads)
         self._base: list[np.ndarray] = []  # (n_links, len(OFFSETS))
+        self._choice: list[np.ndarray] = []  # (n_links, 2 * n_heads) index of the picked word among the others
+        self._n_choices: list[np.ndarray] = []  # (n_links,) other words of the sentence
+        self._pos: list[np.ndarray] = []  # (n_links,) the nearest word of the head's UPOS is the head
+        self._position: list[np.ndarray] = []  # (n_links,) the dependent's index in its sentence
         self.offset_counts = np.zeros((2, n_heads, 2 * MAX_OFFSET + 1), dtype=np.int64)
         self.predicted = np.zeros((2, n_heads), dtype=np.int64)  # words with any prediction
         self.n_sentences = 0
@@ -191,6 +197,18 @@ class SyntaxScorer:
             self._relation.append(gold.relation)
             self._sentence.append(gold.sentence + (self.n_sentences if first_sentence is None else first_sentence))
             self._base.append(offset_hits(gold))
+            picks = [
+                choice_index_other(p[:, gold.dependent], gold.dependent, gold.sentence_start)
+                for p in (dep2head, head2dep)
+            ]
+            self._choice.append(np.concatenate(picks).T.astype(np.int16))
+            self._n_choices.append(gold.sentence_len - 1)
+            self._position.append(gold.dependent - gold.sentence_start)
+            self._pos.append(
+                nearest_category_either(
+                    upos_codes(doc), gold.dependent, gold.head, gold.sentence_start, gold.sentence_len
+                )
+            )
         self.n_sentences += len(doc.sentences)
 
     # ----------------------------------------------------------------------------- accumulated views
@@ -261,6 +279,67 @@ class SyntaxScorer:
                 }
             )
         return pd.DataFrame(rows, columns=RELATION_COLUMNS)
+
+    def _choices(self):
+        if not self._choice:
+            n_heads = self.n_layer * self.n_head
+            return np.zeros((0, 2 * n_heads), dtype=np.int16), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        return tuple(np.concatenate(x) for x in (self._choice, self._n_choices, self._pos))
+
+    def claims(self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings=None) -> tuple[pd.DataFrame, list[dict]]:
+        """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation: the best of every head in
+        both directions; baselines the offsets and ``pos`` (nearest word of the head's UPOS). And the
+        probe_heads rows of every head's interval per relation and direction (``REL:DIRECTION:low`` / ``:high``)."""
+        settings = settings or Settings()
+        rel, sentence, hits, base = self._links()
+        choice, n_choices, pos = self._choices()
+        n_heads = self.n_layer * self.n_head
+        rows, intervals = [], []
+        for name in self.included_relations(min_count):
+            mask = rel == name
+            flat_hits = hits[mask].reshape(int(mask.sum()), 2 * n_heads)  # dep2head columns first
+            baselines = {f"offset:{k}": base[mask, i] for i, k in enumerate(OFFSETS)}
+            baselines["pos"] = pos[mask]
+            items = Items(sentence[mask], flat_hits, choice[mask], n_choices[mask], np.ones(int(mask.sum())), baselines)
+            row = claim(items, settings)
+            best, low, high = split_claim(row)
+            d, flat = divmod(best, n_heads)
+
+            def metric_of(col, name=name):
+                return f"{name}:{DIRECTIONS[col // n_heads]}", col % n_heads
+
+            intervals += interval_rows(step, metric_of, low, high, self.n_head)
+            offsets = base[mask].mean(axis=0)
+            k = int(np.argmax(offsets))
+            # the best head's pick is the word at the best offset: the offset baseline and the head agree
+            agree = (choice[mask, d * n_heads + flat] >= 0) & (
+                choice[mask, d * n_heads + flat] == self._offset_choice(mask, OFFSETS[k])
+            )
+            share = float(agree.mean())
+            row.update(
+                step=step,
+                probe="syntax",
+                relation=name,
+                direction=None,
+                best_layer=flat // self.n_head,
+                best_head=flat % self.n_head,
+                best_direction=DIRECTIONS[d],
+                offset_acc=float(offsets[k]),
+                pos_acc=float(pos[mask].mean()),
+                offset_share=share,
+                positional=share >= POSITIONAL_SHARE,
+            )
+            rows.append(row)
+        return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
+
+    def _offset_choice(self, mask: np.ndarray, offset: int) -> np.ndarray:
+        """Per link of ``mask``: the index (among the sentence's other words) of the word at ``offset``
+        from the dependent, -1 outside the sentence."""
+        position = np.concatenate(self._position)[mask]
+        length = np.concatenate(self._n_choices)[mask] + 1
+        target = position + offset
+        inside = (target >= 0) & (target < length)
+        return np.where(inside, np.where(target > position, target - 1, target), -2)
 
     def head_rows(self, step: int, min_count: int = DEFAULT_MIN_COUNT) -> list[dict]:
         """probe_heads rows.

@@ -24,12 +24,22 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.corpus.document import Document
+from aah_viz.probes.baselines import choice_index_backward, nearest_category_backward, upos_codes
+from aah_viz.probes.claims import (
+    CLAIM_COLUMNS,
+    DEFAULT_SETTINGS,
+    POSITIONAL_SHARE,
+    Items,
+    Settings,
+    claim,
+    interval_rows,
+    split_claim,
+)
 from aah_viz.probes.syntax import (
     DEFAULT_BOOT,
     DEFAULT_MIN_COUNT,
     DIRECTIONS,
     MAX_OFFSET,
-    POSITIONAL_SHARE,
     RELATION_COLUMNS,
     bootstrap_delta,
     count_prediction_offsets,
@@ -74,6 +84,9 @@ class CausalSyntaxScorer:
         self._sentence: list[np.ndarray] = []
         self._hits: list[np.ndarray] = []  # (n_links, n_heads)
         self._base: list[np.ndarray] = []  # (n_links, len(BACKWARD_OFFSETS))
+        self._choice: list[np.ndarray] = []  # (n_links, n_heads) index of the picked word among the earlier ones
+        self._n_choices: list[np.ndarray] = []  # (n_links,) earlier words of the sentence
+        self._pos: list[np.ndarray] = []  # (n_links,) the nearest earlier word of the answer's UPOS is right
         self.offset_counts = np.zeros((n_heads, 2 * MAX_OFFSET + 1), dtype=np.int64)
         self.predicted = np.zeros(n_heads, dtype=np.int64)
         self.n_sentences = 0
@@ -91,6 +104,10 @@ class CausalSyntaxScorer:
             self._direction.append(direction)
             self._sentence.append(sentence + (self.n_sentences if first_sentence is None else first_sentence))
             self._base.append(backward_offset_hits(later, earlier))
+            start = gold_links(doc, self.labels).sentence_start
+            self._choice.append(choice_index_backward(backward[:, later], start).T.astype(np.int16))
+            self._n_choices.append(later - start)
+            self._pos.append(nearest_category_backward(upos_codes(doc), later, earlier))
         self.n_sentences += len(doc.sentences)
 
     # ----------------------------------------------------------------------------- accumulated views
@@ -107,6 +124,54 @@ class CausalSyntaxScorer:
         return tuple(
             np.concatenate(x) for x in (self._relation, self._direction, self._sentence, self._hits, self._base)
         )
+
+    def _choices(self):
+        """Per link: every head's picked word among the earlier ones, their number, the ``pos`` baseline."""
+        if not self._choice:
+            n_heads = self.n_layer * self.n_head
+            return np.zeros((0, n_heads), dtype=np.int16), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        return tuple(np.concatenate(x) for x in (self._choice, self._n_choices, self._pos))
+
+    def claims(
+        self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings: Settings = DEFAULT_SETTINGS
+    ) -> tuple[pd.DataFrame, list[dict]]:
+        """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation and direction (the baselines
+        are the backward offsets and ``pos``, the nearest earlier word of the answer's UPOS), and the
+        probe_heads rows of every head's interval on each (``REL:DIRECTION:low`` / ``:high``)."""
+        rel, direction, sentence, hits, base = self._links()
+        choice, n_choices, pos = self._choices()
+        rows, intervals = [], []
+        for name, d in self.included(min_count):
+            mask = (rel == name) & (direction == d)
+            baselines = {f"offset:{k}": base[mask, i] for i, k in enumerate(BACKWARD_OFFSETS)}
+            baselines["pos"] = pos[mask]
+            items = Items(
+                sentence[mask], hits[mask], choice[mask], n_choices[mask], np.ones(int(mask.sum())), baselines
+            )
+            row = claim(items, settings)
+            flat, low, high = split_claim(row)
+            metric = f"{name}:{CAUSAL_DIRECTIONS[d]}"
+            intervals += interval_rows(step, lambda col, metric=metric: (metric, col), low, high, self.n_head)
+            offsets = base[mask].mean(axis=0)
+            k = int(np.argmax(offsets))
+            # the later word's prediction sits at the best offset exactly when it picks that earlier word
+            at_offset = choice[mask, flat] == n_choices[mask] + BACKWARD_OFFSETS[k]
+            share = float(at_offset.mean())
+            row.update(
+                step=step,
+                probe="syntax",
+                relation=name,
+                direction=CAUSAL_DIRECTIONS[d],
+                best_layer=flat // self.n_head,
+                best_head=flat % self.n_head,
+                best_direction=CAUSAL_DIRECTIONS[d],
+                offset_acc=float(offsets[k]),
+                pos_acc=float(pos[mask].mean()),
+                offset_share=share,
+                positional=share >= POSITIONAL_SHARE,
+            )
+            rows.append(row)
+        return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
 
     @property
     def count(self) -> dict[str, int]:

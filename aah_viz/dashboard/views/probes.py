@@ -77,6 +77,28 @@ def _heads_section(ph, m, root, key, token) -> None:
         chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
 
 
+def _claims_section(claims) -> None:
+    """What the best heads show once their choice among all heads is accounted for (``probe_claims``)."""
+    if claims is None or claims.empty:
+        st.caption(
+            "This run's probe tables have no selection-aware statistics (written before `probe_claims`): "
+            "probe again to see the best heads' split-half scores, max-over-heads nulls and strongest baselines."
+        )
+        return
+    st.subheader("Best heads, selection-aware")
+    chart(pr.claims_figure(claims), key="probe_claims_chart")
+    st.dataframe(pr.claims_view(claims), hide_index=True, width="stretch", key="probe_claims")
+    st.caption(
+        "The best of many heads is optimistic. Split-half: the head chosen on half of the sentences (documents "
+        "for coreference) and scored on the other half. Adjusted p: against the best of all heads when each "
+        "item's answer is moved at random among its candidates. Strongest baseline: the best of the fixed "
+        "offsets, the nearest word of the answer's part of speech (`pos`) and, for coreference, the mention "
+        "baselines; the head beats it when the interval of the difference is above zero and its split-half "
+        "score is higher. At the offset: the share of the relation's items where the best head picks the "
+        "offset baseline's word."
+    )
+
+
 def _windows_section(ph, m) -> None:
     st.subheader("How far the heads look")
     needed = needed_windows(ph, m["n_layer"], m["n_head"])
@@ -160,6 +182,7 @@ def render() -> None:
     if rel is not None and not rel.empty and "context" in rel:
         last = rel[rel["step"] == rel["step"].max()].iloc[0]
         st.caption(f"Syntax probed on {plain(last['context'])} inputs with {plain(last['labels'])} relation labels.")
+    _claims_section(tables.get("probe_claims"))
     if ph is not None and not ph.empty:
         _heads_section(ph, m, root, key, token)
     if rel is not None and not rel.empty:
