@@ -128,6 +128,9 @@ class AAHConfig:
     # Speed, approximate: head and group moments (§4.1, §4.2) from every s-th token only (1: all,
     # the reference); the clustered features change slightly, see docs/model.md.
     feature_token_stride: int = 1
+    # Issue 37: the first k positions stay visible to every query besides its window, in every regime that
+    # windows (attention sinks, StreamingLLM; Longformer's global tokens in causal form). 0: the method.
+    sink_tokens: int = 0
     # Issue 26: the head features the adaptive build clusters, as they are (none: the paper) or
     # standardised per feature across the layer's heads (zscore), see docs/model.md.
     feature_normalization: str = "none"
@@ -339,6 +342,7 @@ def validate(cfg: AAHConfig) -> None:
         "controller_rng_reference_dim",
         "static_window",
         "global_every",
+        "sink_tokens",
     ):
         if int(getattr(cfg, key)) < 0:
             _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")

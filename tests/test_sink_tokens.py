@@ -1,0 +1,265 @@
+"""Sink tokens (``sink_tokens = k``): the first k positions stay visible to every query besides its window.
+
+Every backend is checked against an explicit mask written here (key j <= query t, and t - j < W or j < k),
+forward, backward and head statistics; the coverage figures against a brute-force count of that mask;
+the model, the recorder's ACR, the retrofit and cached decoding with ``WindowedKVCache`` against the
+same mask.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aah_viz import coverage  # noqa: E402
+from aah_viz.errors import ConfigError  # noqa: E402
+from instrumentation.backends.banded import banded_attention  # noqa: E402
+from instrumentation.backends.dense_masked import dense_masked_attention  # noqa: E402
+from instrumentation.config import AAHConfig  # noqa: E402
+from instrumentation.model import AAHTransformer  # noqa: E402
+
+pytestmark = pytest.mark.torch
+TOL = 1e-5
+
+
+def explicit_mask(T: int, window: int, sinks: int) -> torch.Tensor:
+    """(T, T) boolean, written out pair by pair: query t sees key j <= t with t - j < W or j < k."""
+    m = torch.zeros(T, T, dtype=torch.bool)
+    for t in range(T):
+        for j in range(t + 1):
+            m[t, j] = (t - j < window) or (j < sinks)
+    return m
+
+
+def reference(q, k, v, windows, sinks):
+    """Softmax attention under the explicit masks, and the method §11.2 statistics of its probabilities."""
+    T = q.shape[2]
+    allowed = torch.stack([explicit_mask(T, w, sinks) for w in windows])
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+    out = probs @ v
+    p = probs.detach()
+    entropy = -(p * torch.log(p + 1e-9)).sum(-1).mean(dim=(0, 2)) / max(1.0, math.log(T))
+    norm = torch.linalg.vector_norm(out.detach(), dim=-1).mean(dim=(0, 2))
+    usage = p[..., -1].mean(dim=(0, 2))
+    return out, (entropy, norm, usage)
+
+
+def _qkv(shape, seed, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen, dtype=dtype).requires_grad_(True) for _ in range(3)]
+
+
+def _close(a, b, what):
+    err = (a.detach().float() - b.detach().float()).abs().max().item()
+    assert err <= TOL, f"{what}: max abs difference {err:.2e} > {TOL}"
+
+
+BACKEND_CASES = [
+    ("dense_masked", {}),
+    ("banded", {"kernel": "flash_cpu", "block": 5}),
+    ("banded", {"kernel": "flash_cpu"}),
+    ("banded", {"kernel": "loop", "block": 4}),
+    ("banded", {"kernel": "loop"}),
+]
+# T, per-head windows (some below k, one at T, one above), sinks (one more than T - W for some heads)
+SHAPES = [(37, [3, 5, 40, 8, 1, 37], 4), (50, [8, 16, 2, 2, 49, 3], 1), (21, [2, 19, 7, 21, 3, 3], 30)]
+
+
+def _backend(name):
+    return dense_masked_attention if name == "dense_masked" else banded_attention
+
+
+@pytest.mark.parametrize("name, kw", BACKEND_CASES)
+@pytest.mark.parametrize("T, windows, sinks", SHAPES)
+def test_backends_equal_the_explicit_mask_forward_backward_and_stats(name, kw, T, windows, sinks):
+    q, k, v = _qkv((2, len(windows), T, 8), seed=T)
+    grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    want, want_stats = reference(q, k, v, windows, sinks)
+    want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
+    res = _backend(name)(q, k, v, windows, need_stats=True, sinks=sinks, **kw)
+    grads = torch.autograd.grad(res.out, (q, k, v), grad_out)
+    _close(res.out, want, "output")
+    for got, exp, what in zip(grads, want_grads, ("dq", "dk", "dv")):
+        _close(got, exp, what)
+    for got, exp, what in zip((res.stats.entropy, res.stats.norm, res.stats.usage), want_stats, ("H", "norm", "usage")):
+        _close(got, exp, what)
+
+
+def test_the_sinks_bind():
+    """Without the sink keys the output differs: the test above would fail for a backend that ignored them."""
+    q, k, v = _qkv((1, 2, 40, 8), seed=3)
+    with torch.no_grad():
+        banded = banded_attention(q, k, v, [4, 6], sinks=2).out
+        plain = banded_attention(q, k, v, [4, 6]).out
+        want, _ = reference(q, k, v, [4, 6], 2)
+    assert not torch.allclose(banded[:, :, 6:], plain[:, :, 6:], atol=1e-3)
+    assert torch.equal(banded[:, :, :4], plain[:, :, :4])  # rows whose band already holds the sinks
+    _close(banded, want, "output")
+
+
+def test_loop_kernel_with_dropout_and_sinks_backward_is_the_gradient_of_its_forward():
+    q, k, v = _qkv((1, 2, 14, 3), seed=9, dtype=torch.float64)
+
+    def seeded(q, k, v):  # the same dropout masks (band tiles, then the sink block) on every call
+        torch.manual_seed(7)
+        return banded_attention(q, k, v, [3, 14], dropout_p=0.25, training=True, block=4, sinks=2).out
+
+    assert torch.autograd.gradcheck(seeded, (q, k, v), eps=1e-6, atol=1e-5)
+
+
+def test_sinks_zero_is_the_method_exactly():
+    q, k, v = _qkv((2, 3, 33, 8), seed=4)
+    for name, kw in BACKEND_CASES:
+        a = _backend(name)(q, k, v, [3, 9, 40], need_stats=True, **kw)
+        b = _backend(name)(q, k, v, [3, 9, 40], need_stats=True, sinks=0, **kw)
+        assert torch.equal(a.out, b.out) and torch.equal(a.stats.entropy, b.stats.entropy)
+        assert a.realised_work == b.realised_work
+
+
+def test_flash_backend_with_sinks_runs_banded_with_a_reason():
+    from instrumentation.backends.flash import flash_attention_backend
+
+    q, k, v = _qkv((1, 2, 20, 8), seed=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = flash_attention_backend(q, k, v, [3, 9], sinks=2)
+    assert res.backend == "banded" and any("falling back" in str(w.message) for w in caught)
+    _close(res.out, reference(q, k, v, [3, 9], 2)[0], "output")
+
+
+def test_flex_mask_predicate_is_the_explicit_mask():
+    from instrumentation.backends.flex import band_predicate
+
+    T, windows, sinks = 30, [1, 4, 30], 3
+    pred = band_predicate(torch.tensor(windows), sinks)
+    t = torch.arange(T).view(-1, 1)
+    j = torch.arange(T).view(1, -1)
+    for h, w in enumerate(windows):
+        assert torch.equal(pred(0, h, t, j), explicit_mask(T, w, sinks))
+
+
+@pytest.mark.slow
+def test_flex_inference_on_cpu_with_sinks_equals_the_explicit_mask():
+    """Compiles FlexAttention for CPU (minutes on a small machine); CPU flex has no backward."""
+    from instrumentation.backends.flex import flex_attention_backend
+
+    q, k, v = (x.detach() for x in _qkv((2, 3, 200, 16), seed=14))
+    with torch.no_grad():
+        res = flex_attention_backend(q, k, v, [7, 64, 300], sinks=4)
+    if res.backend != "flex":
+        pytest.skip("FlexAttention could not compile here")
+    _close(res.out, reference(q, k, v, [7, 64, 300], 4)[0], "flex output")
+
+
+# ----------------------------------------------------------------------------- what it costs
+@pytest.mark.parametrize("T", [1, 7, 40])
+@pytest.mark.parametrize("sinks", [0, 1, 4, 50])
+def test_coverage_counts_the_sink_pairs_of_the_explicit_mask(T, sinks):
+    windows = [1, 2, 5, 7, 39, 40, 64]
+    masks = [explicit_mask(T, min(w, T), sinks) for w in windows]
+    pairs = np.array([int(m.sum()) for m in masks])
+    assert coverage.band_pairs(T, windows, sinks).tolist() == pairs.tolist()
+    assert coverage.causal_coverage(windows, T, sinks) == pytest.approx(pairs.sum() / (len(windows) * T * (T + 1) / 2))
+    # ACR: each head's rectangle is T x (the most keys any of its queries sees), W_min applied to the window first
+    w_min = 4
+    widest = [int(explicit_mask(T, min(max(w, w_min), T), sinks).sum(-1).max()) for w in windows]
+    assert coverage.acr(windows, T, w_min, sinks) == pytest.approx(sum(widest) / (len(windows) * T))
+    from instrumentation.backends.windows import band_pairs
+
+    assert [band_pairs(T, w, sinks) for w in windows] == pairs.tolist()
+
+
+@pytest.mark.parametrize("kernel", ["flash_cpu", "loop"])
+def test_realised_work_adds_the_sink_block_it_computes(kernel):
+    """The sink part computes a (T - W) x min(k, T - W) block per head besides the band's tiles."""
+    T, windows, sinks = 64, [4, 8, 64, 60], 6
+    q, k, v = (x.detach() for x in _qkv((1, 4, T, 8), seed=6))
+    with_sinks = banded_attention(q, k, v, windows, sinks=sinks, kernel=kernel).realised_work
+    without = banded_attention(q, k, v, windows, kernel=kernel).realised_work
+    block = sum((T - w) * min(sinks, T - w) for w in windows if w < T)
+    assert with_sinks - without == pytest.approx(block / (len(windows) * T * (T + 1) / 2))
+    assert with_sinks >= coverage.causal_coverage(windows, T, sinks)
+
+
+# ----------------------------------------------------------------------------- the model
+def test_config_rejects_negative_sinks():
+    with pytest.raises(ConfigError, match="sink_tokens"):
+        AAHConfig.from_preset("tiny", sink_tokens=-1)
+
+
+@pytest.mark.parametrize(
+    "regime, extra",
+    [("sliding_window", {"static_window": 8}), ("fixed_window", {"fixed_window": 16}), ("full_adaptive", {})],
+)
+def test_model_attention_maps_follow_the_explicit_mask(regime, extra):
+    """Every windowing regime keeps the first k positions: the maps are zero exactly outside the mask."""
+    torch.manual_seed(2)  # a routing that windows every layer at this size
+    cfg = AAHConfig.from_preset("tiny", regime=regime, sink_tokens=3, warmup_steps=0, **extra)
+    model = AAHTransformer(cfg)
+    x = torch.randint(0, 256, (2, cfg.block_size))
+    with torch.no_grad():
+        for step in range(6):  # routing updates (the static regimes have none)
+            model.prepare_step(step)
+            model(x)
+        out = model.eval()(x, return_attentions=True)
+    T = cfg.block_size
+    for layer, maps in enumerate(out.attentions):
+        wins = model.current_windows()[layer].tolist()
+        assert min(wins) < T  # something windows
+        for h, w in enumerate(wins):
+            allowed = explicit_mask(T, w, 3)
+            assert bool((maps[:, h][:, ~allowed] == 0).all())
+            assert bool((maps[:, h][:, allowed] > 0).all())
+
+
+def test_model_backends_agree_with_sinks_in_a_training_step():
+    """banded and dense_masked give the same loss and gradients for a full_adaptive model with sinks."""
+    grads, losses = [], []
+    for backend in ("dense_masked", "banded"):
+        torch.manual_seed(0)
+        cfg = AAHConfig.from_preset("tiny", sink_tokens=2, warmup_steps=0, attention_backend=backend)
+        model = AAHTransformer(cfg)
+        x = torch.randint(0, 256, (2, cfg.block_size + 1), generator=torch.Generator().manual_seed(1))
+        model.prepare_step(0)
+        loss = model(x[:, :-1], targets=x[:, 1:]).loss
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    assert (grads[0] - grads[1]).abs().max().item() < 1e-5
+
+
+def test_recorded_acr_counts_the_sinks(tmp_path):
+    from aah_viz.runlog import load_run, validate_run
+    from instrumentation.recorder import RoutingRecorder
+
+    torch.manual_seed(0)
+    cfg = AAHConfig.from_preset("tiny", regime="full_adaptive", sink_tokens=5, warmup_steps=1)
+    model = AAHTransformer(cfg)
+    gen = torch.Generator().manual_seed(0)
+    with RoutingRecorder(model, tmp_path / "run", "full", flush_every=2) as rec:
+        for step in range(4):
+            model.prepare_step(step)
+            x = torch.randint(0, 256, (2, cfg.block_size + 1), generator=gen)
+            loss = model(x[:, :-1], targets=x[:, 1:]).loss
+            loss.backward()
+            rec.step(step, loss=loss, lr=1e-3, tokens=x.numel())
+    assert validate_run(tmp_path / "run") == []
+    run = load_run(tmp_path / "run")
+    heads, scalars = run.table("heads"), run.table("scalars")
+    T = cfg.block_size
+    per_layer = scalars[scalars["layer"].notna()]
+    for (step, layer), grp in heads.groupby(["step", "layer"]):
+        wins = grp["window"].to_numpy()
+        pairs = sum(int(explicit_mask(T, int(w), 5).sum()) for w in wins)
+        widest = sum(int(explicit_mask(T, max(int(w), cfg.w_min), 5).sum(-1).max()) for w in wins)
+        row = per_layer[(per_layer["step"] == step) & (per_layer["layer"] == layer)].set_index("name")["value"]
+        assert row["acr_causal"] == pytest.approx(pairs / (len(wins) * T * (T + 1) / 2), rel=1e-12)
+        assert row["acr"] == pytest.approx(widest / (len(wins) * T), rel=1e-12)
+    assert (heads["window"] < T).any()
