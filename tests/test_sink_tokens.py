@@ -263,3 +263,95 @@ def test_recorded_acr_counts_the_sinks(tmp_path):
         assert row["acr_causal"] == pytest.approx(pairs / (len(wins) * T * (T + 1) / 2), rel=1e-12)
         assert row["acr"] == pytest.approx(widest / (len(wins) * T), rel=1e-12)
     assert (heads["window"] < T).any()
+
+
+# ----------------------------------------------------------------------------- the retrofit and cached decoding
+RETRO_WINDOWS = [3, 3, 5, 8, 5, 40, 8, 3]  # one window per query head; heads 0-3 and 4-7 share a key/value head
+RETRO_CANDIDATES = (3, 5, 8, 40)
+SHARPEN = 20.0  # a random model's logits lie close together: scale the head so that greedy decoding is robust
+
+
+def _retrofit_pair(impl: str, sinks: int, regime: str = "head_windows"):
+    pytest.importorskip("transformers")
+    from instrumentation.retrofit import patch_model
+    from instrumentation.retrofit.parity import random_model
+
+    ref, patched = (random_model("llama", n_head=8, n_kv=2, head_dim=8, seed=0) for _ in range(2))
+    for m in (ref, patched):
+        m.set_attn_implementation(impl)
+        with torch.no_grad():
+            m.get_output_embeddings().weight.mul_(SHARPEN)
+    if regime == "head_windows":
+        handle = patch_model(
+            patched, "head_windows", RETRO_CANDIDATES, static_head_windows=[RETRO_WINDOWS] * 2, sink_tokens=sinks
+        )
+    else:
+        handle = patch_model(patched, "sliding_window", RETRO_CANDIDATES, static_window=5, sink_tokens=sinks)
+    assert handle.cfg.sink_tokens == sinks
+    return ref, patched
+
+
+def _model_mask(T: int, windows, sinks: int, impl: str) -> torch.Tensor:
+    allowed = torch.stack([explicit_mask(T, w, sinks) for w in windows])[None]  # (1, H, T, T)
+    if impl == "sdpa":
+        return allowed
+    return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("regime", ["head_windows", "sliding_window"])
+def test_retrofit_with_sinks_equals_the_unpatched_model_under_the_explicit_mask(impl, regime):
+    ref, patched = _retrofit_pair(impl, 4, regime)
+    windows = RETRO_WINDOWS if regime == "head_windows" else [5] * 8
+    ids = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = ref(ids, attention_mask=_model_mask(30, windows, 4, impl), use_cache=False).logits
+        got = patched(ids, use_cache=False).logits
+        without = ref(ids, attention_mask=_model_mask(30, windows, 0, impl), use_cache=False).logits
+    assert torch.allclose(got, want, atol=1e-4, rtol=0)
+    assert not torch.allclose(got, without, atol=1e-3)  # the sinks bind
+
+
+@torch.no_grad()
+def _reference_tokens(ref, prompt, sinks: int, n: int):
+    """Greedy decoding of the unpatched model under the explicit mask, recomputed over the whole sequence."""
+    seq, steps = prompt.clone(), []
+    for _ in range(n):
+        mask = _model_mask(seq.shape[1], RETRO_WINDOWS, sinks, "sdpa")
+        logits = ref(seq, attention_mask=mask, use_cache=False).logits[:, -1]
+        top = logits.topk(2, dim=-1).values
+        assert float((top[:, 0] - top[:, 1]).min()) > 1e-3, "a near tie: choose another seed"
+        steps.append(logits)
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    return seq[:, prompt.shape[1] :], torch.stack(steps, 1)
+
+
+@pytest.mark.parametrize("prompt_len, sinks", [(30, 2), (3, 5)])
+def test_cached_generation_with_sinks_equals_the_reference(prompt_len, sinks):
+    """Every generated token and its logits: without a cache, with the model's own cache and with
+    ``WindowedKVCache``, which keeps per key/value head the first k positions and what its largest window
+    reaches. A 3-token prompt with k = 5 makes the cache take its sink positions from the decoded tokens."""
+    from transformers import DynamicCache
+
+    from instrumentation.retrofit import WindowedKVCache, cache_bytes
+
+    ref, patched = _retrofit_pair("sdpa", sinks)
+    ids = torch.randint(0, 97, (2, prompt_len), generator=torch.Generator().manual_seed(5))
+    n = 12
+    want_tokens, want_logits = _reference_tokens(ref, ids, sinks, n)
+    for cache in ("none", "dynamic", "windowed"):
+        kw = dict(max_new_tokens=n, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+        if cache == "none":
+            kw["use_cache"] = False
+        else:
+            kw["cache"] = WindowedKVCache() if cache == "windowed" else DynamicCache(config=ref.config)
+        with torch.no_grad():
+            out = patched.generate(ids, **kw)
+        assert out.sequences[:, prompt_len:].tolist() == want_tokens.tolist(), cache
+        assert torch.allclose(torch.stack(out.logits, 1), want_logits, atol=1e-4, rtol=0), cache
+        if cache == "windowed":
+            seen, per_position = prompt_len + n - 1, 2 * 8 * 2 * 4  # batch x head dim x (keys, values) x float32
+            reach = [max(RETRO_WINDOWS[g * 4 : (g + 1) * 4]) for g in range(2)]  # [8, 40]
+            kept = sum(min(sinks, seen) + min(r, seen - min(sinks, seen)) for r in reach)
+            assert kw["cache"].get_seq_length() == seen
+            assert cache_bytes(kw["cache"]) == 2 * kept * per_position
