@@ -355,3 +355,47 @@ def test_cached_generation_with_sinks_equals_the_reference(prompt_len, sinks):
             kept = sum(min(sinks, seen) + min(r, seen - min(sinks, seen)) for r in reach)
             assert kw["cache"].get_seq_length() == seen
             assert cache_bytes(kw["cache"]) == 2 * kept * per_position
+
+
+# ----------------------------------------------------------------------------- the profile
+def test_profile_reports_each_heads_needed_window_with_and_without_sinks(tmp_path, tiny_causal_lm):
+    """``aah-viz profile --sink-tokens 1,3``: per head the smallest window whose band, with the first k
+    positions kept, holds 95% (90%) of the head's attention, counted here query by query from the model's
+    own attention maps under the explicit mask."""
+    import json
+
+    transformers = pytest.importorskip("transformers")
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from instrumentation.data import cut_blocks
+
+    tiny_causal_lm(tmp_path / "llama", attn="eager")
+    text = "Time flies like an arrow; fruit flies like a banana. " * 30
+    (tmp_path / "t.txt").write_text(text)
+    args = ["profile", str(tmp_path / "llama"), "--data", str(tmp_path / "t.txt"), "--out", str(tmp_path / "p")]
+    assert main(args + ["--windows", "4,8,16,32", "--batches", "2", "--sink-tokens", "3,1"]) == 0
+    events = load_run(tmp_path / "p").events("profile")
+    (detail,) = [json.loads(d) for d in events["detail"]]
+    assert detail["sink_tokens"] == [1, 3]
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "llama", attn_implementation="eager").eval()
+    blocks = cut_blocks(np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64), 32)[:2]
+    with torch.no_grad():
+        att = model(torch.from_numpy(blocks[:, :-1]), output_attentions=True).attentions
+    T = 32
+    for sinks in (0, 1, 3):
+        # kept[h, W - 1]: mean over (batch, query) of the mass the mask with window W and k sinks keeps
+        kept = torch.stack(
+            [
+                torch.stack([(a * explicit_mask(T, w, sinks)).sum(-1).mean(dim=(0, 2)) for w in range(1, T + 1)], -1)
+                for a in att
+            ]  # fmt: skip
+        ).double()
+        for share in (95, 90):
+            brute = ((kept < share / 100 - 1e-6).sum(-1) + 1).tolist()
+            got = (
+                detail[f"needed_{share}"] if sinks == 0 else detail["needed_with_sinks"][str(sinks)][f"needed_{share}"]
+            )
+            assert got == brute, (sinks, share)
+    # keeping the first positions never needs a longer window, and here it needs a shorter one somewhere
+    with_sinks = np.asarray(detail["needed_with_sinks"]["3"]["needed_95"])
+    assert (with_sinks <= np.asarray(detail["needed_95"])).all()
