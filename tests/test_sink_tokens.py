@@ -399,3 +399,38 @@ def test_profile_reports_each_heads_needed_window_with_and_without_sinks(tmp_pat
     # keeping the first positions never needs a longer window, and here it needs a shorter one somewhere
     with_sinks = np.asarray(detail["needed_with_sinks"]["3"]["needed_95"])
     assert (with_sinks <= np.asarray(detail["needed_95"])).all()
+
+
+# ----------------------------------------------------------------------------- the benches
+def test_bench_generate_with_sinks_counts_the_kept_first_positions(capsys):
+    """8 query heads at T = 64 execute 5 x 8, 16, 32, 64; their 4 key/value heads keep 8, 8, 16 and 64
+    positions, and with 4 sink tokens each windowed one also the first 4 (the full one keeps all anyway)."""
+    import json
+
+    pytest.importorskip("transformers")
+    from aah_viz.cli import main
+
+    args = ["bench", "generate", "--prompt-len", "64", "--new-tokens", "8", "--layers", "2", "--head-dim", "8"]
+    assert main(args + ["--pairs", "2", "--threads", "1", "--sink-tokens", "4", "--json"]) == 0
+    kv = json.loads(capsys.readouterr().out)["kv_cache"]
+    seen, per_position = 64 + 7, 2 * 8 * 2 * 4  # layers x head dim x (keys, values) x float32
+    kept = [4 + 8, 4 + 8, 4 + 16, min(seen, 4 + 64)]  # 64 + 4 sinks = 68 of 71 positions, none twice
+    assert kv["sink_tokens"] == 4 and kv["bytes"]["windowed"] == sum(kept) * per_position
+    assert kv["ratio"] == pytest.approx(sum(kept) / (4 * seen)) and kv["ratio"] == pytest.approx(kv["kv_head_share"])
+    assert kv["kv_head_share_without_sinks"] == pytest.approx((8 + 8 + 16 + 64) / (4 * seen))
+
+
+def test_bench_retrofit_with_sinks_runs_the_routed_variants_with_them(capsys):
+    import json
+
+    pytest.importorskip("transformers")
+    from aah_viz.cli import main
+
+    cmd = ["bench", "retrofit", "--seq-len", "64", "--head-dim", "8", "--layers", "2", "--pairs", "2"]
+    assert main(cmd + ["--sink-tokens", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["sink_tokens"] == 4 and doc["ratios"]["paper_mix_vs_unpatched"]["n_pairs"] == 2
+    pairs = sum(int(explicit_mask(64, w, 4).sum()) for w in doc["paper_mix"])
+    assert doc["paper_mix_causal_coverage"] == pytest.approx(pairs / (len(doc["paper_mix"]) * 64 * 65 / 2))
+    assert main(cmd + ["--sink-tokens", "-1"]) == 2
+    assert "aah-viz: error:" in capsys.readouterr().err
