@@ -298,8 +298,7 @@ def _model_mask(T: int, windows, sinks: int, impl: str) -> torch.Tensor:
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
-@pytest.mark.parametrize("impl", ["eager", "sdpa"])
-@pytest.mark.parametrize("regime", ["head_windows", "sliding_window"])
+@pytest.mark.parametrize("impl, regime", [("eager", "head_windows"), ("sdpa", "sliding_window")])
 def test_retrofit_with_sinks_equals_the_unpatched_model_under_the_explicit_mask(impl, regime):
     ref, patched = _retrofit_pair(impl, 4, regime)
     windows = RETRO_WINDOWS if regime == "head_windows" else [5] * 8
@@ -420,6 +419,7 @@ def test_bench_generate_with_sinks_counts_the_kept_first_positions(capsys):
     assert kv["kv_head_share_without_sinks"] == pytest.approx((8 + 8 + 16 + 64) / (4 * seen))
 
 
+@pytest.mark.slow
 def test_bench_retrofit_with_sinks_runs_the_routed_variants_with_them(capsys):
     import json
 
