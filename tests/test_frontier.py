@@ -278,6 +278,32 @@ def _sink_mask(T: int, window: int, sinks: int) -> torch.Tensor:
     return torch.tensor([[j <= t and (t - j < window or j < sinks) for j in range(T)] for t in range(T)])
 
 
+def test_the_plan_with_sink_tokens_and_the_profiled_windows_with_sinks():
+    """--sink-tokens 1,4: per k the sliding windows, the profiled rows at 95% and 90%, each regime zero-shot and
+    adapted, after the rows without sinks (whose names stay as they were); the profiled windows with sinks come
+    from the profile's needed windows with the sinks kept."""
+    from instrumentation.frontier import Configuration, FrontierConfig, adapt_run_dir, plan, profiled_windows
+
+    fc = FrontierConfig("m", "d", "o", seq_len=32, windows=WINDOWS, adapt_steps=2, regimes=("full_adaptive",))
+    base = [c.name for c in plan(fc)]
+    with_sinks = plan(FrontierConfig(**{**fc.__dict__, "sink_tokens": (4, 1)}))
+    assert [c.name for c in with_sinks][: len(base)] == base
+    extra = {c.name: c for c in with_sinks[len(base) :]}
+    want = set()
+    for k in (1, 4):
+        want |= {f"sliding_window_{w}_sink{k}" for w in (4, 8, 16)}
+        want |= {f"head_windows_p95_sink{k}", f"head_windows_p90_sink{k}"}
+        want |= {f"full_adaptive_zero_shot_sink{k}", f"full_adaptive_adapted_sink{k}"}
+    assert set(extra) == want and all(c.sinks in (1, 4) for c in extra.values())
+    assert extra["head_windows_p90_sink4"].share == 0.90 and extra["sliding_window_8_sink1"].window == 8
+    detail = {"needed_95": [[3, 9]], "needed_with_sinks": {"4": {"needed_90": [[1, 33]], "needed_95": [[2, 17]]}}}
+    assert profiled_windows(detail, WINDOWS, Configuration("", "head_windows")) == [[4, 16]]
+    assert profiled_windows(detail, WINDOWS, extra["head_windows_p90_sink4"]) == [[4, 32]]
+    assert profiled_windows(detail, WINDOWS, extra["head_windows_p95_sink4"]) == [[4, 32]]
+    assert adapt_run_dir(Path("x/fr"), "full_adaptive", 4) == Path("x/fr-full_adaptive-sink4")
+
+
+@pytest.mark.slow
 def test_sink_tokens_add_the_baselines_with_sinks_to_a_frontier(llama, tmp_path):
     """A second call with --sink-tokens 2 adds, per k: sliding windows + k sinks (each block's NLL recomputed
     here with the unpatched model under the explicit mask; ACR and coverage counted from it), the profiled

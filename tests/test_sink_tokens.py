@@ -65,7 +65,6 @@ BACKEND_CASES = [
     ("banded", {"kernel": "flash_cpu", "block": 5}),
     ("banded", {"kernel": "flash_cpu"}),
     ("banded", {"kernel": "loop", "block": 4}),
-    ("banded", {"kernel": "loop"}),
 ]
 # T, per-head windows (some below k, one at T, one above), sinks (one more than T - W for some heads)
 SHAPES = [(37, [3, 5, 40, 8, 1, 37], 4), (50, [8, 16, 2, 2, 49, 3], 1), (21, [2, 19, 7, 21, 3, 3], 30)]
@@ -104,13 +103,13 @@ def test_the_sinks_bind():
 
 
 def test_loop_kernel_with_dropout_and_sinks_backward_is_the_gradient_of_its_forward():
-    q, k, v = _qkv((1, 2, 14, 3), seed=9, dtype=torch.float64)
+    q, k, v = _qkv((1, 2, 11, 3), seed=9, dtype=torch.float64)
 
     def seeded(q, k, v):  # the same dropout masks (band tiles, then the sink block) on every call
         torch.manual_seed(7)
-        return banded_attention(q, k, v, [3, 14], dropout_p=0.25, training=True, block=4, sinks=2).out
+        return banded_attention(q, k, v, [3, 11], dropout_p=0.25, training=True, block=4, sinks=2).out
 
-    assert torch.autograd.gradcheck(seeded, (q, k, v), eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(seeded, (q, k, v), eps=1e-6, atol=1e-5, fast_mode=True)
 
 
 def test_sinks_zero_is_the_method_exactly():
