@@ -346,6 +346,8 @@ def validate(cfg: AAHConfig) -> None:
     ):
         if int(getattr(cfg, key)) < 0:
             _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")
+    if not isinstance(cfg.sink_tokens, int) or isinstance(cfg.sink_tokens, bool):
+        _fail("sink_tokens", f"must be a whole number of first positions kept (0: none), got {cfg.sink_tokens!r}")
     if cfg.max_depth < 1:
         _fail("max_depth", f"must be >= 1 (level 0 included), got {cfg.max_depth}")
     upper = cfg.upper_l2_threshold if cfg.upper_cluster_metric == "l2" else cfg.super_threshold

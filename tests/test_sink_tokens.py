@@ -188,8 +188,9 @@ def test_realised_work_adds_the_sink_block_it_computes(kernel):
 
 # ----------------------------------------------------------------------------- the model
 def test_config_rejects_negative_sinks():
-    with pytest.raises(ConfigError, match="sink_tokens"):
-        AAHConfig.from_preset("tiny", sink_tokens=-1)
+    for bad in (-1, 2.5, "4"):
+        with pytest.raises(ConfigError, match="sink_tokens"):
+            AAHConfig.from_preset("tiny", sink_tokens=bad)
 
 
 @pytest.mark.parametrize(
