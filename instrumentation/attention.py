@@ -47,9 +47,11 @@ def _full_causal(
     need_probs: bool,
     scale: float | None = None,
     mask: torch.Tensor | None = None,
+    sinks: int = 0,
 ):
     """Plain causal (optionally banded) attention for the baseline modules; a tuple window gives
-    each head its own band; ``mask`` as ``attend``'s."""
+    each head its own band; ``mask`` as ``attend``'s; ``sinks`` k: the first k positions stay visible
+    to every query besides its band (method §10.4)."""
     B, H, T, D = q.shape
     per_head = list(window) if isinstance(window, tuple) else [window or T] * H
     if need_probs or mask is not None:
@@ -63,15 +65,16 @@ def _full_causal(
             scale=scale,
             need_probs=need_probs,
             mask=mask,
+            sinks=sinks,
         )
         return res.out, res.probs
     p = dropout_p if training else 0.0
     if max(per_head) >= T and min(per_head) >= T:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scale), None
     if len(set(per_head)) == 1:
-        allowed = MASK_CACHE.get(T, per_head[0], q.device)
+        allowed = MASK_CACHE.get(T, per_head[0], q.device, sinks)
     else:
-        allowed = torch.stack([MASK_CACHE.get(T, min(w, T), q.device) for w in per_head])  # (H, T, T)
+        allowed = torch.stack([MASK_CACHE.get(T, min(w, T), q.device, sinks) for w in per_head])  # (H, T, T)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, scale=scale), None
 
 
@@ -147,6 +150,7 @@ class CausalSelfAttention(nn.Module, Hookable):
             need_probs=need_probs,
             scale=scale,
             mask=mask,
+            sinks=self.cfg.sink_tokens,
         )
         self.last_seq_len = T
         if self._subscribers:
@@ -365,14 +369,18 @@ class AAHAttention(nn.Module, Hookable):
             and not decision.in_warmup
             and self.state.score_inputs is not None
         )
+        sinks = cfg.sink_tokens
         if trainable:
             fn, name = self._backend(q.device, True)[0], cfg.attention_backend
             if mask is not None:
                 fn, name = functools.partial(dense_masked_attention, mask=mask), "dense_masked"
+            fn = functools.partial(fn, sinks=sinks) if sinks else fn
             y, stats = mixture_attention(fn, q, k, v, self.state, self.networks, cfg, executed, scale)
             probs = None
             if need_probs:
-                probs = dense_masked_attention(q, k, v, wins, scale=scale, need_probs=True, mask=mask).probs
+                probs = dense_masked_attention(
+                    q, k, v, wins, scale=scale, need_probs=True, mask=mask, sinks=sinks
+                ).probs
             return y, probs, stats, f"{name}+{cfg.controller_training}", None, None
         if need_probs or mask is not None:  # the reference backend: it forms the probabilities and takes a mask
             fn, reason = dense_masked_attention, None
@@ -380,6 +388,8 @@ class AAHAttention(nn.Module, Hookable):
         else:
             fn, _, reason = self._backend(q.device, self.training)
             extra = {}
+        if sinks:  # left out at 0, so that the method's calls stay exactly what they were
+            extra["sinks"] = sinks
         res = fn(
             q, k, v, wins, dropout_p=cfg.dropout, training=self.training, need_stats=need_stats, scale=scale, **extra
         )

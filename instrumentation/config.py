@@ -128,6 +128,9 @@ class AAHConfig:
     # Speed, approximate: head and group moments (§4.1, §4.2) from every s-th token only (1: all,
     # the reference); the clustered features change slightly, see docs/model.md.
     feature_token_stride: int = 1
+    # Issue 37: the first k positions stay visible to every query besides its window, in every regime that
+    # windows (attention sinks, StreamingLLM; Longformer's global tokens in causal form). 0: the method.
+    sink_tokens: int = 0
     # Issue 26: the head features the adaptive build clusters, as they are (none: the paper) or
     # standardised per feature across the layer's heads (zscore), see docs/model.md.
     feature_normalization: str = "none"
@@ -352,9 +355,12 @@ def validate(cfg: AAHConfig) -> None:
         "controller_rng_reference_dim",
         "static_window",
         "global_every",
+        "sink_tokens",
     ):
         if int(getattr(cfg, key)) < 0:
             _fail(key, f"must be >= 0, got {getattr(cfg, key)!r}")
+    if not isinstance(cfg.sink_tokens, int) or isinstance(cfg.sink_tokens, bool):
+        _fail("sink_tokens", f"must be a whole number of first positions kept (0: none), got {cfg.sink_tokens!r}")
     if cfg.max_depth < 1:
         _fail("max_depth", f"must be >= 1 (level 0 included), got {cfg.max_depth}")
     upper = cfg.upper_l2_threshold if cfg.upper_cluster_metric == "l2" else cfg.super_threshold

@@ -185,8 +185,10 @@ def profile_source(
     batch_size: int = 1,
     max_batches: int | None = 4,
     overwrite: bool = False,
+    sink_tokens=(),
 ) -> tuple[Path, dict]:
-    """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event."""
+    """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event
+    (with ``sink_tokens``, each head's needed windows with the first k positions kept, ``profile_heads``)."""
     from instrumentation.inference import model_logits
     from instrumentation.profile import profile_heads
 
@@ -198,6 +200,7 @@ def profile_source(
         eval_batches(blocks, batch_size, device),
         logits_fn=model_logits,
         step=loaded.step,
+        sink_tokens=sink_tokens,
     )
     detail.update(data=str(data), seq_len=int(blocks.shape[1] - 1), checkpoint_step=loaded.step)
     path = write_result(out, loaded, "profile", detail, tables={"head_spans": rows}, overwrite=overwrite)

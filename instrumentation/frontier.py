@@ -15,6 +15,13 @@ Every configuration is evaluated on the same first ``eval_blocks`` blocks of the
 - ``REGIME_adapted``: the regime after ``adapt_steps`` of ``aah-viz retrofit`` on the adaptation text
   (a retrofit run of its own beside the frontier run), routing frozen as trained.
 
+With ``sink_tokens`` (``--sink-tokens 1,4``: the first k positions kept visible to every query,
+method §10.4), for each k also: ``sliding_window_W_sinkK``; ``head_windows_p95_sinkK`` and
+``head_windows_p90_sinkK`` (each head the smallest candidate window keeping that share of its mass
+when the mass on the first k positions counts as kept); ``REGIME_zero_shot_sinkK`` and
+``REGIME_adapted_sinkK`` (adapted with the sinks, a retrofit run ``OUT-REGIME-sinkK``). ACR, causal
+coverage and realised work count the sink pairs.
+
 Each becomes an ``inference`` event of the frontier run, with the per-block negative
 log-likelihoods (perplexity intervals, ``aah_viz.analysis.frontier``), ACR, causal coverage, realised
 work, and its speed as a paired ratio to the unpatched model timed in the same process. Results are
@@ -34,6 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -47,6 +55,7 @@ from instrumentation.inference import eval_batches, inference_pass, model_logits
 
 AAH_REGIMES = ("full_adaptive", "grouping_off", "fixed_random_grouping")
 PROFILE_SHARE = 0.95
+SINK_PROFILE_SHARES = (0.95, 0.90)  # the profiled per-head rows with sinks
 MANIFEST_KEY = "frontier"
 
 
@@ -71,6 +80,7 @@ class FrontierConfig:
     progress: bool = True
     overwrite: bool = False
     aah_overrides: dict = field(default_factory=dict)  # AAH config keys of the routed regimes (--set)
+    sink_tokens: tuple[int, ...] = ()  # --sink-tokens: each k adds the rows with the first k positions kept
 
     def candidate_windows(self) -> tuple[int, ...]:
         return tuple(self.windows) if self.windows else windows_for(self.seq_len)
@@ -88,6 +98,8 @@ class FrontierConfig:
         )
         if self.aah_overrides:  # only when given: frontiers made without it continue as they were
             out["aah_overrides"] = dict(sorted(self.aah_overrides.items()))
+        if self.sink_tokens:
+            out["sink_tokens"] = sorted({int(k) for k in self.sink_tokens})
         return out
 
 
@@ -123,6 +135,12 @@ class Configuration:
     family: str  # unpatched | patch | sliding_window | head_windows | zero_shot | adapted
     regime: str | None = None
     window: int | None = None
+    sinks: int = 0  # sink_tokens: the first positions every query keeps
+    share: float = PROFILE_SHARE  # head_windows: the share of each head's mass its window keeps
+
+
+def _sink_suffix(k: int) -> str:
+    return f"_sink{k}" if k else ""
 
 
 def plan(fc: FrontierConfig) -> list[Configuration]:
@@ -137,13 +155,29 @@ def plan(fc: FrontierConfig) -> list[Configuration]:
     rows += [Configuration(f"{r}_zero_shot", "zero_shot", r) for r in fc.regimes]
     if fc.adapt_steps > 0:
         rows += [Configuration(f"{r}_adapted", "adapted", r) for r in fc.regimes]
+    for k in sorted({int(k) for k in fc.sink_tokens}):
+        s = _sink_suffix(k)
+        rows += [
+            Configuration(f"sliding_window_{w}{s}", "sliding_window", "sliding_window", w, sinks=k)
+            for w in fc.candidate_windows()
+            if w < T
+        ]
+        rows += [
+            Configuration(
+                f"head_windows_p{round(share * 100)}{s}", "head_windows", "head_windows", sinks=k, share=share
+            )
+            for share in SINK_PROFILE_SHARES
+        ]
+        rows += [Configuration(f"{r}_zero_shot{s}", "zero_shot", r, sinks=k) for r in fc.regimes]
+        if fc.adapt_steps > 0:
+            rows += [Configuration(f"{r}_adapted{s}", "adapted", r, sinks=k) for r in fc.regimes]
     return rows
 
 
-def adapt_run_dir(out: Path, regime: str) -> Path:
-    """Where the adaptation of ``regime`` is recorded: a retrofit run beside the frontier run (never through
-    a symbolic link: a link there would send the adaptation, and its pruning, elsewhere)."""
-    sibling = out.parent / f"{out.name}-{regime}"
+def adapt_run_dir(out: Path, regime: str, sinks: int = 0) -> Path:
+    """Where the adaptation of ``regime`` (with ``sinks``) is recorded: a retrofit run beside the frontier
+    run (never through a symbolic link: a link there would send the adaptation, and its pruning, elsewhere)."""
+    sibling = out.parent / f"{out.name}-{regime}{_sink_suffix(sinks).replace('_', '-')}"
     if sibling.is_symlink():
         raise UnsafePathError(
             f"{sibling} is a symbolic link; the frontier's adaptation runs are written beside --out, never through "
@@ -220,12 +254,13 @@ class _Run:
         out = Path(fc.out)
         self.done: set[str] = set()
         self.regimes: tuple[str, ...] = tuple(fc.regimes)
+        self.sink_tokens: tuple[int, ...] = tuple(sorted({int(k) for k in fc.sink_tokens}))
         if is_run(out) and not fc.overwrite:
             run = load_run(out)
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
                 raise RunLogError(f"{out} holds a run that is not a frontier; give a new --out or --overwrite")
-            keys = (set(settings) | set(recorded["settings"])) - {"regimes"}  # regimes may be added
+            keys = (set(settings) | set(recorded["settings"])) - {"regimes", "sink_tokens"}  # these may be added
             differ = sorted(k for k in keys if recorded["settings"].get(k) != settings.get(k))
             if differ:
                 raise RunLogError(
@@ -234,21 +269,21 @@ class _Run:
                 )
             had = tuple(recorded["settings"].get("regimes") or ())
             self.regimes = had + tuple(r for r in fc.regimes if r not in had)
-            events = run.events("inference")
+            had_sinks = tuple(recorded["settings"].get("sink_tokens") or ())
+            self.sink_tokens = tuple(sorted(set(had_sinks) | set(self.sink_tokens)))
+            events = pd.concat([run.events("inference"), run.events("profile")])
             for detail in events["detail"] if len(events) else []:
                 d = json.loads(detail) if isinstance(detail, str) else detail
                 if d.get("configuration"):
                     self.done.add(d["configuration"])
             self.writer = RunWriter.resume(out, keep_through_step=None)
-            if self.regimes != had:
-                grown = replace(fc, regimes=self.regimes)
+            if self.regimes != had or self.sink_tokens != had_sinks:
+                grown = replace(fc, regimes=self.regimes, sink_tokens=self.sink_tokens)
+                grown_settings = {**recorded["settings"], "regimes": list(self.regimes)}
+                if self.sink_tokens:
+                    grown_settings["sink_tokens"] = list(self.sink_tokens)
                 self.writer.update_manifest(
-                    **{
-                        MANIFEST_KEY: {
-                            "settings": {**recorded["settings"], "regimes": list(self.regimes)},
-                            "configurations": [c.name for c in plan(grown)],
-                        }
-                    }
+                    **{MANIFEST_KEY: {"settings": grown_settings, "configurations": [c.name for c in plan(grown)]}}
                 )
         else:
             manifest = make_manifest(
@@ -299,6 +334,10 @@ def run_frontier(fc: FrontierConfig) -> dict:
             f"--regimes {', '.join(unknown) or '(none)'}: give AAH regimes with a controller: {', '.join(routed)}"
         )
     AAHConfig.from_dict(dict(fc.aah_overrides))  # an unknown key or a bad value: refused before anything is written
+    if fc.sink_tokens and "sink_tokens" in fc.aah_overrides:
+        raise ConfigError("give sink tokens either as --sink-tokens (rows of their own) or --set sink_tokens, not both")
+    if any(int(k) < 1 for k in fc.sink_tokens):
+        raise ConfigError(f"--sink-tokens expects positive integers, got {list(fc.sink_tokens)}")
     T = int(fc.seq_len)
     adapt_text, eval_text, cut = split_text(data, fc.eval_share)
     device = torch.device(fc.device)
@@ -328,7 +367,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
         adapt_run_dir(out, regime)
     settings = fc.settings(_sha256(data))
     run = _Run(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
-    fc = replace(fc, regimes=run.regimes)  # with the regimes evaluated before
+    fc = replace(fc, regimes=run.regimes, sink_tokens=run.sink_tokens)  # with those evaluated before
     status = "failed"
     try:
         inputs.mkdir(exist_ok=True)
@@ -337,7 +376,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
         work = load_causal_lm(model_dir, fc.device).eval()
         common = dict(seq_len=T, tokens_per_block=T, eval_split={"first_eval_line": cut, "eval_share": fc.eval_share})
         steps = [c for c in plan(fc) if c.name not in run.done]
-        head_windows = None
+        profiled = None
         from tqdm.auto import tqdm
 
         done = len(plan(fc)) - len(steps)
@@ -349,15 +388,21 @@ def run_frontier(fc: FrontierConfig) -> dict:
                     detail = _unpatched_pass(base, blocks, device)
                     detail["speed_vs_unpatched"] = {"median": 1.0, "ci95": [1.0, 1.0], "n_pairs": 0}
                 else:
+                    sink_kw = {"sink_tokens": conf.sinks} if conf.sinks else {}
                     if conf.family == "head_windows":
-                        head_windows = head_windows or _profiled_head_windows(
-                            work, adapt_blocks[: fc.profile_blocks], fc, run, device
-                        )
+                        profiled = profiled or _profile(work, adapt_blocks[: fc.profile_blocks], fc, run, device)
                         handle = patch_model(
-                            work, "head_windows", fc.candidate_windows(), block_size=T, static_head_windows=head_windows
+                            work,
+                            "head_windows",
+                            fc.candidate_windows(),
+                            block_size=T,
+                            static_head_windows=profiled_windows(profiled, fc.candidate_windows(), conf),
+                            **sink_kw,
                         )
                     elif conf.family == "adapted":
-                        adapter = _adapted(fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"])
+                        adapter = _adapted(
+                            fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"], conf.sinks
+                        )
                         handle = load_adapter(work, adapter)
                     else:
                         kw = {"window": conf.window} if conf.window else {}
@@ -366,7 +411,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
                         # the untrained AAH parameters are drawn from --seed, as `aah-viz retrofit --seed` starts
                         # them: the same command gives the same zero-shot rows
                         torch.manual_seed(int(fc.seed))
-                        handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw)
+                        handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw, **sink_kw)
                     try:
                         handle.set_step(None)
                         detail = inference_pass(
@@ -377,10 +422,12 @@ def run_frontier(fc: FrontierConfig) -> dict:
                         detail["speed_vs_unpatched"] = _speed(base, work, blocks[0], device, fc.timing_pairs)
                     finally:
                         handle.unpatch()
-                detail.update(common, configuration=conf.name, family=conf.family)
+                detail.update(common, configuration=conf.name, family=conf.family, sink_tokens=conf.sinks)
                 detail["adapt_steps"] = fc.adapt_steps if conf.family == "adapted" else 0
+                if conf.family == "head_windows":
+                    detail["profile_share"] = conf.share
                 if conf.family == "adapted":
-                    detail["adapt_run"] = adapt_run_dir(out, conf.regime).name
+                    detail["adapt_run"] = adapt_run_dir(out, conf.regime, conf.sinks).name
                 run.write("inference", detail)
                 bar.update(1)
         finally:
@@ -398,34 +445,49 @@ def run_frontier(fc: FrontierConfig) -> dict:
     return {"run_dir": str(out), "configurations": len(table), "table": table}
 
 
-def _profiled_head_windows(work, blocks: np.ndarray, fc: FrontierConfig, run: _Run, device) -> list[list[int]]:
-    """Profile ``work`` under full attention on adaptation blocks (written to the run once) and give
-    every head the smallest candidate holding PROFILE_SHARE of its mass."""
+def profiled_windows(detail: dict, candidates: tuple[int, ...], conf: Configuration) -> list[list[int]]:
+    """The per-head windows of a ``head_windows`` row from the profile's ``detail``: each head the smallest
+    candidate keeping ``conf.share`` of its mass (the mass on the first ``conf.sinks`` positions kept)."""
+    key = f"needed_{round(conf.share * 100)}"
+    needed = detail["needed_with_sinks"][str(conf.sinks)][key] if conf.sinks else detail[key]
+    return head_windows_from_needed(np.asarray(needed), candidates)
+
+
+def _profile(work, blocks: np.ndarray, fc: FrontierConfig, run: _Run, device) -> dict:
+    """Profile ``work`` under full attention on adaptation blocks (written to the run once, with the
+    needed windows of every head at each share, without and with each number of sink tokens)."""
     from instrumentation.profile import profile_heads
     from instrumentation.retrofit import patch_model
 
     handle = patch_model(work, "full_attention", fc.candidate_windows(), block_size=fc.seq_len)
     try:
-        rows, detail = profile_heads(work, handle, eval_batches(blocks, 1, device), logits_fn=model_logits, step=0)
+        rows, detail = profile_heads(
+            work,
+            handle,
+            eval_batches(blocks, 1, device),
+            logits_fn=model_logits,
+            step=0,
+            sink_tokens=fc.sink_tokens,
+        )
     finally:
         handle.unpatch()
-    cols = {k: np.asarray(v) for k, v in rows.items()}
-    one = cols["window"] == cols["window"].min()  # one row per (layer, head), in layer-then-head order
-    needed = cols["needed_95"][one].reshape(int(work.config.num_hidden_layers), -1)
-    assignment = head_windows_from_needed(needed, fc.candidate_windows())
+    if "needed_95" not in detail:  # without sink tokens the detail holds no per-head arrays: from the rows
+        cols = {k: np.asarray(v) for k, v in rows.items()}
+        one = cols["window"] == cols["window"].min()  # one row per (layer, head), in layer-then-head order
+        detail["needed_95"] = cols["needed_95"][one].reshape(int(work.config.num_hidden_layers), -1).tolist()
+    assignment = profiled_windows(detail, fc.candidate_windows(), Configuration("", "head_windows"))
+    event = {
+        **detail,
+        "data": "adaptation text",
+        "profile_share": PROFILE_SHARE,
+        "configuration": "profile",
+        "head_windows": assignment,
+    }
     if "profile" not in run.done:
-        run.write(
-            "profile",
-            {
-                **detail,
-                "data": "adaptation text",
-                "profile_share": PROFILE_SHARE,
-                "configuration": "profile",
-                "head_windows": assignment,
-            },
-            tables={"head_spans": rows},
-        )
-    return assignment
+        run.write("profile", event, tables={"head_spans": rows})
+    elif fc.sink_tokens:  # a continuation that adds sink tokens: their needed windows, the same head_spans rows
+        run.write("profile", event)
+    return detail
 
 
 def adaptation_settings(rc) -> dict:
@@ -457,14 +519,14 @@ def recorded_adaptation_settings(manifest: dict) -> tuple[dict, str | None]:
     return got, data.get("sha256")
 
 
-def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model_dir: str) -> Path:
-    """The final adapter of ``regime`` after ``adapt_steps``: reused only when its run was made with these
-    settings on this text; continued when it was interrupted; made afresh under --overwrite."""
+def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model_dir: str, sinks: int = 0) -> Path:
+    """The final adapter of ``regime`` (with ``sinks``) after ``adapt_steps``: reused only when its run was made
+    with these settings on this text; continued when it was interrupted; made afresh under --overwrite."""
     from aah_viz.runlog import read_manifest
     from aah_viz.runlog.paths import list_adapters
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
-    run_dir = adapt_run_dir(out, regime)
+    run_dir = adapt_run_dir(out, regime, sinks)
     rc = RetrofitConfig(
         model_dir=model_dir,
         out=str(run_dir),
@@ -484,7 +546,7 @@ def _adapted(fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model
         device=fc.device,
         threads=fc.threads,
         progress=fc.progress,
-        overrides={**fc.aah_overrides, "block_size": fc.seq_len},
+        overrides={**fc.aah_overrides, "block_size": fc.seq_len, **({"sink_tokens": sinks} if sinks else {})},
     )
     exists = is_run(run_dir)
     if exists and not fc.overwrite:

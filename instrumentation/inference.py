@@ -129,7 +129,7 @@ def summarise(
 
     wins = np.stack(windows)  # (S, L, H)
     T = np.asarray(lengths, dtype=np.int64)
-    acr, causal = layer_coverage(wins, T, int(getattr(cfg, "w_min", 0) or 0))
+    acr, causal = layer_coverage(wins, T, int(getattr(cfg, "w_min", 0) or 0), int(getattr(cfg, "sink_tokens", 0) or 0))
     acr_value = float(acr.mean())
     detail = dict(
         n_batches=len(lengths),

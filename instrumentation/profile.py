@@ -10,7 +10,10 @@ uses (the question MoA and DuoAttention answer by profiling).
 
 Also per head, the share of attention on the block's first token from the queries beyond the
 smallest candidate window: the mass a window of that size takes away from a head that uses the
-first position as an attention sink (as pretrained decoders do, StreamingLLM's observation).
+first position as an attention sink (as pretrained decoders do, StreamingLLM's observation). With
+``sink_tokens`` (k, one or more), each head's needed window when the first k positions are kept
+besides the window (``sink_tokens``, method §10.4): the window W keeps the mass at distances below W
+plus all the mass on the first k keys, so the needed window with sinks is at most the one without.
 """
 
 from __future__ import annotations
@@ -41,10 +44,26 @@ def first_token_mass(probs: torch.Tensor, start: int) -> torch.Tensor:
     return probs.detach()[:, :, start:, 0].double().sum(dim=(0, 2)).cpu()
 
 
-def needed_window(mass: np.ndarray, share: float) -> np.ndarray:
-    """Per head, the smallest window (tokens) whose distances 0..W-1 hold ``share`` of the mass."""
-    cum = np.cumsum(mass, axis=-1) / np.maximum(mass.sum(axis=-1, keepdims=True), 1e-300)
-    return (cum < share - 1e-12).sum(axis=-1) + 1
+def sink_distance_mass(probs: torch.Tensor, sinks: int) -> torch.Tensor:
+    """(H, T) mass at distance d on the first ``sinks`` keys only (mean over batch and the T queries)."""
+    B, H, T, _ = probs.shape
+    out = torch.zeros(H, T, dtype=torch.float64)
+    p = probs.detach().double()
+    for j in range(min(int(sinks), T)):  # key j seen by query t at distance t - j
+        out[:, : T - j] += p[:, :, j:, j].sum(dim=0).cpu()
+    return out / (B * T)
+
+
+def needed_window(mass: np.ndarray, share: float, sink_mass: np.ndarray | None = None) -> np.ndarray:
+    """Per head, the smallest window (tokens) whose distances 0..W-1 hold ``share`` of the mass; with
+    ``sink_mass`` (the part of ``mass`` on the first k keys, by distance), the mass on those keys counts
+    as kept at every window (they stay visible besides it)."""
+    total = np.maximum(mass.sum(axis=-1, keepdims=True), 1e-300)
+    if sink_mass is None:
+        cum = np.cumsum(mass, axis=-1)
+    else:
+        cum = np.cumsum(mass - sink_mass, axis=-1) + sink_mass.sum(axis=-1, keepdims=True)
+    return (cum / total < share - 1e-12).sum(axis=-1) + 1
 
 
 @contextlib.contextmanager
@@ -73,29 +92,53 @@ def full_attention(routed, on_probs):
 
 
 @contextlib.contextmanager
-def full_attention_capture(routed, sink: dict[int, torch.Tensor], first: dict | None = None, first_from: int = 1):
+def full_attention_capture(
+    routed,
+    sink: dict[int, torch.Tensor],
+    first: dict | None = None,
+    first_from: int = 1,
+    on_sinks: dict | None = None,
+    sink_tokens: tuple[int, ...] = (),
+):
     """Full causal attention in every layer of ``routed`` (``full_attention``), adding each forward's
     distance mass into ``sink[layer]``; with ``first``, also each forward's (first-token mass of the
-    queries from ``first_from`` on, their count) into ``first[layer]``."""
+    queries from ``first_from`` on, their count) into ``first[layer]``; with ``on_sinks``, for each k of
+    ``sink_tokens`` the distance mass on the first k keys into ``on_sinks[(layer, k)]``."""
 
-    def add(index: int, probs: torch.Tensor) -> None:
-        T = probs.shape[-1]
-        mass = distance_mass(probs)
-        prev = sink.get(index)
+    def add(into: dict, key, mass: torch.Tensor) -> None:
+        prev = into.get(key)
         if prev is not None and prev.shape[1] < mass.shape[1]:
             prev = torch.nn.functional.pad(prev, (0, mass.shape[1] - prev.shape[1]))
-        sink[index] = mass if prev is None else prev + mass
+        elif prev is not None and prev.shape[1] > mass.shape[1]:
+            mass = torch.nn.functional.pad(mass, (0, prev.shape[1] - mass.shape[1]))
+        into[key] = mass if prev is None else prev + mass
+
+    def collect(index: int, probs: torch.Tensor) -> None:
+        T = probs.shape[-1]
+        add(sink, index, distance_mass(probs))
+        if on_sinks is not None:
+            for k in sink_tokens:
+                add(on_sinks, (index, k), sink_distance_mass(probs, k))
         if first is not None and T > first_from:
             got, count = first.get(index, (0.0, 0))
             first[index] = (got + first_token_mass(probs, first_from), count + probs.shape[0] * (T - first_from))
 
-    with full_attention(routed, add):
+    with full_attention(routed, collect):
         yield sink
 
 
-def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | None = None) -> tuple[dict, dict]:
-    """Rows of the ``head_spans`` table and a summary detail, from full-attention forwards over ``batches``."""
+def profile_heads(
+    model, routed, batches: Iterable, *, logits_fn, step: int | None = None, sink_tokens=()
+) -> tuple[dict, dict]:
+    """Rows of the ``head_spans`` table and a summary detail, from full-attention forwards over ``batches``.
+
+    With ``sink_tokens`` (k values), the detail's ``needed_with_sinks[str(k)]`` holds each head's needed
+    window at 95% and 90% of its mass with the first k positions kept ([layer][head] each), beside
+    ``needed_95`` and ``needed_90`` without them.
+    """
+    sink_tokens = tuple(sorted({int(k) for k in sink_tokens if int(k) > 0}))
     sink: dict[int, torch.Tensor] = {}
+    on_sinks: dict[tuple, torch.Tensor] = {}
     first: dict[int, tuple] = {}
     first_from = min(int(w) for w in routed.cfg.windows)  # queries a window of the smallest size cuts off key 0
     n = 0
@@ -105,7 +148,7 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
         with routed.routing_mode("frozen"), torch.no_grad():
             for x, _ in batches:
                 logits_fn(model, x)  # routed as evaluate runs it: what each head executes on this batch
-                with full_attention_capture(routed, sink, first, first_from):
+                with full_attention_capture(routed, sink, first, first_from, on_sinks, sink_tokens):
                     logits_fn(model, x)
                 n += 1
     finally:
@@ -116,9 +159,17 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
     rows.update(needed_95=[], needed_99=[], executed_window=[])
     cut = []
     first_share = {layer: (got / count).numpy() for layer, (got, count) in first.items() if count}
+    needed: dict[str, list] = {"needed_95": [], "needed_90": []}
+    with_sinks = {str(k): {"needed_95": [], "needed_90": []} for k in sink_tokens}
     for layer in sorted(sink):
         mass = (sink[layer] / n).numpy()
         n95, n99 = needed_window(mass, 0.95), needed_window(mass, 0.99)
+        needed["needed_95"].append(n95.astype(int).tolist())
+        needed["needed_90"].append(needed_window(mass, 0.90).astype(int).tolist())
+        for k in sink_tokens:
+            on_k = (on_sinks[(layer, k)] / n).numpy()[:, : mass.shape[1]]
+            for share, key in ((0.95, "needed_95"), (0.90, "needed_90")):
+                with_sinks[str(k)][key].append(needed_window(mass, share, on_k).astype(int).tolist())
         cum = np.cumsum(mass, axis=-1)
         for h in range(mass.shape[0]):
             exe = int(executed[layer, h])
@@ -138,6 +189,12 @@ def profile_heads(model, routed, batches: Iterable, *, logits_fn, step: int | No
         heads_cut_below_95=int(sum(cut)),
         share_cut_below_95=float(np.mean(cut)) if cut else math.nan,
     )
+    if sink_tokens:
+        detail.update(needed, sink_tokens=list(sink_tokens), needed_with_sinks=with_sinks)
+        detail["needed_mean"] = {
+            "none": {key: float(np.mean(v)) for key, v in needed.items()},
+            **{k: {key: float(np.mean(v)) for key, v in d.items()} for k, d in with_sinks.items()},
+        }
     if first_share:
         shares = np.stack([first_share[layer] for layer in sorted(first_share)])
         detail.update(

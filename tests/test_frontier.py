@@ -344,3 +344,96 @@ def test_an_adaptation_is_reused_only_with_its_settings_and_overwrite_replaces_i
     assert stale.returncode == 2, stale.stderr
     assert "other settings (lr)" in stale.stderr and len(stale.stderr.strip().splitlines()) == 1
     assert load_run(adapt_dir).manifest["retrofit"]["lr"] == 0.5
+
+
+def _sink_mask(T: int, window: int, sinks: int) -> torch.Tensor:
+    """(T, T) boolean, pair by pair: query t sees key j <= t with t - j < W or j < k (sink_tokens)."""
+    return torch.tensor([[j <= t and (t - j < window or j < sinks) for j in range(T)] for t in range(T)])
+
+
+def test_the_plan_with_sink_tokens_and_the_profiled_windows_with_sinks():
+    """--sink-tokens 1,4: per k the sliding windows, the profiled rows at 95% and 90%, each regime zero-shot and
+    adapted, after the rows without sinks (whose names stay as they were); the profiled windows with sinks come
+    from the profile's needed windows with the sinks kept."""
+    from instrumentation.frontier import Configuration, FrontierConfig, adapt_run_dir, plan, profiled_windows
+
+    fc = FrontierConfig("m", "d", "o", seq_len=32, windows=WINDOWS, adapt_steps=2, regimes=("full_adaptive",))
+    base = [c.name for c in plan(fc)]
+    with_sinks = plan(FrontierConfig(**{**fc.__dict__, "sink_tokens": (4, 1)}))
+    assert [c.name for c in with_sinks][: len(base)] == base
+    extra = {c.name: c for c in with_sinks[len(base) :]}
+    want = set()
+    for k in (1, 4):
+        want |= {f"sliding_window_{w}_sink{k}" for w in (4, 8, 16)}
+        want |= {f"head_windows_p95_sink{k}", f"head_windows_p90_sink{k}"}
+        want |= {f"full_adaptive_zero_shot_sink{k}", f"full_adaptive_adapted_sink{k}"}
+    assert set(extra) == want and all(c.sinks in (1, 4) for c in extra.values())
+    assert extra["head_windows_p90_sink4"].share == 0.90 and extra["sliding_window_8_sink1"].window == 8
+    detail = {"needed_95": [[3, 9]], "needed_with_sinks": {"4": {"needed_90": [[1, 33]], "needed_95": [[2, 17]]}}}
+    assert profiled_windows(detail, WINDOWS, Configuration("", "head_windows")) == [[4, 16]]
+    assert profiled_windows(detail, WINDOWS, extra["head_windows_p90_sink4"]) == [[4, 32]]
+    assert profiled_windows(detail, WINDOWS, extra["head_windows_p95_sink4"]) == [[4, 32]]
+    assert adapt_run_dir(Path("x/fr"), "full_adaptive", 4) == Path("x/fr-full_adaptive-sink4")
+
+
+@pytest.mark.slow
+def test_sink_tokens_add_the_baselines_with_sinks_to_a_frontier(llama, tmp_path):
+    """A second call with --sink-tokens 2 adds, per k: sliding windows + k sinks (each block's NLL recomputed
+    here with the unpatched model under the explicit mask; ACR and coverage counted from it), the profiled
+    per-head windows at 95% and 90% with the sinks counted as kept, and the AAH regime with k sinks, zero-shot
+    and adapted with them."""
+    from aah_viz.runlog import load_run, validate_run
+    from instrumentation.data import cut_blocks
+    from instrumentation.frontier import split_text
+
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    common = ("--adapt-steps", "1", "--regimes", "full_adaptive")
+    assert _frontier(llama, data, out, *common).returncode == 0
+    before = _details(out)
+    more = _frontier(llama, data, out, *common, "--sink-tokens", "2")
+    assert more.returncode == 0, more.stderr
+    details = _details(out)
+    added = set(details) - set(before)
+    want = set()
+    for k in (2,):
+        want |= {f"sliding_window_{w}_sink{k}" for w in (4, 8, 16)}
+        want |= {f"head_windows_p95_sink{k}", f"head_windows_p90_sink{k}"}
+        want |= {f"full_adaptive_zero_shot_sink{k}", f"full_adaptive_adapted_sink{k}"}
+    assert added == want
+    assert all(details[c] == before[c] for c in before)  # nothing evaluated twice
+    assert load_run(out).manifest["frontier"]["settings"]["sink_tokens"] == [2]
+    assert validate_run(out) == []
+    assert not load_run(out).table("head_spans").duplicated(["step", "layer", "head", "window"]).any()
+
+    _, held_out, _ = split_text(data, 0.1)
+    blocks = torch.from_numpy(cut_blocks(np.frombuffer(held_out.encode(), dtype=np.uint8).astype(np.int64), T)[:3])
+    model = transformers.AutoModelForCausalLM.from_pretrained(llama, attn_implementation="eager").eval()
+    for k in (2,):
+        for w in (4, 8):
+            row = details[f"sliding_window_{w}_sink{k}"]
+            allowed = _sink_mask(T, w, k)
+            bias = torch.zeros(1, 1, T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)
+            with torch.no_grad():
+                logits = model(blocks[:, :-1], attention_mask=bias.expand(3, 1, T, T), use_cache=False).logits
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), blocks[:, 1:], reduction="none").sum(1)
+            assert row["block_nll"] == pytest.approx(nll.tolist(), rel=1e-4)
+            assert row["sink_tokens"] == k
+            assert row["acr_causal"] == pytest.approx(int(allowed.sum()) / (T * (T + 1) / 2))
+            assert row["acr"] == pytest.approx(int(allowed.sum(-1).max()) / T)
+        # the profiled rows: each head the smallest candidate at least its needed window with the sinks kept
+        profiles = [json.loads(d) for d in load_run(out).events("profile")["detail"]]
+        assert len(profiles) == 2 and "needed_with_sinks" not in profiles[0]  # the second call's adds the sinks
+        profile = profiles[-1]
+        for share in (95, 90):
+            needed = profile["needed_with_sinks"][str(k)][f"needed_{share}"]
+            windows = [[min([c for c in WINDOWS if c >= n] or [WINDOWS[-1]]) for n in row] for row in needed]
+            assert details[f"head_windows_p{share}_sink{k}"]["windows"] == windows
+            assert details[f"head_windows_p{share}_sink{k}"]["sink_tokens"] == k
+        assert details[f"full_adaptive_zero_shot_sink{k}"]["sink_tokens"] == k
+        adapted = details[f"full_adaptive_adapted_sink{k}"]
+        assert adapted["adapt_run"] == f"fr-full_adaptive-sink{k}"
+        assert load_run(tmp_path / adapted["adapt_run"]).manifest["config"]["sink_tokens"] == k
+    # the sinks bind: the same windows without them give other likelihoods
+    assert details["sliding_window_4_sink2"]["block_nll"] != pytest.approx(details["sliding_window_4"]["block_nll"])

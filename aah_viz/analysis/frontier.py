@@ -26,6 +26,7 @@ COLUMNS = (
     "configuration",
     "family",
     "adapt_steps",
+    "sink_tokens",
     "ppl",
     "ppl_lo",
     "ppl_hi",
@@ -103,6 +104,7 @@ def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
                 "configuration": d["configuration"],
                 "family": d.get("family"),
                 "adapt_steps": d.get("adapt_steps"),
+                "sink_tokens": int(d.get("sink_tokens") or 0),  # the first positions every query keeps
                 "ppl": ppl,
                 "ppl_lo": lo,
                 "ppl_hi": hi,

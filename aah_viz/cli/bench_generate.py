@@ -32,6 +32,13 @@ def register(subparsers) -> None:
         help="tokens to generate; all but the first are timed decode steps (default 64)",
     )
     p.add_argument("--batch", type=int, default=1, help="prompts per batch (default 1)")
+    p.add_argument(
+        "--sink-tokens",
+        type=int,
+        default=0,
+        help="the patched model keeps the first k positions visible to every query, and its cache keeps them "
+        "(sink_tokens; default 0)",
+    )
     add_random_model_arguments(p, "Llama")
     add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print the whole JSON document (raw times included)")
@@ -56,6 +63,7 @@ def run(args) -> int:
             clock=resolve_clock(args.clock, args.device),
             device=args.device,
             progress=bar,
+            sink_tokens=args.sink_tokens,
         )
     print_result(doc, keep=None if args.json else ("clock", "ratios", "decode_tokens_per_s", "kv_cache", "warnings"))
     return 0

@@ -29,6 +29,12 @@ def register(subparsers) -> None:
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     p.add_argument("--windows", default=None, help="comma-separated candidate windows (default T/8,T/4,T/2,T)")
     p.add_argument("--backend", default="banded", help="attention backend of the patched model (default banded)")
+    p.add_argument(
+        "--sink-tokens",
+        type=int,
+        default=0,
+        help="the routed variants keep the first k positions visible to every query (sink_tokens; default 0)",
+    )
     add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print only the JSON document")
     p.set_defaults(func=run)
@@ -55,6 +61,7 @@ def run(args) -> int:
             device=args.device,
             model_dir=args.model,
             progress=bar,
+            sink_tokens=args.sink_tokens,
         )
     keep = ("clock", "ratios", "paper_mix_causal_coverage", "live_routing_window_share", "warnings")
     print_result(doc, keep=None if args.json else keep)

@@ -19,6 +19,17 @@ def windows_arg(text: str) -> tuple[int, ...]:
     return values
 
 
+def sink_tokens_arg(text: str) -> tuple[int, ...]:
+    """``--sink-tokens 1,4``: distinct positive counts of first positions kept visible (sink_tokens)."""
+    try:
+        values = tuple(sorted({int(k) for k in text.replace(",", " ").split()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sink-tokens expects positive integers, e.g. 1,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--sink-tokens expects positive integers, e.g. 1,4; got {text!r}")
+    return values
+
+
 def add_model_options(p) -> None:
     """Options that patch a Hugging Face model folder (shared by evaluate, retrofit and profile)."""
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.evaluate import windows_arg
+from aah_viz.cli.evaluate import sink_tokens_arg, windows_arg
 from aah_viz.cli.train import add_overrides_argument
 
 
@@ -53,6 +53,15 @@ def register(subparsers) -> None:
         "an AAH config key of the routed regimes, zero-shot and adapted (repeatable), e.g. --set "
         "feature_normalization=zscore; static windows and the profiled assignment are not routed",
     )
+    p.add_argument(
+        "--sink-tokens",
+        type=sink_tokens_arg,
+        default=(),
+        help="for each k given (e.g. 1,4), also the rows that keep the first k positions visible to every query: "
+        "sliding windows + k sinks, the profiled per-head windows at 95%% and 90%% of the mass with the sinks "
+        "counted as kept, and each AAH regime with k sinks, zero-shot and adapted (default: none); a second call "
+        "on the same --out may add further k",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
@@ -87,6 +96,7 @@ def run(args) -> int:
         progress=not args.no_progress,
         overwrite=args.overwrite,
         aah_overrides=dict(args.overrides),
+        sink_tokens=tuple(args.sink_tokens),
     )
     result = run_frontier(fc)
     table = result["table"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aah_viz.cli.evaluate import add_model_options, add_source_options, load_model
+from aah_viz.cli.evaluate import add_model_options, add_source_options, load_model, sink_tokens_arg
 
 
 def register(subparsers) -> None:
@@ -22,6 +22,13 @@ def register(subparsers) -> None:
     p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default: the config's block_size)")
     p.add_argument("--batch-size", type=int, default=1, help="sequences per forward (default: 1)")
     p.add_argument("--batches", type=int, default=4, help="batches to profile (default: 4)")
+    p.add_argument(
+        "--sink-tokens",
+        type=sink_tokens_arg,
+        default=(),
+        help="also report each head's needed window (95%% and 90%% of its mass) with the first k positions kept "
+        "besides the window, for each k given, e.g. 1,4 (the profile event's needed_with_sinks)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="accepted for symmetry; profiling prints one line")
     add_source_options(p)
@@ -41,11 +48,18 @@ def run(args) -> int:
         batch_size=args.batch_size,
         max_batches=args.batches,
         overwrite=args.overwrite,
+        sink_tokens=args.sink_tokens,
     )
     print(
         f"head_spans written to {out}: {detail['heads_cut_below_95']} of {detail['heads']} heads execute a window "
         "below the one that keeps 95% of their attention mass"
     )
+    for k, means in (detail.get("needed_mean") or {}).items():
+        label = "without sinks" if k == "none" else f"with {k} sink token{'s' if k != '1' else ''} kept"
+        print(
+            f"  needed window {label}: {means['needed_95']:.0f} tokens at 95% of the mass, "
+            f"{means['needed_90']:.0f} at 90% (mean over heads)"
+        )
     if "first_token_share_mean" in detail:
         print(
             f"  first token: {detail['first_token_share_mean']:.1%} of the attention of queries beyond "

@@ -9,7 +9,7 @@ import pandas as pd
 from aah_viz.analysis.frontier import COLUMNS, run_frontier_table
 
 NAME = "frontier"
-ID_COLUMNS = ["run", "configuration", "family", "adapt_steps", "pareto"]
+ID_COLUMNS = ["run", "configuration", "family", "adapt_steps", "sink_tokens", "pareto"]
 VALUE_COLUMNS = [c for c in COLUMNS if c not in ID_COLUMNS]
 DECIMALS = {"ppl": 3, "ppl_lo": 3, "ppl_hi": 3, "acr": 4, "acr_causal": 4, "realised_work": 4, "n_blocks": 0}
 NOTES = [

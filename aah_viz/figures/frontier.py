@@ -13,30 +13,46 @@ FAMILY_STYLE = {
     "unpatched": ("unpatched model", "star", "rgb(0,0,0)"),
     "patch": ("full-attention patch", "x", "rgb(90,90,90)"),
     "sliding_window": ("static sliding window", "square", "rgb(31,119,180)"),
-    "head_windows": ("profiled per-head windows (95% mass)", "diamond", "rgb(44,160,44)"),
+    "head_windows": ("profiled per-head windows", "diamond", "rgb(44,160,44)"),
     "zero_shot": ("AAH, untrained controller", "circle-open", "rgb(255,127,14)"),
     "adapted": ("AAH, adapted", "circle", "rgb(214,39,40)"),
 }
 
 
-def point_label(configuration: str, family: str) -> str:
-    """The short name written beside a point: the regime of an AAH row, the window of a static one."""
+def point_label(configuration: str, family: str, sinks: int = 0) -> str:
+    """The short name written beside a point: the regime of an AAH row, the window of a static one, the
+    share of a profiled one; ``+kS`` when it keeps k sink tokens."""
+    name = configuration.removesuffix(f"_sink{sinks}") if sinks else configuration
+    plus = f" +{sinks}S" if sinks else ""
     if family in ("zero_shot", "adapted"):
-        return configuration.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "")
+        return name.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "") + plus
     if family == "sliding_window":
-        return "w " + configuration.rsplit("_", 1)[-1]
+        return "w " + name.rsplit("_", 1)[-1] + plus
+    if family == "head_windows" and sinks:
+        return name.rsplit("_", 1)[-1] + plus
     return ""
+
+
+def _groups(table: pd.DataFrame):
+    """(family, sink tokens, rows, legend name, marker symbol, colour) in FAMILY_STYLE order, sinks after."""
+    sinks = table["sink_tokens"].fillna(0).astype(int) if "sink_tokens" in table else pd.Series(0, index=table.index)
+    for family, (label, symbol, color) in FAMILY_STYLE.items():
+        for k in sorted(set(sinks[table["family"] == family])):
+            rows = table[(table["family"] == family) & (sinks == k)]
+            if k:  # the same colour, a dotted mark: the configuration keeps the first k positions
+                yield family, k, rows, f"{label} + {k} sink{'s' if k > 1 else ''}", f"{symbol}-dot", color
+            else:
+                yield family, 0, rows, label, symbol, color
 
 
 def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
     """``table``: ``aah_viz.analysis.frontier.frontier_table`` rows. The front joins the points no
     other configuration beats on both ACR and perplexity."""
     fig = go.Figure()
-    for family, (label, symbol, color) in FAMILY_STYLE.items():
-        rows = table[table["family"] == family]
+    for family, sinks, rows, label, symbol, color in _groups(table):
         if rows.empty:
             continue
-        labels = [point_label(c, family) for c in rows["configuration"]]
+        labels = [point_label(c, family, sinks) for c in rows["configuration"]]
         fig.add_trace(
             go.Scatter(
                 x=rows["acr"],

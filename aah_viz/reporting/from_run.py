@@ -112,6 +112,7 @@ def routing_blocks(run: Run, block: int = 1024, scalars: dict | None = None) -> 
     given = {key: scalars.get(name) for name, key in AAH_NAMES.items()}
     L, H = int(run.n_layer or 0), int(run.n_head or 0)
     w_min = int(run.config.get("w_min") or 0)
+    sinks = int(run.config.get("sink_tokens") or 0)
     candidates = tuple(int(w) for w in run.windows)
     depth = run.max_depth
     cols = ["step", "layer", "head", "window"] + [group_column(i) for i in range(depth)]
@@ -143,6 +144,7 @@ def routing_blocks(run: Run, block: int = 1024, scalars: dict | None = None) -> 
             windows=win,
             seq_len=np.full(len(chunk), seq_len),
             w_min=w_min,
+            sinks=sinks,
             groups=groups,
             acr=_aligned(given["acr"], chunk),
             causal_coverage=_aligned(given["causal_coverage"], chunk),

@@ -53,6 +53,7 @@ class RoutingRows:
     windows: np.ndarray | None = None  # (S, L, H) executed windows in tokens
     seq_len: np.ndarray | None = None  # (S,) sequence length of each step
     w_min: int = 0
+    sinks: int = 0  # the config's sink_tokens: the first positions every query keeps (counted in ACR)
     groups: np.ndarray | None = None  # (S, L, depth, H) group id per head and level, -1 where none
     acr: np.ndarray | None = None  # (S,) given values win over ones computed from ``windows``
     causal_coverage: np.ndarray | None = None  # (S,)
@@ -92,7 +93,9 @@ def routing_scalars(rows: RoutingRows, per_layer: bool = False) -> dict[str, np.
 
     acr, causal = rows.acr, rows.causal_coverage
     if rows.windows is not None and rows.seq_len is not None and (acr is None or causal is None):
-        layer_acr, layer_causal = layer_coverage(np.asarray(rows.windows), np.asarray(rows.seq_len), rows.w_min)
+        layer_acr, layer_causal = layer_coverage(
+            np.asarray(rows.windows), np.asarray(rows.seq_len), rows.w_min, rows.sinks
+        )
         acr = layer_acr.mean(axis=1) if acr is None else acr
         causal = layer_causal.mean(axis=1) if causal is None else causal
     for name, values in (("acr", acr), ("causal_coverage", causal)):

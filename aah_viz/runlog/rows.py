@@ -61,18 +61,21 @@ def int_column(values: np.ndarray, typ: pa.DataType, null_below: int | None = No
     return pa.array(values, type=typ, mask=values < null_below)
 
 
-def layer_coverage(windows: np.ndarray, seq_len: np.ndarray, w_min: int) -> tuple[np.ndarray, np.ndarray]:
+def layer_coverage(
+    windows: np.ndarray, seq_len: np.ndarray, w_min: int, sinks: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(acr, acr_causal) per row of ``windows`` (S, L, H) at sequence lengths ``seq_len`` (S,).
 
-    The formulas of ``aah_viz.coverage.acr`` and ``causal_coverage``, vectorised over the rows.
+    The formulas of ``aah_viz.coverage.acr`` and ``causal_coverage``, vectorised over the rows; ``sinks``
+    (the config's ``sink_tokens``) counts the pairs of the first positions every query keeps.
     """
     acr = np.empty(windows.shape[:2], dtype=np.float64)
     causal = np.empty(windows.shape[:2], dtype=np.float64)
     for T in np.unique(seq_len):
         rows = seq_len == T
         w = windows[rows]
-        acr[rows] = coverage.effective_windows(w, int(T), w_min).sum(axis=-1) / (w.shape[-1] * float(T))
-        causal[rows] = coverage.band_pairs(int(T), w).sum(axis=-1) / (w.shape[-1] * (T * (T + 1) / 2.0))
+        acr[rows] = coverage.effective_windows(w, int(T), w_min, sinks).sum(axis=-1) / (w.shape[-1] * float(T))
+        causal[rows] = coverage.band_pairs(int(T), w, sinks).sum(axis=-1) / (w.shape[-1] * (T * (T + 1) / 2.0))
     return acr, causal
 
 
@@ -116,6 +119,7 @@ def coverage_rows(
     *,
     w_min: int,
     flops_shape: tuple[int, int] | None,
+    sinks: int = 0,
 ) -> tuple[Columns, list[tuple[np.ndarray, str, np.ndarray]]]:
     """Per-layer scalars (acr, acr_causal, realised_work) and the model-wide series derived from them.
 
@@ -124,7 +128,7 @@ def coverage_rows(
     the mean realised work of the layers that reported one.
     """
     S, L, _ = win.shape
-    acr, causal = layer_coverage(win, seq_len, w_min)
+    acr, causal = layer_coverage(win, seq_len, w_min, sinks)
     model_acr = acr.mean(axis=1)
     series = [(steps, "acr", model_acr), (steps, "acr_causal", causal.mean(axis=1))]
     if flops_shape is not None:
@@ -201,10 +205,11 @@ def step_tables(
     w_min: int,
     flops_shape: tuple[int, int] | None,
     branch: bool,
+    sinks: int = 0,
 ) -> list[tuple[str, Columns]]:
     """Every row a block of closed steps writes: heads, per-layer and model scalars, branch."""
     out = [("heads", heads_columns(steps, idx, win, raw, groups))]
-    per_layer, series = coverage_rows(steps, win, seq_len, work, w_min=w_min, flops_shape=flops_shape)
+    per_layer, series = coverage_rows(steps, win, seq_len, work, w_min=w_min, flops_shape=flops_shape, sinks=sinks)
     out.append(("scalars", per_layer))
     model = model_scalar_columns(scalars, series)
     if model is not None:

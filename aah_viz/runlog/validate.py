@@ -433,13 +433,14 @@ def _check_acr(manifest: dict, heads: pd.DataFrame, scalars: pd.DataFrame) -> li
         return []
     config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
     w_min = config.get("w_min") or 0
+    sinks = config.get("sink_tokens") or 0
     step_T = scalars[(scalars["name"] == "seq_len") & scalars["layer"].isna()]
     problems = []
     for name in ("acr", "acr_causal"):
         logged = scalars[scalars["name"] == name]
         if not len(logged):
             continue
-        expected_layer, expected_model = implied_coverage(heads, seq_len, n_head, n_layer, w_min, name, step_T)
+        expected_layer, expected_model = implied_coverage(heads, seq_len, n_head, n_layer, w_min, name, step_T, sinks)
         per_layer = logged[logged["layer"].notna()]
         if len(per_layer):
             joined = per_layer.merge(expected_layer, on=["step", "layer"], how="inner")
@@ -459,11 +460,13 @@ def implied_coverage(
     w_min: float = 0,
     name: str = "acr",
     step_seq_len: pd.DataFrame | None = None,
+    sinks: int = 0,
 ):
     """``acr`` (or ``acr_causal``) per (step, layer) and model-wide per step implied by ``heads``.
 
     Per layer: ACR = sum_h min(T, max(W_min, w_h)) / (H T); causal coverage = sum_h
-    sum_t min(t + 1, w_h) / (H T (T + 1) / 2). Model-wide values are the mean over layers, for
+    sum_t min(t + 1, w_h) / (H T (T + 1) / 2); with the config's ``sink_tokens`` the sink pairs count too
+    (``aah_viz.coverage``). Model-wide values are the mean over layers, for
     steps that have every layer. T is the manifest's ``seq_len`` unless a model-wide ``seq_len``
     scalar gives the step's own.
     """
@@ -478,11 +481,13 @@ def implied_coverage(
     for t in np.unique(T):
         rows = T == t
         if name == "acr":
-            value[rows] = coverage.effective_windows(windows[rows], int(t), int(w_min)).astype(np.float64) / (
+            value[rows] = coverage.effective_windows(windows[rows], int(t), int(w_min), sinks).astype(np.float64) / (
                 n_head * t
             )
         else:
-            value[rows] = coverage.band_pairs(int(t), windows[rows]).astype(np.float64) / (n_head * t * (t + 1) / 2)
+            value[rows] = coverage.band_pairs(int(t), windows[rows], sinks).astype(np.float64) / (
+                n_head * t * (t + 1) / 2
+            )
     frame = pd.DataFrame({"step": steps, "layer": heads["layer"].to_numpy(), "v": value})
     per_layer = frame.groupby(["step", "layer"], sort=True)["v"].sum().rename("expected").reset_index()
     by_step = per_layer.groupby("step")["expected"].agg(["mean", "size"]).reset_index()

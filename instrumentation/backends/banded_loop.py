@@ -45,7 +45,8 @@ def loop_forward(q, k, v, window: int, block: int, scale: float, dropout_p: floa
     keep_scale = 1.0 / (1.0 - dropout_p) if dropout_p > 0.0 else 1.0
     need_lse = recompute or want_stats
     state = LoopState(tiles, qs, k, v, out, scale, dropout_p, fill)
-    lse = torch.empty(n, seq_len, dtype=torch.float32, device=q.device) if need_lse else None
+    lse_dtype = torch.promote_types(q.dtype, torch.float32)  # double inputs keep a double log-sum-exp
+    lse = torch.empty(n, seq_len, dtype=lse_dtype, device=q.device) if need_lse else None
     entropy = torch.zeros(n, dtype=torch.float32, device=q.device) if want_stats else None
     usage = None
     for tile in tiles:
@@ -55,7 +56,7 @@ def loop_forward(q, k, v, window: int, block: int, scale: float, dropout_p: floa
         probs = torch.softmax(scores, dim=-1)
         if need_lse:
             # the row maximum has probability >= 1/cols, so its log is well conditioned
-            row_lse = scores.amax(-1).float() - torch.log(probs.amax(-1).float())
+            row_lse = scores.amax(-1).to(lse_dtype) - torch.log(probs.amax(-1).to(lse_dtype))
             lse[:, rows] = row_lse
         if dropout_p > 0.0:
             drop = torch.empty(probs.shape, dtype=torch.bool, device=q.device).bernoulli_(dropout_p)

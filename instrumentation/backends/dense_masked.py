@@ -62,6 +62,7 @@ def dense_masked_attention(
     scale: float | None = None,
     need_probs: bool = False,
     mask: torch.Tensor | None = None,
+    sinks: int = 0,
 ) -> AttentionResult:
     """Band-masked attention over the full score matrix, heads bucketed by window.
 
@@ -69,7 +70,8 @@ def dense_masked_attention(
     attention maps of ``AAHTransformer(..., return_attentions=True)``. ``mask`` (boolean, broadcastable
     to (B, H, T, T), True where a query may see a key: a padding mask) further restricts every head's
     band; a query row it leaves without any key attends to all keys instead of producing NaN (its
-    output is a padding position's, which no other position reads).
+    output is a padding position's, which no other position reads). ``sinks`` k keeps the first k
+    positions visible to every query besides its window (method §10.4).
     """
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
@@ -79,7 +81,7 @@ def dense_masked_attention(
     parts, prob_parts = [], []
     for window, heads in buckets:
         qb, kb, vb = (fold_heads(x, heads) for x in (q, k, v))
-        allowed = MASK_CACHE.get(seq_len, window, q.device)
+        allowed = MASK_CACHE.get(seq_len, window, q.device, sinks)
         if mask is not None:
             allowed = restrict(allowed, mask, heads, batch, n_heads)
         scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale

@@ -5,7 +5,8 @@ window_size=(W - 1, 0))`` (no window when W >= T), in FlashAttention's (B, T, H,
 Needs CUDA, the ``flash_attn`` package and fp16/bf16 inputs; anything else runs ``banded``
 with a warning that names the reason. Head statistics come from the returned log-sum-exp
 and a second, dropout-free call with the keys as values; with attention dropout they are
-therefore those of the probabilities before dropout (the kernel does not expose its mask).
+therefore those of the probabilities before dropout (the kernel does not expose its mask). Sink
+tokens (``sinks`` > 0, method §10.4) have no place in its ``window_size``: those calls run ``banded``.
 """
 
 from __future__ import annotations
@@ -42,13 +43,16 @@ def flash_attention_backend(
     training: bool = False,
     need_stats: bool = False,
     scale: float | None = None,
+    sinks: int = 0,
 ) -> AttentionResult:
     batch, n_heads, seq_len, head_dim = q.shape
     wins = normalise_windows(windows, n_heads)
-    kwargs = dict(dropout_p=dropout_p, training=training, need_stats=need_stats, scale=scale)
+    kwargs = dict(dropout_p=dropout_p, training=training, need_stats=need_stats, scale=scale, sinks=sinks)
     reason = unavailable_reason(device=q.device)
     if reason is None and q.dtype not in DTYPES:
         reason = f"FlashAttention needs float16 or bfloat16 inputs, got {q.dtype}"
+    if reason is None and sinks > 0:
+        reason = "flash_attn_func's window_size has no sink tokens (sink_tokens > 0)"
     if reason is not None:
         return fallback_to_banded("flash", reason, q, k, v, windows, **kwargs)
     from flash_attn import flash_attn_func

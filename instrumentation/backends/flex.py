@@ -1,8 +1,9 @@
 """FlexAttention backend: one call for all heads with a per-head sliding-window block mask.
 
-The mask predicate is "key <= query and query - key < W_h" with the per-head windows in a
-tensor, so heads with different windows share one kernel launch and the kernel skips every
-block outside a head's band. Compiled with ``torch.compile`` (on CPU this needs a C++
+The mask predicate is "key <= query and query - key < W_h" (or, with ``sinks`` k, "key < k": the
+first positions every query keeps, method §10.4) with the per-head windows in a tensor, so heads
+with different windows share one kernel launch and the kernel skips every block outside a head's
+band. Compiled with ``torch.compile`` (on CPU this needs a C++
 compiler; FlexAttention has no CPU backward and no attention dropout anywhere, so those
 settings fall back to ``banded``). Head statistics come from the returned log-sum-exp and a
 second call with the keys as values (-sum P ln P = lse - scale q . (P K)).
@@ -63,23 +64,36 @@ def _compiled_flex():
     return fn
 
 
-def block_mask_for(windows: list[int], seq_len: int, device, block_size: int = BLOCK_SIZE):
-    """The (cached) block mask of per-head trailing causal bands."""
+def band_predicate(win: torch.Tensor, sinks: int = 0):
+    """FlexAttention's ``mask_mod``: key <= query and (query - key < W_h, or key < ``sinks``)."""
+
+    def sliding_window(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < win[h])
+
+    def sliding_window_with_sinks(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & ((q_idx - kv_idx < win[h]) | (kv_idx < sinks))
+
+    return sliding_window_with_sinks if sinks else sliding_window
+
+
+def block_mask_for(windows: list[int], seq_len: int, device, block_size: int = BLOCK_SIZE, sinks: int = 0):
+    """The (cached) block mask of per-head trailing causal bands, each with the first ``sinks`` keys."""
     module = _flex_module()
     device = torch.device(device)
-    key = (tuple(windows), seq_len, device.type, device.index, block_size)
+    key = (tuple(windows), seq_len, device.type, device.index, block_size, int(sinks))
     with _lock:
         mask = _block_masks.get(key)
         if mask is not None:
             _block_masks.move_to_end(key)
             return mask
-    win = torch.as_tensor(windows, dtype=torch.long, device=device)
-
-    def sliding_window(b, h, q_idx, kv_idx):
-        return (kv_idx <= q_idx) & (q_idx - kv_idx < win[h])
-
     mask = module.create_block_mask(
-        sliding_window, B=None, H=len(windows), Q_LEN=seq_len, KV_LEN=seq_len, device=device, BLOCK_SIZE=block_size
+        band_predicate(torch.as_tensor(windows, dtype=torch.long, device=device), sinks),
+        B=None,
+        H=len(windows),
+        Q_LEN=seq_len,
+        KV_LEN=seq_len,
+        device=device,
+        BLOCK_SIZE=block_size,
     )
     with _lock:
         _block_masks[key] = mask
@@ -106,10 +120,12 @@ def flex_attention_backend(
     training: bool = False,
     need_stats: bool = False,
     scale: float | None = None,
+    sinks: int = 0,
 ) -> AttentionResult:
     batch, n_heads, seq_len, head_dim = q.shape
     wins = [clamp_window(w, seq_len) for w in normalise_windows(windows, n_heads)]
-    kwargs = dict(dropout_p=dropout_p, training=training, need_stats=need_stats, scale=scale)
+    sinks = max(0, int(sinks))
+    kwargs = dict(dropout_p=dropout_p, training=training, need_stats=need_stats, scale=scale, sinks=sinks)
     grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     reason = unavailable_reason(device=q.device, training=training or grad, dropout_p=dropout_p if training else 0.0)
     if reason is not None:
@@ -121,7 +137,7 @@ def flex_attention_backend(
     if not grad:  # compiled CPU flex refuses inputs that require grad, even under no_grad
         q, k, v = q.detach(), k.detach(), v.detach()
     try:
-        mask = block_mask_for(wins, seq_len, q.device)
+        mask = block_mask_for(wins, seq_len, q.device, sinks=sinks)
         fn = _compiled_flex()
         stats = None
         if not need_stats:

@@ -1,4 +1,4 @@
-"""Boolean band masks with an LRU cache keyed by (T, W, device type, device index)."""
+"""Boolean band masks with an LRU cache keyed by (T, W, device type, device index[, sink tokens])."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ class BandMaskCache:
         self.misses = 0
         self.build_seconds = 0.0
 
-    def get(self, seq_len: int, window: int, device) -> torch.Tensor:
+    def get(self, seq_len: int, window: int, device, sinks: int = 0) -> torch.Tensor:
         device = torch.device(device)
         w = clamp_window(window, seq_len)
-        key = (int(seq_len), w, device.type, device.index)
+        sinks = 0 if w >= seq_len else max(0, int(sinks))
+        key = (int(seq_len), w, device.type, device.index) + ((sinks,) if sinks else ())
         with self._lock:
             mask = self._masks.get(key)
             if mask is not None:
@@ -35,7 +36,7 @@ class BandMaskCache:
                 self.hits += 1
                 return mask
         start = time.perf_counter()
-        mask = band_mask(seq_len, w, device)
+        mask = band_mask(seq_len, w, device, sinks)
         elapsed = time.perf_counter() - start
         with self._lock:
             self.misses += 1
@@ -56,14 +57,18 @@ class BandMaskCache:
             self.build_seconds = 0.0
 
 
-def band_mask(seq_len: int, window: int, device=None) -> torch.Tensor:
-    """Boolean (T, T) mask: key <= query and key >= query - W + 1; W >= T is lower triangular."""
+def band_mask(seq_len: int, window: int, device=None, sinks: int = 0) -> torch.Tensor:
+    """Boolean (T, T) mask: key <= query and (key >= query - W + 1, or key < ``sinks``: the first positions
+    every query keeps, method §10.4); W >= T is lower triangular."""
     w = clamp_window(window, seq_len)
     idx = torch.arange(seq_len, device=device)
     diff = idx.view(-1, 1) - idx.view(1, -1)  # query - key
     if w >= seq_len:
         return diff >= 0
-    return (diff >= 0) & (diff < w)
+    inside = diff < w
+    if sinks:
+        inside = inside | (idx.view(1, -1) < int(sinks))
+    return (diff >= 0) & inside
 
 
 MASK_CACHE = BandMaskCache(DEFAULT_CACHE_SIZE)

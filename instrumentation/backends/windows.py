@@ -51,8 +51,18 @@ def causal_pairs(seq_len: int) -> int:
     return seq_len * (seq_len + 1) // 2
 
 
-def band_pairs(seq_len: int, window: int) -> int:
-    """Causal pairs one head with window W attends: sum_t min(t+1, W)."""
+def band_pairs(seq_len: int, window: int, sinks: int = 0) -> int:
+    """Causal pairs one head with window W attends: sum_t min(t+1, W), plus, with ``sinks`` k, the pairs
+    of the first k positions left of each band (sum over t >= W of min(k, t - W + 1))."""
     w = clamp_window(window, seq_len)
     # rows 0..w-1 contribute t+1, the remaining T-w rows contribute w each
-    return w * (w + 1) // 2 + (seq_len - w) * w
+    pairs = w * (w + 1) // 2 + (seq_len - w) * w
+    n, k = seq_len - w, max(0, int(sinks))
+    low = min(n, k)
+    return pairs + low * (low + 1) // 2 + (n - low) * k
+
+
+def sink_visible(seq_len: int, window: int, sinks: int) -> int:
+    """How many sink positions lie left of some query's band: keys [0, this) are the sink part (0: none)."""
+    w = clamp_window(window, seq_len)
+    return 0 if w >= seq_len else min(max(0, int(sinks)), seq_len - w)

@@ -14,6 +14,10 @@ runs ``new_tokens - 1`` greedy decode steps (timed), in interleaved pairs (``aah
   predict: ``window_share`` (mean over query heads of min(W, L) / L, L the positions seen: before
   grouped-query sharing) and ``kv_head_share`` (the same over key/value heads, each keeping the largest
   window of the query heads it serves: what ``WindowedKVCache`` stores).
+
+With ``sink_tokens`` k the patched model keeps the first k positions visible to every query and
+``WindowedKVCache`` keeps them for every windowed head: the shares count them, and
+``kv_head_share_without_sinks`` gives the same windows' share without them, for comparison.
 """
 
 from __future__ import annotations
@@ -44,15 +48,22 @@ def _shape(model) -> dict:
     )
 
 
-def window_shares(per_head: list[int], n_kv: int, seen: int) -> dict:
+def kept_positions(window: int, seen: int, sinks: int = 0) -> int:
+    """Positions a head with ``window`` keeps after ``seen``: the first ``sinks`` and the last ``window`` after them."""
+    first = min(int(sinks), seen)
+    return first + min(int(window), seen - first)
+
+
+def window_shares(per_head: list[int], n_kv: int, seen: int, sinks: int = 0) -> dict:
     """What the windows predict for the cache held after ``seen`` positions: the mean over query heads
-    of min(W, seen) / seen, and the same over key/value heads keeping their group's largest window."""
+    of what each keeps (min(W, seen), plus the first ``sinks`` positions) / seen, and the same over
+    key/value heads keeping their group's largest window."""
     from instrumentation.retrofit.kv_cache import kv_reach
 
     reach = kv_reach(per_head, n_kv)
     return dict(
-        window_share=sum(min(w, seen) for w in per_head) / (len(per_head) * seen),
-        kv_head_share=sum(min(r, seen) for r in reach) / (len(reach) * seen),
+        window_share=sum(kept_positions(w, seen, sinks) for w in per_head) / (len(per_head) * seen),
+        kv_head_share=sum(kept_positions(r, seen, sinks) for r in reach) / (len(reach) * seen),
         kv_head_windows=reach,
     )
 
@@ -94,8 +105,10 @@ def bench_generate(
     device: str = "cpu",
     seed: int = 0,
     progress=None,
+    sink_tokens: int = 0,
 ) -> dict:
-    """Paired decode tokens/s and the cache bytes of ``WindowedKVCache`` (patched) against the unpatched cache."""
+    """Paired decode tokens/s and the cache bytes of ``WindowedKVCache`` (patched) against the unpatched cache;
+    with ``sink_tokens`` k the patched model and its cache keep the first k positions."""
     from transformers import DynamicCache
 
     from instrumentation.retrofit import WindowedKVCache, cache_bytes, patch_model
@@ -103,6 +116,9 @@ def bench_generate(
 
     if prompt_len < 2 or new_tokens < 2:
         raise ConfigError("bench generate: --prompt-len and --new-tokens must be >= 2")
+    if sink_tokens < 0:
+        raise ConfigError(f"bench generate: --sink-tokens must be >= 0, got {sink_tokens}")
+    sinks = {"sink_tokens": int(sink_tokens)} if sink_tokens else {}
     windows = windows_for(prompt_len)
 
     def build():
@@ -113,7 +129,7 @@ def bench_generate(
 
     unpatched, patched = build(), build()
     shape = _shape(unpatched)
-    handle = patch_model(patched, "full_adaptive", windows, attention_backend="banded")
+    handle = patch_model(patched, "full_adaptive", windows, attention_backend="banded", **sinks)
     mix = paper_mix(prompt_len, shape["n_head"])
     execute_windows(handle, mix)
     gen = torch.Generator().manual_seed(seed)
@@ -144,8 +160,11 @@ def bench_generate(
         bytes=held,
         ratio=held["windowed"] / held["unpatched"],
         positions_seen=seen,
-        **window_shares(mix, shape["n_kv_head"], seen),
+        sink_tokens=int(sink_tokens),
+        **window_shares(mix, shape["n_kv_head"], seen, sink_tokens),
     )
+    if sink_tokens:
+        doc["kv_cache"]["kv_head_share_without_sinks"] = window_shares(mix, shape["n_kv_head"], seen)["kv_head_share"]
     doc["config"] = dict(
         model=str(model_dir) if model_dir is not None else "random Llama",
         prompt_len=prompt_len,

@@ -21,6 +21,9 @@ T (T/8, T/4, T/2, T); the patched model runs regime ``full_adaptive`` with the b
 - ``paper_mix_forward_vs_unpatched`` and ``full_attention_patch_forward_vs_unpatched``: the forward
   pass alone (no gradients, as in evaluation and prefill) of the paper mix and of the
   full-attention patch against the unpatched model's forward.
+
+With ``sink_tokens`` k every routed variant keeps the first k positions visible to every query
+(``sink_tokens``, method §10.4); the paper mix's causal coverage then counts the sink pairs.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ def bench_retrofit(
     seed: int = 0,
     model_dir=None,
     progress=None,
+    sink_tokens: int = 0,
 ) -> dict:
     """Paired ratios of forward+backward times (and of forward alone for ``FORWARD_ONLY``), patched /
-    unpatched, and what the patched model executed."""
+    unpatched, and what the patched model executed (with ``sink_tokens`` k: the routed variants keep
+    the first k positions)."""
     from instrumentation.retrofit import patch_model
 
     if windows is None:
@@ -73,6 +78,9 @@ def bench_retrofit(
     windows = tuple(int(w) for w in windows)
     if seq_len < 2 or max(windows) > seq_len:
         raise ConfigError(f"bench retrofit: windows must lie in 1..{seq_len} and --seq-len be >= 2")
+    if sink_tokens < 0:
+        raise ConfigError(f"bench retrofit: --sink-tokens must be >= 0, got {sink_tokens}")
+    sinks = {"sink_tokens": int(sink_tokens)} if sink_tokens else {}
     variants = ("unpatched", "paper_mix", "live_routing", "full_attention_patch", "soft_mixture_step")
     live = ("live_routing", "soft_mixture_step")
     if model_dir is not None:
@@ -94,8 +102,10 @@ def bench_retrofit(
     head_dim = getattr(shape, "head_dim", None) or shape.hidden_size // n_head
     vocab = shape.vocab_size
     handles = {
-        "paper_mix": patch_model(models["paper_mix"], "full_adaptive", windows, attention_backend=backend),
-        "live_routing": patch_model(models["live_routing"], "full_adaptive", windows, attention_backend=backend),
+        "paper_mix": patch_model(models["paper_mix"], "full_adaptive", windows, attention_backend=backend, **sinks),
+        "live_routing": patch_model(
+            models["live_routing"], "full_adaptive", windows, attention_backend=backend, **sinks
+        ),
         "full_attention_patch": patch_model(models["full_attention_patch"], "full_attention", windows),
         "soft_mixture_step": patch_model(
             models["soft_mixture_step"],
@@ -103,6 +113,7 @@ def bench_retrofit(
             windows,
             attention_backend=backend,
             controller_training="soft_mixture",
+            **sinks,
         ),
     }
     handles["soft_mixture_step"].train_parameters("aah")  # aah-viz retrofit's default --train
@@ -165,16 +176,17 @@ def bench_retrofit(
         batch=batch,
         candidate_windows=list(windows),
         attention_backend=backend,
+        sink_tokens=int(sink_tokens),
         pairs=pairs,
         device=str(device),
         torch=torch.__version__,
         threads=torch.get_num_threads(),
     )
     doc["paper_mix"] = mix
-    doc["paper_mix_causal_coverage"] = causal_coverage(mix, seq_len)
+    doc["paper_mix_causal_coverage"] = causal_coverage(mix, seq_len, sink_tokens)
     doc["live_routing_windows"] = executed
     doc["live_routing_window_share"] = {str(w): flat.count(w) / len(flat) for w in windows}
-    doc["live_routing_causal_coverage"] = causal_coverage(flat, seq_len)
+    doc["live_routing_causal_coverage"] = causal_coverage(flat, seq_len, sink_tokens)
     doc["backends_seen"] = sorted({b for b, _ in seen if b})
     doc["soft_mixture_backends_seen"] = sorted({b for b in mixed if b})
     doc["realised_work_mean"] = sum(works) / len(works) if works else None

@@ -102,7 +102,7 @@ def restore_groups(run_dir: Path, groups: np.ndarray) -> tuple[set[int], bool]:
 
 
 def payload_rows(
-    p: dict, *, detail: str, max_depth: int, w_min: int, flops_shape, sim_threshold: float
+    p: dict, *, detail: str, max_depth: int, w_min: int, flops_shape, sim_threshold: float, sinks: int = 0
 ) -> list[tuple[str, dict]]:
     """Every ``(table, columns)`` one buffered snapshot writes (on the writer thread)."""
     out = []
@@ -126,6 +126,7 @@ def payload_rows(
             w_min=w_min,
             flops_shape=flops_shape,
             branch=detail != "minimal",
+            sinks=sinks,
         )
     elif scalars:
         out.append(("scalars", rows.model_scalar_columns(scalars, [])))

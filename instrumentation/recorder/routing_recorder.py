@@ -129,6 +129,7 @@ class RoutingRecorder:
         self.n_layer, self.n_head = int(cfg.n_layer), int(cfg.n_head)
         self.max_depth = int(cfg.max_depth or 1)
         self.w_min = int(cfg.w_min or 0)
+        self.sinks = int(getattr(cfg, "sink_tokens", 0) or 0)
         self.windows = tuple(int(w) for w in cfg.windows)
         self.seq_len = int(cfg.block_size)
         self.flops_shape = (int(cfg.n_embd), int(cfg.n_ff)) if cfg.n_embd and cfg.n_ff else None
@@ -453,6 +454,7 @@ class RoutingRecorder:
             windows=win[None],
             seq_len=np.asarray([rep.seq_len]),
             w_min=self.w_min,
+            sinks=self.sinks,
             groups=self._groups[None],
             layer_work=rep.layer_work()[None],
             controller_grad_norm=np.asarray([_float_or_nan(rep.grad_norm)]),
@@ -516,7 +518,11 @@ class RoutingRecorder:
             if p["ready"] is not None:
                 p["ready"].synchronize()
             settings = dict(
-                detail=self.detail, max_depth=self.max_depth, w_min=self.w_min, flops_shape=self.flops_shape
+                detail=self.detail,
+                max_depth=self.max_depth,
+                w_min=self.w_min,
+                flops_shape=self.flops_shape,
+                sinks=self.sinks,
             )
             for table, cols in rp.payload_rows(p, sim_threshold=self.cfg.sim_threshold, **settings):
                 writer.append(table, cols)

@@ -10,6 +10,9 @@ every later forward (``extend``). As a Hugging Face ``Cache`` it goes to ``gener
     from instrumentation.retrofit import WindowedKVCache
     out = model.generate(ids, cache=WindowedKVCache(), max_new_tokens=64)
 
+With sink tokens (``sink_tokens = k``, method §10.4) every windowed head also keeps the first k
+positions of the sequence, which every query sees besides its window (as StreamingLLM's cache does).
+
 Masks are built for the full sequence (``get_mask_sizes``); the patched attention reads the columns of
 the positions each group kept.
 """
@@ -44,6 +47,33 @@ def _last(x: torch.Tensor, keep: int | None) -> torch.Tensor:
     return x[:, :, x.shape[2] - keep :]
 
 
+class _Part:
+    """One bucket of key/value heads: the first ``sink`` positions and the newest ones it keeps."""
+
+    def __init__(self, heads: list[int], idx: torch.Tensor, reach: int | None, head_kv, tail_kv):
+        self.heads, self.idx, self.reach = heads, idx, reach
+        self.head_k, self.head_v = head_kv  # positions 0 .. first - 1 (sink tokens; empty without)
+        self.tail_k, self.tail_v = tail_kv  # the newest positions
+
+    @property
+    def first(self) -> int:
+        return int(self.head_k.shape[2])
+
+    def group(self) -> KVGroup:
+        if not self.first:
+            return (self.heads, self.tail_k, self.tail_v, 0)
+        keys = torch.cat([self.head_k, self.tail_k], dim=2)
+        return (self.heads, keys, torch.cat([self.head_v, self.tail_v], dim=2), self.first)
+
+    def map(self, fn) -> None:
+        self.head_k, self.head_v, self.tail_k, self.tail_v = (
+            fn(x) for x in (self.head_k, self.head_v, self.tail_k, self.tail_v)
+        )
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.head_k, self.head_v, self.tail_k, self.tail_v]
+
+
 class WindowedLayer(CacheLayerMixin):
     """One layer's cache: key/value heads bucketed by the positions they keep."""
 
@@ -53,37 +83,55 @@ class WindowedLayer(CacheLayerMixin):
     def __init__(self, **kwargs):
         super().__init__()
         self.seen = 0
-        self.parts: list[tuple[list[int], torch.Tensor, int | None, torch.Tensor, torch.Tensor]] = []
+        self.sinks = 0
+        self.parts: list[_Part] = []
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         self.is_initialized = True
 
-    def fill(self, keys: torch.Tensor, values: torch.Tensor, reach: Sequence[int | None]) -> None:
-        """Store the prompt's keys and values (B, n_kv, T, D), each head its last ``reach`` positions."""
+    def fill(self, keys: torch.Tensor, values: torch.Tensor, reach: Sequence[int | None], sinks: int = 0) -> None:
+        """Store the prompt's keys and values (B, n_kv, T, D), each head its last ``reach`` positions and, with
+        ``sinks`` k, the first k (a head with full attention keeps everything anyway)."""
         self.lazy_initialization(keys, values)
         self.seen = int(keys.shape[2])
+        self.sinks = max(0, int(sinks))
         self.parts = []
         for r, heads in bucket_heads(list(reach)):
             idx = torch.as_tensor(heads, device=keys.device)
-            self.parts.append((heads, idx, r, *(_last(x.index_select(1, idx), r).clone() for x in (keys, values))))
+            k, v = (x.index_select(1, idx) for x in (keys, values))
+            first = 0 if r is None else min(self.sinks, self.seen)
+            tail = None if r is None else max(0, min(r, self.seen - first))
+            self.parts.append(
+                _Part(
+                    heads,
+                    idx,
+                    r,
+                    (k[:, :, :first].clone(), v[:, :, :first].clone()),
+                    (_last(k[:, :, first:], tail).clone(), _last(v[:, :, first:], tail).clone()),
+                )
+            )
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> list[KVGroup]:
         """Append a later forward's keys and values (B, n_kv, Tq, D); per bucket, the positions its windows
-        reach from the new queries (the last ``reach - 1`` kept ones and the new ones), which it then holds."""
+        reach from the new queries (the kept sink positions, the last ``reach - 1`` kept ones and the new
+        ones), which it then holds."""
         if not self.parts:
             raise ConfigError(
                 "WindowedKVCache: this layer holds no prompt; the cache serves a model patched by patch_model"
             )
         self.seen += int(keys.shape[2])
-        parts = []
-        for heads, idx, r, k, v in self.parts:
-            prev = None if r is None else r - 1
-            k = torch.cat([_last(k, prev), keys.index_select(1, idx)], dim=2)
-            v = torch.cat([_last(v, prev), values.index_select(1, idx)], dim=2)
-            parts.append((heads, idx, r, k, v))
-        self.parts = parts
-        return [(heads, k, v) for heads, _, _, k, v in parts]
+        for part in self.parts:
+            prev = None if part.reach is None else part.reach - 1
+            new_k, new_v = (x.index_select(1, part.idx) for x in (keys, values))
+            part.tail_k = torch.cat([_last(part.tail_k, prev), new_k], dim=2)
+            part.tail_v = torch.cat([_last(part.tail_v, prev), new_v], dim=2)
+            grow = 0 if part.reach is None else min(self.sinks, self.seen) - part.first
+            if grow > 0:  # a prompt shorter than k: every position so far is kept, the earliest become sinks
+                part.head_k = torch.cat([part.head_k, part.tail_k[:, :, :grow]], dim=2)
+                part.head_v = torch.cat([part.head_v, part.tail_v[:, :, :grow]], dim=2)
+                part.tail_k, part.tail_v = part.tail_k[:, :, grow:].clone(), part.tail_v[:, :, grow:].clone()
+        return [part.group() for part in self.parts]
 
     def update(self, key_states, value_states, *args, **kwargs):
         raise ConfigError(
@@ -101,14 +149,15 @@ class WindowedLayer(CacheLayerMixin):
         return -1
 
     def reset(self) -> None:
-        self.parts, self.seen, self.is_initialized = [], 0, False
+        self.parts, self.seen, self.sinks, self.is_initialized = [], 0, 0, False
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:
             raise ConfigError("WindowedKVCache cannot be cropped: the positions beyond each window are gone")
 
     def _batch(self, fn) -> None:
-        self.parts = [(h, i, keep, fn(k), fn(v)) for h, i, keep, k, v in self.parts]
+        for part in self.parts:
+            part.map(fn)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._batch(lambda x: x.index_select(0, beam_idx.to(x.device)))
@@ -120,7 +169,7 @@ class WindowedLayer(CacheLayerMixin):
         self._batch(lambda x: x[indices])
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for *_, k, v in self.parts for t in (k, v)]
+        return [t for part in self.parts for t in part.tensors()]
 
 
 class WindowedKVCache(Cache):
@@ -134,8 +183,8 @@ class WindowedKVCache(Cache):
             self.layers.append(WindowedLayer())
         return self.layers[layer_idx]
 
-    def fill(self, layer_idx: int, keys, values, reach: Sequence[int | None]) -> None:
-        self.layer(layer_idx).fill(keys, values, reach)
+    def fill(self, layer_idx: int, keys, values, reach: Sequence[int | None], sinks: int = 0) -> None:
+        self.layer(layer_idx).fill(keys, values, reach, sinks)
 
     def extend(self, layer_idx: int, keys, values) -> list[KVGroup]:
         return self.layer(layer_idx).extend(keys, values)

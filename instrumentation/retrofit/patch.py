@@ -201,7 +201,8 @@ def _store(module, cache, k, v) -> None:
     from instrumentation.retrofit.kv_cache import WindowedKVCache, kv_reach
 
     if isinstance(cache, WindowedKVCache):
-        cache.fill(module.layer_idx, k, v, kv_reach(module.aah.band_windows(), k.shape[1]))
+        reach = kv_reach(module.aah.band_windows(), k.shape[1])
+        cache.fill(module.layer_idx, k, v, reach, module.aah.cfg.sink_tokens)
     else:
         cache.update(k, v, module.layer_idx)
 
@@ -212,11 +213,21 @@ def _decode(module, q, k, v, cache, attention_mask) -> torch.Tensor:
 
     if isinstance(cache, WindowedKVCache):
         kv = cache.extend(module.layer_idx, k, v)
+        total = cache.layer(module.layer_idx).seen
     else:
         keys, values = cache.update(k, v, module.layer_idx)
-        kv = [(list(range(keys.shape[1])), keys, values)]
+        kv = [(list(range(keys.shape[1])), keys, values, 0)]
+        total = keys.shape[2]
     allowed = allowed_keys(attention_mask, q.shape[2])
-    return windowed_attention(q, kv, module.aah.band_windows(), scale=module._aah_spec.scaling, allowed=allowed)
+    return windowed_attention(
+        q,
+        kv,
+        module.aah.band_windows(),
+        scale=module._aah_spec.scaling,
+        allowed=allowed,
+        sinks=module.aah.cfg.sink_tokens,
+        total=total,
+    )
 
 
 class _Spec:

@@ -34,6 +34,7 @@ SHOWN = {
     "acr_causal": "causal coverage",
     "speed_vs_unpatched": "speed vs unpatched",
     "adapt_steps": "adaptation steps",
+    "sink_tokens": "sink tokens",
     "pareto": "Pareto",
 }
 
@@ -173,7 +174,8 @@ def render() -> None:
         st.info(
             "No frontier run under the logs root. `aah-viz frontier MODEL_DIR --data TEXT --out RUN` evaluates a "
             "pretrained model's configurations (unpatched, static windows, profiled per-head windows, AAH before "
-            "and after adaptation) on the same held-out blocks (docs/real-model.md)."
+            "and after adaptation; with --sink-tokens 1,4 each also keeping the first tokens visible) on the same "
+            "held-out blocks (docs/real-model.md)."
         )
         return
     labels = {k: state.label(k) for k in keys}  # computed now: format_func may be called outside the run
@@ -215,7 +217,8 @@ def render() -> None:
         "(the same resamples for every configuration, so differences are paired), at its ACR (mean key length "
         "over T). The dotted line joins the Pareto front: configurations no other beats on both ACR and "
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
-        "side in the same run."
+        "side in the same run. Dotted marks keep the first k positions visible to every query (sink tokens, "
+        "+kS); their ACR counts those pairs."
     )
     # the chart's point labels beside the table's names, so the two read as one
     labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
