@@ -27,7 +27,17 @@ from instrumentation.evaluation import Loaded
 from instrumentation.inference import model_logits
 from instrumentation.profile import full_attention
 
-SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention
+SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention (or the model's sink_tokens)
+
+
+def sink_positions(loaded: Loaded) -> int:
+    """The positions ``mass_sink`` sums: the model's ``sink_tokens`` when it keeps any, else the first token."""
+    return max(SINK_POSITIONS, kept_positions(loaded))
+
+
+def kept_positions(loaded: Loaded) -> int:
+    """The first positions the model keeps visible besides every window (``sink_tokens``)."""
+    return int(getattr(loaded.routed.cfg, "sink_tokens", 0) or 0)
 
 
 @dataclass
@@ -188,7 +198,8 @@ def _record_doc(loaded: Loaded, tok: _Tokenizer, doc: LensDoc, number: int, max_
         number,
     )
     add("lens_links", token_links(doc, tokens), number)
-    add("attention_samples", attention_rows(probs, windows, top_k=top_k, sink=SINK_POSITIONS), number)
+    rows = attention_rows(probs, windows, top_k=top_k, sink=sink_positions(loaded), kept=kept_positions(loaded))
+    add("attention_samples", rows, number)
 
 
 def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
@@ -197,5 +208,11 @@ def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
     from instrumentation.evaluation import write_result
 
     n_docs = len(set(tables["lens_tokens"].get("doc", [])))
-    detail = {**detail, "docs": n_docs, "sink_positions": SINK_POSITIONS, "checkpoint_step": loaded.step}
+    detail = {
+        **detail,
+        "docs": n_docs,
+        "sink_positions": sink_positions(loaded),
+        "sink_tokens": kept_positions(loaded),
+        "checkpoint_step": loaded.step,
+    }
     return write_result(loaded.source, loaded, "lens", detail, tables=tables)

@@ -37,7 +37,13 @@ def test_attention_rows_against_a_direct_count():
     L, H, T, k = 2, 3, 9, 4
     probs = _causal_probs(rng, L, H, T)
     windows = np.array([[2, 4, 9], [1, 3, 5]])
-    rows = lens.attention_rows(probs, windows, top_k=k, sink=2)
+    for kept in (0, 2):  # without and with sink_tokens = 2 (the first two keys never cut)
+        _check_rows(probs, windows, k, kept)
+
+
+def _check_rows(probs, windows, k: int, kept: int) -> None:
+    L, H, T, _ = probs.shape
+    rows = lens.attention_rows(probs, windows, top_k=k, sink=2, kept=kept)
     assert len(rows["query"]) == L * H * T
     i = 0
     for layer in range(L):
@@ -49,7 +55,8 @@ def test_attention_rows_against_a_direct_count():
                 assert rows["keys"][i] == want
                 assert np.allclose(rows["weights"][i], [p[j] for j in want])
                 assert rows["window"][i] == w
-                assert rows["mass_outside"][i] == pytest.approx(sum(p[j] for j in visible if q - j >= w))
+                cut = sum(p[j] for j in visible if q - j >= w and j >= kept)
+                assert rows["mass_outside"][i] == pytest.approx(cut, abs=1e-12)
                 assert rows["mass_sink"][i] == pytest.approx(sum(p[j] for j in visible if j < 2))
                 i += 1
 
@@ -184,7 +191,8 @@ def test_lens_of_a_trained_aah_run_with_gold_arcs(tmp_path):
 
     run = tmp_path / "run"
     common = ["--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress", "--threads", "1"]
-    assert _cli("train", "--out", str(run), *common).returncode == 0
+    # a model that keeps its first two positions besides every window (sink_tokens): never cut
+    assert _cli("train", "--out", str(run), *common, "--set", "sink_tokens=2").returncode == 0
     proc = _cli("lens", str(run), "--syntax", str(FIXTURE), "--docs", "2", "--max-tokens", "64", "--top-k", "3")
     assert proc.returncode == 0, proc.stderr
     r = load_run(run)
@@ -203,11 +211,14 @@ def test_lens_of_a_trained_aah_run_with_gold_arcs(tmp_path):
     samples = t["attention_samples"]
     assert samples["keys"].map(len).max() == 3
     # the masses come from the whole row: at least the weights of the stored keys they cover
+    (lens_event,) = [json.loads(d) for d in r.events("lens")["detail"]]
+    assert (lens_event["sink_tokens"], lens_event["sink_positions"]) == (2, 2)
+    assert (samples["query"] >= samples["window"]).any()  # some queries reach past their window
     for row in samples.itertuples():
-        cut = sum(w for k, w in zip(row.keys, row.weights) if row.query - k >= row.window)
-        on_first = sum(w for k, w in zip(row.keys, row.weights) if k == 0)
+        cut = sum(w for k, w in zip(row.keys, row.weights) if row.query - k >= row.window and k >= 2)
+        on_first = sum(w for k, w in zip(row.keys, row.weights) if k < 2)
         assert row.mass_outside >= cut - 1e-6 and row.mass_sink >= on_first - 1e-6
-        assert 0.0 <= row.mass_outside <= 1.0 + 1e-6
+        assert 0.0 <= row.mass_outside <= 1.0 - row.mass_sink + 1e-6 or row.query < row.window
     # a second lens of the same step replaces the first, links included
     text = tmp_path / "t.txt"
     text.write_text(TEXT)

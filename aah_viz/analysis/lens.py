@@ -8,7 +8,8 @@ tokens, which pretrained decoders use as an attention sink). The rest reads thos
 the dashboard page and the ``tokens`` figure.
 
 A window of W tokens covers the distances 0..W-1: query t keeps keys t-W+1..t (the band every
-execution backend runs), so the mass it loses is that of keys 0..t-W.
+execution backend runs), so the mass it loses is that of keys 0..t-W; with ``sink_tokens = k`` the
+first k keys stay visible besides the window, so it loses keys k..t-W only.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ DEFAULT_TOP_K = 8
 DISTANCE_BINS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # left edges, tokens
 
 
-def attention_rows(probs: np.ndarray, windows: np.ndarray, top_k: int = DEFAULT_TOP_K, sink: int = 1) -> dict:
+def attention_rows(
+    probs: np.ndarray, windows: np.ndarray, top_k: int = DEFAULT_TOP_K, sink: int = 1, kept: int = 0
+) -> dict:
     """Rows of ``attention_samples`` for one document (without ``step`` and ``doc``).
 
     ``probs``: (L, H, T, T) causal attention rows (each row sums to one over keys 0..t);
-    ``windows``: (L, H) executed windows in tokens; ``sink``: how many first positions are the sink.
+    ``windows``: (L, H) executed windows in tokens; ``sink``: how many first positions are the sink
+    (``mass_sink``); ``kept``: how many first positions the model keeps visible besides every window
+    (its ``sink_tokens``: their mass is never cut).
     The keys of a query are its ``top_k`` largest weights among keys 0..t, largest first (the
     nearer key first among equal weights)."""
     probs = np.asarray(probs, dtype=np.float64)
@@ -44,6 +49,9 @@ def attention_rows(probs: np.ndarray, windows: np.ndarray, top_k: int = DEFAULT_
             w = int(windows[layer, head])
             cut = t - w  # last key outside the window, per query
             outside = np.where(cut >= 0, c[t, np.clip(cut, 0, T - 1)], 0.0)
+            if kept > 0:  # the first kept keys stay visible: their part of the cut mass is not lost
+                on_kept = c[t, np.clip(np.minimum(cut, kept - 1), 0, T - 1)]
+                outside = np.where(cut >= 0, outside - on_kept, 0.0)
             s = min(sink, T)
             on_sink = c[t, np.minimum(t, s - 1)] if s > 0 else np.zeros(T)
             for q in range(T):

@@ -84,10 +84,11 @@ function show(q) {
     const w = weight[j] || 0;
     el.style.background = colour(w, max);
     if (w > 0.55 * max) el.style.color = '#fff';
-    if (j <= q - row.win) el.classList.add('cut');
+    const cut = j <= q - row.win && j >= data.kept;
+    if (cut) el.classList.add('cut');
     el.dataset.weight = w.toFixed(4);
     el.setAttribute('aria-label', el.dataset.text + ', position ' + j + ', weight ' + w.toFixed(3)
-      + (j <= q - row.win ? ', cut by the window' : ''));
+      + (cut ? ', cut by the window' : ''));
   });
   toks[q].classList.add('query');
   const mine = data.links.filter(l => l.q === q);
@@ -115,9 +116,10 @@ show(pinned);
 """
 
 
-def token_html(tokens: pd.DataFrame, rows: pd.DataFrame, links: pd.DataFrame, query: int) -> str:
-    """The whole HTML document of the token view, opening on ``query``."""
-    data = {**view_data(tokens, rows, links), "start": int(query)}
+def token_html(tokens: pd.DataFrame, rows: pd.DataFrame, links: pd.DataFrame, query: int, kept: int = 0) -> str:
+    """The whole HTML document of the token view, opening on ``query``; ``kept``: the first positions the
+    model keeps visible besides every window (its ``sink_tokens``), never shown as cut."""
+    data = {**view_data(tokens, rows, links), "start": int(query), "kept": int(kept)}
     spans = []
     for j, (text, special) in enumerate(zip(tokens["token"], tokens["special"])):
         shown = html.escape(visible_token(text))  # escaped once: the page shows it, the script reads it back raw

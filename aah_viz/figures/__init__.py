@@ -279,7 +279,8 @@ def build_tokens(runs, doc: int = 0, layer: int = 0, head: int = 0, query: int |
             f"(positions 0..{len(tokens) - 1}, {run.n_layer} layers, {run.n_head} heads)"
         )
     what = f"L{layer}H{head} from token {q} of {tokens['doc_id'].iloc[0]}: window {row['window']}"
-    return tokens_figure(tokens, row, lens.doc_links(tables, int(doc)), _title(run, what))
+    kept = int((run.manifest.get("config") or {}).get("sink_tokens") or 0)
+    return tokens_figure(tokens, row, lens.doc_links(tables, int(doc)), _title(run, what), kept=kept)
 
 
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {

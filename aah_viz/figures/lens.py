@@ -36,6 +36,7 @@ def tokens_figure(
     links: pd.DataFrame,
     title: str,
     per_row: int = TOKENS_PER_ROW,
+    kept: int = 0,
 ) -> go.Figure:
     """The document's tokens in reading order, coloured by the weight ``row`` (one query's
     ``attention_samples`` row) puts on each; keys the executed window cuts crossed out, the sink
@@ -50,7 +51,7 @@ def tokens_figure(
     pos = np.arange(n)
     x, y = pos % per_row, -(pos // per_row)
     texts = [shown_token(t) for t in tokens["token"]]
-    cut = (pos <= q - window) & (pos <= q)
+    cut = (pos <= q - window) & (pos >= kept)  # the first ``kept`` (sink_tokens) stay visible
     future = pos > q
     hover = [
         f"{texts[j]} (position {j})<br>weight {weights[j]:.3f}"

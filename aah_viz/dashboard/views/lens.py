@@ -37,10 +37,16 @@ def _same_document_runs(root: str, key: str, tokens: pd.DataFrame) -> list[str]:
     return out
 
 
-def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: int) -> None:
+def _kept(manifest: dict) -> int:
+    """The first positions the run's model keeps visible besides every window (its sink_tokens)."""
+    value = (manifest.get("config") or {}).get("sink_tokens")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: int, kept: int) -> None:
     rows = lens.head_rows(t["attention_samples"], doc, layer, head)
     # our own HTML around the document's tokens, every text escaped (lens_view): never a user's markup
-    st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query), height=height)
+    st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query, kept), height=height)
 
 
 PROBE_OF_SOURCE = {"syntax": "syntax", "coref": "coref"}
@@ -95,7 +101,7 @@ def render() -> None:
     )
     height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
     st.subheader(f"L{layer}H{head}")
-    _token_view(t, doc, layer, head, query, height)
+    _token_view(t, doc, layer, head, query, height, _kept(m))
     summary = lens.head_summary(t["attention_samples"], doc)
     this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
     if len(this):
@@ -122,11 +128,20 @@ def render() -> None:
         if pick != "none":
             other, other_doc = pick.rsplit("#", 1)
             st.caption(plain(f"{state.label(other)}: the same head and query"))
-            _token_view(tables(root, other, state.token(other)), int(other_doc), layer, head, query, height)
+            other_manifest = cache.manifest(root, other, state.token(other))
+            _token_view(
+                tables(root, other, state.token(other)),
+                int(other_doc),
+                layer,
+                head,
+                query,
+                height,
+                _kept(other_manifest),
+            )
     row = lens.query_row(t["attention_samples"], doc, layer, head, query)
     if row is not None:
         chart(
-            tokens_figure(tokens, row, lens.doc_links(t, doc), f"L{layer}H{head} from token {query}"),
+            tokens_figure(tokens, row, lens.doc_links(t, doc), f"L{layer}H{head} from token {query}", kept=_kept(m)),
             key="lens_tokens_fig",
             name=f"tokens-doc{doc}-L{layer}H{head}-q{query}",
         )
