@@ -146,10 +146,12 @@ for pkg in (aah_viz.analysis, aah_viz.figures, aah_viz.dashboard):
 names += ["aah_viz.cli.dashboard", "aah_viz.cli.bench_dashboard"]
 for name in names:
     importlib.import_module(name)
-from aah_viz.runlog.synthetic import make_synthetic_frontier_run, make_synthetic_run
+from aah_viz.runlog.synthetic import add_synthetic_lens, make_synthetic_frontier_run, make_synthetic_run
 from aah_viz.runlog import load_run
 from aah_viz.figures import FIGURE_KINDS
-run = load_run(make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40))
+path = make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40)
+add_synthetic_lens(path, 39, 2, 4)
+run = load_run(path)
 frontier = load_run(make_synthetic_frontier_run(sys.argv[1] + "_frontier"))
 for kind, build in FIGURE_KINDS.items():
     build([frontier] if kind in ("frontier", "head_spans") else [run])

@@ -189,21 +189,10 @@ def frontier_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lens_run(tmp_path_factory):
     """A run with a lens of one document (random causal attention), written as aah-viz lens writes it."""
-    from aah_viz.analysis.lens import attention_rows
-    from aah_viz.runlog.rewrite import rewrite_step
+    from aah_viz.runlog.synthetic import add_synthetic_lens
 
     path = make_synthetic_run(tmp_path_factory.mktemp("lens") / "l", n_layer=2, n_head=3, steps=20, seed=0)
-    rng = np.random.default_rng(0)
-    T = 12
-    probs = np.tril(rng.random((2, 3, T, T)))
-    probs /= probs.sum(-1, keepdims=True)
-    samples = pd.DataFrame(attention_rows(probs, np.full((2, 3), 4)))
-    tokens = pd.DataFrame({"position": range(T), "token": list("a <b>c d e f"), "word": -1, "special": False})
-    tables = {
-        "attention_samples": samples.assign(doc=0, step=19),
-        "lens_tokens": tokens.assign(doc=0, doc_id="d", source="text", step=19),
-    }
-    rewrite_step(path, tables, 19, purpose="test")
+    add_synthetic_lens(path, 19, 2, 3)
     return load_run(path)
 
 

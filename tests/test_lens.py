@@ -274,25 +274,6 @@ def test_a_run_without_a_model_is_refused(tmp_path):
     assert proc.returncode == 2 and "no checkpoint or adapter" in proc.stderr
 
 
-def write_light_lens(run_dir: Path, T: int = 14) -> None:
-    """A lens written from the table side alone: random causal attention through ``attention_rows``."""
-    import pandas as pd
-
-    from aah_viz.runlog.rewrite import rewrite_step
-
-    rng = np.random.default_rng(1)
-    probs = _causal_probs(rng, 2, 3, T)
-    samples = pd.DataFrame(lens.attention_rows(probs, np.full((2, 3), 4))).assign(doc=0, step=19)
-    text = "The <b>cat</b> sat on it"
-    tokens = pd.DataFrame(
-        {"position": range(T), "token": [text[i] if i < len(text) else "." for i in range(T)], "word": -1}
-    ).assign(special=False, doc=0, doc_id="d1", source="syntax", step=19)
-    links = pd.DataFrame(
-        {"kind": ["dep"], "label": ["nsubj"], "query": [9], "key": [5], "gold": [True], "query_is_head": [True]}
-    ).assign(doc=0, step=19)
-    rewrite_step(run_dir, {"attention_samples": samples, "lens_tokens": tokens, "lens_links": links}, 19, purpose="t")
-
-
 LENS_PAGE_WITHOUT_TORCH = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
@@ -314,14 +295,14 @@ print(json.dumps({{
 
 
 def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.runlog.synthetic import add_synthetic_lens, make_synthetic_run
 
     logs = tmp_path / "logs"
     from test_figures_registry import add_probe_tables, probe_value
 
     run = make_synthetic_run(logs / "toy", n_layer=2, n_head=3, steps=20, seed=0)
     add_probe_tables(run, 2, 3, 19)  # head (l, h) scores uas l/10 + h/100 on syntax
-    write_light_lens(run)
+    add_synthetic_lens(run, 19, 2, 3)  # every head at a 4-token window
     code = LENS_PAGE_WITHOUT_TORCH.format(tests=str(Path(__file__).parent), logs=str(logs))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
