@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pandas as pd
 import pytest
-from browser_harness import chromium, need_chromium, new_page, open_page, settle, streamlit_app, wait_selector
+from browser_harness import need_chromium, new_page, open_page, settle, wait_selector
 from waiting import PATIENCE_MS, TEST_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,18 +41,6 @@ def logs(tmp_path_factory):
     for key in RUNS:
         shutil.copytree(SAMPLE_LOGS / key, root / key)
     return root
-
-
-@pytest.fixture(scope="module")
-def server(logs):
-    with streamlit_app(logs) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
 
 
 def _query(page) -> dict[str, str]:

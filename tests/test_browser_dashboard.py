@@ -18,12 +18,10 @@ import numpy as np
 import pytest
 from browser_harness import (
     ARTIFACTS,
-    chromium,
     need_chromium,
     new_page,
     open_page,
     settle,
-    streamlit_app,
     wait_selector,
 )
 from waiting import PATIENCE_MS, TEST_S, until, waiting_for
@@ -58,18 +56,6 @@ def logs(tmp_path_factory):
     add_probe_tables(logs / "adaptive-s0", N_LAYER, N_HEAD, STEPS - 1)
     make_synthetic_run(logs / "freeze-s1", regime="shallow_freeze", seed=1, **kw)
     return logs
-
-
-@pytest.fixture(scope="module")
-def server(logs):
-    with streamlit_app(logs) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
 
 
 _settle = settle

@@ -26,12 +26,10 @@ import pytest
 from browser_harness import (
     ARTIFACTS,
     REPO,
-    chromium,
     need_chromium,
     new_page,
     open_page,
     settle,
-    streamlit_app,
     wait_selector,
 )
 from waiting import COMMAND_S, PATIENCE_MS, TEST_S, until, waiting_for
@@ -55,18 +53,6 @@ def logs(tmp_path_factory):
     for key in [*BYTE_RUNS, SMOLLM2]:
         shutil.copytree(SAMPLE_LOGS / key, root / key)
     return root
-
-
-@pytest.fixture(scope="module")
-def server(logs):
-    with streamlit_app(logs) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
 
 
 def _query(page) -> dict[str, str]:
