@@ -32,7 +32,7 @@ from aah_viz.analysis.selection import (
     split_half_best,
 )
 
-POSITIONAL_SHARE = 0.5
+POSITIONAL_SHARE = 0.5  # positional: at least this share of the predictions sit at one offset (per head, per relation)
 INTERVAL_PROBE = "interval"  # probe_heads rows: per-head bootstrap intervals (metric ``METRIC:low``/``:high``)
 
 CLAIM_COLUMNS = [
@@ -173,6 +173,37 @@ def interval_rows(step: int, metric_of, low: np.ndarray, high: np.ndarray, n_hea
                 )
             )
     return rows
+
+
+def syntax_claim(
+    row: dict,
+    *,
+    step: int,
+    relation: str,
+    direction: str | None,
+    best_direction: str,
+    flat: int,
+    n_head: int,
+    offset_acc: float,
+    pos_acc: float,
+    offset_share: float,
+) -> dict:
+    """A syntax relation's ``claim`` row completed with what names it and its baselines (the
+    bidirectional and the causal scorer write the same columns)."""
+    row.update(
+        step=step,
+        probe="syntax",
+        relation=relation,
+        direction=direction,
+        best_layer=flat // n_head,
+        best_head=flat % n_head,
+        best_direction=best_direction,
+        offset_acc=offset_acc,
+        pos_acc=pos_acc,
+        offset_share=offset_share,
+        positional=offset_share >= POSITIONAL_SHARE,
+    )
+    return row
 
 
 def split_claim(row: dict) -> tuple[int, np.ndarray, np.ndarray]:

@@ -24,7 +24,17 @@ import pandas as pd
 
 from aah_viz.corpus.document import Document
 from aah_viz.probes.baselines import choice_index_other, nearest_category_either, upos_codes
-from aah_viz.probes.claims import CLAIM_COLUMNS, Items, Settings, claim, interval_rows, split_claim
+from aah_viz.probes.claims import (
+    CLAIM_COLUMNS,
+    DEFAULT_SETTINGS,
+    POSITIONAL_SHARE,
+    Items,
+    Settings,
+    claim,
+    interval_rows,
+    split_claim,
+    syntax_claim,
+)
 
 DIRECTIONS = ("dep2head", "head2dep")
 EXCLUDED_RELATIONS = ("root", "punct")
@@ -32,7 +42,6 @@ OFFSETS = (-3, -2, -1, 1, 2)
 DEFAULT_MIN_COUNT = 100
 RELATION_LABELS = ("universal", "full")
 MAX_OFFSET = 8  # predicted offsets counted for the positional label: -8..8
-POSITIONAL_SHARE = 0.5  # a head is positional when at least this share of its predictions sit at one offset
 DEFAULT_BOOT = 1000
 
 RELATION_COLUMNS = [
@@ -286,11 +295,12 @@ class SyntaxScorer:
             return np.zeros((0, 2 * n_heads), dtype=np.int16), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
         return tuple(np.concatenate(x) for x in (self._choice, self._n_choices, self._pos))
 
-    def claims(self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings=None) -> tuple[pd.DataFrame, list[dict]]:
+    def claims(
+        self, step: int, min_count: int = DEFAULT_MIN_COUNT, settings: Settings = DEFAULT_SETTINGS
+    ) -> tuple[pd.DataFrame, list[dict]]:
         """``probe_claims`` rows (``aah_viz.probes.claims``), one per relation: the best of every head in
         both directions; baselines the offsets and ``pos`` (nearest word of the head's UPOS). And the
         probe_heads rows of every head's interval per relation and direction (``REL:DIRECTION:low`` / ``:high``)."""
-        settings = settings or Settings()
         rel, sentence, hits, base = self._links()
         choice, n_choices, pos = self._choices()
         n_heads = self.n_layer * self.n_head
@@ -315,21 +325,20 @@ class SyntaxScorer:
             agree = (choice[mask, d * n_heads + flat] >= 0) & (
                 choice[mask, d * n_heads + flat] == self._offset_choice(mask, OFFSETS[k])
             )
-            share = float(agree.mean())
-            row.update(
-                step=step,
-                probe="syntax",
-                relation=name,
-                direction=None,
-                best_layer=flat // self.n_head,
-                best_head=flat % self.n_head,
-                best_direction=DIRECTIONS[d],
-                offset_acc=float(offsets[k]),
-                pos_acc=float(pos[mask].mean()),
-                offset_share=share,
-                positional=share >= POSITIONAL_SHARE,
+            rows.append(
+                syntax_claim(
+                    row,
+                    step=step,
+                    relation=name,
+                    direction=None,
+                    best_direction=DIRECTIONS[d],
+                    flat=flat,
+                    n_head=self.n_head,
+                    offset_acc=float(offsets[k]),
+                    pos_acc=float(pos[mask].mean()),
+                    offset_share=float(agree.mean()),
+                )
             )
-            rows.append(row)
         return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
 
     def _offset_choice(self, mask: np.ndarray, offset: int) -> np.ndarray:

@@ -34,6 +34,7 @@ from aah_viz.probes.claims import (
     claim,
     interval_rows,
     split_claim,
+    syntax_claim,
 )
 from aah_viz.probes.syntax import (
     DEFAULT_BOOT,
@@ -156,21 +157,20 @@ class CausalSyntaxScorer:
             k = int(np.argmax(offsets))
             # the later word's prediction sits at the best offset exactly when it picks that earlier word
             at_offset = choice[mask, flat] == n_choices[mask] + BACKWARD_OFFSETS[k]
-            share = float(at_offset.mean())
-            row.update(
-                step=step,
-                probe="syntax",
-                relation=name,
-                direction=CAUSAL_DIRECTIONS[d],
-                best_layer=flat // self.n_head,
-                best_head=flat % self.n_head,
-                best_direction=CAUSAL_DIRECTIONS[d],
-                offset_acc=float(offsets[k]),
-                pos_acc=float(pos[mask].mean()),
-                offset_share=share,
-                positional=share >= POSITIONAL_SHARE,
+            rows.append(
+                syntax_claim(
+                    row,
+                    step=step,
+                    relation=name,
+                    direction=CAUSAL_DIRECTIONS[d],
+                    best_direction=CAUSAL_DIRECTIONS[d],
+                    flat=flat,
+                    n_head=self.n_head,
+                    offset_acc=float(offsets[k]),
+                    pos_acc=float(pos[mask].mean()),
+                    offset_share=float(at_offset.mean()),
+                )
             )
-            rows.append(row)
         return pd.DataFrame(rows, columns=CLAIM_COLUMNS), intervals
 
     @property
