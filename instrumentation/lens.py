@@ -82,18 +82,18 @@ class _Tokenizer:
         ids, offsets = self.encode(doc.text)
         keep = max(0, max_tokens - len(self.prefix))
         ids, offsets = ids[:keep], offsets[:keep]
-        align = align_words(offsets, doc.words) if doc.words else None
         n_pre = len(self.prefix)
-        words = [
-            int(u) if align is not None and u < align.n_words else -1 for u in (align.unit_of_token if align else [])
-        ]
-        texts = [doc.text[a:b] for a, b in offsets]
+        words, word_first = [-1] * len(ids), []
+        if doc.words:
+            align = align_words(offsets, doc.words)
+            words = [int(u) if u < align.n_words else -1 for u in align.unit_of_token]  # gap units: no word
+            word_first = [int(t) + n_pre if t >= 0 else -1 for t in align.word_first_token]
         return Tokens(
             ids=[i for i, _ in self.prefix] + ids,
-            texts=[t for _, t in self.prefix] + texts,
-            words=[-1] * n_pre + (words or [-1] * len(ids)),
+            texts=[t for _, t in self.prefix] + [doc.text[a:b] for a, b in offsets],
+            words=[-1] * n_pre + words,
             special=[True] * n_pre + [False] * len(ids),
-            word_first=[] if align is None else [int(t) + n_pre if t >= 0 else -1 for t in align.word_first_token],
+            word_first=word_first,
         )
 
 
@@ -136,11 +136,13 @@ def document_attention(loaded: Loaded, ids: Sequence[int]) -> tuple[np.ndarray, 
 
 
 def positions_of(loaded: Loaded) -> int:
-    """How many positions one input may take."""
-    cfg = loaded.routed.cfg
-    limit = int(getattr(cfg, "block_size", 0) or 0)
-    hf = getattr(getattr(loaded.model, "config", None), "max_position_embeddings", None)
-    return int(hf) if hf else limit
+    """How many positions one input may take: an AAH model's block size, a Hugging Face model's position
+    limit (``probe_extract.position_limit``, the offset some models add included)."""
+    if loaded.kind == "run":
+        return int(loaded.routed.cfg.block_size)
+    from instrumentation.probe_extract import position_limit
+
+    return position_limit(loaded.model)
 
 
 def record_lens(
