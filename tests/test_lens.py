@@ -374,3 +374,10 @@ def test_sigterm_stops_the_lens_between_documents_and_writes_nothing(retrofit_ru
         record_lens(loaded, docs, max_tokens=32, progress=lambda: os.kill(os.getpid(), signal.SIGTERM))
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is put back
+
+
+def test_figure_options_take_comma_separated_pairs_and_keep_commas_in_a_value():
+    from aah_viz.cli.figure import _parse_opts
+
+    assert _parse_opts(["doc=2,layer=14", "head=3"]) == {"doc": 2, "layer": 14, "head": 3}
+    assert _parse_opts(["metrics=final_loss,final_acr,layer=1"]) == {"metrics": "final_loss,final_acr", "layer": 1}
