@@ -1,7 +1,8 @@
 """Where our own loops (and ``aah-viz export tensorboard``) send routing: TensorBoard, Weights & Biases, MLflow.
 
-Each sink takes ``scalars(step, {name: value})``, ``image(step, tag, rgb)`` and ``close()``, and imports
-its package only when it is opened, so a missing one is one line naming the extra to install.
+Each sink takes ``scalars(step, {name: value})``, ``image(step, tag, rgb)`` and ``close()``, opens from a
+``SinkOpening`` (``Sink.open``), and imports its package only when it is opened, so a missing one is one
+line naming the extra to install. ``SINKS`` lists them by the name ``--report-to`` takes.
 
 - ``tensorboard``: event files in a folder, through TensorBoard's own event writer (no torch);
 - ``wandb``: a W&B run; project, mode and folder from W&B's own settings (``WANDB_PROJECT``, default
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,16 @@ from aah_viz.errors import ConfigError
 from aah_viz.reporting.heatmap import png_bytes
 from aah_viz.torch_import import EXTRAS
 
-TARGETS = ("tensorboard", "wandb", "mlflow")  # each the name of its package
+
+@dataclass(frozen=True)
+class SinkOpening:
+    """What a sink may use when it opens: the run's TensorBoard folder, its name and config, and for a
+    resumed run the step it continues at (None: a new run)."""
+
+    tensorboard_dir: Path
+    run_name: str
+    config: dict[str, Any] | None = None
+    first_step: int | None = None
 
 
 def parse_targets(text: str | None) -> tuple[str, ...]:
@@ -70,6 +81,10 @@ class TensorBoardSink:
 
     name = "tensorboard"
 
+    @classmethod
+    def open(cls, at: SinkOpening) -> TensorBoardSink:
+        return cls(at.tensorboard_dir, fresh=at.first_step is None, purge_step=at.first_step)
+
     def __init__(self, logdir: str | Path, *, fresh: bool = False, purge_step: int | None = None):
         try:
             from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -111,6 +126,10 @@ class WandbSink:
 
     name = "wandb"
 
+    @classmethod
+    def open(cls, at: SinkOpening) -> WandbSink:
+        return cls(at.run_name, at.config)
+
     def __init__(self, run_name: str, config: dict[str, Any] | None = None):
         try:
             import wandb
@@ -140,6 +159,10 @@ class MLflowSink:
 
     name = "mlflow"
 
+    @classmethod
+    def open(cls, at: SinkOpening) -> MLflowSink:
+        return cls(at.run_name, at.config)
+
     def __init__(self, run_name: str, params: dict[str, Any] | None = None):
         try:
             from mlflow.entities import Metric, Param
@@ -168,6 +191,10 @@ class MLflowSink:
         self._client.set_terminated(self.run_id)
 
 
+SINKS = {sink.name: sink for sink in (TensorBoardSink, WandbSink, MLflowSink)}  # each name its package's
+TARGETS = tuple(SINKS)
+
+
 def open_sinks(
     targets,
     *,
@@ -181,17 +208,13 @@ def open_sinks(
     ``first_step`` None: a new run (TensorBoard's earlier files in ``tensorboard_dir`` are removed);
     else a resumed run continuing at that step (TensorBoard drops earlier files' points from there).
     """
+    at = SinkOpening(Path(tensorboard_dir), run_name, config, first_step)
     sinks: list = []
     try:
         for target in targets:
-            if target == "tensorboard":
-                sinks.append(TensorBoardSink(tensorboard_dir, fresh=first_step is None, purge_step=first_step))
-            elif target == "wandb":
-                sinks.append(WandbSink(run_name, config))
-            elif target == "mlflow":
-                sinks.append(MLflowSink(run_name, config))
-            else:
+            if target not in SINKS:
                 raise ConfigError(f"--report-to {target}: not one of {', '.join(TARGETS)}")
+            sinks.append(SINKS[target].open(at))
     except BaseException:
         close_sinks(sinks)
         raise
