@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import cluster_validity as cv
-from aah_viz.dashboard import cache, state
+from aah_viz.dashboard import cache, session
 from aah_viz.dashboard.common import chart, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
@@ -55,17 +55,17 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
-@state.register_selection_banner
+@session.register_selection_banner
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
-    root = state.logs_root()
+    root = session.logs_root()
     named, similarity = [], False
     for key in keys:
-        v = cache.validity(root, key, state.token(key))["validity"]
+        v = cache.validity(root, key, session.token(key))["validity"]
         if cv.groups_in_doubt(v):
             shares = cv.run_shares(v)
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
-            similarity = similarity or has_head_similarity(root, key, state.token(key))
+            similarity = similarity or has_head_similarity(root, key, session.token(key))
     if named:
         st.warning(
             plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, providers, state
+from aah_viz.dashboard import address, cache, providers, session
 from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
@@ -68,7 +68,7 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
         "the command line splits them with aah-viz export --allow-mixed.",
     )
     chosen = tuple(members[label])
-    state.say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
+    session.say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
     return chosen
 
 
@@ -123,10 +123,10 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
     c1, c2 = st.columns(2)
     kind = c1.selectbox("Figure", list(FIGURE_KINDS), key="exp_fig_kind")
     fmt = c2.radio("Format", (*FIGURE_FORMATS, "csv"), horizontal=True, key="exp_fig_fmt")
-    current = state.pick_run() if kind in SINGLE_RUN_KINDS else None
+    current = session.pick_run() if kind in SINGLE_RUN_KINDS else None
     use = (current,) if current else keys
     opts_help = FIGURE_OPTIONS.get(kind, {})
-    sel = state.selection()
+    sel = session.selection()
     opts = {}
     if opts_help:
         cols = st.columns(len(opts_help))
@@ -166,12 +166,12 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
 @guarded
 def render() -> None:
     st.title("Export")
-    root, token = state.logs_root(), state.token()
-    keys = tuple(state.selected_keys())
+    root, token = session.logs_root(), session.token()
+    keys = tuple(session.selected_keys())
     if not keys:
         st.info("No readable runs to export: pick runs on the Runs page.")
         return
-    state.show_selection_warnings(keys)
+    session.show_selection_warnings(keys)
     st.caption(
         f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages "
         "show; those of several runs from one configuration at a time."
