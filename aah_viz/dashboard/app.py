@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, live, session, validity  # noqa: F401 (validity: its banner)
+from aah_viz.dashboard import config, live, selection, session
 from aah_viz.dashboard.common import plain
 from aah_viz.dashboard.views import frontier
 from aah_viz.errors import AAHVizError
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         ):
             session.refresh()
     if page is not start_page:  # the page it goes to reads the address (and says what it ignored)
-        session.read_url()
+        selection.read_address()
     page.run()
 
 

@@ -9,6 +9,7 @@ from aah_viz.dashboard import session
 
 INTERVAL_S = 3.0
 SIGNATURE = "live_signature"
+LIVE = "live_refresh"  # whether live refresh is on (kept across page switches)
 
 
 def signature() -> tuple:
@@ -27,12 +28,12 @@ def _watch() -> None:
 def controls() -> None:
     on = st.toggle(
         "Live refresh",
-        value=st.session_state.get(session.LIVE, True),
+        value=st.session_state.get(LIVE, True),
         key="live_toggle",
         help=f"Check the runs every {INTERVAL_S:.0f} s and redraw when one changed (a running run's new steps, "
         "a finished status, a new run). Finished runs are read once and cached.",
     )
-    st.session_state[session.LIVE] = on
+    st.session_state[LIVE] = on
     if on:
         st.fragment(run_every=INTERVAL_S)(_watch)()
     else:

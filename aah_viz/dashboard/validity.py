@@ -1,5 +1,5 @@
-"""Are the head groups real? The banner on pages that show groups, the Stability page's section,
-and the Hierarchy page's words for each level."""
+"""Are the head groups real? The banners (listed in ``page_head``) on pages that show groups, the
+Stability page's section, and the Hierarchy page's words for each level."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from aah_viz.dashboard import cache, session
 from aah_viz.dashboard.common import chart, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
-from aah_viz.dashboard.summary import register_banner
 from aah_viz.figures import validity as vfig
 
 LAYER_COLUMNS = {
@@ -39,7 +38,6 @@ def has_head_similarity(root: str, key: str, token: int) -> bool:
     return "head_similarity" in cache.open_run(root, key).tables()
 
 
-@register_banner
 def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> tuple[str, str] | None:
     """Every page of one run: its groups colour the windows, the training and the probes too, so the
     doubt is said wherever the run is shown; it points to the head-similarity section only where the
@@ -55,7 +53,6 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
-@session.register_selection_banner
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
     root = session.logs_root()

@@ -9,10 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
-from aah_viz.dashboard import address, cache, providers, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard import address, cache, page_head, selection, session
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
+from aah_viz.export.stats import group_summaries
 from aah_viz.figures import compare as cfig
 from aah_viz.figures import windows as wfig
 
@@ -66,23 +67,23 @@ def render() -> None:
         icon=":material/arrow_forward:",
     )
     root, token = session.logs_root(), session.token()
-    keys, probe_only = session.trained_keys(session.selected_keys())
-    session.say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
+    keys, probe_only = session.trained_keys(selection.selected_keys())
+    say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
     views = session.overviews()
     evaluations = [k for k in keys if views.get(k, {}).get("regime") == "frontier"]
     keys = [k for k in keys if k not in evaluations]
-    session.say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
+    say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
     if not keys:
         st.info("No readable trained runs to compare: pick runs on the Runs page.")
         return
     keys = one_configuration(keys, "cmp_config")
-    session.show_selection_warnings(keys)
+    page_head.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
     st.caption("Mean ± sample standard deviation over seeds; n = number of runs.")
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
-    summary = providers.regime_summary(ours, metrics + frac_cols)
+    summary = group_summaries(ours, metrics + frac_cols, by="regime")
     shown = mean_pm(summary, metrics + frac_cols).rename(
         columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )

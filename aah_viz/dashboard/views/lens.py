@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import lens
-from aah_viz.dashboard import address, cache, session
+from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.lens_view import token_html
 from aah_viz.figures.lens import distance_map_figure, tokens_figure
@@ -68,7 +68,7 @@ def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: 
 
 @guarded
 def render() -> None:
-    opened = session.open_run("Lens", summary=False)
+    opened = page_head.begin_run_page("Lens", summary_header=False)
     if opened is None:
         return
     key, root, tok, m = opened
@@ -84,8 +84,8 @@ def render() -> None:
     doc = address.choose(st.selectbox, "doc", "lens_doc", list(names), label="Document", format_func=names.get)
     tokens = lens.doc_tokens(t, doc)
     c1, c2, c3 = st.columns([1, 1, 3])
-    layer = session.pick_layer(m["n_layer"], where=c1)
-    head = session.pick_head(m["n_head"], where=c2)
+    layer = pickers.pick_layer(m["n_layer"], where=c1)
+    head = pickers.pick_head(m["n_head"], where=c2)
     head = 0 if head is None else head
     last = len(tokens) - 1
     query = address.bound(
@@ -153,7 +153,7 @@ def render() -> None:
         ),
         key="lens_map",
         name=f"lens-distance-doc{doc}",
-        on_select=session.head_clicked,
+        on_select=selection.head_clicked,
     )
     st.caption(
         "Click a head to look through it above. Weights are those of each query's strongest keys as recorded "

@@ -10,9 +10,9 @@ import streamlit as st
 
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
-from aah_viz.dashboard import address, cache, session
+from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard import configuration as configurations
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import curves as cfig
 
@@ -58,17 +58,17 @@ def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
 
 @guarded
 def render() -> None:
-    opened = session.open_run("Training")
+    opened = page_head.begin_run_page("Training")
     if opened is None:
         return
     key, root, _, _ = opened
-    trained, probe_only = session.trained_keys(session.selected_keys())
-    session.say_left_out(probe_only, "probe-only: a model probed, not trained, logs no training scalars")
+    trained, probe_only = session.trained_keys(selection.selected_keys())
+    say_left_out(probe_only, "probe-only: a model probed, not trained, logs no training scalars")
     if not trained:
         st.info("No trained run among the selected runs: pick runs on the Runs page.")
         return
     # the runs ticked on the Runs page when there are some, else the page's run
-    default_runs = trained if session.ticked() else ([key] if key in trained else trained[:1])
+    default_runs = trained if selection.ticked() else ([key] if key in trained else trained[:1])
     labels = {k: session.label(k) for k in trained}  # computed now: format_func may be called outside the run
     c1, c2 = st.columns([3, 2])
     keys = address.choose_some(
