@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aah_viz import regimes
-from aah_viz.dashboard.state import ADAPTIVE_FIRST
+from aah_viz.dashboard.pickers import ADAPTIVE_FIRST
 from aah_viz.export.reference import regime_of
 from aah_viz.export.stats import regime_factors
 from aah_viz.figures import style

@@ -3,7 +3,9 @@ link, keeps it across page switches, and writes it back, so a copied address rep
 
 Only values that differ from the widget's default are written, so a plain page keeps a short
 address. A value from the address that the widget cannot take (an unknown run, a range outside the
-data) is dropped for the default: the address is data, never trusted.
+data) is dropped for the default: the address is data, never trusted. The shared selection
+(``selection``: run, layer, head, step, the ticked runs) goes through the same two calls,
+:func:`arrived` and :func:`write`, as every bound widget.
 """
 
 from __future__ import annotations
@@ -17,13 +19,37 @@ SEEN = "address_seen"  # {param: the text this session last read from or wrote t
 KEEP = "address_keep_"  # session copy of each bound widget's value (Streamlit forgets widgets off the page)
 
 
+def arrived(param: str) -> str | None:
+    """The parameter's text when the address says something this session has not read or written (a
+    pasted link, a fresh tab), else None: a sidebar page switch drops the query and keeps the session's."""
+    seen = st.session_state.setdefault(SEEN, {})
+    text = st.query_params.get(param)
+    if text is None or text == seen.get(param):
+        return None
+    seen[param] = text
+    return text
+
+
+def write(param: str, value, default, dump: Callable[[object], str] = str) -> None:
+    """Put ``value`` in the address, or take ``param`` out when it is the default (a short address);
+    only a change is written, so the browser history stays short."""
+    seen = st.session_state.setdefault(SEEN, {})
+    if value == default:
+        if param in st.query_params:
+            del st.query_params[param]
+        seen.pop(param, None)
+        return
+    text = dump(value)
+    if st.query_params.get(param) != text:
+        st.query_params[param] = text
+    seen[param] = text
+
+
 def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
     """Before the widget is drawn: its value from the address if the address says something new,
     else what this session had, else the default. ``parse`` raises ValueError for a value it refuses."""
-    seen = st.session_state.setdefault(SEEN, {})
-    text = st.query_params.get(param)
-    if text is not None and text != seen.get(param):
-        seen[param] = text
+    text = arrived(param)
+    if text is not None:
         try:
             st.session_state[key] = parse(text)
             return
@@ -36,16 +62,7 @@ def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
 def publish(param: str, key: str, value, default, dump: Callable[[object], str] = str) -> None:
     """After the widget: remember its value and put it in the address (or take it out when default)."""
     st.session_state[KEEP + key] = value
-    seen = st.session_state.setdefault(SEEN, {})
-    if value == default:
-        if param in st.query_params:
-            del st.query_params[param]
-        seen.pop(param, None)
-        return
-    text = dump(value)
-    if st.query_params.get(param) != text:
-        st.query_params[param] = text
-    seen[param] = text
+    write(param, value, default, dump)
 
 
 def bound(widget, param: str, key: str, default, parse=str, dump=str, fix=None, **kwargs):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, live, state, validity  # noqa: F401 (validity: its banner)
+from aah_viz.dashboard import config, live, selection, session
 from aah_viz.dashboard.common import plain
 from aah_viz.dashboard.views import frontier
 from aah_viz.errors import AAHVizError
@@ -42,7 +42,7 @@ def first_page() -> str:
     """Frontier when a frontier run is under the logs root (a real model's result comes first), else
     Runs; decided once a session from the manifests alone, before any page draws."""
     if FIRST not in st.session_state:
-        st.session_state[FIRST] = "views/frontier" if frontier.any_frontier(state.logs_root()) else PAGES[0][0]
+        st.session_state[FIRST] = "views/frontier" if frontier.any_frontier(session.logs_root()) else PAGES[0][0]
     return st.session_state[FIRST]
 
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     st.set_page_config(page_title="aah-viz: routing dashboard", layout="wide")
     try:
-        state.init(config.logs_root(argv), config.reference_dir(argv))
+        session.init(config.logs_root(argv), config.reference_dir(argv))
     except AAHVizError as err:
         st.error(plain(err))
         st.stop()
@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> None:
     start_page = st.Page(start, title="Start", url_path="start", default=True, visibility="hidden")
     page = st.navigation([start_page, *pages.values()])
     with st.sidebar:
-        st.caption(f"Logs root: {plain(state.logs_root())}")
+        st.caption(f"Logs root: {plain(session.logs_root())}")
         live.controls()
         if st.button(
             "Refresh runs", key="refresh", help="Re-read every run (new segments of runs still being written, status)"
         ):
-            state.refresh()
+            session.refresh()
     if page is not start_page:  # the page it goes to reads the address (and says what it ignored)
-        state.read_url()
+        selection.read_address()
     page.run()
 
 

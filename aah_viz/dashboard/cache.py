@@ -17,7 +17,6 @@ import streamlit as st
 from aah_viz.analysis import manifest_fields, queries
 from aah_viz.analysis import stability as stability_stats
 from aah_viz.analysis.windows import run_bucket_fractions
-from aah_viz.dashboard import providers
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
@@ -178,8 +177,10 @@ def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
 @st.cache_resource(show_spinner="Importing the reference's published results ...")
 def reference_runs(reference_dir: str, stamp: float) -> tuple[str, list[str]]:
     """Import the reference CSVs once per process into a private folder; (folder, run keys)."""
+    from aah_viz.export.reference import import_reference  # the export package loads on first use only
+
     out = tempfile.mkdtemp(prefix="aah-viz-reference-")
-    written = providers.import_reference(reference_dir, out)
+    written = list(import_reference(reference_dir, out, overwrite=True))
     base = Path(out).resolve()
     return out, [Path(p).resolve().relative_to(base).as_posix() for p in written]
 

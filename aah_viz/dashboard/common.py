@@ -8,7 +8,6 @@ import re
 import pandas as pd
 import streamlit as st
 
-from aah_viz.dashboard import providers
 from aah_viz.dashboard.safe_text import plain  # noqa: F401 (the pages' one import for text)
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.tabular import figure_frame
@@ -32,14 +31,22 @@ def guarded(fn):
     return wrapper
 
 
+def say_left_out(keys, why: str) -> None:
+    """One caption naming the selected runs a page does not show, and why."""
+    if keys:
+        st.caption(f"Left out: {plain(', '.join(keys))} ({why}).")
+
+
 def _file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "figure"
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
+    from aah_viz.export.static import figure_bytes as kaleido_bytes  # loaded on the first download only
+
     fig = without_links(fig)  # an SVG or PDF would keep a link as a live one
     height = fig.layout.height or 500
-    return providers.figure_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
+    return kaleido_bytes(fig, fmt, width=EXPORT_WIDTH, height=int(height))
 
 
 def downloads(fig, key: str, name: str, data: pd.DataFrame | None = None, where=None) -> None:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.analysis.configurations import split_by_configuration
-from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import address, cache, session
 from aah_viz.dashboard.safe_text import plain
 
 
 def groups(keys) -> list[tuple[str, list[str]]]:
     """``[(label, keys)]`` of the runs, the largest configuration first."""
-    root = state.logs_root()
-    return split_by_configuration({k: cache.manifest(root, k, state.token(k)) for k in keys})
+    root = session.logs_root()
+    return split_by_configuration({k: cache.manifest(root, k, session.token(k)) for k in keys})
 
 
 def one_configuration(keys, widget_key: str, param: str = "config", where=None) -> list[str]:

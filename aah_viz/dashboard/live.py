@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import state
+from aah_viz.dashboard import session
 
 INTERVAL_S = 3.0
 SIGNATURE = "live_signature"
+LIVE = "live_refresh"  # whether live refresh is on (kept across page switches)
 
 
 def signature() -> tuple:
-    root = state.logs_root()
-    return tuple((k, state.run_stamp(root, k)) for k in state.all_keys())
+    root = session.logs_root()
+    return tuple((k, session.run_stamp(root, k)) for k in session.all_keys())
 
 
 def _watch() -> None:
@@ -27,12 +28,12 @@ def _watch() -> None:
 def controls() -> None:
     on = st.toggle(
         "Live refresh",
-        value=st.session_state.get(state.LIVE, True),
+        value=st.session_state.get(LIVE, True),
         key="live_toggle",
         help=f"Check the runs every {INTERVAL_S:.0f} s and redraw when one changed (a running run's new steps, "
         "a finished status, a new run). Finished runs are read once and cached.",
     )
-    st.session_state[state.LIVE] = on
+    st.session_state[LIVE] = on
     if on:
         st.fragment(run_every=INTERVAL_S)(_watch)()
     else:

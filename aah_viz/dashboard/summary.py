@@ -1,8 +1,8 @@
 """The selected run's summary at the top of every page: warnings first, then regime, progress, ACR,
 stability and controller health, each metric with its glossary tooltip.
 
-Other parts add their own banners (validity of groups, damaged segments, ...) with
-:func:`register_banner`; banners are drawn first, in registration order.
+Banners (the zero-gradient note, then those the caller lists: ``page_head.RUN_BANNERS``) are drawn
+first, in that order.
 """
 
 from __future__ import annotations
@@ -20,14 +20,6 @@ from aah_viz.regimes import NO_CHOICE_MODES, REGIMES
 # of them share one line at the top of the page) and its full text (shown on demand)
 Banner = Callable[[str, str, int, dict], "tuple[str, str] | None"]
 FULL_READ_PAGES = ("Stability",)
-BANNERS: list[Banner] = []
-
-
-def register_banner(fn: Banner) -> Banner:
-    """Add a banner to every page's summary header (usable as a decorator); idempotent per function."""
-    if fn not in BANNERS:
-        BANNERS.append(fn)
-    return fn
 
 
 def has_controller(manifest: dict) -> bool:
@@ -88,15 +80,15 @@ def _stability(root: str, key: str, token: int, full: bool = False) -> tuple[str
     return f"ARI {layers['mean_ari'].mean():.2f}", "mean_ari"
 
 
-def header(root: str, key: str, token: int, manifest: dict, page: str | None = None) -> None:
-    """One line of warnings (the zero-gradient one first, each in a few words, the full texts behind
+def header(root: str, key: str, token: int, manifest: dict, page: str | None = None, banners=()) -> None:
+    """One line of warnings (the zero-gradient one first, then ``banners``, each in a few words, the full texts behind
     **Details**), then one line about the run: regime, seed, status and progress, ACR, causal-pair
     coverage, stability, controller; the glossary's definitions in its ? tooltip. On the pages that read
     a run's whole stability and controller tables anyway, the header takes its figures from those reads;
     elsewhere it reads only the few columns it shows."""
     full = page in FULL_READ_PAGES
     notes = [zero_gradient_note(root, key, token, manifest, full)]
-    notes += [banner(root, key, token, manifest) for banner in BANNERS]
+    notes += [banner(root, key, token, manifest) for banner in banners]
     notes = [n for n in notes if n]
     if notes:
         c1, c2 = st.columns([7, 1], vertical_alignment="center")

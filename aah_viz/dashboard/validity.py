@@ -1,5 +1,5 @@
-"""Are the head groups real? The banner on pages that show groups, the Stability page's section,
-and the Hierarchy page's words for each level."""
+"""Are the head groups real? The banners (listed in ``page_head``) on pages that show groups, the
+Stability page's section, and the Hierarchy page's words for each level."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import cluster_validity as cv
-from aah_viz.dashboard import cache, state
+from aah_viz.dashboard import cache, session
 from aah_viz.dashboard.common import chart, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
-from aah_viz.dashboard.summary import register_banner
 from aah_viz.figures import validity as vfig
 
 LAYER_COLUMNS = {
@@ -39,7 +38,6 @@ def has_head_similarity(root: str, key: str, token: int) -> bool:
     return "head_similarity" in cache.open_run(root, key).tables()
 
 
-@register_banner
 def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> tuple[str, str] | None:
     """Every page of one run: its groups colour the windows, the training and the probes too, so the
     doubt is said wherever the run is shown; it points to the head-similarity section only where the
@@ -55,17 +53,16 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
-@state.register_selection_banner
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
-    root = state.logs_root()
+    root = session.logs_root()
     named, similarity = [], False
     for key in keys:
-        v = cache.validity(root, key, state.token(key))["validity"]
+        v = cache.validity(root, key, session.token(key))["validity"]
         if cv.groups_in_doubt(v):
             shares = cv.run_shares(v)
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
-            similarity = similarity or has_head_similarity(root, key, state.token(key))
+            similarity = similarity or has_head_similarity(root, key, session.token(key))
     if named:
         st.warning(
             plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))

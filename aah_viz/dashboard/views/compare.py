@@ -9,10 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
-from aah_viz.dashboard import address, cache, providers, state
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard import address, cache, page_head, selection, session
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
+from aah_viz.export.stats import group_summaries
 from aah_viz.figures import compare as cfig
 from aah_viz.figures import windows as wfig
 
@@ -65,24 +66,24 @@ def render() -> None:
         label="Head groups against syntactic and coreference probes (aah-viz compare): the Probes page",
         icon=":material/arrow_forward:",
     )
-    root, token = state.logs_root(), state.token()
-    keys, probe_only = state.trained_keys(state.selected_keys())
-    state.say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
-    views = state.overviews()
+    root, token = session.logs_root(), session.token()
+    keys, probe_only = session.trained_keys(selection.selected_keys())
+    say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
+    views = session.overviews()
     evaluations = [k for k in keys if views.get(k, {}).get("regime") == "frontier"]
     keys = [k for k in keys if k not in evaluations]
-    state.say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
+    say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
     if not keys:
         st.info("No readable trained runs to compare: pick runs on the Runs page.")
         return
     keys = one_configuration(keys, "cmp_config")
-    state.show_selection_warnings(keys)
+    page_head.show_selection_warnings(keys)
     ours = per_run_frame(root, keys, token)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
     st.caption("Mean ± sample standard deviation over seeds; n = number of runs.")
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
-    summary = providers.regime_summary(ours, metrics + frac_cols)
+    summary = group_summaries(ours, metrics + frac_cols, by="regime")
     shown = mean_pm(summary, metrics + frac_cols).rename(
         columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
@@ -93,7 +94,7 @@ def render() -> None:
     reference = None
     ref_keys: list[str] = []
     ref_root = None
-    ref_dir = state.reference_dir()
+    ref_dir = session.reference_dir()
     if ref_dir:
         try:
             ref_root, ref_keys = cache.reference_runs(ref_dir, cache.reference_stamp(ref_dir))

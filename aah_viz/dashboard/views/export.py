@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, providers, state
-from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain
+from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
+from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out
 from aah_viz.errors import AAHVizError
+from aah_viz.export.formats import EXTENSIONS, FORMATS
+from aah_viz.export.formats import render as render_table
+from aah_viz.export.kinds import TABLE_NAMES
+from aah_viz.export.runs import config_label, split_by_config
+from aah_viz.export.tables import build_table
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 from aah_viz.figures.tabular import figure_frame
 
@@ -36,8 +41,8 @@ SINGLE_RUN_KINDS = {
 @st.cache_data(show_spinner="Building the table ...")
 def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str, fmt: str) -> tuple[str, object]:
     runs = [cache.open_run(root, k) for k in keys]
-    table = providers.build_table(name, runs, by=by)
-    return providers.render_table(table, fmt), table.df
+    table = build_table(name, runs, by=by)
+    return render_table(table, fmt), table.df
 
 
 @st.cache_data(show_spinner=False)
@@ -45,7 +50,9 @@ def config_groups(root: str, keys: tuple[str, ...], token: int) -> list[tuple[st
     """(configuration label, run keys) of the runs that can share one table, largest group first."""
     runs = [cache.open_run(root, k) for k in keys]
     key_of = {id(run): k for run, k in zip(runs, keys)}
-    return [(label, [key_of[id(r)] for r in members]) for label, members in providers.config_groups(runs)]
+    # baselines join every group of their sequence length
+    groups = sorted(split_by_config(runs).items(), key=lambda group: -len(group[1]))
+    return [(config_label(cfg), [key_of[id(r)] for r in members]) for cfg, members in groups]
 
 
 def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]:
@@ -68,13 +75,13 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
         "the command line splits them with aah-viz export --allow-mixed.",
     )
     chosen = tuple(members[label])
-    state.say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
+    say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
     return chosen
 
 
 def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     st.subheader("Tables")
-    names = providers.table_names()
+    names = tuple(TABLE_NAMES)
     c1, c2, c3 = st.columns(3)
     name = c1.selectbox("Table", names, key="exp_table")
     by = c2.radio(
@@ -84,7 +91,7 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         key="exp_by",
         format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime",
     )
-    fmt = c3.radio("Format", providers.formats(), horizontal=True, key="exp_table_fmt")
+    fmt = c3.radio("Format", tuple(FORMATS), horizontal=True, key="exp_table_fmt")
     try:
         text, df = table_text(root, keys, token, name, by, fmt)
     except AAHVizError as err:
@@ -92,9 +99,9 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         return
     st.dataframe(df, hide_index=True, width="stretch", key="exp_table_preview")
     st.download_button(
-        f"Download {name}.{providers.extension(fmt)}",
+        f"Download {name}.{EXTENSIONS.get(fmt, fmt)}",
         data=text,
-        file_name=f"{name}-{by}.{providers.extension(fmt)}",
+        file_name=f"{name}-{by}.{EXTENSIONS.get(fmt, fmt)}",
         mime=MIME.get(fmt, "text/plain"),
         key="exp_table_download",
         on_click="ignore",  # a download needs no rerun
@@ -123,10 +130,10 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
     c1, c2 = st.columns(2)
     kind = c1.selectbox("Figure", list(FIGURE_KINDS), key="exp_fig_kind")
     fmt = c2.radio("Format", (*FIGURE_FORMATS, "csv"), horizontal=True, key="exp_fig_fmt")
-    current = state.pick_run() if kind in SINGLE_RUN_KINDS else None
+    current = pickers.pick_run() if kind in SINGLE_RUN_KINDS else None
     use = (current,) if current else keys
     opts_help = FIGURE_OPTIONS.get(kind, {})
-    sel = state.selection()
+    sel = selection.current()
     opts = {}
     if opts_help:
         cols = st.columns(len(opts_help))
@@ -166,12 +173,12 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
 @guarded
 def render() -> None:
     st.title("Export")
-    root, token = state.logs_root(), state.token()
-    keys = tuple(state.selected_keys())
+    root, token = session.logs_root(), session.token()
+    keys = tuple(selection.selected_keys())
     if not keys:
         st.info("No readable runs to export: pick runs on the Runs page.")
         return
-    state.show_selection_warnings(keys)
+    page_head.show_selection_warnings(keys)
     st.caption(
         f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages "
         "show; those of several runs from one configuration at a time."

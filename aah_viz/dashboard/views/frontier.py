@@ -17,7 +17,7 @@ from aah_viz.analysis.frontier import (
     frontier_table,
     window_shares,
 )
-from aah_viz.dashboard import address, cache, guide, state
+from aah_viz.dashboard import address, cache, guide, session
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.frontier import frontier_figure, point_label
@@ -64,8 +64,8 @@ def any_frontier(root: str) -> bool:
 
 
 def frontier_keys() -> list[str]:
-    views = state.overviews()
-    return [k for k in state.good_keys() if views[k].get("regime") == REGIME]
+    views = session.overviews()
+    return [k for k in session.good_keys() if views[k].get("regime") == REGIME]
 
 
 @st.cache_data(show_spinner=False)
@@ -88,7 +88,7 @@ def adapted_runs(key: str, found: list[dict]) -> list[str]:
     """The run keys of the adaptations a frontier names (``adapt_run``, beside the frontier run) that
     are under the logs root, in the frontier's order."""
     out = []
-    good = set(state.good_keys())
+    good = set(session.good_keys())
     for d in found:
         name = d.get("adapt_run")
         if d.get("family") != "adapted" or not name:
@@ -178,7 +178,7 @@ def render() -> None:
             "held-out blocks (docs/real-model.md)."
         )
         return
-    labels = {k: state.label(k) for k in keys}  # computed now: format_func may be called outside the run
+    labels = {k: session.label(k) for k in keys}  # computed now: format_func may be called outside the run
     key = address.choose(
         st.selectbox,
         "frontier",
@@ -187,7 +187,7 @@ def render() -> None:
         label="Frontier run",
         format_func=labels.__getitem__,
     )
-    root, tok = state.logs_root(), state.token(key)
+    root, tok = session.logs_root(), session.token(key)
     t = table(root, key, tok)
     manifest = cache.manifest(root, key, tok)
     model = (manifest.get("config") or {}).get("model_dir", "")
@@ -205,7 +205,7 @@ def render() -> None:
     maps = adapted_runs(key, found)
     first_token, profiled = None, None
     for k in maps:
-        first_token = profile(root, k, state.token(k))
+        first_token = profile(root, k, session.token(k))
         if first_token is not None:
             profiled = k
             break

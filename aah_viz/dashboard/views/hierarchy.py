@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.hierarchy import tree_summary
-from aah_viz.dashboard import cache, state, validity
+from aah_viz.dashboard import cache, page_head, pickers, selection, validity
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
@@ -31,11 +31,11 @@ PLAY_INTERVAL_S = 1.2
 
 def _advance(steps) -> None:
     """One tick of the play control: the next routing update, stopping at the last."""
-    sel = state.selection()
+    sel = selection.current()
     cur = sel.get("step")
     later = [int(s) for s in steps if cur is None or int(s) > int(cur)]
     if later:
-        state.select(step=later[0])
+        selection.select(step=later[0])
     else:  # the last update: stop the timer (a full rerun switches the toggle off)
         st.session_state[PLAY_DONE] = True
         st.rerun()
@@ -51,9 +51,9 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
     playing = bool(st.session_state.get(PLAY))
     if playing:
         _advance(steps)
-    step = state.pick_step(steps, "Routing update (training step)", help=help_text("routing_update"))
+    step = pickers.pick_step(steps, "Routing update (training step)", help=help_text("routing_update"))
     d = cache.hierarchy(root, key, token, layer, step)
-    head = state.selection().get("head")
+    head = selection.current().get("head")
     g, dropped = tree_for(d, m["n_head"], m["windows"])
     full_summary = tree_summary(tree_for(d, m["n_head"], m["windows"], collapse=False)[0])
     c = st.columns(4)
@@ -91,7 +91,7 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
         override=window_override(m),
         collapsed=dropped,
     )
-    chart(fig, key="hier_fig", name=f"hierarchy-L{layer}-step{d['step']}", on_select=state.head_clicked)
+    chart(fig, key="hier_fig", name=f"hierarchy-L{layer}-step{d['step']}", on_select=selection.head_clicked)
     st.caption(
         "Squares are groups (named level and index: g2 on the level 1 row is 'level 1, group 2'), circles heads "
         "(L3H5 = layer 3, head 5); colour = the window a group chose or a head executes. Outlines: red = scored "
@@ -106,13 +106,13 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Hierarchy")
+    opened = page_head.begin_run_page("Hierarchy")
     if opened is None:
         return
     key, root, token, m = opened
     c1, c2, c3 = st.columns([3, 3, 2])
-    layer = state.pick_layer(m["n_layer"], where=c1)
-    state.pick_head(m["n_head"], where=c2)
+    layer = pickers.pick_layer(m["n_layer"], where=c1)
+    pickers.pick_head(m["n_head"], where=c2)
     if st.session_state.pop(PLAY_DONE, False):
         st.session_state[PLAY] = False
     c3.write("")  # align the toggle with the pickers' boxes

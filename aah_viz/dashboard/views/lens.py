@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import lens
-from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.lens_view import token_html
 from aah_viz.figures.lens import distance_map_figure, tokens_figure
@@ -24,10 +24,10 @@ def _same_document_runs(root: str, key: str, tokens: pd.DataFrame) -> list[str]:
     """Other runs whose lens holds a document with exactly these tokens (another configuration)."""
     texts = list(tokens["token"])
     out = []
-    for other in state.good_keys():
+    for other in session.good_keys():
         if other == key:
             continue
-        t = tables(root, other, state.token(other))
+        t = tables(root, other, session.token(other))
         if not t:
             continue
         for doc in t["lens_tokens"]["doc"].unique():
@@ -68,7 +68,7 @@ def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: 
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Lens", summary=False)
+    opened = page_head.begin_run_page("Lens", summary_header=False)
     if opened is None:
         return
     key, root, tok, m = opened
@@ -84,8 +84,8 @@ def render() -> None:
     doc = address.choose(st.selectbox, "doc", "lens_doc", list(names), label="Document", format_func=names.get)
     tokens = lens.doc_tokens(t, doc)
     c1, c2, c3 = st.columns([1, 1, 3])
-    layer = state.pick_layer(m["n_layer"], where=c1)
-    head = state.pick_head(m["n_head"], where=c2)
+    layer = pickers.pick_layer(m["n_layer"], where=c1)
+    head = pickers.pick_head(m["n_head"], where=c2)
     head = 0 if head is None else head
     last = len(tokens) - 1
     query = address.bound(
@@ -116,7 +116,7 @@ def render() -> None:
     _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
     others = _same_document_runs(root, key, tokens)
     if others:
-        labels = {o: state.label(o.rsplit("#", 1)[0]) for o in others}
+        labels = {o: session.label(o.rsplit("#", 1)[0]) for o in others}
         pick = address.choose(
             st.selectbox,
             "lens_vs",
@@ -127,10 +127,10 @@ def render() -> None:
         )
         if pick != "none":
             other, other_doc = pick.rsplit("#", 1)
-            st.caption(plain(f"{state.label(other)}: the same head and query"))
-            other_manifest = cache.manifest(root, other, state.token(other))
+            st.caption(plain(f"{session.label(other)}: the same head and query"))
+            other_manifest = cache.manifest(root, other, session.token(other))
             _token_view(
-                tables(root, other, state.token(other)),
+                tables(root, other, session.token(other)),
                 int(other_doc),
                 layer,
                 head,
@@ -153,7 +153,7 @@ def render() -> None:
         ),
         key="lens_map",
         name=f"lens-distance-doc{doc}",
-        on_select=state.head_clicked,
+        on_select=selection.head_clicked,
     )
     st.caption(
         "Click a head to look through it above. Weights are those of each query's strongest keys as recorded "

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import address, cache, page_head
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -169,7 +169,7 @@ def _comparison_section(tables) -> None:
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Probes")
+    opened = page_head.begin_run_page("Probes")
     if opened is None:
         return
     key, root, token, m = opened

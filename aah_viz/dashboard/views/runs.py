@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import manifest_fields
-from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import TERMS
 
@@ -44,7 +44,7 @@ def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, di
     """One row per run: the standard columns, then every manifest field (``config.lr``, ...)."""
     rows, fields = [], {}
     for k, o in good.items():
-        tok = state.token(k)
+        tok = session.token(k)
         total = cache.manifest(root, k, tok).get("steps")
         fields[k] = cache.fields(root, k, tok)
         row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
@@ -66,19 +66,19 @@ def _take_ticks(keys: list[str]) -> None:
     if rows == st.session_state.get(TICKED):
         return
     ticked = {shown[i] for i in rows if 0 <= i < len(shown)}
-    current = set(state.selected_keys())
-    state.set_selected([k for k in keys if k in ticked or (k in current and k not in shown)])
+    current = set(selection.selected_keys())
+    selection.set_selected([k for k in keys if k in ticked or (k in current and k not in shown)])
 
 
 @guarded
 def render() -> None:
     st.title("Runs")
-    root = state.logs_root()
+    root = session.logs_root()
     st.caption(
         f"Every run directory under {plain(root)}. Tick the runs the other pages show and compare; "
         "click a column's header to sort by it."
     )
-    overviews = state.overviews()
+    overviews = session.overviews()
     if not overviews:
         st.info(
             f"No run directories under {plain(root)}. Record one with `aah-viz train ... --out DIR/NAME`, "
@@ -94,7 +94,7 @@ def render() -> None:
             st.warning(f"Run {plain(key)}: {plain(w)}")
     if not good:
         return
-    state.show_selection_banners(list(good))
+    page_head.show_selection_banners(list(good))
     keys = list(good)
     _take_ticks(keys)
     frame, fields = _table(root, good)
@@ -133,7 +133,7 @@ def render() -> None:
     mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
     view = frame[mask.to_numpy()].reset_index(drop=True)
     shown = view["run"].tolist()
-    selected = state.selected_keys()
+    selected = selection.selected_keys()
     ticked = [i for i, k in enumerate(shown) if k in selected]
     st.session_state[TABLE] = {"selection": {"rows": ticked, "columns": [], "cells": []}}
     st.session_state[TICKED], st.session_state[SHOWN] = ticked, shown
@@ -168,10 +168,10 @@ def render() -> None:
     )
     b1, b2, _ = st.columns([2, 2, 3])
     if b1.button("Select only shown", key="runs_select_shown", help="Tick the runs the filter shows, no others"):
-        state.set_selected(shown)
+        selection.set_selected(shown)
         st.rerun()
     if b2.button("Select all", key="runs_select_all", help="Tick every run (also when none is ticked)"):
-        state.set_selected(keys)
+        selection.set_selected(keys)
         st.rerun()
     running = [k for k, o in good.items() if o.get("status") == "running"]
     if running:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import cache, head_similarity, state, validity
+from aah_viz.dashboard import cache, head_similarity, page_head, selection, session, validity
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
@@ -22,11 +22,11 @@ LAYER_COLUMNS = {
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Stability")
+    opened = page_head.begin_run_page("Stability")
     if opened is None:
         return
     key, root, token, m = opened
-    if state.overviews().get(key, {}).get("probe_only"):  # a model probed, not trained here
+    if session.overviews().get(key, {}).get("probe_only"):  # a model probed, not trained here
         st.info(
             "A probed model, not trained here: it has no routing updates, training steps or window controller "
             "to show. What its heads' similarities say is below (aah-viz head-similarity)."
@@ -64,14 +64,14 @@ def render() -> None:
                 },
             )
         with c2:
-            sel = state.selection()
+            sel = selection.current()
             chart(
                 sfig.switch_rate_figure(
                     s["heads"], m["n_layer"], m["n_head"], selected=(sel.get("layer") or 0, sel.get("head"))
                 ),
                 key="stab_switch",
                 name="switch-rate",
-                on_select=state.head_clicked,
+                on_select=selection.head_clicked,
             )
             st.caption("Click a head to select it on every page.", help=help_text("switch_rate"))
     validity.section(root, key, token)

@@ -10,9 +10,9 @@ import streamlit as st
 
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
-from aah_viz.dashboard import address, cache, state
+from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard import configuration as configurations
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.figures import curves as cfig
 
@@ -50,7 +50,7 @@ def _follow_unless_chosen(full) -> None:
 
 def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
     """The fields runs can be grouped by: regime, seed, preset, windows, then every field that differs."""
-    fields = {k: cache.fields(root, k, state.token(k)) for k in keys}
+    fields = {k: cache.fields(root, k, session.token(k)) for k in keys}
     differ = manifest_fields.differing(fields)
     options = [f for f in GROUP_FIRST if any(f in row for row in fields.values())]
     return options + [f for f in differ if f not in options], fields
@@ -58,18 +58,18 @@ def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Training")
+    opened = page_head.begin_run_page("Training")
     if opened is None:
         return
     key, root, _, _ = opened
-    trained, probe_only = state.trained_keys(state.selected_keys())
-    state.say_left_out(probe_only, "probe-only: a model probed, not trained, logs no training scalars")
+    trained, probe_only = session.trained_keys(selection.selected_keys())
+    say_left_out(probe_only, "probe-only: a model probed, not trained, logs no training scalars")
     if not trained:
         st.info("No trained run among the selected runs: pick runs on the Runs page.")
         return
     # the runs ticked on the Runs page when there are some, else the page's run
-    default_runs = trained if state.ticked() else ([key] if key in trained else trained[:1])
-    labels = {k: state.label(k) for k in trained}  # computed now: format_func may be called outside the run
+    default_runs = trained if selection.ticked() else ([key] if key in trained else trained[:1])
+    labels = {k: session.label(k) for k in trained}  # computed now: format_func may be called outside the run
     c1, c2 = st.columns([3, 2])
     keys = address.choose_some(
         c1.multiselect,
@@ -82,7 +82,7 @@ def render() -> None:
         help="Runs drawn together (the runs selected on the Runs page). Colour by regime, dash by seed.",
     )
     keys = tuple(keys) or tuple(default_runs)
-    names = sorted({n for k in keys for n in cache.scalar_names(root, k, state.token(k))}, key=cfig.scalar_order)
+    names = sorted({n for k in keys for n in cache.scalar_names(root, k, session.token(k))}, key=cfig.scalar_order)
     default_scalars = [n for n in cfig.DEFAULT_SCALARS if n in names] or names[:1]
     scalars = address.choose_some(
         c2.multiselect,
@@ -151,7 +151,7 @@ def render() -> None:
     log_y = address.bound(
         c5.toggle, "logy", "tr_log_y", False, parse=address.flag, dump=address.flag_text, label="log y"
     )
-    frame = cache.curves(root, keys, state.tokens(keys), tuple(scalars))
+    frame = cache.curves(root, keys, session.tokens(keys), tuple(scalars))
     if frame.empty or not scalars:
         st.info("No scalars logged yet by these runs: they appear here once the first step is logged.")
         return

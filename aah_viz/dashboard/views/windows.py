@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, state
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import windows as wfig
@@ -34,9 +34,9 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
         st.info("No head rows recorded yet: the run has not logged a training step; it appears here once it has.")
         return
     c1, c2, c3 = st.columns([4, 1, 1])
-    step = state.pick_step(steps, f"Step ({snapped}s)", where=c1, help=help_text("routing_update"))
-    layer = state.pick_layer(m["n_layer"], where=c2)
-    head = state.pick_head(m["n_head"], where=c3)
+    step = pickers.pick_step(steps, f"Step ({snapped}s)", where=c1, help=help_text("routing_update"))
+    layer = pickers.pick_layer(m["n_layer"], where=c2)
+    head = pickers.pick_head(m["n_head"], where=c3)
     hm = cache.heatmap(root, key, token, step)
     left, right = st.columns(2)
     with left:
@@ -46,7 +46,7 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
             ),
             key="win_heatmap",
             name=f"windows-step{hm['step']}",
-            on_select=state.head_clicked,
+            on_select=selection.head_clicked,
         )
         st.caption("Click a head to select it on every page (the Hierarchy page highlights it).")
         link_to_lens(cache.open_run(root, key), layer, head)
@@ -82,17 +82,17 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
 
 def _across_runs(root: str, key: str, m: dict) -> None:
     st.subheader("Coverage over training and runs side by side")
-    selected, probe_only = state.trained_keys(state.selected_keys())
-    state.say_left_out(probe_only, "probe-only: a model probed, not trained, has no windows over training")
+    selected, probe_only = session.trained_keys(selection.selected_keys())
+    say_left_out(probe_only, "probe-only: a model probed, not trained, has no windows over training")
     if key not in selected:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
     # the runs ticked on the Runs page, else this run's other seeds (same regime) first
-    views = state.overviews()
+    views = session.overviews()
     same = [k for k in selected if k != key and views.get(k, {}).get("regime") == views.get(key, {}).get("regime")]
-    others = [k for k in selected if k != key] if state.ticked() else same + [k for k in selected if k not in same]
+    others = [k for k in selected if k != key] if selection.ticked() else same + [k for k in selected if k not in same]
     default = [key] + [k for k in others if k != key][:3]
-    labels = {k: state.label(k) for k in selected}  # computed now: format_func may be called outside the run
+    labels = {k: session.label(k) for k in selected}  # computed now: format_func may be called outside the run
     chosen = address.choose_some(
         st.multiselect,
         "compare",
@@ -108,7 +108,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     if not keys:
         st.info("Pick at least one run to compare.")
         return
-    tok = state.tokens(keys)
+    tok = session.tokens(keys)
     coverage, cost = cache.coverage_cost(root, keys, tok)
     chart(
         wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
@@ -140,11 +140,11 @@ def _across_runs(root: str, key: str, m: dict) -> None:
             "The FLOPs ratio is an analytic estimate from ACR (method §11.1), not a measurement; step time and "
             "throughput are measured on the machine that trained the run."
         )
-    same = tuple(k for k in keys if cache.manifest(root, k, state.token(k)).get("windows") == m.get("windows"))
-    state.say_left_out(
+    same = tuple(k for k in keys if cache.manifest(root, k, session.token(k)).get("windows") == m.get("windows"))
+    say_left_out(
         [k for k in keys if k not in same], "other candidate windows than this run's: they never share one grid"
     )
-    table = cache.bucket_table(root, same, state.tokens(same))
+    table = cache.bucket_table(root, same, session.tokens(same))
     if not table.empty:
         chart(
             wfig.bucket_heatmap_figure(table, "final selected-window distribution"),
@@ -158,17 +158,17 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         for start in range(0, len(side), per_row):
             cols = st.columns(per_row)
             for j, k in enumerate(side[start : start + per_row]):
-                mk = cache.manifest(root, k, state.token(k))
-                d = cache.heatmap(root, k, state.token(k), None)
+                mk = cache.manifest(root, k, session.token(k))
+                d = cache.heatmap(root, k, session.token(k), None)
                 with cols[j]:
                     chart(
                         wfig.window_heatmap_figure(
-                            d["matrix"], mk["windows"], state.label(k).split(" · ")[0], clickable=False, compact=True
+                            d["matrix"], mk["windows"], session.label(k).split(" · ")[0], clickable=False, compact=True
                         ),
                         key=f"win_side_{start + j}",
                         name=f"final-windows-{k}",
                     )
-                    st.caption(plain(state.label(k)))
+                    st.caption(plain(session.label(k)))
 
 
 def _needed(key: str, root: str, token: int, m: dict) -> None:
@@ -197,7 +197,7 @@ def _needed(key: str, root: str, token: int, m: dict) -> None:
 
 @guarded
 def render() -> None:
-    opened = state.open_run("Windows")
+    opened = page_head.begin_run_page("Windows")
     if opened is None:
         return
     key, root, token, m = opened

@@ -1,0 +1,137 @@
+"""The pickers of the selection (run, layer, head, routing update): each shows the shared choice,
+changes it, and writes it to the address, so every page agrees on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from aah_viz.analysis.queries import nearest
+from aah_viz.dashboard import selection, session
+from aah_viz.dashboard.safe_text import plain
+
+# regimes whose windows are chosen by a controller, in the order a default run is picked
+ADAPTIVE_FIRST = ("full_adaptive", "deep_practical_reuse", "shallow_freeze", "independent_scoring")
+
+
+def default_run(keys: list[str]) -> str | None:
+    """An adaptive run if there is one (the regimes whose routing there is to look at), else the first."""
+    if not keys:
+        return None
+    views = session.overviews()
+    for regime in ADAPTIVE_FIRST:
+        for k in keys:
+            if views.get(k, {}).get("regime") == regime:
+                return k
+    return keys[0]
+
+
+def _on_widget(name: str, widget_key: str, convert=lambda v: v) -> None:
+    selection.select(**{name: convert(st.session_state[widget_key])})
+
+
+def pick_run(where=None) -> str | None:
+    """A run picker over the selected runs; the choice is shared by every page and kept in the address."""
+    keys = selection.selected_keys()
+    if not keys:
+        root = plain(session.logs_root())
+        st.info(
+            f"No readable run under {root}. Record one with aah-viz train --out {root}/NAME "
+            "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
+        )
+        return None
+    selection.read_address()
+    wanted = selection.current().get("run")
+    if wanted not in keys:
+        if wanted in session.good_keys():  # named by the address but not among the selected runs: show it anyway
+            keys = [wanted, *keys]
+        else:
+            wanted = default_run(keys)
+    selection.select(run=wanted)
+    target = where or st
+    labels = {k: session.label(k) for k in keys}  # computed now: format_func may be called outside the script run
+    st.session_state["run_picker"] = wanted
+    key = target.selectbox(
+        "Run",
+        keys,
+        format_func=labels.__getitem__,
+        key="run_picker",
+        on_change=_on_widget,
+        args=("run", "run_picker"),
+    )
+    selection.select(run=key)
+    selection.write_address()
+    return key
+
+
+def pick_layer(n_layer: int, where=None) -> int:
+    """The selected layer (shared by every page), with a picker."""
+    n = max(1, int(n_layer or 1))
+    sel = selection.current()
+    layer = sel.get("layer") if isinstance(sel.get("layer"), int) and 0 <= sel["layer"] < n else 0
+    selection.select(layer=layer)
+    st.session_state["layer_picker"] = layer
+    target = where or st
+    out = int(
+        target.selectbox(
+            "Layer", list(range(n)), key="layer_picker", on_change=_on_widget, args=("layer", "layer_picker", int)
+        )
+    )
+    selection.select(layer=out)
+    selection.write_address()
+    return out
+
+
+def pick_head(n_head: int, where=None) -> int | None:
+    """The selected head (or none), with a picker; a click on a head in a heatmap sets it too."""
+    n = max(1, int(n_head or 1))
+    sel = selection.current()
+    layer = sel.get("layer") or 0
+    head = sel.get("head") if isinstance(sel.get("head"), int) and 0 <= sel["head"] < n else None
+    selection.select(head=head)
+    options = [-1, *range(n)]  # -1: no head selected (a None option would show as an empty box)
+    st.session_state["head_picker"] = -1 if head is None else head
+    target = where or st
+    out = target.selectbox(
+        "Head",
+        options,
+        format_func=lambda h: "none" if h < 0 else f"L{layer}H{h}",
+        key="head_picker",
+        on_change=_on_widget,
+        args=("head", "head_picker", lambda h: None if h < 0 else int(h)),
+        help="Click a head in any layer × head heatmap to select it.",
+    )
+    out = None if out < 0 else int(out)
+    selection.select(head=out)
+    selection.write_address()
+    return out
+
+
+def pick_step(steps, label: str, where=None, help: str | None = None) -> int | None:
+    """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one."""
+    steps = np.asarray(steps, dtype=np.int64)
+    target = where or st
+    if len(steps) == 0:
+        return None
+    wanted = selection.current().get("step")
+    value = int(steps[-1]) if wanted is None else nearest(steps, int(wanted))
+    selection.select(step=value)
+    if len(steps) == 1:
+        target.caption(f"{label}: {value} (the only one recorded)")
+        selection.write_address()
+        return value
+    options = [int(s) for s in steps.tolist()]
+    st.session_state["step_picker"] = value
+    out = int(
+        target.select_slider(
+            label,
+            options=options,
+            key="step_picker",
+            on_change=_on_widget,
+            args=("step", "step_picker", int),
+            help=help,
+        )
+    )
+    selection.select(step=out)
+    selection.write_address()
+    return out
