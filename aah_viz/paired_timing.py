@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aah_viz.errors import ConfigError
+from aah_viz.stats.resampling import bootstrap_ci
 
 DEFAULT_PAIRS = 9
 MIN_PAIRS = 2
@@ -84,20 +85,6 @@ def pair_ratios(numerator: Sequence[float], denominator: Sequence[float]) -> np.
     return a / b
 
 
-def bootstrap_median_ci(
-    values: Sequence[float], *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the median (resampling with replacement, ``default_rng(seed)``)."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size < 2:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    medians = np.median(arr[rng.integers(0, arr.size, size=(n_boot, arr.size))], axis=1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(medians, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
-
-
 def paired_ratio(
     numerator: Sequence[float],
     denominator: Sequence[float],
@@ -112,7 +99,7 @@ def paired_ratio(
     n = int(ratios.size)
     if n == 0:
         return PairedRatio(math.nan, math.nan, math.nan, 0, "no pairs measured", level)
-    lo, hi = bootstrap_median_ci(ratios, n_boot=n_boot, level=level, seed=seed)
+    lo, hi = bootstrap_ci(ratios, statistic=np.median, n_boot=n_boot, level=level, seed=seed)
     warning = None
     if n < DEFAULT_PAIRS:
         warning = f"only {n} pairs (at least {DEFAULT_PAIRS} recommended)"

@@ -1,17 +1,27 @@
-"""The regimes as the light side knows them: one row per regime, read by figures, tables and the dashboard.
+"""The regimes: one table (``aah_viz/data/regimes.toml``), one row per regime, read without torch.
 
-The model side's ``instrumentation.config.REGIMES`` defines what a regime does (its config flags);
-this table holds what the light side says about one without torch: its colour, its place and name
-in the paper's tables, its factor levels, whether it has a window controller at all, and the other
-names the reference uses for it. ``tests/test_regimes_table.py`` checks it against the model side.
+A regime is a named set of model config overrides (``instrumentation.config.AAHConfig.from_preset``
+applies them). Each row also holds what the light side shows of it: its colour, its place and name in
+the paper's tables, and the other names the reference uses for it. What follows from the overrides is
+computed here, never typed: the factor levels of the factorial view and whether a controller exists.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+TABLE_PATH = Path(__file__).parent / "data" / "regimes.toml"
 
 # The five factors of the factorial view (method section 13). A regime has each at 1 (on), 0 (off) or
 # None (does not apply: without grouping there is no hierarchy to refresh or freeze).
@@ -29,111 +39,112 @@ FACTORS = tuple(FACTOR_LABELS)
 WINDOW_OVERRIDES = ("fixed_window", "random_uniform", "shuffle_post_select")
 NO_CHOICE_MODES = ("fixed_window", "random_uniform")
 
+# The model config's defaults of the keys the factors read (tests/test_regimes_table.py checks them
+# against AAHConfig): a regime that does not override a key runs with this value.
+BASE_FLAGS: Mapping[str, object] = MappingProxyType(
+    {
+        "enabled": True,
+        "build_hierarchy": True,
+        "apply_window_control": True,
+        "controller_pairwise_mode": "joint_sibling",
+        "hierarchy_ablation_mode": "adaptive",
+        "reuse_group_hierarchy": False,
+        "window_ablation_mode": "adaptive",
+        "ema_alpha": 0.9,
+        "parent_constraint": True,
+    }
+)
+
+# Flags outside the five factors, named so a regime is only compared with one equal in everything else.
+_OTHER_HIERARCHY = {"fixed_random": "random_partition", "freeze_after_warmup": "passthrough"}
+
 
 @dataclass(frozen=True)
 class Regime:
-    """What the light side knows of one regime (its config flags are the model side's)."""
+    """One row of the regimes table."""
 
     name: str
+    description: str
+    source: str  # paper, appendix, lab or new baseline
     color: str  # the same on every page and in every export
+    overrides: Mapping[str, object]  # the config keys it sets, its base regime's first
+    parameter: str | None = None  # the config key it takes as its size parameter
     # the method's name in the paper's Tables 1 and 2 and its row there (None: not in them)
     display: str = ""
     paper_rank: int | None = None
     # (grouping, hierarchy, joint scorer) in the words of the paper's Table 1
     described: tuple[str, str, str] | None = None
-    # factor levels; "other" names flags outside the five factors, so a regime is only ever compared
-    # with one equal in everything else. None: outside the factorial design.
-    factors: Mapping[str, object] | None = None
-    controller: bool = True  # False: plain or static-window attention, no AAH state at all
     aliases: tuple[str, ...] = field(default=())  # other names of it (the reference's, older runs')
 
     @property
     def title(self) -> str:
         return self.display or self.name
 
+    def flag(self, key: str) -> object:
+        """The value the regime runs ``key`` with (of the keys the factors read)."""
+        return self.overrides.get(key, BASE_FLAGS[key])
 
-def _factors(grouping, refresh, freeze, joint, control, other: str = "") -> Mapping[str, object]:
-    levels = dict(zip(FACTORS, (grouping, refresh, freeze, joint, control)))
-    return MappingProxyType({**levels, "other": other})
+    @property
+    def controller(self) -> bool:
+        """False: plain or static-window attention, no AAH state at all."""
+        return bool(self.flag("enabled"))
+
+    @property
+    def factors(self) -> Mapping[str, object] | None:
+        """Its factor levels and ``other``; None outside the factorial design (a baseline from outside
+        the reference, windows given from outside, or windows overridden after the controller chose)."""
+        overridden = self.flag("window_ablation_mode") != "adaptive"
+        if self.source == "new baseline" or self.parameter is not None or overridden:
+            return None
+        routed = self.controller
+        grouping = int(self.flag("build_hierarchy")) if routed else None
+        mode = self.flag("hierarchy_ablation_mode")
+        other = _OTHER_HIERARCHY.get(mode, "")
+        if self.flag("ema_alpha") == 0:
+            other = "no_feature_ema"
+        if not self.flag("parent_constraint"):
+            other = "no_parent_constraint"
+        levels = (
+            grouping,
+            int(mode == "adaptive") if grouping else None,
+            int(mode != "adaptive" or bool(self.flag("reuse_group_hierarchy"))) if grouping else None,
+            int(self.flag("controller_pairwise_mode") != "none") if routed else None,
+            int(routed and bool(self.flag("apply_window_control"))),
+        )
+        return MappingProxyType({**dict(zip(FACTORS, levels)), "other": other})
 
 
-_ADAPTIVE = ("adaptive learned", "adaptive", "wide joint")
+def _read_table(path: Path) -> tuple[Regime, ...]:
+    rows: dict[str, Regime] = {}
+    for name, row in tomllib.loads(path.read_text(encoding="utf-8")).items():
+        row = dict(row)
+        base = rows[row.pop("builds_on")].overrides if "builds_on" in row else {}
+        row["overrides"] = MappingProxyType({**base, **row["overrides"]})
+        for key in ("described", "aliases"):
+            if key in row:
+                row[key] = tuple(row[key])
+        rows[name] = Regime(name=name, **row)
+    return tuple(rows.values())
 
-# In the model side's order: the paper's regimes first, then the ablations and the new baselines.
-_ROWS = (
-    Regime(
-        "full_attention",
-        "#444444",
-        display="Pure baseline",
-        paper_rank=0,
-        described=("off", "none", "off"),
-        factors=_factors(None, None, None, None, 0),
-        controller=False,
-        aliases=("pure_baseline", "full_attn"),
-    ),
-    Regime(
-        "grouping_off",
-        "#8c564b",
-        display="grouping_off",
-        paper_rank=1,
-        described=("off", "none", "off"),
-        factors=_factors(0, None, None, 0, 1),
-    ),
-    Regime(
-        "full_adaptive",
-        "#1f77b4",
-        display="Full adaptive",
-        paper_rank=2,
-        described=_ADAPTIVE,
-        factors=_factors(1, 1, 0, 1, 1),
-    ),
-    Regime(
-        "shallow_freeze",
-        "#2ca02c",
-        display="Shallow freeze",
-        paper_rank=3,
-        described=("learned frozen", "frozen", "wide joint"),
-        factors=_factors(1, 0, 1, 1, 1),
-    ),
-    Regime(
-        "deep_practical_reuse",
-        "#d62728",
-        display="Deep practical reuse",
-        paper_rank=4,
-        described=("cached level-0", "reuse", "wide joint"),
-        factors=_factors(1, 1, 1, 1, 1),
-    ),
-    Regime(
-        "control_off",
-        "#9467bd",
-        described=("adaptive learned", "adaptive (not executed)", "wide joint"),
-        factors=_factors(1, 1, 0, 1, 0),
-    ),
-    Regime("fixed_window", "#ff7f0e"),
-    Regime(
-        "fixed_random_grouping",
-        "#17becf",
-        factors=_factors(1, 0, 1, 1, 1, other="random_partition"),
-        aliases=("fixed_random",),
-    ),
-    Regime("freeze_after_warmup", "#bcbd22", factors=_factors(1, 0, 1, 1, 1, other="passthrough")),
-    Regime("shuffle_post_select", "#e377c2"),
-    Regime("random_uniform", "#7f7f7f"),
-    Regime(
-        "independent_scoring",
-        "#393b79",
-        described=("adaptive learned", "adaptive", "independent"),
-        factors=_factors(1, 1, 0, 0, 1),
-    ),
-    Regime("no_feature_ema", "#637939", factors=_factors(1, 1, 0, 1, 1, other="no_feature_ema")),
-    Regime("no_parent_constraint", "#ad494a", factors=_factors(1, 1, 0, 1, 1, other="no_parent_constraint")),
-    Regime("sliding_window", "#8c6d31", controller=False),
-    Regime("local_global_layers", "#7b4173", controller=False),
-    Regime("head_windows", "#98df8a", controller=False),
-)
+
+_ROWS = _read_table(TABLE_PATH)
 REGIMES: Mapping[str, Regime] = MappingProxyType({r.name: r for r in _ROWS})
 PAPER_ORDER = tuple(r.name for r in sorted((r for r in _ROWS if r.paper_rank is not None), key=lambda r: r.paper_rank))
 _BY_ALIAS = {alias: r for r in _ROWS for alias in r.aliases}
+
+
+def regimes_table() -> list[dict[str, Any]]:
+    """The table as plain rows (what ``aah-viz regimes --json`` prints)."""
+    return [
+        {
+            "name": r.name,
+            "description": r.description,
+            "source": r.source,
+            "flags": {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.overrides.items()},
+            "parameter": r.parameter,
+        }
+        for r in _ROWS
+    ]
 
 
 def slug(text) -> str:

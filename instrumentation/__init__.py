@@ -4,7 +4,7 @@
     cfg = AAHConfig.from_preset("tiny", regime="shallow_freeze")
     model = AAHTransformer(cfg)
 
-Names are imported on first use, so ``instrumentation.config`` (the config, presets and regimes)
+Names are imported on first use, so ``instrumentation.config`` (the config and its size presets)
 can be read without torch, and a missing optional module never breaks the others.
 """
 
@@ -17,8 +17,6 @@ import importlib
 _EXPORTS = {
     "AAHConfig": "instrumentation.config",
     "PRESETS": "instrumentation.config",
-    "REGIMES": "instrumentation.config",
-    "regimes_table": "instrumentation.config",
     "AAHTransformer": "instrumentation.model",
     "ModelOutput": "instrumentation.model",
     "RoutingEvent": "instrumentation.events",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aah_viz.errors import ConfigError
+from aah_viz.regimes import REGIMES
 
 # Enumerated values of the keys that take a name (the reference's choices plus our named options).
 # Keys that once existed but did nothing; configs, manifests and checkpoints that still carry them load.
@@ -193,7 +194,7 @@ class AAHConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AAHConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
+        """A config from its ``to_dict`` (retired keys dropped; an unknown key is refused by ``__init__``)."""
         if RETIRED_KEYS & set(d):  # written before these keys were removed: they never did anything
             d = {k: v for k, v in d.items() if k not in RETIRED_KEYS}
         if "seq_len" in d:  # accepted as an alias of block_size
@@ -201,11 +202,6 @@ class AAHConfig:
             seq_len = d.pop("seq_len")
             if d.setdefault("block_size", seq_len) != seq_len:
                 raise ConfigError(f"seq_len={seq_len} and block_size={d['block_size']} disagree; pass one of them")
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed keys are: {', '.join(sorted(known))}"
-            )
         return cls(**d)
 
     @classmethod
@@ -242,7 +238,7 @@ class AAHConfig:
 
 
 def _refuse_unknown_keys(generated_init):
-    """``AAHConfig(nonsense=1)`` is a ConfigError naming the allowed keys, like ``from_dict``."""
+    """``AAHConfig(nonsense=1)`` (and ``from_dict`` with such a key) is a ConfigError naming the allowed keys."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         known = {f.name for f in dataclasses.fields(AAHConfig)}
@@ -425,170 +421,19 @@ class Preset:
     values: dict
 
 
+# One row a size: the values a preset sets, in the order of _PRESET_KEYS.
+_PRESET_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_ff")
+_PRESET_KEYS += ("windows", "w_min", "warmup_steps", "control_interval", "max_depth", "dropout")
+_PRESET_VALUES = {
+    "tiny": (256, 64, 2, 12, 96, 384, (8, 16, 32, 64), 4, 3, 5, 4, 0.0),
+    "small": (256, 128, 4, 12, 192, 768, (16, 32, 64, 128), 4, 20, 5, 4, 0.1),
+    "paper-1b": (50257, 4096, 16, 12, 1536, 6144, (512, 1024, 2048, 4096), 64, 100, 5, 4, 0.1),
+}
+_PRESET_DESCRIPTIONS = {
+    "tiny": "unit tests, seconds on CPU: method §16's recommended CPU configuration",
+    "small": "CPU demo with byte tokens: a few hundred steps in minutes",
+    "paper-1b": "the paper's 4096-token shape (method §16 '1b'); for GPUs",
+}
 PRESETS: dict[str, Preset] = {
-    "tiny": Preset(
-        "unit tests, seconds on CPU: method §16's recommended CPU configuration",
-        dict(
-            vocab_size=256,
-            block_size=64,
-            n_layer=2,
-            n_head=12,
-            n_embd=96,
-            n_ff=384,
-            windows=(8, 16, 32, 64),
-            w_min=4,
-            warmup_steps=3,
-            control_interval=5,
-            max_depth=4,
-            dropout=0.0,
-        ),
-    ),
-    "small": Preset(
-        "CPU demo with byte tokens: a few hundred steps in minutes",
-        dict(
-            vocab_size=256,
-            block_size=128,
-            n_layer=4,
-            n_head=12,
-            n_embd=192,
-            n_ff=768,
-            windows=(16, 32, 64, 128),
-            w_min=4,
-            warmup_steps=20,
-            control_interval=5,
-            max_depth=4,
-            dropout=0.1,
-        ),
-    ),
-    "paper-1b": Preset(
-        "the paper's 4096-token shape (method §16 '1b'); for GPUs",
-        dict(
-            vocab_size=50257,
-            block_size=4096,
-            n_layer=16,
-            n_head=12,
-            n_embd=1536,
-            n_ff=6144,
-            windows=(512, 1024, 2048, 4096),
-            w_min=64,
-            warmup_steps=100,
-            control_interval=5,
-            max_depth=4,
-            dropout=0.1,
-        ),
-    ),
+    name: Preset(_PRESET_DESCRIPTIONS[name], dict(zip(_PRESET_KEYS, values))) for name, values in _PRESET_VALUES.items()
 }
-
-
-# ---------------------------------------------------------------------------- regimes
-@dataclass(frozen=True)
-class Regime:
-    description: str
-    overrides: dict
-    parameter: str | None = None  # the config key a regime takes as its size parameter
-    source: str = ""  # where the regime comes from (method §13 row, lab branch, new baseline)
-
-
-_SHALLOW = dict(max_depth=1, hierarchy_ablation_mode="freeze_learned_topology")
-_PLAIN = dict(enabled=False, build_hierarchy=False, apply_window_control=False, controller_pairwise_mode="none")
-
-REGIMES: dict[str, Regime] = {
-    "full_attention": Regime("plain causal attention, no AAH state; ACR 1", dict(_PLAIN), source="paper"),
-    "grouping_off": Regime(
-        "every head scored alone from raw features; no EMA, clustering or joint scorer",
-        dict(build_hierarchy=False, controller_pairwise_mode="none"),
-        source="paper",
-    ),
-    "full_adaptive": Regime(
-        "EMA features re-clustered every control update, up to max_depth levels, joint "
-        "scorer at the top, argmax + parent constraint",
-        {},
-        source="paper",
-    ),
-    "shallow_freeze": Regime(
-        "level 0 only; topology frozen at the first post-warm-up update, joint scorer decides the groups' windows",
-        dict(_SHALLOW),
-        source="paper",
-    ),
-    "deep_practical_reuse": Regime(
-        "the first level-0 partition reused forever, upper levels re-clustered from pooled features",
-        dict(reuse_group_hierarchy=True),
-        source="paper",
-    ),
-    "control_off": Regime(
-        "full attention for every head; the hierarchy is rebuilt every step for diagnostics",
-        dict(apply_window_control=False),
-        source="appendix",
-    ),
-    "fixed_window": Regime(
-        "shallow freeze with every head executing one candidate window (parameter "
-        "fixed_window); control machinery still runs",
-        dict(_SHALLOW, window_ablation_mode="fixed_window"),
-        parameter="fixed_window",
-        source="lab",
-    ),
-    "fixed_random_grouping": Regime(
-        "balanced random bipartition (seed fixed_hierarchy_seed), passthrough hierarchy",
-        dict(hierarchy_ablation_mode="fixed_random"),
-        source="appendix",
-    ),
-    "freeze_after_warmup": Regime(
-        "the step-0 partition frozen, passthrough hierarchy of max_depth levels",
-        dict(hierarchy_ablation_mode="freeze_after_warmup"),
-        source="appendix",
-    ),
-    "shuffle_post_select": Regime(
-        "shallow freeze, then the selected per-head windows are randomly permuted "
-        "every forward (histogram kept, head identity destroyed)",
-        dict(_SHALLOW, window_ablation_mode="shuffle_post_select"),
-        source="lab",
-    ),
-    "random_uniform": Regime(
-        "shallow freeze, then every head gets a uniformly random window every forward",
-        dict(_SHALLOW, window_ablation_mode="random_uniform"),
-        source="lab",
-    ),
-    "independent_scoring": Regime(
-        "full adaptive without the joint sibling scorer", dict(controller_pairwise_mode="none"), source="appendix"
-    ),
-    "no_feature_ema": Regime(
-        "full adaptive clustering on instantaneous features", dict(ema_alpha=0.0), source="appendix"
-    ),
-    "no_parent_constraint": Regime(
-        "full adaptive; the level-0 raw argmax is executed", dict(parent_constraint=False), source="appendix"
-    ),
-    "sliding_window": Regime(
-        "every head of every layer one causal window (parameter static_window), Mistral-style; no routing",
-        dict(_PLAIN),
-        parameter="static_window",
-        source="new baseline",
-    ),
-    "local_global_layers": Regime(
-        "layers alternate a local window (parameter static_window) and full attention, Gemma-style; no routing",
-        dict(_PLAIN, global_every=2),
-        parameter="static_window",
-        source="new baseline",
-    ),
-    "head_windows": Regime(
-        "every head its own causal window (static_head_windows, e.g. the smallest candidate holding 95% of its "
-        "attention mass from aah-viz profile), MoA- and DuoAttention-style; no routing",
-        dict(_PLAIN),
-        source="new baseline",
-    ),
-}
-
-
-def regimes_table() -> list[dict[str, Any]]:
-    """The registry as plain rows (what ``aah-viz regimes --json`` prints)."""
-    rows = []
-    for name, spec in REGIMES.items():
-        rows.append(
-            {
-                "name": name,
-                "description": spec.description,
-                "source": spec.source,
-                "flags": {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.overrides.items()},
-                "parameter": spec.parameter,
-            }
-        )
-    return rows

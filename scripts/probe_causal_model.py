@@ -110,15 +110,9 @@ def gqa_control(run: Path, permutations: int, seed: int = 0) -> dict:
     import numpy as np
     from transformers import AutoConfig
 
-    from aah_viz.probes.compare import (
-        TARGETS,
-        cluster_heads,
-        head_windows,
-        js_matrix,
-        layer_profile,
-        sklearn_metrics,
-        wide_probe_heads,
-    )
+    from aah_viz.probes.compare import head_windows
+    from aah_viz.probes.head_profiles import TARGETS, cluster_heads, js_matrix, layer_profile, wide_probe_heads
+    from aah_viz.probes.partition_agreement import sklearn_metrics
     from aah_viz.runlog import load_run
 
     r = load_run(run)

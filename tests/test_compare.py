@@ -10,16 +10,12 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, v
 
 from aah_viz.cli import main
 from aah_viz.probes.agreement import scores
-from aah_viz.probes.compare import (
-    COMPARISON_COLUMNS,
-    cluster_heads,
-    compare_run,
-    layer_profile,
-    stratified_spearman,
-    wide_probe_heads,
-)
+from aah_viz.probes.compare import compare_run
+from aah_viz.probes.head_profiles import cluster_heads, layer_profile, wide_probe_heads
+from aah_viz.probes.partition_agreement import COMPARISON_COLUMNS
 from aah_viz.probes.store import write_probe_tables
 from aah_viz.runlog import RunWriter, load_run, make_manifest
+from aah_viz.stats.ranks import spearman_rows, stratified_spearman
 
 
 def test_batched_scores_equal_scikit_learn():
@@ -41,14 +37,14 @@ def test_batched_scores_equal_scikit_learn():
             assert got["v_measure"][i] == pytest.approx(v_measure_score(a[i], b), abs=1e-9)
 
 
-def test_rankdata_equals_scipy():
-    from scipy.stats import rankdata as scipy_rankdata
-
-    from aah_viz.probes.compare import rankdata
-
+def test_spearman_row_by_row_equals_scipy_with_ties_and_nan_for_a_constant_row():
     rng = np.random.default_rng(3)
     x = rng.integers(0, 4, size=(6, 11)).astype(float)
-    assert np.allclose(rankdata(x, axis=-1), scipy_rankdata(x, axis=-1))
+    y = rng.integers(0, 3, size=(6, 11)).astype(float)
+    x[5] = 2.0  # constant: no rank correlation
+    got = spearman_rows(x, y)
+    assert got[:5] == pytest.approx([spearmanr(a, b).statistic for a, b in zip(x[:5], y[:5])], abs=1e-12)
+    assert np.isnan(got[5])
 
 
 def test_stratified_spearman_is_the_mean_of_within_layer_rhos_not_the_pooled_one():

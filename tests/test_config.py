@@ -3,7 +3,8 @@
 import pytest
 
 from aah_viz.errors import ConfigError
-from instrumentation.config import CHOICES, PRESETS, REGIMES, AAHConfig, regimes_table
+from aah_viz.regimes import REGIMES, regimes_table
+from instrumentation.config import CHOICES, PRESETS, AAHConfig
 
 
 def test_tiny_preset_is_the_recommended_cpu_config():

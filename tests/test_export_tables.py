@@ -539,7 +539,7 @@ def test_latex_structure(by_regime):
 
 
 def test_bold_only_where_the_difference_is_significant(runs):
-    from aah_viz.export.stats import welch_t_test
+    from aah_viz.stats.significance import welch_t_test
 
     table = build_table("training", runs, by="regime")
     finals = {}

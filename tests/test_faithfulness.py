@@ -14,10 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from aah_viz.coverage import acr, causal_coverage
+from aah_viz.regimes import REGIMES
 from instrumentation import AAHConfig, AAHTransformer
 from instrumentation.attention import AAHAttention
 from instrumentation.backends.dense_masked import dense_masked_attention
-from instrumentation.config import PRESETS, REGIMES
+from instrumentation.config import PRESETS
 from instrumentation.routing.clustering import cluster
 from instrumentation.routing.controller import level_inputs, score_level
 from instrumentation.routing.step import RoutingInputs, initial_state, networks_for, route_step

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aah_viz.analysis.frontier import block_resamples, frontier_table, pareto_front, perplexity_interval
+from aah_viz.analysis.frontier import frontier_table, pareto_front, perplexity_interval
+from aah_viz.stats.resampling import resample_indices
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def test_perplexity_and_its_interval_over_blocks():
     ppl, lo, hi = perplexity_interval(nll, 16)
     assert ppl == pytest.approx(math.exp(sum(nll) / 80))
     # the interval is the percentile interval of exp(mean NLL) over the same seeded block draws
-    idx = block_resamples(5)
+    idx = resample_indices(5)
     draws = [math.exp(sum(nll[i] for i in row) / 80) for row in idx]
     assert (lo, hi) == pytest.approx(tuple(np.quantile(draws, [0.025, 0.975])))
     assert lo < ppl < hi

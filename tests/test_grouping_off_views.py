@@ -13,7 +13,7 @@ from waiting import PATIENCE_S
 from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures import data
 from aah_viz.figures.validity import validity_figure
-from aah_viz.probes.compare import NO_GROUPS, degenerate_reasons
+from aah_viz.probes.partition_agreement import NO_GROUPS, degenerate_reasons
 from aah_viz.runlog import load_run
 
 REPO = Path(__file__).resolve().parents[1]

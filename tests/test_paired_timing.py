@@ -9,7 +9,6 @@ from scipy.stats import binom
 
 from aah_viz.paired_timing import (
     DEFAULT_PAIRS,
-    bootstrap_median_ci,
     default_clock,
     interleave,
     pair_ratios,
@@ -19,6 +18,7 @@ from aah_viz.paired_timing import (
     round_robin,
     timed,
 )
+from aah_viz.stats.resampling import bootstrap_ci
 
 
 def test_the_figure_is_the_median_of_per_pair_ratios_not_a_ratio_of_medians():
@@ -53,7 +53,7 @@ def test_bootstrap_interval_matches_the_exact_bootstrap_distribution_of_the_medi
     hi_exact, _ = _exact_bootstrap_median_quantile(values, 0.975)
     # the exact CDF is well away from both tail levels, so Monte-Carlo error cannot move the endpoint
     assert min(abs(c - q) for c in cdf for q in (0.025, 0.975)) > 0.01
-    lo, hi = bootstrap_median_ci(values, n_boot=20000, seed=3)
+    lo, hi = bootstrap_ci(values, statistic=np.median, n_boot=20000, seed=3)
     assert (lo, hi) == (lo_exact, hi_exact)
 
 

@@ -528,8 +528,8 @@ def test_the_relation_figure_names_each_direction_of_a_causal_probe(fixture_run)
 
 
 def test_head_similarities_and_comparisons_read_a_causal_probes_scores(fixture_run):
-    from aah_viz.probes.compare import wide_probe_heads
     from aah_viz.probes.head_inputs import probe_inputs
+    from aah_viz.probes.head_profiles import wide_probe_heads
 
     _, result = fixture_run
     heads = result.probe_heads.assign(step=0)

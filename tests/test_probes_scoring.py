@@ -387,13 +387,13 @@ def test_positional_heads_are_labelled_and_gold_heads_are_not():
 
 
 def test_delta_interval_resamples_sentences():
-    from aah_viz.probes.syntax import bootstrap_delta
+    from aah_viz.stats.resampling import cluster_mean_interval
 
     rng = np.random.default_rng(0)
     sentence = np.repeat(np.arange(40), 5)
-    assert bootstrap_delta(sentence, np.ones(200), 200, rng) == (1.0, 1.0)  # every link the same
+    assert cluster_mean_interval(sentence, np.ones(200), 200, rng) == (1.0, 1.0)  # every link the same
     diff = rng.choice([-1, 0, 1], size=200, p=[0.2, 0.4, 0.4])
-    lo, hi = bootstrap_delta(sentence, diff, 4000, np.random.default_rng(1))
+    lo, hi = cluster_mean_interval(sentence, diff, 4000, np.random.default_rng(1))
     naive = []  # the same bootstrap written as a loop over resampled sentences
     loop_rng = np.random.default_rng(2)
     for _ in range(4000):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from aah_viz.coverage import acr
+from aah_viz.regimes import REGIMES
 from instrumentation import AAHConfig, AAHTransformer
-from instrumentation.config import REGIMES
 from instrumentation.routing.features import head_features
 from instrumentation.routing.hierarchy import fixed_random_partition
 

@@ -1,7 +1,7 @@
-"""The light side's regimes table (aah_viz.regimes) against the model side's registry and the published tables.
+"""The regimes table (aah_viz.regimes) against the model config it overrides and the published tables.
 
-Each fact the light side keeps about a regime is derived here again, independently, from what the
-model side's flags make the regime do, or read from the reference's bundled Table 1.
+Each fact the table computes about a regime is derived here again, independently, from the config the
+model side builds with the regime's overrides, or read from the reference's bundled Table 1.
 """
 
 import csv
@@ -14,7 +14,8 @@ from aah_viz.dashboard.pickers import ADAPTIVE_FIRST
 from aah_viz.export.reference import regime_of
 from aah_viz.export.stats import regime_factors
 from aah_viz.figures import style
-from instrumentation.config import CHOICES, REGIMES, AAHConfig
+from aah_viz.regimes import REGIMES
+from instrumentation.config import CHOICES, AAHConfig
 
 PAPER = Path(regimes.__file__).parent / "data" / "reference" / "paper"
 
@@ -49,8 +50,24 @@ def factors_from_flags(name: str) -> dict | None:
     }
 
 
-def test_the_light_side_names_every_regime_of_the_model_side_in_its_order():
-    assert list(regimes.REGIMES) == list(REGIMES)
+def test_the_base_flags_the_table_reads_are_the_model_configs_defaults():
+    defaults = AAHConfig().to_dict()
+    assert dict(regimes.BASE_FLAGS) == {key: defaults[key] for key in regimes.BASE_FLAGS}
+
+
+@pytest.mark.parametrize("name", list(REGIMES))
+def test_a_regime_overrides_only_config_keys_and_the_config_it_builds_keeps_them(name):
+    given = {"static_head_windows": [[64] * 12] * 2} if name == "head_windows" else {}
+    cfg = AAHConfig.from_preset("tiny", regime=name, **given).to_dict()
+    assert set(REGIMES[name].overrides) <= set(cfg)
+    assert {k: cfg[k] for k in REGIMES[name].overrides} == dict(REGIMES[name].overrides)
+
+
+def test_a_regime_built_on_another_carries_its_overrides_first():
+    shallow = dict(REGIMES["shallow_freeze"].overrides)
+    for name in ("fixed_window", "shuffle_post_select", "random_uniform"):
+        own = dict(REGIMES[name].overrides)
+        assert list(own)[: len(shallow)] == list(shallow) and own["window_ablation_mode"] == name
 
 
 @pytest.mark.parametrize("name", list(REGIMES))

@@ -1,5 +1,5 @@
-"""The statistics behind probe claims (aah_viz.analysis.selection), against hand computations and
-planted data."""
+"""The statistics behind probe claims (aah_viz.analysis.selection, aah_viz.stats), against hand computations
+and planted data."""
 
 from __future__ import annotations
 
@@ -9,15 +9,11 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from aah_viz.analysis.selection import (
-    adjusted_p,
-    cluster_bootstrap_interval,
-    holm,
-    mantel,
-    max_null,
-    split_half_best,
-)
+from aah_viz.analysis.selection import max_null, split_half_best
 from aah_viz.probes.claims import Items, Settings, claim
+from aah_viz.stats.ranks import mantel
+from aah_viz.stats.resampling import cluster_bootstrap_interval
+from aah_viz.stats.significance import adjusted_p, holm
 
 
 def test_cluster_bootstrap_resamples_whole_clusters_as_a_loop_over_the_same_draws_does():

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from aah_viz.export import stats
+from aah_viz.stats import resampling, significance
 
 A = [6.561, 6.552, 6.570, 6.549, 6.566]
 B = [6.540, 6.531, 6.545, 6.529]
@@ -23,9 +24,9 @@ def test_summary_matches_numpy_and_interval_is_seeded():
     assert s.std == pytest.approx(np.std(A, ddof=1), abs=1e-15)
     assert s.ci_low < s.mean < s.ci_high
     # the interval is a percentile bootstrap of the mean: same seed, same interval; other seed differs
-    assert stats.bootstrap_ci(A, seed=3) == (s.ci_low, s.ci_high)
-    assert stats.bootstrap_ci(A, seed=3) == stats.bootstrap_ci(list(A), seed=3)
-    assert stats.bootstrap_ci(A, seed=4) != stats.bootstrap_ci(A, seed=3)
+    assert resampling.bootstrap_ci(A, seed=3) == (s.ci_low, s.ci_high)
+    assert resampling.bootstrap_ci(A, seed=3) == resampling.bootstrap_ci(list(A), seed=3)
+    assert resampling.bootstrap_ci(A, seed=4) != resampling.bootstrap_ci(A, seed=3)
     # independent re-implementation of the percentile bootstrap with the documented generator
     rng = np.random.default_rng(3)
     idx = rng.integers(0, 5, size=(stats.DEFAULT_BOOT, 5))
@@ -54,7 +55,7 @@ def test_group_summaries_by_one_or_several_keys_match_numpy_in_order_of_appearan
     assert list(by_regime["x_n"]) == [2, 2]  # text is no number
     assert by_regime["x"].tolist() == [np.mean([1.0, 3.0]), np.mean([2.0, 4.0])]
     assert by_regime["x_std"].tolist() == [np.std([1.0, 3.0], ddof=1), np.std([2.0, 4.0], ddof=1)]
-    assert (by_regime.loc[0, "x_ci_low"], by_regime.loc[0, "x_ci_high"]) == stats.bootstrap_ci([1.0, 3.0], seed=5)
+    assert (by_regime.loc[0, "x_ci_low"], by_regime.loc[0, "x_ci_high"]) == resampling.bootstrap_ci([1.0, 3.0], seed=5)
 
     cells = stats.group_summaries(df, ["x"], by=["regime", "layer"])
     assert [tuple(r) for r in cells[["regime", "layer", "n"]].itertuples(index=False)] == [
@@ -71,17 +72,17 @@ def test_a_value_column_named_like_another_columns_interval_keeps_its_own_summar
     df = pd.DataFrame({"regime": ["a", "a", "a"], "delta": [0.1, 0.3, 0.2], "delta_ci_low": [-1.0, -2.0, -3.0]})
     [(ident, cols)] = stats.summaries_by_group(df, ["delta", "delta_ci_low"], seed=2)
     assert ident == {"regime": "a", "n": 3}
-    assert (cols["delta"].ci_low, cols["delta"].ci_high) == stats.bootstrap_ci([0.1, 0.3, 0.2], seed=2)
+    assert (cols["delta"].ci_low, cols["delta"].ci_high) == resampling.bootstrap_ci([0.1, 0.3, 0.2], seed=2)
     assert cols["delta_ci_low"].mean == np.mean([-1.0, -2.0, -3.0])
 
 
 def test_welch_matches_scipy():
-    ours = stats.welch_t_test(A, B)
+    ours = significance.welch_t_test(A, B)
     ref = sps.ttest_ind(A, B, equal_var=False)
     assert ours.statistic == pytest.approx(ref.statistic, rel=1e-12)
     assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-10)
     assert ours.df == pytest.approx(ref.df, rel=1e-12)
-    assert math.isnan(stats.welch_t_test([1.0], B).p_value)
+    assert math.isnan(significance.welch_t_test([1.0], B).p_value)
 
 
 def _diff(x, y, axis=-1):
@@ -90,7 +91,7 @@ def _diff(x, y, axis=-1):
 
 def test_permutation_exact_matches_scipy_for_equal_sizes():
     x, y = [6.561, 6.552, 6.570, 6.549], B
-    ours = stats.permutation_test(x, y)
+    ours = significance.permutation_test(x, y)
     ref = sps.permutation_test(
         (x, y), _diff, permutation_type="independent", alternative="two-sided", n_resamples=np.inf, vectorized=True
     )
@@ -108,14 +109,14 @@ def test_permutation_exact_matches_enumeration_for_unequal_sizes():
         mask[list(c)] = True
         diffs.append(pooled[mask].mean() - pooled[~mask].mean())
     expected = np.mean(np.abs(diffs) >= abs(obs) - 1e-12)
-    assert stats.permutation_test(A, B).p_value == pytest.approx(expected)
+    assert significance.permutation_test(A, B).p_value == pytest.approx(expected)
 
 
 def test_permutation_monte_carlo_is_seeded():
     rng = np.random.default_rng(0)
     x, y = rng.normal(0, 1, 15), rng.normal(0.8, 1, 15)
-    p1 = stats.permutation_test(x, y, exact_limit=10, n_resamples=999, seed=1)
-    p2 = stats.permutation_test(x, y, exact_limit=10, n_resamples=999, seed=1)
+    p1 = significance.permutation_test(x, y, exact_limit=10, n_resamples=999, seed=1)
+    p2 = significance.permutation_test(x, y, exact_limit=10, n_resamples=999, seed=1)
     assert p1.p_value == p2.p_value and p1.method.startswith("permutation (999")
     exact = sps.permutation_test((x, y), _diff, n_resamples=20000, vectorized=True, random_state=0).pvalue
     assert abs(p1.p_value - exact) < 0.03
@@ -188,7 +189,7 @@ def test_factorial_reports_uncovered_factors_and_confounding():
 def test_paired_sign_flip_matches_scipy():
     x = np.array([6.561, 6.552, 6.570, 6.549, 6.566, 6.558])
     y = x - np.array([0.011, 0.004, 0.020, -0.003, 0.015, 0.009])
-    ours = stats.paired_permutation_test(x - y)
+    ours = significance.paired_permutation_test(x - y)
     ref = sps.permutation_test(
         (x, y),
         lambda a, b, axis=-1: np.mean(a - b, axis=axis),

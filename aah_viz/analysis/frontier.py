@@ -17,9 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-N_BOOT = 2000
-LEVEL = 0.95
-SEED = 0
+from aah_viz.stats.resampling import LEVEL, percentile_interval, resample_indices
 
 # Columns of the frontier table, in order (export, dashboard and docs read these).
 COLUMNS = (
@@ -41,11 +39,6 @@ COLUMNS = (
 )
 
 
-def block_resamples(n_blocks: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
-    """(n_boot, n_blocks) indices of blocks drawn with replacement; seeded, shared by all rows."""
-    return np.random.default_rng(seed).integers(0, n_blocks, size=(n_boot, n_blocks))
-
-
 def perplexity_interval(
     block_nll: Sequence[float], tokens_per_block: int, resamples: np.ndarray | None = None, level: float = LEVEL
 ) -> tuple[float, float, float]:
@@ -54,9 +47,9 @@ def perplexity_interval(
     if nll.ndim != 1 or nll.size == 0 or tokens_per_block < 1:
         raise ValueError("perplexity needs at least one block and a positive number of tokens per block")
     ppl = math.exp(nll.sum() / (nll.size * tokens_per_block))
-    idx = block_resamples(nll.size) if resamples is None else resamples
+    idx = resample_indices(nll.size) if resamples is None else resamples
     draws = np.exp(nll[idx].sum(axis=1) / (nll.size * tokens_per_block))
-    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = percentile_interval(draws, level)
     return ppl, float(lo), float(hi)
 
 
@@ -93,7 +86,7 @@ def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
     n_blocks = {len(d["block_nll"]) for d in rows}
-    resamples = block_resamples(max(n_blocks)) if len(n_blocks) == 1 else None
+    resamples = resample_indices(max(n_blocks)) if len(n_blocks) == 1 else None
     out = []
     for d in rows:
         ppl, lo, hi = perplexity_interval(d["block_nll"], int(d["tokens_per_block"]), resamples)
@@ -136,9 +129,9 @@ def paired_ratio(
     if a.shape != b.shape or a.ndim != 1 or a.size == 0 or tokens_per_block < 1:
         raise ValueError("a paired ratio needs the same blocks, at least one, and tokens per block")
     scale = a.size * tokens_per_block
-    idx = block_resamples(a.size) if resamples is None else resamples
+    idx = resample_indices(a.size) if resamples is None else resamples
     draws = np.exp((a[idx].sum(axis=1) - b[idx].sum(axis=1)) / scale)
-    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    lo, hi = percentile_interval(draws, level)
     return math.exp((a.sum() - b.sum()) / scale), float(lo), float(hi)
 
 
@@ -160,7 +153,7 @@ def against_nearest_static(details: Sequence[dict]) -> list[dict]:
         if len(near["block_nll"]) != len(d["block_nll"]) or near["tokens_per_block"] != d["tokens_per_block"]:
             continue  # not the same blocks: no paired comparison
         tokens = int(d["tokens_per_block"])
-        ratio, lo, hi = paired_ratio(d["block_nll"], near["block_nll"], tokens, block_resamples(len(d["block_nll"])))
+        ratio, lo, hi = paired_ratio(d["block_nll"], near["block_nll"], tokens, resample_indices(len(d["block_nll"])))
         out.append(
             {
                 "configuration": d["configuration"],

@@ -37,7 +37,8 @@ import pandas as pd
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis.partitions import ari_rows
-from aah_viz.analysis.selection import holm, mantel
+from aah_viz.stats.ranks import mantel
+from aah_viz.stats.significance import holm
 
 SIMILARITIES = ("method", "zscore", "attention", "span", "probe")
 PROCEDURES = ("method", "complete")  # the method's level-0 procedure; complete linkage at its group count

@@ -1,83 +1,32 @@
-"""Statistics for claims about the *best* of many heads: intervals, selection-aware scores, nulls.
+"""Statistics for claims about the *best* of many heads: selection-aware scores and nulls.
 
 A probe scores every head on the same items and reports the best one. The best of 270 noisy
-accuracies is optimistic, so a claim about it needs statistics that know a head was chosen:
+accuracies is optimistic, so a claim about it needs statistics that know a head was chosen (the
+interval of every head's accuracy is ``aah_viz.stats.resampling.cluster_bootstrap_interval``, the
+adjusted p ``aah_viz.stats.significance.adjusted_p``):
 
-- :func:`cluster_bootstrap_interval`: a percentile interval of every column's mean (a head's
-  accuracy), resampling whole clusters (sentences, documents), since items of a cluster move together;
 - :func:`split_half_best`: the best column chosen on a random half of the clusters and scored on the
   other half (both ways round, averaged over splits): an honest estimate of what the chosen head does
   on items it was not chosen on;
 - :func:`max_null`: a permutation null for the best column. Within each item the gold label is moved
   at random among the item's choices (which candidate is right is shuffled, what each head picked is
   kept), every head is rescored and the best of all heads taken, per draw. The adjusted p of the
-  observed best accuracy (:func:`adjusted_p`) then accounts for the choice among all heads;
-- :func:`mantel`: a within-layer Mantel test between two distance matrices over the same heads
-  (Spearman's rho over the pairs, heads relabelled for the null; every relabelling when they are few);
-- :func:`holm`: Holm's step-down adjustment of several p-values.
+  observed best accuracy then accounts for the choice among all heads.
 
 Pure numpy and scipy; every random draw comes from the generator passed in.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
 
-LEVEL = 0.95
+from aah_viz.stats.resampling import as_columns, cluster_sums
+
 DEFAULT_SPLITS = 20
 DEFAULT_NULL_DRAWS = 200
-EXACT_LIMIT = 5040  # relabellings enumerated in full up to 7! heads
-
-
-def _cluster_sums(clusters: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per cluster: the sum of each column (n_clusters, k) and the number of items (n_clusters,)."""
-    _, inverse = np.unique(clusters, return_inverse=True)
-    n_c = int(inverse.max()) + 1 if len(inverse) else 0
-    sums = np.zeros((n_c, values.shape[1]))
-    np.add.at(sums, inverse, values)
-    counts = np.bincount(inverse, minlength=n_c).astype(np.float64)
-    return sums, counts
-
-
-def _as_columns(values: np.ndarray) -> np.ndarray:
-    values = np.asarray(values, dtype=np.float64)
-    return values[:, None] if values.ndim == 1 else values
-
-
-def resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, n) how often each of n clusters is drawn when n are drawn with replacement, per resample
-    (a multinomial(n, uniform) row, built from n_boot * n uniform draws: cheaper than ``rng.multinomial``)."""
-    draws = rng.integers(0, n, size=(n_boot, n), dtype=np.int64) + (np.arange(n_boot) * n)[:, None]
-    return np.bincount(draws.ravel(), minlength=n_boot * n).reshape(n_boot, n)
-
-
-def cluster_bootstrap_interval(
-    clusters: np.ndarray, values: np.ndarray, n_boot: int, rng: np.random.Generator, level: float = LEVEL
-) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval of each column's mean over items, resampling clusters with replacement
-    (:func:`resample_counts`).
-
-    ``values``: (n_items,) or (n_items, k); returns two (k,) arrays (NaN with fewer than 2 clusters)."""
-    values = _as_columns(values)
-    sums, counts = _cluster_sums(np.asarray(clusters), values)
-    n = len(counts)
-    k = values.shape[1]
-    if n < 2 or n_boot < 1:
-        return np.full(k, np.nan), np.full(k, np.nan)
-    weights = resample_counts(n, n_boot, rng)
-    # whole numbers (hit counts) stay exact in float32 below 2**24, and the product runs twice as fast
-    exact = np.all(sums == np.round(sums)) and np.abs(sums).sum() * n < 2**24
-    kind = np.float32 if exact else np.float64
-    totals = (weights.astype(kind) @ sums.astype(kind)).astype(np.float64)
-    boot = totals / np.maximum(weights @ counts, 1.0)[:, None]
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(boot, [alpha, 1 - alpha], axis=0)
-    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -92,8 +41,8 @@ def split_half_best(
 ) -> SplitHalf:
     """The best column chosen on half of the clusters, scored on the other half (and the other way
     round), averaged over ``n_splits`` random halvings. Ties go to the first column, as the probe's."""
-    values = _as_columns(values)
-    sums, counts = _cluster_sums(np.asarray(clusters), values)
+    values = as_columns(values)
+    sums, counts = cluster_sums(np.asarray(clusters), values)
     n = len(counts)
     if n < 2 or n_splits < 1:
         return SplitHalf(np.nan, np.nan, 0)
@@ -162,86 +111,3 @@ def max_null(
     select = sparse.csr_matrix((np.ones(len(r)), c[order], indptr), shape=(n_draws, int(n_choices.sum())))
     hits = (select @ m).toarray()  # (n_draws, k): items each column gets right under this draw
     return hits.max(axis=1) / n_items
-
-
-def adjusted_p(observed: float, null: np.ndarray) -> float:
-    """(1 + #null >= observed) / (1 + draws): the p-value of the best column against the max null."""
-    if len(null) == 0 or not np.isfinite(observed):
-        return np.nan
-    return float((1 + np.sum(null >= observed - 1e-12)) / (1 + len(null)))
-
-
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values (NaN kept out of the count and returned as NaN)."""
-    p = np.asarray(p_values, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.nonzero(np.isfinite(p))[0]
-    m = len(ok)
-    if m == 0:
-        return out
-    order = ok[np.argsort(p[ok], kind="stable")]
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[index]))
-        out[index] = running
-    return out
-
-
-@dataclass(frozen=True)
-class Mantel:
-    rho: float  # Spearman's rho between the two matrices' off-diagonal pairs
-    p_value: float  # one-sided: relabellings with rho at least the observed one
-    null_mean: float
-    null_p95: float
-    exact: bool  # every relabelling of the heads enumerated
-    n_relabelings: int  # relabellings in the null (all of them when exact)
-    n_items: int
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return rankdata(values)
-
-
-def mantel(
-    a: np.ndarray,
-    b: np.ndarray,
-    n_perm: int,
-    rng: np.random.Generator,
-    exact_limit: int = EXACT_LIMIT,
-) -> Mantel:
-    """Mantel test of two symmetric (n, n) distance matrices over the same items.
-
-    The statistic is Spearman's rho over the pairs i < j; the null relabels the items of ``b`` (the same
-    permutation on rows and columns). When n! is at most ``max(n_perm, exact_limit)`` every relabelling
-    is taken (the identity included), so the p-value is exact; else ``n_perm`` random ones, and
-    p = (1 + #null >= rho) / (1 + n_perm)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    n = a.shape[0]
-    if a.shape != (n, n) or b.shape != (n, n):
-        raise ValueError(f"the two matrices must be square and the same size, got {a.shape} and {b.shape}")
-    iu = np.triu_indices(n, 1)
-    if n < 3 or np.ptp(a[iu]) == 0 or np.ptp(b[iu]) == 0:
-        return Mantel(np.nan, np.nan, np.nan, np.nan, False, 0, n)
-    ra = _ranks(a[iu])
-    ra = (ra - ra.mean()) / np.linalg.norm(ra - ra.mean())
-    rank_b = np.zeros((n, n))
-    rank_b[iu] = _ranks(b[iu])
-    rank_b = rank_b + rank_b.T  # ranks are fixed by the values, so relabelling only moves them
-
-    def rho(perm: np.ndarray) -> float:
-        rb = rank_b[np.ix_(perm, perm)][iu]
-        rb = rb - rb.mean()
-        return float(ra @ rb / np.linalg.norm(rb))
-
-    observed = rho(np.arange(n))
-    exact = math.factorial(n) <= max(n_perm, exact_limit)
-    if exact:
-        null = np.array([rho(np.array(p)) for p in itertools.permutations(range(n))])
-        p_value = float(np.mean(null >= observed - 1e-12))
-    else:
-        null = np.array([rho(rng.permutation(n)) for _ in range(n_perm)])
-        p_value = float((1 + np.sum(null >= observed - 1e-12)) / (1 + n_perm))
-    return Mantel(observed, p_value, float(null.mean()), float(np.quantile(null, 0.95)), exact, len(null), n)

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from aah_viz.errors import InputFormatError
-    from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, compare_run
+    from aah_viz.probes.compare import compare_run
+    from aah_viz.probes.partition_agreement import SHOWN_COMPARISON_COLUMNS
     from aah_viz.probes.store import write_probe_tables
     from aah_viz.runlog import load_run
 

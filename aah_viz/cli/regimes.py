@@ -18,8 +18,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    # instrumentation.config needs no torch; it is the single source of the registry.
-    from instrumentation import PRESETS, regimes_table
+    # instrumentation.config (the presets) needs no torch; the regimes are the light side's table.
+    from aah_viz.regimes import regimes_table
+    from instrumentation import PRESETS
 
     rows = regimes_table()
     presets = [

@@ -2,7 +2,7 @@
 
 ``collect_runs(paths)`` opens the runs; ``build_table(name, runs, **opts) -> Table`` and
 ``render(table, fmt)`` make the tables (the kinds are ``aah_viz.export.kinds.TABLE_KINDS``);
-``aah_viz.export.stats`` holds the statistics (bootstrap, Welch, permutation, factorial view) and
+``aah_viz.export.stats`` applies the statistics (``aah_viz.stats``) to runs: summaries, factorial view; and
 ``aah_viz.export.comparisons`` the tables built from them; ``import_reference`` turns the
 reference's published CSVs into run directories; ``write_figure`` exports a Plotly figure to PNG,
 SVG or PDF. ``docs/export.md`` documents them.

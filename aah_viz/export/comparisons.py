@@ -3,7 +3,8 @@ difference curves), the factorial view, the baseline notes under a table, and wh
 significant (bold).
 
 Regimes are compared on each run's final training metrics (:func:`finals_frame`) or validation
-curves (:func:`val_loss_curves`); the tests themselves are :mod:`aah_viz.export.stats`.
+curves (:func:`val_loss_curves`) through :mod:`aah_viz.export.stats`; the tests themselves are
+:mod:`aah_viz.stats.significance`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Seed statistics for paper tables: summaries, bootstrap intervals, significance, factorial effects.
+"""Seed statistics for paper tables: summaries per regime, comparisons with a baseline, factorial effects.
 
-Everything here is a pure function of numbers (numpy/scipy), so the tests check it against
-scipy on known data. Randomness (bootstrap, Monte-Carlo permutations) always comes from a
+The statistics themselves (bootstrap intervals, Welch's t, permutation tests) are ``aah_viz.stats``';
+here they are applied to the runs of a table. Randomness always comes from a
 ``numpy.random.default_rng(seed)``: the same input and seed give the same interval.
 """
 
@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.special import stdtr  # Student t CDF; scipy.stats is heavier to import
 
 from aah_viz.regimes import FACTOR_LABELS, FACTORS, regime_named
+from aah_viz.stats.resampling import bootstrap_ci, bootstrap_mean_difference
+from aah_viz.stats.significance import TestResult, finite, paired_permutation_test, permutation_test, welch_t_test
 
 NO_VARIANCE = "n = 1, no variance estimate"
 DEFAULT_BOOT = 2000
 DEFAULT_SEED = 0
-EXACT_PERMUTATION_LIMIT = 20000  # enumerate every relabelling up to this many, else sample
 
 
 @dataclass(frozen=True)
@@ -43,34 +43,11 @@ class Summary:
         return "" if self.has_spread else NO_VARIANCE
 
 
-def _finite(values: Iterable[float]) -> np.ndarray:
-    arr = np.asarray([v for v in values if v is not None], dtype=float)
-    return arr[np.isfinite(arr)]
-
-
-def bootstrap_ci(
-    values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean; ``(nan, nan)`` for fewer than two values.
-
-    Seeded and deterministic: resampling indices come from ``default_rng(seed)``.
-    """
-    arr = _finite(values)
-    if arr.size < 2:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(n_boot, arr.size))
-    means = arr[idx].mean(axis=1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
-
-
 def summarize(
     values: Sequence[float], *, n_boot: int = DEFAULT_BOOT, level: float = 0.95, seed: int = DEFAULT_SEED
 ) -> Summary:
     """Summary of the finite values (NaN and None are dropped; n counts what is left)."""
-    arr = _finite(values)
+    arr = finite(values)
     n = int(arr.size)
     if n == 0:
         return Summary(math.nan, math.nan, 0, math.nan, math.nan, level)
@@ -118,109 +95,7 @@ def group_summaries(df: pd.DataFrame, value_columns: Sequence[str], **options) -
     return pd.DataFrame(rows)
 
 
-# --- significance -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TestResult:
-    statistic: float
-    p_value: float
-    df: float = math.nan
-    n_a: int = 0
-    n_b: int = 0
-    method: str = ""
-    note: str = ""
-
-
-def welch_t_test(a: Sequence[float], b: Sequence[float]) -> TestResult:
-    """Welch's two-sided t-test of mean(a) - mean(b) with the Welch-Satterthwaite degrees of freedom.
-
-    Needs at least two values on each side and some variance; otherwise the p-value is NaN and
-    ``note`` says why.
-    """
-    x, y = _finite(a), _finite(b)
-    na, nb = int(x.size), int(y.size)
-    if na < 2 or nb < 2:
-        return TestResult(math.nan, math.nan, math.nan, na, nb, "welch_t", "needs n >= 2 per regime")
-    va, vb = x.var(ddof=1) / na, y.var(ddof=1) / nb
-    se2 = va + vb
-    if se2 == 0:
-        return TestResult(math.nan, math.nan, math.nan, na, nb, "welch_t", "zero variance in both regimes")
-    t = (x.mean() - y.mean()) / math.sqrt(se2)
-    dof = se2**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-    p = 2.0 * float(stdtr(dof, -abs(t)))
-    return TestResult(float(t), float(min(1.0, p)), float(dof), na, nb, "welch_t")
-
-
-def permutation_test(
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    n_resamples: int = 9999,
-    seed: int = DEFAULT_SEED,
-    exact_limit: int = EXACT_PERMUTATION_LIMIT,
-) -> TestResult:
-    """Two-sided permutation test of the difference of means, relabelling runs (seeds) between regimes.
-
-    Every relabelling is enumerated when there are at most ``exact_limit`` of them (the p-value is
-    then exact, as in ``scipy.stats.permutation_test``); otherwise ``n_resamples`` random ones are
-    drawn from ``default_rng(seed)`` and p = (1 + #extreme) / (1 + n_resamples).
-    """
-    x, y = _finite(a), _finite(b)
-    na, nb = int(x.size), int(y.size)
-    if na < 2 or nb < 2:  # with one run on a side no relabelling can reach significance
-        return TestResult(math.nan, math.nan, math.nan, na, nb, "permutation (not run)", "needs n >= 2 per regime")
-    pooled = np.concatenate([x, y])
-    observed = x.mean() - y.mean()
-    total = pooled.sum()
-    n = na + nb
-    eps = 1e-12 * max(1.0, abs(observed))
-    n_comb = math.comb(n, na)
-    if n_comb <= exact_limit:
-        sums = np.array([pooled[list(c)].sum() for c in itertools.combinations(range(n), na)])
-        diffs = sums / na - (total - sums) / nb
-        p = float(np.mean(np.abs(diffs) >= abs(observed) - eps))
-        method = "permutation (exact)"
-    else:
-        rng = np.random.default_rng(seed)
-        extreme = 0
-        for _ in range(n_resamples):
-            perm = rng.permutation(n)
-            sa = pooled[perm[:na]].sum()
-            if abs(sa / na - (total - sa) / nb) >= abs(observed) - eps:
-                extreme += 1
-        p = (1 + extreme) / (1 + n_resamples)
-        method = f"permutation ({n_resamples} random)"
-    return TestResult(float(observed), min(1.0, p), math.nan, na, nb, method)
-
-
-def paired_permutation_test(
-    differences: Sequence[float], *, n_resamples: int = 9999, seed: int = DEFAULT_SEED, exact_limit: int = 1 << 16
-) -> TestResult:
-    """Two-sided sign-flip test of mean(differences) = 0 for runs paired by seed.
-
-    Under the null each seed's difference is as likely negated; all 2**n sign patterns are
-    enumerated when there are at most ``exact_limit`` (as ``scipy.stats.permutation_test`` with
-    ``permutation_type="samples"``), else ``n_resamples`` seeded random ones.
-    """
-    d = _finite(differences)
-    n = int(d.size)
-    if n < 2:
-        return TestResult(
-            math.nan, math.nan, math.nan, n, n, "paired sign-flip (not run)", "needs at least 2 shared seeds"
-        )
-    observed = float(d.mean())
-    eps = 1e-12 * max(1.0, abs(observed))
-    if 2**n <= exact_limit:
-        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
-        method = "paired sign-flip (exact)"
-    else:
-        signs = np.random.default_rng(seed).choice([-1, 1], size=(n_resamples, n))
-        method = f"paired sign-flip ({n_resamples} random)"
-    means = (signs * d).mean(axis=1)
-    extreme = int(np.sum(np.abs(means) >= abs(observed) - eps))
-    p = extreme / len(means) if 2**n <= exact_limit else (1 + extreme) / (1 + n_resamples)
-    return TestResult(observed, min(1.0, float(p)), math.nan, n, n, method)
+# --- comparisons --------------------------------------------------------------------------
 
 
 def paired_difference_curve(
@@ -277,7 +152,7 @@ def compare_to_baseline(
         vals = part[metric].to_numpy(dtype=float)
         w = welch_t_test(vals, base)
         p = permutation_test(vals, base, n_resamples=n_resamples, seed=seed)
-        na, nb = len(_finite(vals)), len(_finite(base))
+        na, nb = len(finite(vals)), len(finite(base))
         note = NO_VARIANCE if min(na, nb) < 2 else ""
         paired = _paired_differences(part, finals[finals["regime"] == baseline], metric)
         pp = paired_permutation_test(paired, n_resamples=n_resamples, seed=seed)
@@ -288,9 +163,9 @@ def compare_to_baseline(
                 "metric": metric,
                 "n": na,
                 "n_baseline": nb,
-                "mean": float(np.mean(_finite(vals))) if na else math.nan,
-                "mean_baseline": float(np.mean(_finite(base))) if nb else math.nan,
-                "diff": float(np.mean(_finite(vals)) - np.mean(_finite(base))) if na and nb else math.nan,
+                "mean": float(np.mean(finite(vals))) if na else math.nan,
+                "mean_baseline": float(np.mean(finite(base))) if nb else math.nan,
+                "diff": float(np.mean(finite(vals)) - np.mean(finite(base))) if na and nb else math.nan,
                 "welch_t": w.statistic,
                 "welch_df": w.df,
                 "welch_p": w.p_value,
@@ -386,20 +261,20 @@ def factorial_effects(
             continue
         effects = []
         for ra, rb in pairs:
-            on, off = _finite(by_regime[ra]), _finite(by_regime[rb])
+            on, off = finite(by_regime[ra]), finite(by_regime[rb])
             effects.append(on.mean() - off.mean() if on.size and off.size else math.nan)
-        n_on = sum(len(_finite(by_regime[a])) for a, _ in pairs)
-        n_off = sum(len(_finite(by_regime[b])) for _, b in pairs)
+        n_on = sum(len(finite(by_regime[a])) for a, _ in pairs)
+        n_off = sum(len(finite(by_regime[b])) for _, b in pairs)
         finite_effects = [e for e in effects if np.isfinite(e)]
         effect = float(np.mean(finite_effects)) if finite_effects else math.nan
         if len(pairs) == 1:
-            on, off = _finite(by_regime[pairs[0][0]]), _finite(by_regime[pairs[0][1]])
+            on, off = finite(by_regime[pairs[0][0]]), finite(by_regime[pairs[0][1]])
             test = welch_t_test(on, off)
-            lo, hi = _bootstrap_diff(on, off, n_boot=n_boot, seed=seed)
+            lo, hi = bootstrap_mean_difference(on, off, n_boot=n_boot, seed=seed)
         else:
             test = TestResult(math.nan, math.nan, note="several pairs: mean of pair effects")
             lo, hi = bootstrap_ci(finite_effects, n_boot=n_boot, seed=seed)
-        note = NO_VARIANCE if min(len(_finite(by_regime[a])) for pair in pairs for a in pair) < 2 else test.note
+        note = NO_VARIANCE if min(len(finite(by_regime[a])) for pair in pairs for a in pair) < 2 else test.note
         rows.append(
             {
                 "factor": factor,
@@ -416,14 +291,3 @@ def factorial_effects(
             }
         )
     return pd.DataFrame(rows)
-
-
-def _bootstrap_diff(on: np.ndarray, off: np.ndarray, *, n_boot: int, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(on) - mean(off), resampling each side independently."""
-    if on.size < 2 or off.size < 2:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    da = on[rng.integers(0, on.size, size=(n_boot, on.size))].mean(axis=1)
-    db = off[rng.integers(0, off.size, size=(n_boot, off.size))].mean(axis=1)
-    lo, hi = np.quantile(da - db, [0.025, 0.975])
-    return (float(lo), float(hi))

@@ -23,14 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aah_viz.analysis.selection import (
-    DEFAULT_NULL_DRAWS,
-    DEFAULT_SPLITS,
-    adjusted_p,
-    cluster_bootstrap_interval,
-    max_null,
-    split_half_best,
-)
+from aah_viz.analysis.selection import DEFAULT_NULL_DRAWS, DEFAULT_SPLITS, max_null, split_half_best
+from aah_viz.stats.resampling import cluster_bootstrap_interval
+from aah_viz.stats.significance import adjusted_p
 
 POSITIONAL_SHARE = 0.5  # positional: at least this share of the predictions sit at one offset (per head, per relation)
 INTERVAL_PROBE = "interval"  # probe_heads rows: per-head bootstrap intervals (metric ``METRIC:low``/``:high``)

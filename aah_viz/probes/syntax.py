@@ -35,6 +35,7 @@ from aah_viz.probes.claims import (
     split_claim,
     syntax_claim,
 )
+from aah_viz.stats.resampling import cluster_mean_interval
 
 DIRECTIONS = ("dep2head", "head2dep")
 EXCLUDED_RELATIONS = ("root", "punct")
@@ -154,23 +155,6 @@ def modal_offsets(counts: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray
     return modal - MAX_OFFSET, share
 
 
-def bootstrap_delta(
-    sentence: np.ndarray, diff: np.ndarray, n_boot: int, rng: np.random.Generator, level: float = 0.95
-) -> tuple[float, float]:
-    """Percentile interval of mean(diff), resampling whole sentences (links in a sentence move together)."""
-    ids, inverse = np.unique(sentence, return_inverse=True)
-    sums = np.bincount(inverse, weights=diff.astype(np.float64), minlength=len(ids))
-    counts = np.bincount(inverse, minlength=len(ids)).astype(np.float64)
-    n = len(ids)
-    if n < 2 or n_boot < 1:
-        return (np.nan, np.nan)
-    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)  # (B, n)
-    boot = (weights @ sums) / np.maximum(weights @ counts, 1.0)
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
-    return float(lo), float(hi)
-
-
 class SyntaxScorer:
     """Keeps, per gold link, whether every head (both directions) and every offset baseline got it
     right, and per head the offsets of its predictions over every word (the positional label)."""
@@ -264,7 +248,7 @@ class SyntaxScorer:
             base_acc = base[mask].mean(axis=0)
             k = int(np.argmax(base_acc))  # ties: the first offset in OFFSETS order
             diff = hits[mask, d, flat].astype(np.int64) - base[mask, k].astype(np.int64)
-            lo, hi = bootstrap_delta(sentence[mask], diff, n_boot, rng)
+            lo, hi = cluster_mean_interval(sentence[mask], diff, n_boot, rng)
             rows.append(
                 {
                     "step": step,

@@ -42,13 +42,13 @@ from aah_viz.probes.syntax import (
     DIRECTIONS,
     MAX_OFFSET,
     RELATION_COLUMNS,
-    bootstrap_delta,
     count_prediction_offsets,
     gold_links,
     is_excluded,
     modal_offsets,
     relation_label,
 )
+from aah_viz.stats.resampling import cluster_mean_interval
 
 CAUSAL_DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 SYNTAX_DIRECTIONS = DIRECTIONS + CAUSAL_DIRECTIONS  # every direction a probe_heads syntax metric can end in
@@ -219,7 +219,7 @@ class CausalSyntaxScorer:
             base_acc = base[mask].mean(axis=0)
             k = int(np.argmax(base_acc))  # ties: the first offset in BACKWARD_OFFSETS order
             diff = hits[mask, flat].astype(np.int64) - base[mask, k].astype(np.int64)
-            lo, hi = bootstrap_delta(sentence[mask], diff, n_boot, rng)
+            lo, hi = cluster_mean_interval(sentence[mask], diff, n_boot, rng)
             rows.append(
                 {
                     "step": step,

@@ -261,8 +261,8 @@ def _patch(model, rc: RetrofitConfig):
     overrides = dict(rc.overrides)
     if rc.train in ("aah", "aah+head"):
         overrides.setdefault("controller_training", "soft_mixture")
-    from instrumentation.config import REGIMES
+    from aah_viz.regimes import REGIMES
 
-    if not REGIMES.get(rc.regime, REGIMES["full_adaptive"]).overrides.get("enabled", True):
+    if not REGIMES.get(rc.regime, REGIMES["full_adaptive"]).controller:
         overrides.pop("controller_training", None)  # plain regimes have no controller
     return patch_model(model, rc.regime, rc.windows, **overrides)

@@ -13,9 +13,9 @@ from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import style
 from aah_viz.figures import windows as wfig
-from aah_viz.probes.compare import SHOWN_COMPARISON_COLUMNS, flag_without_groups
 from aah_viz.probes.coref_reach import reach_note
 from aah_viz.probes.distance import needed_windows
+from aah_viz.probes.partition_agreement import SHOWN_COMPARISON_COLUMNS, flag_without_groups
 
 HOW_TO = (
     "No probe results in this run yet. Produce them with\n\n"
