@@ -46,7 +46,7 @@ def test_app_reads_the_logs_root_from_its_arguments_or_the_environment(tmp_path,
 
 def test_the_packaged_reference_is_the_default_and_imports(tmp_path, monkeypatch):
     from aah_viz.dashboard import config
-    from aah_viz.export.reference import import_reference
+    from aah_viz.importers.reference import import_reference
 
     monkeypatch.delenv(config.REFERENCE_ENV, raising=False)
     ref = config.reference_dir([])

@@ -63,6 +63,6 @@ def regime_summary(per_run: pd.DataFrame, value_columns: list[str]) -> pd.DataFr
 
 
 def import_reference(src_dir, out_dir) -> list:
-    from aah_viz.export.reference import import_reference as _import_reference
+    from aah_viz.importers.reference import import_reference as _import_reference
 
     return list(_import_reference(src_dir, out_dir, overwrite=True))
