@@ -13,7 +13,7 @@ from aah_viz import regimes
 from aah_viz.dashboard.state import ADAPTIVE_FIRST
 from aah_viz.export.stats import regime_factors
 from aah_viz.figures import style
-from aah_viz.importers.reference import regime_of
+from aah_viz.importers.reference_csv import regime_of
 from instrumentation.config import CHOICES, REGIMES, AAHConfig
 
 PAPER = Path(regimes.__file__).parent / "data" / "reference" / "paper"
