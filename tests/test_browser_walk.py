@@ -394,7 +394,7 @@ def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(ser
 @pytest.mark.slow  # a guard: the zoom stayed put before issue 42 too
 def test_a_range_the_user_chose_stays_while_the_run_grows(server, browser, logs):
     from aah_viz.runlog import RunWriter
-    from aah_viz.samples.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     live = make_synthetic_run(logs / "live-synthetic", n_layer=2, n_head=4, steps=80, seed=5, status="running")
     page = new_page(browser, 1500, 1400)

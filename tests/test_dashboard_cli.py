@@ -146,7 +146,7 @@ for pkg in (aah_viz.analysis, aah_viz.figures, aah_viz.dashboard):
 names += ["aah_viz.cli.dashboard", "aah_viz.cli.bench_dashboard"]
 for name in names:
     importlib.import_module(name)
-from aah_viz.samples.synthetic import add_synthetic_lens, make_synthetic_frontier_run, make_synthetic_run
+from aah_viz.samples import add_synthetic_lens, make_synthetic_frontier_run, make_synthetic_run
 from aah_viz.runlog import load_run
 from aah_viz.figures import FIGURE_KINDS
 path = make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40)

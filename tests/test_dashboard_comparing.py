@@ -90,7 +90,7 @@ def test_the_probe_only_run_shows_no_nan_in_its_header(samples):
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):
-    from aah_viz.samples.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     root = tmp_path_factory.mktemp("logs")
     kw = dict(n_layer=2, n_head=4, steps=120)

@@ -17,7 +17,7 @@ from aah_viz.errors import MissingDependencyError
 from aah_viz.export import collect_runs
 from aah_viz.export.static import figures_bytes, find_browser, write_figure
 from aah_viz.figures import FIGURE_KINDS
-from aah_viz.samples.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF-"}
 needs_browser = pytest.mark.skipif(

@@ -16,7 +16,7 @@ import pytest
 
 from aah_viz.errors import RunLogError, SchemaVersionError, UnsafePathError
 from aah_viz.runlog import RunWriter, discover_runs, load_run, make_manifest, resolve_under, validate_run
-from aah_viz.samples.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 from aah_viz.schema import ALL_TABLES, TABLES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -542,7 +542,7 @@ def test_a_changed_text_or_a_relative_data_path_that_resolves_elsewhere_is_refus
 
 def test_train_out_on_a_folder_of_runs_is_refused_naming_them(tmp_path, capsys):
     from aah_viz.runlog import discover_runs
-    from aah_viz.samples.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     logs = tmp_path / "logs"
     make_synthetic_run(logs / "a", n_layer=2, n_head=4, steps=2)
