@@ -34,6 +34,8 @@ from browser_harness import (
 )
 from waiting import COMMAND_S, PATIENCE_MS, TEST_S, until, waiting_for
 
+from aah_viz.runlog.paths import is_run
+
 SAMPLE_LOGS = REPO / "sample_logs"
 BYTE_RUNS = ["full_adaptive_seed0", "full_adaptive_seed1", "full_attention_seed0"]
 SMOLLM2 = "smollm2_wikitext"
@@ -44,10 +46,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     need_chromium()
-    if (
-        not all((SAMPLE_LOGS / k / "manifest.json").is_file() for k in BYTE_RUNS)
-        or not (SAMPLE_LOGS / SMOLLM2).is_dir()
-    ):
+    if not all(is_run(SAMPLE_LOGS / k) for k in BYTE_RUNS) or not (SAMPLE_LOGS / SMOLLM2).is_dir():
         pytest.skip("the bundled sample logs are not in this checkout")
     root = tmp_path_factory.mktemp("walk_logs")
     for key in [*BYTE_RUNS, SMOLLM2]:

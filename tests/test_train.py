@@ -301,7 +301,7 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run, capsy
 
 
 def test_train_says_where_the_run_is_and_what_to_open_next(tmp_path, capsys):
-    from aah_viz.runlog.paths import discover_runs
+    from aah_viz.runlog import discover_runs
 
     out = tmp_path / "runs" / "fa0"
     assert train_cli(out, "--steps", "3") == 0
