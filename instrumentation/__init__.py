@@ -37,7 +37,7 @@ _EXPORTS = {
     "load_for_evaluation": "instrumentation.evaluation",
     "evaluate_loaded": "instrumentation.evaluation:evaluate",
     "write_inference": "instrumentation.evaluation",
-    "inference_summary_json": "instrumentation.evaluation:summary_json",
+    "inference_summary": "instrumentation.evaluation:summary_fields",
     "profile_source": "instrumentation.evaluation",
     "record_lens": "instrumentation.lens",
     "write_lens": "instrumentation.lens",

@@ -8,7 +8,6 @@ The event goes into ``out``: the source run itself (appended) or a new run direc
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -273,6 +272,7 @@ def write_result(
     return out
 
 
-def summary_json(detail: dict) -> str:
+def summary_fields(detail: dict) -> dict:
+    """What ``aah-viz evaluate --json`` prints of an evaluation (through the CLI's one JSON printer)."""
     keys = ("val_loss", "val_ppl", "tokens_per_s", "elapsed_s", "peak_mem_mb", "acr", "acr_causal", "realised_work")
-    return json.dumps({k: detail.get(k) for k in keys} | {"window_frac": detail.get("window_frac")})
+    return {k: detail.get(k) for k in keys} | {"window_frac": detail.get("window_frac")}
