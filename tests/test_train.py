@@ -21,7 +21,7 @@ from instrumentation import data as data_mod  # noqa: E402
 from instrumentation.config import AAHConfig  # noqa: E402
 from instrumentation.model import AAHTransformer  # noqa: E402
 from instrumentation.training import checkpoint as ckpt  # noqa: E402
-from instrumentation.training.train import lr_multiplier  # noqa: E402
+from instrumentation.training.schedule import lr_multiplier  # noqa: E402
 
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[1]
@@ -171,14 +171,14 @@ def _rows(run_dir):
 # the kill lands at the same point on any machine, past a checkpoint and before the next.
 KILL_AFTER_STEP = """
 import os, signal, sys
-from instrumentation.training import train
-record_step = train.RoutingRecorder.step
+from instrumentation.recorder import RoutingRecorder
+record_step = RoutingRecorder.step
 def record_step_then_die(self, step, **kw):
     record_step(self, step, **kw)
     if step == int(sys.argv[1]):
         self.flush(wait=True)
         os.kill(os.getpid(), signal.SIGKILL)
-train.RoutingRecorder.step = record_step_then_die
+RoutingRecorder.step = record_step_then_die
 from aah_viz.cli import main
 sys.exit(main(sys.argv[2:]))
 """

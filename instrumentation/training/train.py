@@ -31,12 +31,9 @@ from instrumentation import data as data_mod
 from instrumentation.recorder import RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
 from instrumentation.training import settings
-from instrumentation.training.distributed import Dist, broadcast_model, process_group, routing_sync
+from instrumentation.training.distributed import Dist, broadcast_model, process_group
 from instrumentation.training.loop import Loop, Recording, run_loop
-from instrumentation.training.schedule import default_lr_warmup, lr_multiplier
-
-# Imported from here by earlier code: the schedule, the rank sync and the recorder class the loop drives.
-__all__ = ["RoutingRecorder", "TrainConfig", "TrainResult", "lr_multiplier", "routing_sync", "train"]
+from instrumentation.training.schedule import default_lr_warmup
 
 DEFAULT_BATCH = {"tiny": 2, "small": 4, "paper-1b": 1}
 DEFAULT_EVAL_INTERVAL = {"tiny": 10, "small": 50, "paper-1b": 200}
