@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from aah_viz.method import SIM_THRESHOLD
 from aah_viz.runlog.manifest import make_manifest
 from aah_viz.runlog.writer import RunWriter
 from aah_viz.samples.simulation import RunShape, simulate
 from aah_viz.samples.tables import (
-    SIM_THRESHOLD,
     branch_table,
     events_table,
     heads_table,

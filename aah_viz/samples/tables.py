@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow as pa
 
 from aah_viz.coverage import band_pairs, effective_windows
+from aah_viz.method import SIM_THRESHOLD
 from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.paths import checkpoint_path
 from aah_viz.samples.simulation import Simulation, step_arrays
 
 FEATURE_DIM = 9
-SIM_THRESHOLD = 0.72  # the paper's level-0 similarity threshold
 
 
 def heads_table(sim: Simulation, start: int, stop: int) -> pa.Table:
