@@ -2,7 +2,7 @@
 
     with RoutingRecorder(model, run_dir, detail="full") as rec:
         for step, batch in ...:
-            model.set_step(step); loss = model(x, targets=y).loss; loss.backward(); opt.step()
+            model.prepare_step(step); loss = model(x, targets=y).loss; loss.backward(); opt.step()
             rec.step(step, loss=loss, lr=lr, tokens=n_tokens)
 
 It records every routing update (events, not samples) and, per step, the executed window of

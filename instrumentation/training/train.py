@@ -2,9 +2,10 @@
 
 Faithful to the reference loop where it shapes AAH behaviour: AdamW (lr 3e-4, weight decay 0.1,
 one parameter group), linear learning-rate warm-up then cosine to 0 (the multiplier is 0 at
-step 0), ``model.set_step(step)`` before every training forward, no gradient clipping,
-evaluation on a cadence with dropout off. Added for diagnostics: the ``RoutingRecorder``,
-checkpoints with routing state and the optimiser, exact resume, and data-parallel runs.
+step 0), ``model.prepare_step(step)`` (``set_step`` then ``set_control``) before every training
+forward, no gradient clipping, evaluation on a cadence with dropout off. Added for diagnostics: the
+``RoutingRecorder``, checkpoints with routing state and the optimiser, exact resume, and data-parallel
+runs.
 
 The loop itself, with its step numbering, stop on SIGTERM and non-finite-loss refusal, is
 ``instrumentation.training.loop`` (``aah-viz retrofit`` runs it too); this module builds the model,
