@@ -226,9 +226,9 @@ class AAHAttention(nn.Module, Hookable):
         return [getattr(self, f"_routing_init_{i}") for i in range(len(self.routing_parameters()))]
 
     def set_step(self, step: int | None) -> None:
-        """The training step the next forwards belong to: routing keys its warm-up and control cadence on it
-        (method §8.6); None at stand-alone inference, where every forward that may change routing updates it. Trainers call
-        ``prepare_step``, which also sets the control flag."""
+        """The training step the next forwards belong to: routing keys its warm-up and control cadence on
+        it (method §8.6); None at stand-alone inference, where every forward that may change routing
+        updates it. Trainers call ``prepare_step``, which also sets the control flag."""
         self.step = None if step is None else int(step)
 
     def set_control(self, flag: bool) -> None:
