@@ -24,6 +24,7 @@ _EXPORTS = {
     "RoutingEvent": "instrumentation.events",
     "TreeLevel": "instrumentation.events",
     "ClusterFacts": "instrumentation.events",
+    "Recording": "instrumentation.recorder",
     "RoutingRecorder": "instrumentation.recorder",
     "TrainConfig": "instrumentation.training.train",
     "train_model": "instrumentation.training.train:train",

@@ -244,13 +244,12 @@ def write_result(
             # an interrupted run stays interrupted (and resumable): appending a result finishes nothing
             writer.close(before if before in STATUSES else "finished")
         return out
-    from instrumentation.recorder import RoutingRecorder
+    from instrumentation.recorder import Recording, RoutingRecorder
 
     extra = {"evaluation_of": str(loaded.source), "evaluation_of_step": loaded.step, **loaded.extra}
     step = 0  # the new run holds this one step; the source's step is in the manifest and the detail
     tables = {name: {**rows, "step": [step] * len(rows["step"])} for name, rows in (tables or {}).items()}
-    rec = RoutingRecorder(
-        loaded.routed,
+    recording = Recording(
         out,
         "minimal",
         seed=loaded.seed,
@@ -258,8 +257,8 @@ def write_result(
         data=str(detail.get("data")),
         overwrite=overwrite,
         manifest_extra=extra,
-        background=False,
-    ).attach()
+    )
+    rec = RoutingRecorder(loaded.routed, recording, background=False).attach()
     try:
         rec.step(step, tokens=detail.get("tokens"))
         for table, rows in tables.items():

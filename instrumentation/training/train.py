@@ -29,11 +29,11 @@ from aah_viz.reporting.reporter import ReportSettings
 from aah_viz.runlog.paths import checkpoint_path, is_run, prune_checkpoints
 from aah_viz.torch_import import set_threads
 from instrumentation import data as data_mod
-from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
 from instrumentation.training import settings
 from instrumentation.training.distributed import Dist, broadcast_model, process_group
-from instrumentation.training.loop import Loop, Recording, run_loop
+from instrumentation.training.loop import Loop, run_loop
 from instrumentation.training.schedule import default_lr_warmup
 
 DEFAULT_BATCH = {"tiny": 2, "small": 4, "paper-1b": 1}
