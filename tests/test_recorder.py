@@ -417,3 +417,20 @@ def test_the_recorder_reads_any_routed_layers_through_aah_routing(tmp_path):
     assert got == [w for layer in range(cfg.n_layer) for w in witness.windows[(5, layer)]]
     with pytest.raises(ConfigError, match="lacks cfg, attention_layers"):
         RoutingRecorder(torch.nn.Linear(2, 2), Recording(tmp_path / "other"))
+
+
+def test_a_recording_refuses_an_unknown_detail_and_a_flush_cadence_below_one(tmp_path):
+    with pytest.raises(ConfigError, match="detail 'everything' is not one of full, light, minimal"):
+        Recording(tmp_path / "run", "everything")
+    with pytest.raises(ConfigError, match="flush_every must be >= 1, got 0"):
+        Recording(tmp_path / "run", flush_every=0)
+
+
+def test_an_integrations_keywords_split_into_the_recording_and_the_recorders_options(tmp_path):
+    from instrumentation.recorder.recording import recording_and_options
+
+    recording, options = recording_and_options(
+        str(tmp_path / "run"), "light", {"flush_every": 7, "seed": 3, "rank": 1, "background": False}
+    )
+    assert recording == Recording(tmp_path / "run", "light", flush_every=7, seed=3)
+    assert options == {"rank": 1, "background": False}
