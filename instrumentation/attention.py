@@ -110,6 +110,7 @@ class CausalSelfAttention(nn.Module, Hookable):
         self._init_hooks()
 
     def set_step(self, step: int | None) -> None:
+        """The training step (None at stand-alone inference); a plain layer only records it."""
         self.step = step
 
     def set_control(self, flag: bool) -> None:  # nothing to control
@@ -225,6 +226,9 @@ class AAHAttention(nn.Module, Hookable):
         return [getattr(self, f"_routing_init_{i}") for i in range(len(self.routing_parameters()))]
 
     def set_step(self, step: int | None) -> None:
+        """The training step the next forwards belong to: routing keys its warm-up and control cadence on
+        it (method §8.6); None at stand-alone inference, where every forward that may change routing
+        updates it. Trainers call ``prepare_step``, which also sets the control flag."""
         self.step = None if step is None else int(step)
 
     def set_control(self, flag: bool) -> None:

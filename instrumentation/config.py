@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aah_viz.errors import ConfigError
+from aah_viz.method import SIM_THRESHOLD
 from aah_viz.regimes import REGIMES
 
 # Enumerated values of the keys that take a name (the reference's choices plus our named options).
@@ -77,7 +78,7 @@ class AAHConfig:
     apply_window_control: bool = True
     control_dim: int = 16
     control_interval: int = 5
-    sim_threshold: float = 0.72
+    sim_threshold: float = SIM_THRESHOLD
     super_threshold: float = 0.76
     max_depth: int = 4
     ema_alpha: float = 0.9

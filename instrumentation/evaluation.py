@@ -8,7 +8,6 @@ The event goes into ``out``: the source run itself (appended) or a new run direc
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -245,13 +244,12 @@ def write_result(
             # an interrupted run stays interrupted (and resumable): appending a result finishes nothing
             writer.close(before if before in STATUSES else "finished")
         return out
-    from instrumentation.recorder import RoutingRecorder
+    from instrumentation.recorder import Recording, RoutingRecorder
 
     extra = {"evaluation_of": str(loaded.source), "evaluation_of_step": loaded.step, **loaded.extra}
     step = 0  # the new run holds this one step; the source's step is in the manifest and the detail
     tables = {name: {**rows, "step": [step] * len(rows["step"])} for name, rows in (tables or {}).items()}
-    rec = RoutingRecorder(
-        loaded.routed,
+    recording = Recording(
         out,
         "minimal",
         seed=loaded.seed,
@@ -259,8 +257,8 @@ def write_result(
         data=str(detail.get("data")),
         overwrite=overwrite,
         manifest_extra=extra,
-        background=False,
-    ).attach()
+    )
+    rec = RoutingRecorder(loaded.routed, recording, background=False).attach()
     try:
         rec.step(step, tokens=detail.get("tokens"))
         for table, rows in tables.items():
@@ -273,6 +271,7 @@ def write_result(
     return out
 
 
-def summary_json(detail: dict) -> str:
+def summary_fields(detail: dict) -> dict:
+    """What ``aah-viz evaluate --json`` prints of an evaluation (through the CLI's one JSON printer)."""
     keys = ("val_loss", "val_ppl", "tokens_per_s", "elapsed_s", "peak_mem_mb", "acr", "acr_causal", "realised_work")
-    return json.dumps({k: detail.get(k) for k in keys} | {"window_frac": detail.get("window_frac")})
+    return {k: detail.get(k) for k in keys} | {"window_frac": detail.get("window_frac")}

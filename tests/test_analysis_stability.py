@@ -104,7 +104,7 @@ def test_head_switch_stats_counts_switches_flip_flops_and_dwell():
 def test_stability_of_a_synthetic_run_matches_a_direct_computation(tmp_path):
     from aah_viz.analysis import queries
     from aah_viz.runlog import load_run
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     run = load_run(make_synthetic_run(tmp_path / "r", n_layer=3, n_head=8, steps=200, seed=4))
     heads = queries.heads_at_updates(run)

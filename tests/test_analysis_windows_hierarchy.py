@@ -14,7 +14,7 @@ import pytest
 
 from aah_viz.analysis import hierarchy, queries, windows
 from aah_viz.runlog import load_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 

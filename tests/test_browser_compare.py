@@ -20,6 +20,8 @@ import pytest
 from browser_harness import need_chromium, new_page, open_page, settle, wait_selector
 from waiting import PATIENCE_MS, TEST_S
 
+from aah_viz.runlog.paths import is_run
+
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 WAIT_MS = PATIENCE_MS  # deadlines far beyond any plausible machine; each wait says what it waited for
@@ -35,7 +37,7 @@ def logs(tmp_path_factory):
     need_chromium()
     import shutil
 
-    if not all((SAMPLE_LOGS / key / "manifest.json").is_file() for key in RUNS):
+    if not all(is_run(SAMPLE_LOGS / key) for key in RUNS):
         pytest.skip("the bundled sample logs are not in this checkout")
     root = tmp_path_factory.mktemp("compare_logs")
     for key in RUNS:

@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     need_chromium()
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     logs = tmp_path_factory.mktemp("browser_logs")
     from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
@@ -198,7 +198,7 @@ def test_selection_travels_in_the_address_and_a_click_selects_a_head(server, bro
 
 def test_a_run_being_written_updates_without_a_reload(server, browser, logs):
     from aah_viz.runlog import RunWriter
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     live = make_synthetic_run(
         logs / "live-s2", n_layer=N_LAYER, n_head=N_HEAD, steps=60, regime="full_adaptive", seed=2, status="running"

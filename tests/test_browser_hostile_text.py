@@ -41,7 +41,7 @@ def _hostile_run(logs: Path) -> Path:
     from test_figures_registry import add_probe_tables  # tests/ is on sys.path under pytest
 
     from aah_viz.runlog import RunWriter
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     run = make_synthetic_run(logs / HOSTILE_KEY, regime="full_adaptive", seed=3, n_layer=N_LAYER, n_head=N_HEAD,
                              steps=STEPS)  # fmt: skip
@@ -70,7 +70,7 @@ def _hostile_run(logs: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     need_chromium()
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     logs = tmp_path_factory.mktemp("hostile_logs")
     make_synthetic_run(logs / "plain-s0", regime="shallow_freeze", seed=0, n_layer=N_LAYER, n_head=N_HEAD,

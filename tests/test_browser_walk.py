@@ -34,6 +34,8 @@ from browser_harness import (
 )
 from waiting import COMMAND_S, PATIENCE_MS, TEST_S, until, waiting_for
 
+from aah_viz.runlog.paths import is_run
+
 SAMPLE_LOGS = REPO / "sample_logs"
 BYTE_RUNS = ["full_adaptive_seed0", "full_adaptive_seed1", "full_attention_seed0"]
 SMOLLM2 = "smollm2_wikitext"
@@ -44,10 +46,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(TEST_S)]
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     need_chromium()
-    if (
-        not all((SAMPLE_LOGS / k / "manifest.json").is_file() for k in BYTE_RUNS)
-        or not (SAMPLE_LOGS / SMOLLM2).is_dir()
-    ):
+    if not all(is_run(SAMPLE_LOGS / k) for k in BYTE_RUNS) or not (SAMPLE_LOGS / SMOLLM2).is_dir():
         pytest.skip("the bundled sample logs are not in this checkout")
     root = tmp_path_factory.mktemp("walk_logs")
     for key in [*BYTE_RUNS, SMOLLM2]:
@@ -394,7 +393,7 @@ def test_the_training_axis_follows_a_live_run_until_the_user_chooses_a_range(ser
 @pytest.mark.slow  # a guard: the zoom stayed put before issue 42 too
 def test_a_range_the_user_chose_stays_while_the_run_grows(server, browser, logs):
     from aah_viz.runlog import RunWriter
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     live = make_synthetic_run(logs / "live-synthetic", n_layer=2, n_head=4, steps=80, seed=5, status="running")
     page = new_page(browser, 1500, 1400)

@@ -170,7 +170,7 @@ def walk_command(path: tuple[str, ...], baseline: list[str], places, only: set[s
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     return make_synthetic_run(tmp_path_factory.mktemp("runs") / "r", n_layer=2, n_head=4, steps=8, flush_every=4)
 

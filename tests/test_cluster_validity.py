@@ -193,7 +193,7 @@ def test_runs_without_a_validity_table_fall_back_to_the_tree(tmp_path):
     from aah_viz.analysis import queries
     from aah_viz.export import records
     from aah_viz.runlog import load_run
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
     from aah_viz.schema import TABLES
 
     path = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=8, steps=120, seed=3)
@@ -217,7 +217,7 @@ def test_the_stability_export_carries_the_recorded_shares(tmp_path):
     from aah_viz.runlog import load_run
     from aah_viz.runlog.columns import rows_to_arrow
     from aah_viz.runlog.segment_io import write_segment
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     shares = {}
     for seed in (0, 1):

@@ -12,7 +12,7 @@ from aah_viz.cli import main
 from aah_viz.errors import RunLockedError, RunLogError
 from aah_viz.runlog import RunWriter, generations, load_run, paths, validate_run
 from aah_viz.runlog.compact import compact_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 TABLES = ["branch", "events", "heads", "scalars", "tree", "cluster_validity"]  # every table a synthetic run has
 

@@ -14,6 +14,7 @@ from waiting import PATIENCE_S
 from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.probes.coref_reach import reach_note
 from aah_viz.runlog import load_run
+from aah_viz.runlog.paths import is_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_logs" / "full_adaptive_seed0"
@@ -34,7 +35,7 @@ def test_the_note_gives_both_numbers_and_the_reason_and_says_more_when_the_signs
 
 
 def test_the_probes_page_explains_the_sign_change_of_the_sample_run(tmp_path, monkeypatch):
-    if not (SAMPLE / "manifest.json").is_file():
+    if not is_run(SAMPLE):
         pytest.skip(f"{SAMPLE} is not in this checkout")
     pooled = load_run(SAMPLE).table("window_association").query("layer != layer").set_index("target")["rho"]
     assert pooled["spearman:coref"] > 0 > pooled["spearman:coref_reachable"]  # the sample shows the case

@@ -21,7 +21,7 @@ from waiting import PATIENCE_S, TEST_S
 from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
@@ -694,7 +694,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     """With a frontier run under the logs root the dashboard opens on the Frontier page: one point per
     configuration at its ACR and perplexity (exp of the mean block loss, recomputed here), the table
     beside it; without one, the Runs page comes first and Frontier says how to make one."""
-    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
+    from aah_viz.samples import make_synthetic_frontier_run
 
     root = tmp_path / "logs"
     make_synthetic_run(root / "adaptive-s0", n_layer=2, n_head=4, steps=20, regime="full_adaptive", seed=0)

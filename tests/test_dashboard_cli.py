@@ -46,7 +46,7 @@ def test_app_reads_the_logs_root_from_its_arguments_or_the_environment(tmp_path,
 
 def test_the_packaged_reference_is_the_default_and_imports(tmp_path, monkeypatch):
     from aah_viz.dashboard import config
-    from aah_viz.export.reference import import_reference
+    from aah_viz.importers.reference import import_reference
 
     monkeypatch.delenv(config.REFERENCE_ENV, raising=False)
     ref = config.reference_dir([])
@@ -146,7 +146,7 @@ for pkg in (aah_viz.analysis, aah_viz.figures, aah_viz.dashboard):
 names += ["aah_viz.cli.dashboard", "aah_viz.cli.bench_dashboard"]
 for name in names:
     importlib.import_module(name)
-from aah_viz.runlog.synthetic import add_synthetic_lens, make_synthetic_frontier_run, make_synthetic_run
+from aah_viz.samples import add_synthetic_lens, make_synthetic_frontier_run, make_synthetic_run
 from aah_viz.runlog import load_run
 from aah_viz.figures import FIGURE_KINDS
 path = make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=40)

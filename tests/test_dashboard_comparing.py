@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.dashboard.app import PAGE_FILES
+from aah_viz.runlog.paths import is_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
@@ -34,7 +35,7 @@ def captions(at: AppTest) -> list[str]:
 
 @pytest.fixture
 def samples(monkeypatch, tmp_path):
-    if not (SAMPLE_LOGS / PROBE_ONLY / "manifest.json").is_file():
+    if not is_run(SAMPLE_LOGS / PROBE_ONLY):
         pytest.skip("the bundled sample logs are not in this checkout")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
@@ -90,7 +91,7 @@ def test_the_probe_only_run_shows_no_nan_in_its_header(samples):
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     root = tmp_path_factory.mktemp("logs")
     kw = dict(n_layer=2, n_head=4, steps=120)

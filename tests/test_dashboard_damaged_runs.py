@@ -16,7 +16,7 @@ from waiting import PATIENCE_S, TEST_S
 from aah_viz.cli import main
 from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.runlog import paths, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 

@@ -16,7 +16,7 @@ from aah_viz.analysis import cluster_validity as cv
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.segment_io import write_segment
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")

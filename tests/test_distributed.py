@@ -89,7 +89,7 @@ def test_without_routing_sync_ranks_drift_apart(tmp_path):
 
 def test_routing_sync_sets_the_models_feature_reducer_and_removes_it():
     from instrumentation import AAHConfig, AAHTransformer
-    from instrumentation.training.train import routing_sync
+    from instrumentation.training.distributed import routing_sync
 
     model = AAHTransformer(AAHConfig.from_preset("tiny", regime="full_adaptive"))
     with routing_sync(model, 1):  # a single process: nothing to average, no reducer

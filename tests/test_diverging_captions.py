@@ -20,7 +20,7 @@ from waiting import PATIENCE_S
 
 from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures.payload import figure_data
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 N_LAYER, N_HEAD, STEPS = 3, 4, 40

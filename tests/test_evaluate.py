@@ -36,6 +36,10 @@ def trained(tmp_path_factory):
     return run, data
 
 
+def _refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _events(run_dir, kind):
     ev = load_run(run_dir).events()
     return [json.loads(d) for d in ev.loc[ev["kind"] == kind, "detail"]]
@@ -110,7 +114,7 @@ def test_window_fractions_are_over_the_windows_a_sliding_window_executed(tmp_pat
         + ["--window", "8", "--seq-len", "32", "--json", "--no-progress"]
     )
     assert rc == 0
-    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1], parse_constant=_refuse)  # strict JSON
     # every head executed 8 tokens; the default candidates (512..4096, clamped to 128) were never executed
     assert printed["window_frac"] == {"8": 1.0}
     (detail,) = _events(out, "inference")

@@ -17,7 +17,8 @@ from aah_viz.errors import MissingDependencyError
 from aah_viz.export import collect_runs
 from aah_viz.export.static import figures_bytes, find_browser, write_figure
 from aah_viz.figures import FIGURE_KINDS
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.runlog.paths import is_run
+from aah_viz.samples import make_synthetic_run
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF-"}
 needs_browser = pytest.mark.skipif(
@@ -184,7 +185,7 @@ def test_exported_training_curves_keep_the_first_losses_off_the_loss_and_perplex
 
     names = ("full_adaptive_seed0", "full_attention_seed0")
     dirs = [Path(__file__).resolve().parents[1] / "sample_logs" / n for n in names]
-    if not all((d / "manifest.json").is_file() for d in dirs):
+    if not all(is_run(d) for d in dirs):
         pytest.skip("the bundled sample logs are not in this checkout")
     losses = np.concatenate([load_run(d).scalar("loss")["value"].to_numpy() for d in dirs])
     fig = FIGURE_KINDS["training_curves"](collect_runs(dirs))

@@ -30,7 +30,7 @@ from aah_viz.export import (
 )
 from aah_viz.export.formats import latex_document, to_latex
 from aah_viz.runlog import RunWriter
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 WINDOWS = (8, 16, 32, 64)
 STEPS = 60

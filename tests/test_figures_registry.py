@@ -10,7 +10,7 @@ from aah_viz.errors import AAHVizError
 from aah_viz.figures import FIGURE_KINDS, build_figure
 from aah_viz.figures.payload import figure_data, payload_bytes
 from aah_viz.runlog import RunWriter, load_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REQUIRED_KINDS = {
     "hierarchy",
@@ -181,7 +181,7 @@ def _axis_titles(fig) -> list[str]:
 @pytest.fixture(scope="module")
 def frontier_run(tmp_path_factory):
     """A frontier run as aah-viz frontier writes one: an inference event per configuration."""
-    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
+    from aah_viz.samples import make_synthetic_frontier_run
 
     return load_run(make_synthetic_frontier_run(tmp_path_factory.mktemp("frontier") / "fr"))
 
@@ -189,7 +189,7 @@ def frontier_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lens_run(tmp_path_factory):
     """A run with a lens of one document (random causal attention), written as aah-viz lens writes it."""
-    from aah_viz.runlog.synthetic import add_synthetic_lens
+    from aah_viz.samples import add_synthetic_lens
 
     path = make_synthetic_run(tmp_path_factory.mktemp("lens") / "l", n_layer=2, n_head=3, steps=20, seed=0)
     add_synthetic_lens(path, 19, 2, 3)

@@ -238,7 +238,7 @@ def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path)
     recomputed here from the run's events (perplexity = exp(total nll / tokens))."""
     from aah_viz.cli import main
     from aah_viz.runlog import load_run
-    from aah_viz.runlog.synthetic import make_synthetic_frontier_run
+    from aah_viz.samples import make_synthetic_frontier_run
 
     run = load_run(make_synthetic_frontier_run(tmp_path / "fr", seed=3))
     for fmt in ("csv", "md", "latex"):
@@ -265,7 +265,7 @@ def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path)
 
 def test_export_all_leaves_out_tables_the_runs_were_never_measured_for(tmp_path):
     from aah_viz.cli import main
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     make_synthetic_run(tmp_path / "r", n_layer=2, n_head=4, steps=20)
     assert main(["export", str(tmp_path / "r"), "--table", "all", "--out", str(tmp_path / "o")]) == 0
@@ -278,7 +278,7 @@ def test_export_of_a_frontier_folder_beside_other_runs_needs_no_allow_mixed(tmp_
     """A frontier table is made of each frontier's own rows, so runs of other configurations beside it
     (its adaptations, a probe run at another T) are no reason to refuse, as the README's command does."""
     from aah_viz.cli import main
-    from aah_viz.runlog.synthetic import make_synthetic_frontier_run, make_synthetic_run
+    from aah_viz.samples import make_synthetic_frontier_run, make_synthetic_run
 
     make_synthetic_frontier_run(tmp_path / "logs" / "fr", seed=3)
     make_synthetic_run(tmp_path / "logs" / "other", n_layer=2, n_head=4, steps=20, windows=(4, 8))

@@ -15,6 +15,7 @@ from aah_viz.figures import data
 from aah_viz.figures.validity import validity_figure
 from aah_viz.probes.partition_agreement import NO_GROUPS, degenerate_reasons
 from aah_viz.runlog import load_run
+from aah_viz.runlog.paths import is_run
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_logs" / "grouping_off_seed0"
@@ -22,7 +23,7 @@ SAMPLE = REPO / "sample_logs" / "grouping_off_seed0"
 
 @pytest.fixture(scope="module")
 def grouping_off():
-    if not (SAMPLE / "manifest.json").is_file():
+    if not is_run(SAMPLE):
         pytest.skip(f"{SAMPLE} is not in this checkout")
     return load_run(SAMPLE)
 

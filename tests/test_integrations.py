@@ -177,7 +177,7 @@ def test_a_control_off_run_through_the_lightning_callback_matches_aah_viz_train(
     from aah_viz.cli import main
     from instrumentation import data as data_mod
     from instrumentation.integrations.lightning import AAHRoutingCallback
-    from instrumentation.training.train import lr_multiplier
+    from instrumentation.training.schedule import lr_multiplier
 
     steps, batch, lr, seed, n_docs = 12, 2, 1e-3, 5, 24
     train_dir = tmp_path / "train"

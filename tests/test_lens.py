@@ -295,7 +295,7 @@ print(json.dumps({{
 
 
 def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
-    from aah_viz.runlog.synthetic import add_synthetic_lens, make_synthetic_run
+    from aah_viz.samples import add_synthetic_lens, make_synthetic_run
 
     logs = tmp_path / "logs"
     from test_figures_registry import add_probe_tables, probe_value

@@ -116,7 +116,7 @@ def light_runs(venv) -> Path:
     assert len(out) == len(methods) + len(list(paper.glob("qwen3_4b_*_heatmap.csv")))
     _py(
         venv,
-        "import sys; from aah_viz.runlog.synthetic import make_synthetic_run; "
+        "import sys; from aah_viz.samples import make_synthetic_run; "
         "make_synthetic_run(sys.argv[1], n_layer=2, n_head=4, steps=60, regime='full_adaptive', seed=0)",
         str(runs / "synth"),
     )

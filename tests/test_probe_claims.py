@@ -21,7 +21,7 @@ from aah_viz.probes.conllu_reader import read_conllu
 from aah_viz.probes.runner import run_probes
 from aah_viz.probes.store import write_probe_tables
 from aah_viz.runlog import load_run, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 pytestmark = pytest.mark.timeout(TEST_S)
 

@@ -14,7 +14,7 @@ from aah_viz.errors import ConfigError  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.config import AAHConfig  # noqa: E402
 from instrumentation.model import AAHTransformer  # noqa: E402
-from instrumentation.recorder import RoutingRecorder  # noqa: E402
+from instrumentation.recorder import Recording, RoutingRecorder  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -57,7 +57,7 @@ def train_tiny(
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     gen = torch.Generator().manual_seed(seed)
     handle = model.subscribe(witness) if witness is not None else None
-    rec = RoutingRecorder(model, run_dir, detail, flush_every=flush_every, seed=seed) if record else None
+    rec = RoutingRecorder(model, Recording(run_dir, detail, flush_every=flush_every, seed=seed)) if record else None
     with rec if rec is not None else _null():
         for step in range(steps):
             model.train()
@@ -297,7 +297,7 @@ def test_segments_appear_while_training_and_on_detach(tmp_path):
     cfg = AAHConfig.from_preset("tiny", regime="full_adaptive")
     model = AAHTransformer(cfg)
     run_dir = tmp_path / "live"
-    rec = RoutingRecorder(model, run_dir, "full", flush_every=3).attach()
+    rec = RoutingRecorder(model, Recording(run_dir, "full", flush_every=3)).attach()
     x = torch.randint(0, 256, (2, cfg.block_size + 1))
     for step in range(5):
         model.prepare_step(step)
@@ -319,7 +319,7 @@ def test_detach_on_exception_removes_every_subscription(tmp_path):
     model = AAHTransformer(cfg)
     x = torch.randint(0, 256, (2, cfg.block_size + 1))
     with pytest.raises(RuntimeError, match="boom"):
-        with RoutingRecorder(model, tmp_path / "boom", "full") as rec:
+        with RoutingRecorder(model, Recording(tmp_path / "boom", "full")) as rec:
             for step in range(3):
                 model.prepare_step(step)
                 model(x[:, :-1], targets=x[:, 1:])
@@ -334,7 +334,7 @@ def test_detach_on_exception_removes_every_subscription(tmp_path):
     assert validate_run(tmp_path / "boom") == []
     # detaching twice, or a recorder never attached, is harmless
     rec.detach()
-    RoutingRecorder(model, tmp_path / "never").detach()
+    RoutingRecorder(model, Recording(tmp_path / "never")).detach()
 
 
 def test_shallow_freeze_records_its_freeze_and_topology(tmp_path):
@@ -404,7 +404,7 @@ def test_the_recorder_reads_any_routed_layers_through_aah_routing(tmp_path):
     witness = Witness()
     handle = model.subscribe(witness)
     gen = torch.Generator().manual_seed(0)
-    with RoutingRecorder(DataParallel(Patched(model)), tmp_path / "run", "full", flush_every=2) as rec:
+    with RoutingRecorder(DataParallel(Patched(model)), Recording(tmp_path / "run", "full", flush_every=2)) as rec:
         for step in range(6):
             model.prepare_step(step)
             x = torch.randint(0, 256, (2, cfg.block_size), generator=gen)
@@ -416,4 +416,21 @@ def test_the_recorder_reads_any_routed_layers_through_aah_routing(tmp_path):
     got = heads[heads["step"] == 5].sort_values(["layer", "head"])["window"].tolist()
     assert got == [w for layer in range(cfg.n_layer) for w in witness.windows[(5, layer)]]
     with pytest.raises(ConfigError, match="lacks cfg, attention_layers"):
-        RoutingRecorder(torch.nn.Linear(2, 2), tmp_path / "other")
+        RoutingRecorder(torch.nn.Linear(2, 2), Recording(tmp_path / "other"))
+
+
+def test_a_recording_refuses_an_unknown_detail_and_a_flush_cadence_below_one(tmp_path):
+    with pytest.raises(ConfigError, match="detail 'everything' is not one of full, light, minimal"):
+        Recording(tmp_path / "run", "everything")
+    with pytest.raises(ConfigError, match="flush_every must be >= 1, got 0"):
+        Recording(tmp_path / "run", flush_every=0)
+
+
+def test_an_integrations_keywords_split_into_the_recording_and_the_recorders_options(tmp_path):
+    from instrumentation.recorder.recording import recording_and_options
+
+    recording, options = recording_and_options(
+        str(tmp_path / "run"), "light", {"flush_every": 7, "seed": 3, "rank": 1, "background": False}
+    )
+    assert recording == Recording(tmp_path / "run", "light", flush_every=7, seed=3)
+    assert options == {"rank": 1, "background": False}

@@ -15,9 +15,10 @@ import pytest
 from aah_viz import bundled
 from aah_viz.cli import main
 from aah_viz.errors import AAHVizError, InputFormatError
-from aah_viz.export import build_table, collect_runs, import_reference, render
+from aah_viz.export import build_table, collect_runs, render
+from aah_viz.importers.reference import import_reference
 from aah_viz.runlog import load_run, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper"
 HEATMAP_HEADER = (

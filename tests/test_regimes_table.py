@@ -11,9 +11,9 @@ import pytest
 
 from aah_viz import regimes
 from aah_viz.dashboard.pickers import ADAPTIVE_FIRST
-from aah_viz.export.reference import regime_of
 from aah_viz.export.stats import regime_factors
 from aah_viz.figures import style
+from aah_viz.importers.reference_csv import regime_of
 from aah_viz.regimes import REGIMES
 from instrumentation.config import CHOICES, AAHConfig
 

@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 from aah_viz.errors import ConfigError  # noqa: E402
 from aah_viz.runlog import load_run  # noqa: E402
 from instrumentation import RoutingRecorder  # noqa: E402
+from instrumentation.recorder import Recording  # noqa: E402
 from instrumentation.retrofit import load_adapter, patch_model, read_adapter, save_adapter  # noqa: E402
 from instrumentation.retrofit.parity import FAMILIES, random_model  # noqa: E402
 
@@ -240,7 +241,7 @@ def test_the_recorder_records_a_patched_model(tmp_path):
     ids = ids_of(32)
     model.train()
     seen = []
-    with RoutingRecorder(model, tmp_path / "run", "full") as rec:
+    with RoutingRecorder(model, Recording(tmp_path / "run", "full")) as rec:
         for step in range(7):
             handle.prepare_step(step)
             with torch.no_grad():

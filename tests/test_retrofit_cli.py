@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from aah_viz.cli import main  # noqa: E402
-from aah_viz.export.reference import HEATMAP_COLUMNS  # noqa: E402
+from aah_viz.importers.reference_csv import HEATMAP_COLUMNS  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.retrofit import load_adapter, read_adapter  # noqa: E402
 

@@ -19,7 +19,7 @@ import pytest
 from aah_viz.cli import main
 from aah_viz.errors import UnsafePathError
 from aah_viz.runlog import RunWriter, paths, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = [name for name, kind in paths.RUN_ENTRIES.items() if kind == "folder"]

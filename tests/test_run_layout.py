@@ -8,7 +8,7 @@ import pytest
 
 from aah_viz.probes.target import resolve_target
 from aah_viz.runlog import load_run, paths
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 
 def _checkpoint_events(run_dir) -> list[tuple[int, str]]:

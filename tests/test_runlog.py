@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from aah_viz.errors import RunLogError, SchemaVersionError, UnsafePathError
-from aah_viz.runlog import RunWriter, discover_runs, load_run, make_manifest, resolve_under, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.runlog import RunWriter, discover_runs, load_run, make_manifest, resolve_under, run_dirs, validate_run
+from aah_viz.samples import make_synthetic_run
 from aah_viz.schema import ALL_TABLES, TABLES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -493,6 +493,20 @@ def test_discover_runs_follows_no_symlink_out(tmp_path):
     (root / "loop").symlink_to(root)
     assert discover_runs(root) == [root / "r0", root / "x" / "r1", root / "x" / "y" / "r2"]
     assert discover_runs(root / "r0") == [root / "r0"]
+
+
+def test_run_dirs_takes_runs_and_folders_of_runs_each_run_once_and_names_what_is_neither(tmp_path):
+    root = tmp_path / "logs"
+    for name in ("a", "b/c"):
+        RunWriter.create(root / name, manifest(run_id=name)).close()
+    (tmp_path / "a-again").symlink_to(root / "a")
+    # a run, then the folder holding it, then the same run through a link: the run comes once, where first named
+    assert run_dirs([root / "b" / "c", root, tmp_path / "a-again"]) == [root / "b" / "c", root / "a"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunLogError, match="empty holds no run directories"):
+        run_dirs([root / "a", tmp_path / "empty"])
+    with pytest.raises(RunLogError, match="missing does not exist"):
+        run_dirs([tmp_path / "missing"])
 
 
 def test_validate_checks_causal_coverage_and_per_step_seq_len(tmp_path):

@@ -19,7 +19,7 @@ from aah_viz.cli import main
 from aah_viz.errors import UnsafePathError
 from aah_viz.probes.store import write_probe_tables
 from aah_viz.runlog import RunWriter, load_run, paths, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 PLANTS = ["lock", "manifest", "table folder", "segment"]
 

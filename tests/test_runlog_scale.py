@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aah_viz.runlog import load_run, validate_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from aah_viz.cli import main
 from aah_viz.errors import RunLogError
 from aah_viz.runlog import RunWriter, load_run, validate_run
 from aah_viz.runlog import paths as run_paths
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 
 @pytest.fixture

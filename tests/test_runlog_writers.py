@@ -19,7 +19,7 @@ from aah_viz.errors import RunLockedError, RunLogError
 from aah_viz.runlog import RunWriter, load_run, make_manifest, read_manifest, validate_run
 from aah_viz.runlog import lock as run_lock
 from aah_viz.runlog.manifest import write_manifest
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 REPO = Path(__file__).resolve().parents[1]
 

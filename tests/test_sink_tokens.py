@@ -237,13 +237,13 @@ def test_model_backends_agree_with_sinks_in_a_training_step():
 
 def test_recorded_acr_counts_the_sinks(tmp_path):
     from aah_viz.runlog import load_run, validate_run
-    from instrumentation.recorder import RoutingRecorder
+    from instrumentation.recorder import Recording, RoutingRecorder
 
     torch.manual_seed(0)
     cfg = AAHConfig.from_preset("tiny", regime="full_adaptive", sink_tokens=5, warmup_steps=1)
     model = AAHTransformer(cfg)
     gen = torch.Generator().manual_seed(0)
-    with RoutingRecorder(model, tmp_path / "run", "full", flush_every=2) as rec:
+    with RoutingRecorder(model, Recording(tmp_path / "run", "full", flush_every=2)) as rec:
         for step in range(4):
             model.prepare_step(step)
             x = torch.randint(0, 256, (2, cfg.block_size + 1), generator=gen)

@@ -47,15 +47,15 @@ import os, sys
 victim, mark = os.environ.get("SWEEP_VICTIM"), os.environ.get("SWEEP_VICTIM_MARK")
 if victim and victim in sys.argv and not os.path.exists(mark):
     import signal
-    from instrumentation.training import train
-    record_step = train.RoutingRecorder.step
+    from instrumentation.recorder import RoutingRecorder
+    record_step = RoutingRecorder.step
     def record_step_then_die(self, step, **kw):
         record_step(self, step, **kw)
         if step == 4:
             self.flush(wait=True)
             open(mark, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
-    train.RoutingRecorder.step = record_step_then_die
+    RoutingRecorder.step = record_step_then_die
 """
 
 

@@ -21,7 +21,7 @@ from instrumentation import data as data_mod  # noqa: E402
 from instrumentation.config import AAHConfig  # noqa: E402
 from instrumentation.model import AAHTransformer  # noqa: E402
 from instrumentation.training import checkpoint as ckpt  # noqa: E402
-from instrumentation.training.train import lr_multiplier  # noqa: E402
+from instrumentation.training.schedule import lr_multiplier  # noqa: E402
 
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[1]
@@ -171,14 +171,14 @@ def _rows(run_dir):
 # the kill lands at the same point on any machine, past a checkpoint and before the next.
 KILL_AFTER_STEP = """
 import os, signal, sys
-from instrumentation.training import train
-record_step = train.RoutingRecorder.step
+from instrumentation.recorder import RoutingRecorder
+record_step = RoutingRecorder.step
 def record_step_then_die(self, step, **kw):
     record_step(self, step, **kw)
     if step == int(sys.argv[1]):
         self.flush(wait=True)
         os.kill(os.getpid(), signal.SIGKILL)
-train.RoutingRecorder.step = record_step_then_die
+RoutingRecorder.step = record_step_then_die
 from aah_viz.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -301,7 +301,7 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(finished_run, capsy
 
 
 def test_train_says_where_the_run_is_and_what_to_open_next(tmp_path, capsys):
-    from aah_viz.runlog.paths import discover_runs
+    from aah_viz.runlog import discover_runs
 
     out = tmp_path / "runs" / "fa0"
     assert train_cli(out, "--steps", "3") == 0
@@ -542,7 +542,7 @@ def test_a_changed_text_or_a_relative_data_path_that_resolves_elsewhere_is_refus
 
 def test_train_out_on_a_folder_of_runs_is_refused_naming_them(tmp_path, capsys):
     from aah_viz.runlog import discover_runs
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     logs = tmp_path / "logs"
     make_synthetic_run(logs / "a", n_layer=2, n_head=4, steps=2)

@@ -12,7 +12,7 @@ import pytest
 from aah_viz.analysis import queries, stability
 from aah_viz.figures import data
 from aah_viz.runlog import RunWriter, load_run
-from aah_viz.runlog.synthetic import make_synthetic_run
+from aah_viz.samples import make_synthetic_run
 
 
 @pytest.fixture(scope="module")

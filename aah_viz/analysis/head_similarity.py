@@ -37,6 +37,7 @@ import pandas as pd
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis.partitions import ari_rows
+from aah_viz.method import SIM_THRESHOLD
 from aah_viz.stats.ranks import mantel
 from aah_viz.stats.significance import holm
 
@@ -49,7 +50,6 @@ TIE_EPS = 1e-8  # the forced bipartition's tie band (instrumentation.routing.clu
 SELF_MERGE_SCORE = -1.0  # a group's own score in the small-group merge (method §5.6)
 ALPHA = 0.05  # stability and agreement: p-value at or below it
 
-DEFAULT_THRESHOLD = 0.72  # the method's sim_threshold
 DEFAULT_MIN_GROUP_SIZE = 3
 DEFAULT_AGREEMENT_SAMPLES = 999
 
@@ -250,7 +250,7 @@ def _merge_small(groups: list[list[int]], sim: np.ndarray, threshold: float, min
 
 
 def method_partition(
-    sim: np.ndarray, threshold: float = DEFAULT_THRESHOLD, *, min_group_size: int = 1, allow_forced: bool = True
+    sim: np.ndarray, threshold: float = SIM_THRESHOLD, *, min_group_size: int = 1, allow_forced: bool = True
 ) -> tuple[np.ndarray, str]:
     """The method's level-0 grouping (method §5.1, §5.5, §5.6; no churn) of the items of ``sim``.
 
@@ -358,7 +358,7 @@ class HeadInput:
 
 @dataclass(frozen=True)
 class Settings:
-    threshold: float = DEFAULT_THRESHOLD
+    threshold: float = SIM_THRESHOLD
     min_group_size: int = DEFAULT_MIN_GROUP_SIZE
     null_samples: int = cv.DEFAULT_NULL_SAMPLES
     refit_samples: int = cv.DEFAULT_REFIT_SAMPLES

@@ -44,7 +44,7 @@ def _reader(path: Path, frames: dict, name: str):
 def run(args) -> int:
     from aah_viz.runlog import load_run
     from aah_viz.runlog.compact import compact_run
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     for flag, value, lo, hi in (
         ("--segments", args.segments, 2, 1_000_000),

@@ -159,7 +159,7 @@ def measure_fallback(run_dir: Path, pairs: int, progress=None) -> dict:
 def run(args) -> int:
     from tqdm import tqdm
 
-    from aah_viz.runlog.synthetic import make_synthetic_run
+    from aah_viz.samples import make_synthetic_run
 
     if args.logs is not None or args.page:
         if not args.pages:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aah_viz.cli._json import json_text
 from aah_viz.cli.train import add_overrides_argument
 
 
@@ -139,7 +140,7 @@ def load_model(args):
 
 def run(args) -> int:
     loaded = load_model(args)
-    from instrumentation import evaluate_loaded, inference_summary_json, write_inference
+    from instrumentation import evaluate_loaded, inference_summary, write_inference
 
     detail = evaluate_loaded(
         loaded,
@@ -155,7 +156,7 @@ def run(args) -> int:
     detail["threads"] = require_torch().get_num_threads()  # tokens_per_s depends on it
     out = write_inference(args.out, loaded, detail, overwrite=args.overwrite)
     if args.json:
-        print(inference_summary_json(detail))
+        print(json_text(inference_summary(detail)))
     else:
         print(f"inference event written to {out}: val_loss {detail['val_loss']:.4f}, ACR {detail['acr']:.3f}")
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from aah_viz.cli._json import json_text
 from aah_viz.cli.evaluate import windows_arg
 from aah_viz.errors import InputFormatError, RunLogError
+from aah_viz.method import SIM_THRESHOLD
 
 TABLE = "head_similarity"
 
@@ -58,7 +59,12 @@ def register(subparsers) -> None:
         "--no-probes", action="store_true", help="measure no probe scores (the probe similarity is left out)"
     )
     p.add_argument("--tables-only", action="store_true", help="load no model: use the run's own tables only")
-    p.add_argument("--threshold", type=float, default=None, help="the method's threshold (default: the run's 0.72)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help=f"the method's threshold (default: the run's, else {SIM_THRESHOLD})",
+    )
     p.add_argument("--min-group-size", type=int, default=None, help="the method's min_group_size (default: the run's)")
     p.add_argument("--null-samples", type=int, default=200, help="random groupings in the validity null (200)")
     p.add_argument("--refit-samples", type=int, default=50, help="structureless head sets in the refit null (50)")
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         )
     cfg = loaded_run.config or {}
     settings = hs.Settings(
-        threshold=float(args.threshold if args.threshold is not None else cfg.get("sim_threshold", 0.72)),
+        threshold=float(args.threshold if args.threshold is not None else cfg.get("sim_threshold", SIM_THRESHOLD)),
         min_group_size=int(args.min_group_size if args.min_group_size is not None else cfg.get("min_group_size", 3)),
         null_samples=args.null_samples,
         refit_samples=args.refit_samples,

@@ -47,7 +47,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aah_viz import bundled
-    from aah_viz.export.reference import import_reference
+    from aah_viz.importers.reference import import_reference
 
     for path in import_reference(
         args.src if args.src is not None else bundled.reference_paper_dir(),

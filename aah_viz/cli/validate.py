@@ -24,12 +24,12 @@ def register(subparsers) -> None:
 
 def _expand(paths: list[str]) -> list[Path]:
     from aah_viz.runlog import discover_runs
-    from aah_viz.runlog.paths import manifest_path
+    from aah_viz.runlog.paths import holds_manifest
 
     out = []
     for text in paths:
         path = Path(text)
-        if path.is_dir() and not manifest_path(path).exists():
+        if path.is_dir() and not holds_manifest(path):
             found = discover_runs(path)
             if not found:
                 raise RunLogError(f"{path} is neither a run directory (no manifest.json) nor a folder holding runs")

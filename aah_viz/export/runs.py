@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from aah_viz.errors import AAHVizError, RunLogError
 from aah_viz.regimes import paper_rank
-from aah_viz.runlog import discover_runs, load_run
-from aah_viz.runlog.paths import is_run
+from aah_viz.runlog import load_run, run_dirs
 
 
 class MixedConfigError(AAHVizError):
@@ -24,24 +22,7 @@ class MixedConfigError(AAHVizError):
 
 def collect_runs(paths: Iterable[str | os.PathLike]) -> list:
     """Open every run named: a run directory itself, or a folder holding run directories."""
-    runs, seen = [], set()
-    for p in paths:
-        p = Path(p)
-        if is_run(p):
-            found = [p]
-        elif p.is_dir():
-            found = discover_runs(p)
-            if not found:
-                raise RunLogError(
-                    f"{p} holds no run directories (no manifest.json below it); give a run or a folder of runs"
-                )
-        else:
-            raise RunLogError(f"{p} does not exist; give a run directory or a folder of runs")
-        for run_dir in found:
-            key = Path(run_dir).resolve()
-            if key not in seen:
-                seen.add(key)
-                runs.append(load_run(run_dir))
+    runs = [load_run(run_dir) for run_dir in run_dirs(paths)]
     if not runs:
         raise RunLogError("no runs given; name at least one run directory or folder of runs")
     return runs

@@ -20,25 +20,11 @@ from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.reporting import from_run
 from aah_viz.reporting.scalars import routing_scalars, scalars_at
 from aah_viz.reporting.sinks import TensorBoardSink
-from aah_viz.runlog import discover_runs, load_run
-from aah_viz.runlog.paths import is_run
+from aah_viz.runlog import load_run, run_dirs
 from aah_viz.runlog.validate import damage
 
 MAX_REASONS = 5
 PARTIAL = ".partial-"
-
-
-def collect(paths) -> list[Path]:
-    """Run directories: each path a run, or a folder holding runs."""
-    found: list[Path] = []
-    for p in map(Path, paths):
-        if is_run(p):
-            found.append(p)
-        elif p.is_dir() and (runs := discover_runs(p)):
-            found.extend(runs)
-        else:
-            raise RunLogError(f"{p} is neither a run directory (no manifest.json) nor a folder holding runs")
-    return list(dict.fromkeys(found))
 
 
 def folder_names(runs: list[Path]) -> list[str]:
@@ -96,7 +82,7 @@ def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool =
     """Write ``out/<run id>/`` event files for every run of ``paths``; returns the folders written."""
     from tqdm.auto import tqdm
 
-    runs = collect(paths)
+    runs = run_dirs(paths)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")

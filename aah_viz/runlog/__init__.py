@@ -5,8 +5,9 @@ still being written; ``validate_run`` lists what is wrong with one. No torch her
 """
 
 from aah_viz.runlog.columns import table_schema
+from aah_viz.runlog.discovery import discover_runs, run_dirs
 from aah_viz.runlog.manifest import make_manifest, read_manifest
-from aah_viz.runlog.paths import discover_runs, resolve_under
+from aah_viz.runlog.paths import resolve_under
 from aah_viz.runlog.reader import Run, load_run
 from aah_viz.runlog.validate import validate_run
 from aah_viz.runlog.writer import RunWriter
@@ -18,6 +19,7 @@ __all__ = [
     "load_run",
     "make_manifest",
     "read_manifest",
+    "run_dirs",
     "resolve_under",
     "table_schema",
     "validate_run",

@@ -43,6 +43,12 @@ def is_run(folder: str | os.PathLike) -> bool:
     return manifest_path(folder).is_file()
 
 
+def holds_manifest(folder: str | os.PathLike) -> bool:
+    """Whether anything named ``manifest.json`` is in ``folder``: a run, or a broken or fake one (a folder,
+    a FIFO), which a new run may not overwrite and validate reports rather than searches below."""
+    return manifest_path(folder).exists()
+
+
 # ---------------------------------------------------------------------------- the run's entries
 # Every file or folder a command reads or writes inside a run, besides the table folders (segments:
 # below), declared once: name -> "file" or "folder". Each is opened, listed, replaced and deleted
@@ -290,7 +296,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = 
             fh.write(data)
 
 
-def _is_within(path: Path, root: Path) -> bool:
+def is_within(path: Path, root: Path) -> bool:
+    """Whether the resolved ``path`` is ``root`` or inside it."""
     return path == root or root in path.parents
 
 
@@ -310,75 +317,11 @@ def resolve_under(root: str | os.PathLike, user_path: str | os.PathLike) -> Path
             f"path {text!r} is absolute; give a path relative to {root_resolved} (for example a run id)"
         )
     resolved = (root_resolved / candidate).resolve()
-    if not _is_within(resolved, root_resolved):
+    if not is_within(resolved, root_resolved):
         raise UnsafePathError(
             f"path {text!r} leaves {root_resolved} (through '..' or a symbolic link); give a path inside that folder"
         )
     return resolved
-
-
-def discover_runs(root: str | os.PathLike) -> list[Path]:
-    """Every run directory (a folder holding ``manifest.json``) under ``root``, sorted.
-
-    Symbolic links are followed only while they stay inside ``root``; a run's own folders are not
-    searched for further runs. ``root`` itself counts when it is a run.
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise RunLogError(f"{root} is not a folder; give the folder that holds run directories")
-    root_resolved = root.resolve()
-    found: list[Path] = []
-    seen: set[Path] = set()
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        real = current.resolve()
-        if real in seen or not _is_within(real, root_resolved):
-            continue
-        seen.add(real)
-        manifest = current / MANIFEST
-        if manifest.is_file() and _is_within(manifest.resolve(), root_resolved):
-            found.append(current)
-            continue
-        try:
-            children = sorted(os.scandir(current), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in children:
-            if entry.name.startswith(".") or entry.name == "__pycache__":
-                continue
-            try:
-                if entry.is_dir(follow_symlinks=True):
-                    stack.append(current / entry.name)
-            except OSError:
-                continue
-    return sorted(found)
-
-
-def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> list[Path]:
-    """Run directories inside ``folder`` (not ``folder`` itself), at most ``depth`` levels down and at most
-    ``limit`` of them: enough to tell that a folder holds runs without walking a whole disk."""
-    found: list[Path] = []
-    level = [Path(folder)]
-    for _ in range(depth):
-        below = []
-        for current in level:
-            try:
-                entries = sorted(os.scandir(current), key=lambda e: e.name)
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                path = current / entry.name
-                if (path / MANIFEST).is_file():
-                    found.append(path)
-                    if len(found) >= limit:
-                        return found
-                else:
-                    below.append(path)
-        level = below
-    return found
 
 
 # ---------------------------------------------------------------------------- model files

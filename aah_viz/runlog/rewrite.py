@@ -64,7 +64,7 @@ def rewrite_step(
     who holds the lock meanwhile (a refused writer is told). Returns the new segments, one per table
     written."""
     run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST).is_file():
+    if not paths.is_run(run_dir):
         raise RunLogError(f"{run_dir} is not a run directory (no {MANIFEST}); give a run written by aah-viz train")
     arrow = {}
     for name, frame in tables.items():  # convert everything first: a type error writes nothing

@@ -22,6 +22,7 @@ from aah_viz.errors import RunLogError
 from aah_viz.runlog import generations, paths
 from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.compact import compact_locked
+from aah_viz.runlog.discovery import runs_below
 from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, to_jsonable, utc_now, write_manifest
 from aah_viz.runlog.segment_io import write_segment
@@ -94,7 +95,7 @@ class RunWriter:
         lock = WriterLock.acquire(run_dir, "writing a new run")
         try:
             has_segments = any(paths.list_segments(run_dir / t) for t in paths.list_table_dirs(run_dir))
-            if (run_dir / MANIFEST).exists() or has_segments:
+            if paths.holds_manifest(run_dir) or has_segments:
                 if not overwrite:
                     raise RunLogError(
                         f"{run_dir} already holds a run; choose another output folder, resume it, "
@@ -327,9 +328,9 @@ _CONSTRUCT = object()
 
 def _refuse_a_folder_of_runs(run_dir: Path) -> None:
     """A run written into a folder that holds runs would hide them: every tool stops at a run's folder."""
-    if not run_dir.is_dir() or (run_dir / MANIFEST).exists():
+    if not run_dir.is_dir() or paths.holds_manifest(run_dir):
         return
-    inside = paths.runs_below(run_dir)
+    inside = runs_below(run_dir)
     if inside:
         names = ", ".join(p.relative_to(run_dir).as_posix() for p in inside[:5])
         more = " and more" if len(inside) > 5 else ""

@@ -39,7 +39,7 @@ from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
 from instrumentation import data as data_mod
 from instrumentation.config import AAHConfig
 from instrumentation.model import AAHTransformer
-from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder import Recording, RoutingRecorder
 
 
 def _folder_bytes(path: Path) -> int:
@@ -77,13 +77,13 @@ def bench_hooks(
     times = {n: [] for n in names}
     cpu = {n: [] for n in names}
     tokens = batch_size * cfg.block_size
-    rec_args = dict(flush_every=flush_every, seed=seed, preset=preset, steps=steps)
+    rec_args = dict(flush_every=flush_every, seed=seed, preset=preset, steps=steps)  # of each Recording
     reporting = {"s": 0.0, "cpu_s": 0.0, "n": 0}
-    with tmp, RoutingRecorder(models[0], run_dir, detail, **rec_args) as rec:
+    with tmp, RoutingRecorder(models[0], Recording(run_dir, detail, **rec_args)) as rec:
         rep_rec = reporter = None
         if report_every > 0:
             rep_dir = run_dir.parent / f"{run_dir.name}-reported"
-            rep_rec = RoutingRecorder(models[2], rep_dir, detail, **rec_args).attach()
+            rep_rec = RoutingRecorder(models[2], Recording(rep_dir, detail, **rec_args)).attach()
             targets = () if report_to == "none" else (report_to,)
             sinks = open_sinks(targets, tensorboard_dir=run_entry(rep_dir, TENSORBOARD_DIR), run_name=rep_dir.name)
             reporter = Reporter(ReportSettings(targets, every=report_every), sinks)

@@ -35,6 +35,7 @@ from transformers.trainer_callback import CallbackHandler
 from aah_viz.reporting.scalars import step_scalars
 from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder.recording import recording_and_options
 
 
 class AAHForCausalLM(torch.nn.Module):
@@ -85,7 +86,8 @@ class AAHRoutingCallback(TrainerCallback):
         kwargs.setdefault("steps", int(state.max_steps) if state.max_steps else None)
         kwargs.setdefault("seed", int(args.seed))
         kwargs.setdefault("manifest_extra", {"integration": "transformers.Trainer"})
-        self.recorder = RoutingRecorder(self.aah, self.run_dir, self.detail, rank=rank, **kwargs).attach()
+        recording, options = recording_and_options(self.run_dir, self.detail, kwargs)
+        self.recorder = RoutingRecorder(self.aah, recording, rank=rank, **options).attach()
         self._tokens = (
             args.per_device_train_batch_size
             * max(1, args.gradient_accumulation_steps)

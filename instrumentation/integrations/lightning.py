@@ -32,6 +32,7 @@ import torch
 from aah_viz.reporting.scalars import step_scalars
 from instrumentation.integrations import find_aah_model, prepare_step
 from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder.recording import recording_and_options
 
 
 def _loss_of(outputs: Any) -> torch.Tensor | None:
@@ -80,9 +81,8 @@ class AAHRoutingCallback(pl.Callback):
         kwargs = dict(self.recorder_kwargs)
         kwargs.setdefault("steps", int(trainer.max_steps) if trainer.max_steps and trainer.max_steps > 0 else None)
         kwargs.setdefault("manifest_extra", {"integration": "lightning.Trainer"})
-        self.recorder = RoutingRecorder(
-            self.aah, self.run_dir, self.detail, rank=int(trainer.global_rank), **kwargs
-        ).attach()
+        recording, options = recording_and_options(self.run_dir, self.detail, kwargs)
+        self.recorder = RoutingRecorder(self.aah, recording, rank=int(trainer.global_rank), **options).attach()
         self._recorded_step = int(trainer.global_step) - 1
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

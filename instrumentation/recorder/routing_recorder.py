@@ -1,8 +1,8 @@
 """``RoutingRecorder``: subscribes to an AAH model's routing events and writes the run directory.
 
-    with RoutingRecorder(model, run_dir, detail="full") as rec:
+    with RoutingRecorder(model, Recording(run_dir, detail="full")) as rec:
         for step, batch in ...:
-            model.set_step(step); loss = model(x, targets=y).loss; loss.backward(); opt.step()
+            model.prepare_step(step); loss = model(x, targets=y).loss; loss.backward(); opt.step()
             rec.step(step, loss=loss, lr=lr, tokens=n_tokens)
 
 It records every routing update (events, not samples) and, per step, the executed window of
@@ -27,14 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from aah_viz.errors import ConfigError
+from aah_viz.reporting.last_step import LastStep
 from aah_viz.runlog import rows
 from aah_viz.schema import STATUS_FAILED, STATUS_FINISHED, STATUS_STOPPED
 from instrumentation.recorder import model_state as rm
 from instrumentation.recorder import payload as rp
-
-DETAILS = ("full", "light", "minimal")
-DEFAULT_FLUSH_EVERY = 50
+from instrumentation.recorder.recording import Recording
+from instrumentation.recorder.row_worker import RowWorker
 
 
 def _empty_buffers() -> dict[str, list]:
@@ -43,84 +42,26 @@ def _empty_buffers() -> dict[str, list]:
     return {k: [] for k in keys}
 
 
-class _ReportState:
-    """What a trainer's logger reads of the last closed step, beyond the windows and groups."""
-
-    def __init__(self, n_layer: int):
-        self.step: int | None = None
-        self.seq_len = 0
-        self.work: dict = {}
-        self.grad_norm: float | None = None
-        self.change = np.full(n_layer, np.nan)  # each layer's latest routing update
-        self.forced = np.full(n_layer, np.nan)
-        self.updated = False  # some layer updated since the last closed step
-
-    def take_update(self, layer: int, change: float | None, origin: str | None) -> None:
-        self.updated = True
-        self.change[layer] = np.nan if change is None else float(change)
-        if origin is not None:
-            self.forced[layer] = float(origin == "forced_bipartition")
-
-    def restore(self, run_dir: Path) -> None:
-        """After a resume: each layer's latest routing update as the run holds it."""
-        from aah_viz.reporting.from_run import level0_forced, update_rates
-        from aah_viz.runlog import load_run
-
-        run = load_run(run_dir)
-        for target, found in ((self.change, update_rates(run)), (self.forced, level0_forced(run))):
-            for layer, (_, values) in found.items():
-                if 0 <= layer < len(target) and len(values):
-                    target[layer] = values[-1]
-
-    def take_step(self, step: int, seq_len: int, work: dict) -> None:
-        self.step, self.seq_len, self.work, self.updated = step, int(seq_len), work, False
-
-    def layer_work(self) -> np.ndarray:
-        out = np.full(len(self.change), np.nan)
-        for layer, value in self.work.items():
-            out[layer] = _float_or_nan(value)
-        return out
-
-
-def _float_or_nan(value: Any) -> float:
-    value = rows.float_or_none(value) if value is not None else None  # a tensor: one item() call
-    return np.nan if value is None else value
-
-
 class RoutingRecorder:
     """Record an AAH model's routing into a run directory (see ``docs/training.md``)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
-        run_dir: str | Path,
-        detail: str = "full",
+        recording: Recording,
         *,
-        flush_every: int = DEFAULT_FLUSH_EVERY,
-        manifest: dict | None = None,
-        resume_from_step: int | None = None,
-        run_id: str | None = None,
-        seed: int | None = None,
-        preset: str | None = None,
-        steps: int | None = None,
-        data: Any = None,
-        overwrite: bool = False,
         rank: int | None = None,
         record_eval_forwards: bool = False,
         controller_init: list[torch.Tensor] | None = None,
-        manifest_extra: dict | None = None,
-        backend: Any = None,
         background: bool = True,
     ):
-        if detail not in DETAILS:
-            raise ConfigError(f"recorder detail {detail!r} is not one of {', '.join(DETAILS)}")
-        if int(flush_every) < 1:
-            raise ConfigError(f"recorder flush_every must be >= 1, got {flush_every}")
+        """``recording``: the run and its manifest; ``rank``: this process's (only rank 0 writes; default:
+        torch.distributed's); ``record_eval_forwards``: also the forwards of ``model.eval()``;
+        ``controller_init``: the controller weights drift is measured from (a resume's); ``background``:
+        rows built and written on a worker thread."""
         self.model = model
-        self.run_dir = Path(run_dir)
-        self.detail = detail
-        self.flush_every = int(flush_every)
-        self.resume_from_step = resume_from_step
+        self.recording = recording
+        self.run_dir, self.detail, self.flush_every = recording.run_dir, recording.detail, recording.flush_every
         self.record_eval_forwards = record_eval_forwards
         self.rank = rm.dist_rank() if rank is None else int(rank)
         self.is_writer = self.rank == 0
@@ -133,18 +74,11 @@ class RoutingRecorder:
         self.windows = tuple(int(w) for w in cfg.windows)
         self.seq_len = int(cfg.block_size)
         self.flops_shape = (int(cfg.n_embd), int(cfg.n_ff)) if cfg.n_embd and cfg.n_ff else None
-        self._manifest = manifest
-        self._manifest_args = dict(
-            run_id=run_id, seed=seed, preset=preset, steps=steps, data=data, backend=backend, extra=manifest_extra or {}
-        )
-        self._overwrite = overwrite
         self._controller_init = controller_init
         self.writer = None
-        self.background = bool(background)
         self.write_cpu_s = 0.0  # CPU time spent building rows and writing segments (any thread)
         self.hot_path_s = 0.0  # wall time spent in event callbacks and step() on the training thread
-        self._pool = None
-        self._futures: list = []
+        self._rows = RowWorker(background)
         self._handles: list[Any] = []
         self.attached = False
         self._layer_now: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
@@ -153,8 +87,7 @@ class RoutingRecorder:
         self._buf = _empty_buffers()
         self._needs_sync = False
         self._health: rm.ControllerHealth | None = None
-        self._report = _ReportState(self.n_layer)
-        self.routing_update_steps = 0  # closed steps on which some layer (re)built its routing
+        self.last_step = LastStep(self.n_layer, self.windows, self.w_min, self.sinks)  # what a logger reads
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self) -> RoutingRecorder:
@@ -179,28 +112,25 @@ class RoutingRecorder:
             return self
         from aah_viz.runlog import RunWriter
 
-        if self.resume_from_step is not None:
-            self.writer = RunWriter.resume(self.run_dir, keep_through_step=int(self.resume_from_step))
+        rec = self.recording
+        if rec.resume_from_step is not None:
+            self.writer = RunWriter.resume(self.run_dir, keep_through_step=int(rec.resume_from_step))
             self._frozen_layers, self._warmup_end_done = rp.restore_groups(self.run_dir, self._groups)
-            self._report.restore(self.run_dir)
+            self.last_step.restore(self.run_dir)
         else:
-            manifest = self._manifest or rm.run_manifest(
+            manifest = rec.manifest or rm.run_manifest(
                 self.cfg,
                 self.run_dir,
                 recorder={"detail": self.detail, "flush_every": self.flush_every},
-                **self._manifest_args,
+                **{k: getattr(rec, k) for k in ("run_id", "seed", "preset", "steps", "data", "backend")},
+                extra=rec.manifest_extra,
             )
-            self.writer = RunWriter.create(self.run_dir, manifest, overwrite=self._overwrite)
-        if self.background:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aah-recorder")
+            self.writer = RunWriter.create(self.run_dir, manifest, overwrite=rec.overwrite)
+        self._rows.start()
         try:
             self._handles = [self.routed.subscribe(self._on_event)]
         except BaseException:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
+            self._rows.stop()
             self.writer.close(STATUS_FAILED)
             self.writer = None
             raise
@@ -227,9 +157,7 @@ class RoutingRecorder:
             try:
                 self._wait()  # never leave a worker writing behind a closed writer
             finally:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=True)
-                    self._pool = None
+                self._rows.stop()
                 writer.close(status or STATUS_FINISHED)
 
     def __enter__(self) -> RoutingRecorder:
@@ -292,7 +220,7 @@ class RoutingRecorder:
         if ev.raw_head_idx is not None:
             self._raw_now[layer] = rp.stage(ev.raw_head_idx)
         tree = ev.tree or []
-        self._report.take_update(layer, ev.group_change_rate, tree[0].facts.origin if tree else None)
+        self.last_step.take_update(layer, ev.group_change_rate, tree[0].facts.origin if tree else None)
         if tree:
             groups = self._groups.copy()  # copy on write: earlier steps keep their snapshot
             groups[layer] = -1
@@ -357,9 +285,7 @@ class RoutingRecorder:
         self._buf["groups"].append(self._groups)
         self._buf["raw"].append(self._raw_now)
         self._buf["work"].append(self._work_now)
-        if self._report.updated:
-            self.routing_update_steps += 1
-        self._report.take_step(step, seq_len, self._work_now)
+        self.last_step.take_step(step, seq_len, self._work_now)
         self._layer_now, self._raw_now, self._work_now = {}, {}, {}
         add = self._buf["scalars"].append
         if loss is not None:
@@ -371,7 +297,7 @@ class RoutingRecorder:
             add((step, "tokens_per_s", float(tokens) / step_time))
         add((step, "peak_mem_mb", rm.peak_memory_mb(self._device)))
         grad_norm, drift = self._health()
-        self._report.grad_norm = grad_norm
+        self.last_step.grad_norm = grad_norm
         add((step, "controller_grad_norm", grad_norm))
         add((step, "controller_weight_drift", drift))
         for name, value in scalars.items():
@@ -438,29 +364,18 @@ class RoutingRecorder:
 
         Called at a logger's cadence, not every step: it waits for the step's host copies.
         """
-        from aah_viz.reporting.scalars import RoutingRows
-
-        rep = self._report
-        if rep.step is None:
+        if self.last_step.step is None:
             return None
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)  # the staged windows are non-blocking copies
         # one torch call: each releases the GIL, and while the writer thread builds rows in Python
         # every re-acquisition can wait a switch interval (5 ms)
-        win = torch.stack(self._last_win).numpy()  # the staged windows are host tensors
-        return RoutingRows(
-            steps=np.asarray([rep.step]),
-            candidates=self.windows,
-            windows=win[None],
-            seq_len=np.asarray([rep.seq_len]),
-            w_min=self.w_min,
-            sinks=self.sinks,
-            groups=self._groups[None],
-            layer_work=rep.layer_work()[None],
-            controller_grad_norm=np.asarray([_float_or_nan(rep.grad_norm)]),
-            group_change_rate=rep.change[None].copy(),
-            level0_forced=rep.forced[None].copy(),
-        )
+        return self.last_step.rows(torch.stack(self._last_win).numpy(), self._groups)
+
+    @property
+    def routing_update_steps(self) -> int:
+        """Closed steps on which some layer (re)built its routing (the heatmap's cadence)."""
+        return self.last_step.routing_update_steps
 
     # ------------------------------------------------------------------ flush: numpy row building
     def flush(self, wait: bool = False) -> None:
@@ -472,26 +387,13 @@ class RoutingRecorder:
         """
         if self.writer is None:
             return
-        self._raise_failed()
-        payload = self._snapshot()
-        if self._pool is None:
-            self._write_payload(self.writer, payload)
-            return
-        self._futures.append(self._pool.submit(self._write_payload, self.writer, payload))
+        self._rows.raise_failed()
+        self._rows.submit(self._write_payload, self.writer, self._snapshot())
         if wait:
             self._wait()
 
-    def _raise_failed(self) -> None:
-        """Re-raise, in the training thread, an error a background flush met."""
-        done = [f for f in self._futures if f.done()]
-        self._futures = [f for f in self._futures if not f.done()]
-        for f in done:
-            f.result()
-
     def _wait(self) -> None:
-        futures, self._futures = self._futures, []
-        for f in futures:
-            f.result()
+        self._rows.wait()
 
     def update_manifest(self, **fields: Any) -> None:
         """Set manifest fields (after everything buffered so far is written)."""

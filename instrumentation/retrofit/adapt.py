@@ -33,13 +33,13 @@ from aah_viz.runlog.paths import (
 )
 from aah_viz.torch_import import set_threads
 from instrumentation import data as data_mod
-from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
 from instrumentation.retrofit.diagnostics import write_diagnostics_csv
 from instrumentation.retrofit.load import load_causal_lm, recorded_model_path, text_tokens
 from instrumentation.retrofit.patch import PAPER_WINDOWS, patch_model
 from instrumentation.training.distributed import Dist, broadcast, process_group
-from instrumentation.training.loop import Loop, Recording, run_loop
+from instrumentation.training.loop import Loop, run_loop
 from instrumentation.training.schedule import default_lr_warmup
 
 

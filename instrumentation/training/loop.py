@@ -38,7 +38,7 @@ from aah_viz.reporting.reporter import Reporter, ReportSettings
 from aah_viz.reporting.sinks import open_sinks
 from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
 from instrumentation import data as data_mod
-from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.training.distributed import Dist, average_gradients, ranks_agree, routing_sync
 from instrumentation.training.schedule import lr_multiplier, set_lr
 from instrumentation.training.stop import StopRequest
@@ -48,23 +48,6 @@ class StoppedBySignal(TrainingError):
     """A signal ended the loop after a step (its rows and checkpoint saved): the run closes as ``stopped``."""
 
     closes_run_as = "stopped"
-
-
-@dataclass
-class Recording:
-    """Where the recorder writes the run and what its manifest says (see ``RoutingRecorder``)."""
-
-    run_dir: Path
-    detail: str
-    flush_every: int
-    resume_from_step: int | None  # None: a new run; else keep the recorded rows through this step
-    seed: int
-    preset: str | None
-    steps: int
-    data: Any
-    overwrite: bool
-    manifest_extra: dict
-    backend: dict
 
 
 @dataclass
@@ -211,21 +194,7 @@ def report_step(
 def run_loop(loop: Loop, recording: Recording) -> LoopResult:
     """Run steps ``first_step .. steps - 1`` with the recorder attached; see the module docstring."""
     dist = loop.dist
-    recorder = RoutingRecorder(
-        loop.routed,
-        recording.run_dir,
-        recording.detail,
-        flush_every=recording.flush_every,
-        resume_from_step=recording.resume_from_step,
-        seed=recording.seed,
-        preset=recording.preset,
-        steps=recording.steps,
-        data=recording.data,
-        overwrite=recording.overwrite,
-        rank=dist.rank,
-        manifest_extra=recording.manifest_extra,
-        backend=recording.backend,
-    )
+    recorder = RoutingRecorder(loop.routed, recording, rank=dist.rank)
     sync = routing_sync(loop.routed, dist.world_size if loop.sync_mode == "mean" else 1)
     result = LoopResult(None, None)
     divergent_steps: list[int] = []

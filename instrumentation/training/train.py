@@ -2,9 +2,10 @@
 
 Faithful to the reference loop where it shapes AAH behaviour: AdamW (lr 3e-4, weight decay 0.1,
 one parameter group), linear learning-rate warm-up then cosine to 0 (the multiplier is 0 at
-step 0), ``model.set_step(step)`` before every training forward, no gradient clipping,
-evaluation on a cadence with dropout off. Added for diagnostics: the ``RoutingRecorder``,
-checkpoints with routing state and the optimiser, exact resume, and data-parallel runs.
+step 0), ``model.prepare_step(step)`` (``set_step`` then ``set_control``) before every training
+forward, no gradient clipping, evaluation on a cadence with dropout off. Added for diagnostics: the
+``RoutingRecorder``, checkpoints with routing state and the optimiser, exact resume, and data-parallel
+runs.
 
 The loop itself, with its step numbering, stop on SIGTERM and non-finite-loss refusal, is
 ``instrumentation.training.loop`` (``aah-viz retrofit`` runs it too); this module builds the model,
@@ -28,15 +29,12 @@ from aah_viz.reporting.reporter import ReportSettings
 from aah_viz.runlog.paths import checkpoint_path, is_run, prune_checkpoints
 from aah_viz.torch_import import set_threads
 from instrumentation import data as data_mod
-from instrumentation.recorder import RoutingRecorder
+from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
 from instrumentation.training import settings
-from instrumentation.training.distributed import Dist, broadcast_model, process_group, routing_sync
-from instrumentation.training.loop import Loop, Recording, run_loop
-from instrumentation.training.schedule import default_lr_warmup, lr_multiplier
-
-# Imported from here by earlier code: the schedule, the rank sync and the recorder class the loop drives.
-__all__ = ["RoutingRecorder", "TrainConfig", "TrainResult", "lr_multiplier", "routing_sync", "train"]
+from instrumentation.training.distributed import Dist, broadcast_model, process_group
+from instrumentation.training.loop import Loop, run_loop
+from instrumentation.training.schedule import default_lr_warmup
 
 DEFAULT_BATCH = {"tiny": 2, "small": 4, "paper-1b": 1}
 DEFAULT_EVAL_INTERVAL = {"tiny": 10, "small": 50, "paper-1b": 200}
