@@ -177,7 +177,7 @@ def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
 @st.cache_resource(show_spinner="Importing the reference's published results ...")
 def reference_runs(reference_dir: str, stamp: float) -> tuple[str, list[str]]:
     """Import the reference CSVs once per process into a private folder; (folder, run keys)."""
-    from aah_viz.export.reference import import_reference  # the export package loads on first use only
+    from aah_viz.importers import import_reference  # the importer (and the export package) load on first use only
 
     out = tempfile.mkdtemp(prefix="aah-viz-reference-")
     written = list(import_reference(reference_dir, out, overwrite=True))
