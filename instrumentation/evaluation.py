@@ -189,7 +189,7 @@ def profile_source(
 ) -> tuple[Path, dict]:
     """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event
     (with ``sink_tokens``, each head's needed windows with the first k positions kept, ``profile_heads``)."""
-    from instrumentation.inference import model_logits
+    from instrumentation.model import model_logits
     from instrumentation.profile import profile_heads
 
     blocks = _blocks(loaded, data, seq_len, batch_size, max_batches)

@@ -51,7 +51,8 @@ from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, is_run, run_ent
 from aah_viz.torch_import import set_threads
 from instrumentation.config import REGIMES, AAHConfig, windows_for
 from instrumentation.data import cut_blocks
-from instrumentation.inference import eval_batches, inference_pass, model_logits
+from instrumentation.inference import eval_batches, inference_pass
+from instrumentation.model import model_logits
 
 AAH_REGIMES = ("full_adaptive", "grouping_off", "fixed_random_grouping")
 PROFILE_SHARE = 0.95

@@ -264,7 +264,8 @@ def measure(
         out["features"] = measure_encoder_features(encoder, probe_source.tokenizer, texts)
     else:
         from instrumentation.evaluation import load_for_evaluation
-        from instrumentation.inference import eval_batches, model_logits
+        from instrumentation.inference import eval_batches
+        from instrumentation.model import model_logits
 
         if windows is None and model_dir is not None and seq_len:
             from instrumentation.config import windows_for
@@ -313,10 +314,10 @@ def measure(
 
 
 def _is_encoder(model) -> bool:
-    from instrumentation.probe_groups import _attention_blocks
+    from instrumentation.probe_groups import encoder_attention_blocks
 
     try:
-        _attention_blocks(model)
+        encoder_attention_blocks(model)
     except ConfigError:
         return False
     return True
@@ -325,7 +326,7 @@ def _is_encoder(model) -> bool:
 def _probe_source(run_dir, loaded, device):
     """The probes' attention source for a run's model, as ``aah-viz probe`` loads it."""
     from aah_viz.probes.target import resolve_target
-    from instrumentation import load_aah_checkpoint, load_retrofit_adapter
+    from instrumentation.probe_extract import load_aah_checkpoint, load_retrofit_adapter
 
     target = resolve_target(str(run_dir), loaded.step)
     if target.kind == "aah":

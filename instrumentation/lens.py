@@ -24,7 +24,7 @@ from aah_viz.errors import ConfigError
 from aah_viz.probes.alignment import align_words
 from aah_viz.probes.lens_docs import LensDoc
 from instrumentation.evaluation import Loaded
-from instrumentation.inference import model_logits
+from instrumentation.model import model_logits
 from instrumentation.profile import full_attention
 
 SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention (or the model's sink_tokens)

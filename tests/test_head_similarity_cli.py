@@ -106,7 +106,7 @@ def test_the_measurement_is_the_profiles_span_and_the_methods_features(tmp_path)
     from instrumentation.backends.dense_masked import dense_masked_attention
     from instrumentation.backends.stats import bucket_head_stats
     from instrumentation.head_measures import measure_decoder
-    from instrumentation.inference import model_logits
+    from instrumentation.model import model_logits
     from instrumentation.profile import profile_heads
     from instrumentation.routing.features import head_features
 
@@ -158,7 +158,7 @@ def test_a_retrofitted_model_folder_is_measured_as_aah_viz_profile_measures_it(t
     torch = pytest.importorskip("torch")
     from instrumentation.evaluation import load_for_evaluation
     from instrumentation.head_measures import measure_decoder
-    from instrumentation.inference import model_logits
+    from instrumentation.model import model_logits
     from instrumentation.profile import profile_heads
 
     folder = tiny_causal_lm(tmp_path / "llama")
