@@ -51,7 +51,7 @@ from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, is_run, run_ent
 from aah_viz.torch_import import set_threads
 from instrumentation.config import REGIMES, AAHConfig, windows_for
 from instrumentation.data import cut_blocks
-from instrumentation.inference import eval_batches, inference_pass
+from instrumentation.measure.inference import eval_batches, inference_pass
 from instrumentation.model import model_logits
 
 AAH_REGIMES = ("full_adaptive", "grouping_off", "fixed_random_grouping")
@@ -457,7 +457,7 @@ def profiled_windows(detail: dict, candidates: tuple[int, ...], conf: Configurat
 def _profile(work, blocks: np.ndarray, fc: FrontierConfig, run: _Run, device) -> dict:
     """Profile ``work`` under full attention on adaptation blocks (written to the run once, with the
     needed windows of every head at each share, without and with each number of sink tokens)."""
-    from instrumentation.profile import profile_heads
+    from instrumentation.measure.profile import profile_heads
     from instrumentation.retrofit import patch_model
 
     handle = patch_model(work, "full_attention", fc.candidate_windows(), block_size=fc.seq_len)
