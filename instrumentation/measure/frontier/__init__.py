@@ -1,0 +1,1 @@
+"""``aah-viz frontier``: quality against compute for one pretrained model (``run.run_frontier``)."""
