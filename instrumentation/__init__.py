@@ -45,7 +45,7 @@ _EXPORTS = {
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",
     "import_gguf": "instrumentation.retrofit.gguf_import",
-    "FrontierConfig": "instrumentation.measure.frontier.run",
+    "FrontierConfig": "instrumentation.measure.frontier.plan",
     "run_frontier": "instrumentation.measure.frontier.run",
     "bench_retrofit": "instrumentation.bench.retrofit",
     "bench_attention": "instrumentation.bench",
