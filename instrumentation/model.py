@@ -119,3 +119,10 @@ class AAHTransformer(RoutedLayers, nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def model_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Logits of an ``AAHTransformer`` or a Hugging Face causal LM (run without a KV cache)."""
+    if isinstance(model, AAHTransformer):
+        return model(x).logits
+    return model(input_ids=x, use_cache=False).logits

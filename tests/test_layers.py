@@ -1,4 +1,6 @@
-"""The import layers written in docs/internals.md hold for every module of ``aah_viz`` and ``instrumentation``.
+"""The import layers written in docs/internals.md hold for every module of ``aah_viz`` and ``instrumentation``,
+and the floors of ``instrumentation`` (the model at the bottom, what measures, trains or retrofits it above)
+hold among its own modules.
 
 Every import statement counts, at module level or inside a function: a lazy import defers loading, it
 does not make an upward arrow or a circle acceptable. The checks are pure functions of a source tree,
@@ -18,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "internals.md"
 PACKAGES = ("aah_viz", "instrumentation")
 RUNLOG = "aah_viz.runlog"
+MODEL = "instrumentation"  # the package whose floors the docs write down (``<!-- floors of instrumentation``)
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,26 @@ def layer_violations(imports: list[Import], modules, layers: list[list[str]]) ->
     return problems
 
 
+def floor_violations(imports: list[Import], modules, package: str, floors: list[list[str]]) -> list[str]:
+    """The layer rules among the modules of ``package`` alone, against its own floors (highest first)."""
+
+    def inside(module: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    own = {m: path for m, path in modules.items() if inside(m)}
+    return layer_violations([i for i in imports if inside(i.source) and inside(i.target)], own, floors)
+
+
+def private_name_uses(imports: list[Import]) -> list[str]:
+    """A ``_name`` of one module taken by another: what two modules share is a public name of one of them."""
+    return [
+        f"{imp.source}:{imp.line} takes {imp.target}.{name}, a private name"
+        for imp in imports
+        for name in imp.names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+
+
 def cycles(imports: list[Import]) -> list[list[str]]:
     """Strongly connected sets of more than one module (Tarjan, iterative)."""
     graph: dict[str, set[str]] = {}
@@ -198,15 +221,19 @@ def private_violations(imports: list[Import], owner: str, whole: set[str], names
     return problems
 
 
-def check_tree(root: Path, packages, docs_text: str, owner: str) -> dict[str, list]:
+def check_tree(root: Path, packages, docs_text: str, owner: str, floors_of: str) -> dict[str, list]:
     modules = find_modules(root, packages)
     trees = _parse(modules)
     imports = find_imports(modules, trees)
+    uses = imports + attribute_uses(modules, trees)
     whole, names = parse_private(docs_block(docs_text, "runlog-private"))
+    floors = parse_layers(docs_block(docs_text, f"floors of {floors_of}"))
     return {
         "layers": layer_violations(imports, modules, parse_layers(docs_block(docs_text, "import layers"))),
+        "floors": floor_violations(imports, modules, floors_of, floors),
         "cycles": cycles(imports),
-        "private": private_violations(imports + attribute_uses(modules, trees), owner, whole, names),
+        "private": private_violations(uses, owner, whole, names),
+        "private_names": private_name_uses(uses),
     }
 
 
@@ -234,11 +261,23 @@ def test_the_docs_name_the_layers_and_the_run_logs_private_parts():
 
 @pytest.fixture(scope="module")
 def project() -> dict[str, list]:
-    return check_tree(REPO, PACKAGES, DOCS.read_text(), RUNLOG)
+    return check_tree(REPO, PACKAGES, DOCS.read_text(), RUNLOG, MODEL)
 
 
 def test_no_module_imports_a_higher_layer_or_a_sibling(project):
     assert not project["layers"], "\n".join(map(str, project["layers"]))
+
+
+def test_the_model_package_has_floors_and_no_module_imports_a_floor_above_its_own(project):
+    """The model (config, events, routing, backends, attention, model) at the bottom of ``instrumentation``;
+    the recorder, training, retrofit and the measuring modules above it; none of them imported from below."""
+    floors = parse_layers(docs_block(DOCS.read_text(), f"floors of {MODEL}"))
+    assert floors[0] == [MODEL] and floors[-1] and len(floors) > 5  # the package's face on top
+    assert not project["floors"], "\n".join(map(str, project["floors"]))
+
+
+def test_no_module_takes_another_modules_private_name(project):
+    assert not project["private_names"], "\n".join(map(str, project["private_names"]))
 
 
 def test_there_is_no_import_circle(project):
@@ -270,6 +309,13 @@ toy.low
 toy.low.lock
 toy.low.paths: segment_name
 ```
+
+<!-- floors of toy.low -->
+```text
+toy.low | toy.low.writer | toy.low.reader
+toy.low.paths
+toy.low.lock
+```
 """
 
 
@@ -296,7 +342,33 @@ def _toy_files() -> dict[str, str]:
 
 def test_a_clean_toy_tree_passes(tmp_path):
     _toy(tmp_path, _toy_files())
-    assert check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low") == {"layers": [], "cycles": [], "private": []}
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
+    assert found == {"layers": [], "floors": [], "cycles": [], "private": [], "private_names": []}
+
+
+def test_an_upward_import_between_floors_of_one_package_fails(tmp_path):
+    files = _toy_files()
+    files["toy/low/lock.py"] = "def later():\n    from toy.low import reader\n\n    return reader\n"
+    files["toy/low/reader.py"] += "from toy.low import writer\n"
+    _toy(tmp_path, files)
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
+    assert sorted(found["floors"]) == [
+        "toy.low.lock:2 imports toy.low.reader, a higher layer (toy.low.reader above toy.low.lock)",
+        "toy.low.reader:2 imports toy.low.writer, beside it in one layer (toy.low.reader | toy.low.writer)",
+    ]
+    assert found["layers"] == []  # one entry of the top-level layers: only the floors see it
+
+
+def test_a_private_name_taken_from_another_module_fails(tmp_path):
+    files = _toy_files()
+    files["toy/low/paths.py"] += "\n\ndef _shared():\n    return 1\n"
+    files["toy/low/reader.py"] = "from toy.low import paths\nfrom toy.low.paths import _shared\n\nX = paths._shared\n"
+    _toy(tmp_path, files)
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
+    assert sorted(found["private_names"]) == [
+        "toy.low.reader:2 takes toy.low.paths._shared, a private name",
+        "toy.low.reader:4 takes toy.low.paths._shared, a private name",
+    ]
 
 
 def test_an_upward_or_sideways_import_inside_a_function_fails(tmp_path):
@@ -304,7 +376,7 @@ def test_an_upward_or_sideways_import_inside_a_function_fails(tmp_path):
     files["toy/low/reader.py"] += "\n\ndef later():\n    from toy import top\n\n    return top\n"
     files["toy/side.py"] = "import toy.mid as m\n"
     _toy(tmp_path, files)
-    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low")
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
     assert sorted(found["layers"]) == [
         "toy.low.reader:5 imports toy.top, a higher layer (toy.top above toy.low)",
         "toy.side:1 imports toy.mid, beside it in one layer (toy.side | toy.mid)",
@@ -316,7 +388,7 @@ def test_a_circle_hidden_in_a_function_fails(tmp_path):
     files = _toy_files()
     files["toy/low/paths.py"] += "\n\ndef _late():\n    from toy.low import reader\n\n    return reader\n"
     _toy(tmp_path, files)
-    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low")
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
     assert found["cycles"] == [["toy.low.paths", "toy.low.reader"]]
     assert found["layers"] == []  # one entry: only the circle check sees it
 
@@ -326,7 +398,7 @@ def test_private_modules_and_names_used_outside_their_package_fail(tmp_path):
     files["toy/mid.py"] = "from toy.low import lock, paths\n\nX = paths.segment_name('a', 1)\nY = paths.resolve_under\n"
     files["toy/side.py"] = "from toy.low.paths import resolve_under, segment_name\n"
     _toy(tmp_path, files)
-    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low")
+    found = check_tree(tmp_path, ("toy",), TOY_DOCS, "toy.low", "toy.low")
     assert sorted(found["private"]) == [
         "toy.mid:1 uses toy.low.lock, private to toy.low",
         "toy.mid:3 uses toy.low.paths.segment_name, private to toy.low",
@@ -337,7 +409,7 @@ def test_private_modules_and_names_used_outside_their_package_fail(tmp_path):
 def test_a_listed_entry_that_does_not_exist_and_a_module_outside_every_entry_fail(tmp_path):
     _toy(tmp_path, {**_toy_files(), "stray/__init__.py": ""})
     docs = TOY_DOCS.replace("toy | toy.top", "toy.top | toy.gone")
-    found = check_tree(tmp_path, ("toy", "stray"), docs, "toy.low")
+    found = check_tree(tmp_path, ("toy", "stray"), docs, "toy.low", "toy.low")
     assert sorted(found["layers"]) == [
         "stray is in no layer",
         "toy is in no layer",

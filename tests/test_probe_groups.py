@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 from test_probes_cli import _encoder_tokenizer  # noqa: E402  (tests/ is on sys.path under pytest)
 
 from aah_viz.errors import ConfigError  # noqa: E402
-from instrumentation.probe_groups import group_tables, head_group_labels, qkv_head_features  # noqa: E402
+from instrumentation.measure.probe_groups import group_tables, head_group_labels, qkv_head_features  # noqa: E402
 
 TEXTS = ["the dog saw a cat .", "a cat ran .", "the old man saw the dog and the cat ."]
 

@@ -378,7 +378,7 @@ def independent_causal_probe(folder: Path, sentences, model=None):
 
 def test_a_random_llama_is_probed_causally_as_an_independent_computation_says(tmp_path):
     torch = pytest.importorskip("torch")
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     torch.set_num_threads(1)
     folder = tiny_llama(tmp_path / "llama")
@@ -405,7 +405,7 @@ def test_a_random_llama_is_probed_causally_as_an_independent_computation_says(tm
 
 def test_which_models_are_causal():
     transformers = pytest.importorskip("transformers")
-    from instrumentation.probe_extract import is_causal_model
+    from instrumentation.measure.probe_extract import is_causal_model
 
     small = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=300)
     assert is_causal_model(transformers.LlamaModel(transformers.LlamaConfig(num_key_value_heads=1, **small)))
@@ -420,7 +420,7 @@ def test_a_causal_source_puts_its_bos_token_first_and_returns_the_texts_attentio
     torch = pytest.importorskip("torch")
     from transformers import LlamaForCausalLM
 
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     folder = tiny_llama(tmp_path / "llama")
     source = load_hf_model(folder)

@@ -189,7 +189,7 @@ def test_hugging_face_model_with_a_fast_tokenizer(tmp_path, capsys):
 
 
 def test_hf_source_offsets_and_attention_shape(tmp_path):
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     source = load_hf_model(_tiny_hf_model(tmp_path / "hf"))
     text = "The old man saw a dog."
@@ -203,7 +203,7 @@ def test_hf_source_offsets_and_attention_shape(tmp_path):
 
 def test_hf_source_without_a_fast_tokenizer_uses_bytes():
     transformers = pytest.importorskip("transformers")
-    from instrumentation.probe_extract import HFAttentionSource
+    from instrumentation.measure.probe_extract import HFAttentionSource
 
     torch.manual_seed(0)
     model = transformers.GPT2Model(
@@ -239,7 +239,7 @@ def _encoder_tokenizer(folder: Path, cls: str, sep: str):
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_encoders_see_their_special_tokens_and_the_probe_sees_the_text(tmp_path, family):
     transformers = pytest.importorskip("transformers")
-    from instrumentation.probe_extract import HFAttentionSource
+    from instrumentation.measure.probe_extract import HFAttentionSource
 
     cls, sep = ("[CLS]", "[SEP]") if family == "bert" else ("<s>", "</s>")
     fast = _encoder_tokenizer(tmp_path, cls, sep)

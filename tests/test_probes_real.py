@@ -73,7 +73,7 @@ def clark_accuracies(model_dir, sentences):
 def project_probe(model_dir, path, n_sentences, **kwargs):
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.runner import run_probes
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     docs, total = [], 0
     for doc in read_conllu(path):

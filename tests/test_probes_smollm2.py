@@ -23,7 +23,7 @@ def test_smollm2_syntax_is_probed_looking_back_as_an_independent_computation_say
 
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.runner import run_probes, sentence_documents
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     source = load_hf_model(smollm2_dir)
@@ -52,7 +52,7 @@ def test_smollm2_syntax_is_probed_looking_back_as_an_independent_computation_say
 def test_smollm2_gap_asks_each_pronoun_about_the_names_before_it(smollm2_dir, gap_path):
     from aah_viz.probes.coref_formats import read_coref
     from aah_viz.probes.runner import run_probes
-    from instrumentation.probe_extract import load_hf_model
+    from instrumentation.measure.probe_extract import load_hf_model
 
     rows = list(csv.DictReader(gap_path.open(encoding="utf-8"), delimiter="\t", quoting=csv.QUOTE_NONE))[:N_GAP]
     before = after = 0
@@ -75,7 +75,7 @@ def test_smollm2_gap_asks_each_pronoun_about_the_names_before_it(smollm2_dir, ga
 def test_smollm2_query_heads_share_the_features_of_their_key_value_head(smollm2_dir, pud_path):
     from transformers import AutoModel, AutoTokenizer
 
-    from instrumentation.probe_groups import head_group_labels, qkv_head_features
+    from instrumentation.measure.probe_groups import head_group_labels, qkv_head_features
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir, local_files_only=True)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from aah_viz.cli import main  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 from instrumentation.data import cut_blocks  # noqa: E402
-from instrumentation.profile import distance_mass, needed_window  # noqa: E402
+from instrumentation.measure.profile import distance_mass, needed_window  # noqa: E402
 
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[1]

@@ -73,7 +73,7 @@ def test_retrofit_adapts_records_and_saves_adapters(base, tmp_path):
 
 
 def test_probe_reads_a_retrofit_run_through_its_adapter(base, tmp_path):
-    from instrumentation.probe_extract import load_retrofit_adapter
+    from instrumentation.measure.probe_extract import load_retrofit_adapter
 
     out = tmp_path / "run"
     assert retrofit(base, out, "--steps", "6", "--checkpoint-interval", "3") == 0

@@ -23,7 +23,7 @@ grouping gets the existing validity verdict with both nulls (``cluster_validity.
 its stability (the ARI between the groupings of two disjoint halves of the data, against a
 permutation null) and its agreement with every other similarity's grouping (ARI, permutation null).
 
-Pure numpy; the measurements come from ``instrumentation.head_measures`` or a run's tables
+Pure numpy; the measurements come from ``instrumentation.measure.head_measures`` or a run's tables
 (:mod:`aah_viz.probes.head_inputs`).
 """
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from aah_viz.figures import style
-from aah_viz.figures.windows import _cell_overlay, _outline_cell
+from aah_viz.figures.windows import cell_overlay, outline_cell
 
 
 def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -144,7 +144,7 @@ def switch_rate_figure(
     )
     fig.data[0].hoverinfo = "skip"
     fig.add_trace(
-        _cell_overlay(
+        cell_overlay(
             n_layer,
             n_head,
             z,
@@ -152,7 +152,7 @@ def switch_rate_figure(
         )
     )
     if selected is not None and selected[1] is not None:
-        _outline_cell(fig, selected[1], selected[0])
+        outline_cell(fig, selected[1], selected[0])
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
     fig.update_yaxes(title=style.LAYER, range=[n_layer - 0.5, -0.5], dtick=1 if n_layer <= 32 else None)
     fig.update_layout(clickmode="event+select", dragmode=False)

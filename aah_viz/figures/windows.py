@@ -16,7 +16,7 @@ def _window_colorbar(windows: list[int]) -> dict:
     )
 
 
-def _cell_overlay(n_layer: int, n_head: int, values: np.ndarray, hover: str) -> go.Scatter:
+def cell_overlay(n_layer: int, n_head: int, values: np.ndarray, hover: str) -> go.Scatter:
     """Invisible markers on every cell: Plotly selects points, not heatmap cells, so a click on a
     head lands on its marker (customdata [layer, head, value]) and selects it. The markers carry the
     hover text too (a heatmap under them would not show its own)."""
@@ -34,7 +34,7 @@ def _cell_overlay(n_layer: int, n_head: int, values: np.ndarray, hover: str) -> 
     )
 
 
-def _outline_cell(fig: go.Figure, x: float, y: float, color: str = "#000") -> None:
+def outline_cell(fig: go.Figure, x: float, y: float, color: str = "#000") -> None:
     fig.add_shape(
         type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5, line=dict(color=color, width=3), layer="above"
     )
@@ -75,7 +75,7 @@ def window_heatmap_figure(
     if clickable:
         fig.data[0].hoverinfo = "skip"
         fig.add_trace(
-            _cell_overlay(
+            cell_overlay(
                 n_layer,
                 n_head,
                 np.nan_to_num(matrix, nan=-1),
@@ -94,7 +94,7 @@ def window_heatmap_figure(
                 line=dict(color="#000", width=2, dash="dot"),
             )
         else:
-            _outline_cell(fig, head, layer)
+            outline_cell(fig, head, layer)
     tick = (1 if n_head <= 16 else 2) if not compact else max(1, n_head // 4)
     fig.update_xaxes(title=style.HEAD, dtick=tick if n_head <= 64 else None, range=[-0.5, n_head - 0.5])
     fig.update_yaxes(  # an explicit range: the click targets must not widen the axis

@@ -9,7 +9,7 @@
 - ``span``: every head's mass inside each candidate window, from ``head_spans`` (``aah-viz profile``)
   or from a full-attention mass.
 
-Pure numpy and pandas; the measurement on two halves of the data is ``instrumentation.head_measures``.
+Pure numpy and pandas; the measurement on two halves of the data is ``instrumentation.measure.head_measures``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The attention source is any object with (duck-typed, so this module needs no tor
   adds special tokens ([CLS] ... [SEP]) removes their rows and columns before returning, so
   word aggregation sees the text only (Clark et al. 2019).
 
-``instrumentation.probe_extract`` provides sources for AAH checkpoints and Hugging Face models.
+``instrumentation.measure.probe_extract`` provides sources for AAH checkpoints and Hugging Face models.
 
 The syntactic argmax runs over the other words of the word's own sentence, in both directions,
 whatever the input held (one sentence, or a whole document); the coreference argmax over the

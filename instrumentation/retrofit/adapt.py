@@ -140,7 +140,7 @@ def adapt(rc: RetrofitConfig) -> dict:
 
 
 def _adapt(rc: RetrofitConfig, dist: Dist, device: str) -> dict:
-    from instrumentation.inference import model_logits
+    from instrumentation.model import model_logits
     from instrumentation.training.checkpoint import set_rng_state
 
     out = Path(rc.out)

@@ -20,7 +20,7 @@ import torch
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.runlog.paths import list_adapters, list_checkpoints
 from instrumentation.data import SYNTHETIC, cut_blocks
-from instrumentation.inference import eval_batches, inference_pass
+from instrumentation.measure.inference import eval_batches, inference_pass
 
 
 def _pick(found: list[tuple[int, Path]], step: int | None, what: str, source: Path) -> tuple[int, Path]:
@@ -75,7 +75,7 @@ def load_for_evaluation(
         raise ConfigError(f"--model names the base model of a run of aah-viz retrofit; {source} is not one")
     if list_checkpoints(source):
         from instrumentation.data import load_token_stream
-        from instrumentation.probe_extract import load_aah_checkpoint
+        from instrumentation.measure.probe_extract import load_aah_checkpoint
 
         step, path = _pick(list_checkpoints(source), checkpoint, "checkpoint", source)
         model = load_aah_checkpoint(path, device=device).model
@@ -188,8 +188,8 @@ def profile_source(
 ) -> tuple[Path, dict]:
     """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event
     (with ``sink_tokens``, each head's needed windows with the first k positions kept, ``profile_heads``)."""
-    from instrumentation.inference import model_logits
-    from instrumentation.profile import profile_heads
+    from instrumentation.measure.profile import profile_heads
+    from instrumentation.model import model_logits
 
     blocks = _blocks(loaded, data, seq_len, batch_size, max_batches)
     device = next(loaded.model.parameters()).device

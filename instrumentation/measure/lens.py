@@ -23,9 +23,9 @@ from aah_viz.analysis.lens import DEFAULT_TOP_K, attention_rows
 from aah_viz.errors import ConfigError
 from aah_viz.probes.alignment import align_words
 from aah_viz.probes.lens_docs import LensDoc
-from instrumentation.evaluation import Loaded
-from instrumentation.inference import model_logits
-from instrumentation.profile import full_attention
+from instrumentation.measure.evaluation import Loaded
+from instrumentation.measure.profile import full_attention
+from instrumentation.model import model_logits
 
 SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention (or the model's sink_tokens)
 
@@ -140,7 +140,7 @@ def positions_of(loaded: Loaded) -> int:
     limit (``probe_extract.position_limit``, the offset some models add included)."""
     if loaded.kind == "run":
         return int(loaded.routed.cfg.block_size)
-    from instrumentation.probe_extract import position_limit
+    from instrumentation.measure.probe_extract import position_limit
 
     return position_limit(loaded.model)
 
@@ -207,7 +207,7 @@ def _record_doc(loaded: Loaded, tok: _Tokenizer, doc: LensDoc, number: int, max_
 def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
     """Write the lens tables into the loaded run at its step (a second lens of that step replaces the
     first), with a ``lens`` event; returns the run's path."""
-    from instrumentation.evaluation import write_result
+    from instrumentation.measure.evaluation import write_result
 
     n_docs = len(set(tables["lens_tokens"].get("doc", [])))
     detail = {

@@ -39,7 +39,8 @@ from instrumentation.routing.hierarchy import build_hierarchy
 DECODER_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-def _attention_blocks(model) -> list:
+def encoder_attention_blocks(model) -> list:
+    """The self-attention modules of a BERT-family encoder in layer order (``ConfigError`` for other models)."""
     layers = getattr(getattr(model, "encoder", None), "layer", None)
     blocks = [getattr(getattr(layer, "attention", None), "self", None) for layer in layers or []]
     if not blocks or any(not all(hasattr(b, n) for n in ("query", "key", "value")) for b in blocks):
@@ -65,7 +66,7 @@ def qkv_head_features(model, tokenizer, texts: Sequence[str], batch_size: int = 
     heads are its query heads (see the module's docstring)."""
     if _decoder_blocks(model):
         return _decoder_features(model, tokenizer, texts, batch_size)
-    blocks = _attention_blocks(model)
+    blocks = encoder_attention_blocks(model)
     cfg = model.config
     n_head = int(cfg.num_attention_heads)
     d = int(cfg.hidden_size) // n_head

@@ -27,7 +27,7 @@ from aah_viz.errors import ConfigError
 from aah_viz.probes.head_inputs import bucket_distance_mass, probe_inputs, span_from_mass
 from instrumentation.backends.dense_masked import dense_masked_attention
 from instrumentation.backends.stats import bucket_head_stats
-from instrumentation.profile import distance_mass
+from instrumentation.measure.profile import distance_mass
 
 
 class _Half:
@@ -149,7 +149,7 @@ def halves_of(items: Sequence) -> tuple[list, list]:
 
 def measure_encoder_features(model, tokenizer, texts: Sequence[str]) -> HeadInput:
     """The method's features of a BERT-family encoder on all ``texts`` and on each half of them."""
-    from instrumentation.probe_groups import qkv_head_features
+    from instrumentation.measure.probe_groups import qkv_head_features
 
     if len(texts) < 2:
         raise ConfigError(f"two disjoint halves need at least 2 texts, got {len(texts)}")
@@ -197,7 +197,7 @@ def _common_columns(parts: list[tuple[np.ndarray, list[str]]]) -> list[np.ndarra
 
 
 def blocks_as_batches(blocks: np.ndarray, batch_size: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    from instrumentation.inference import eval_batches
+    from instrumentation.measure.inference import eval_batches
 
     return list(eval_batches(blocks, batch_size, device))
 
@@ -253,7 +253,7 @@ def measure(
     probe_source, step = None, 0
     encoder = None
     if model_dir is not None:
-        from instrumentation.probe_extract import load_hf_model
+        from instrumentation.measure.probe_extract import load_hf_model
 
         probe_source = load_hf_model(model_dir, device=device)
         encoder = probe_source.model if _is_encoder(probe_source.model) else None
@@ -263,8 +263,9 @@ def measure(
             raise ConfigError("an encoder's features come from the syntax sentences: pass --syntax FILE.conllu")
         out["features"] = measure_encoder_features(encoder, probe_source.tokenizer, texts)
     else:
-        from instrumentation.evaluation import load_for_evaluation
-        from instrumentation.inference import eval_batches, model_logits
+        from instrumentation.measure.evaluation import load_for_evaluation
+        from instrumentation.measure.inference import eval_batches
+        from instrumentation.model import model_logits
 
         if windows is None and model_dir is not None and seq_len:
             from instrumentation.config import windows_for
@@ -313,10 +314,10 @@ def measure(
 
 
 def _is_encoder(model) -> bool:
-    from instrumentation.probe_groups import _attention_blocks
+    from instrumentation.measure.probe_groups import encoder_attention_blocks
 
     try:
-        _attention_blocks(model)
+        encoder_attention_blocks(model)
     except ConfigError:
         return False
     return True
@@ -325,7 +326,7 @@ def _is_encoder(model) -> bool:
 def _probe_source(run_dir, loaded, device):
     """The probes' attention source for a run's model, as ``aah-viz probe`` loads it."""
     from aah_viz.probes.target import resolve_target
-    from instrumentation import load_aah_checkpoint, load_retrofit_adapter
+    from instrumentation.measure.probe_extract import load_aah_checkpoint, load_retrofit_adapter
 
     target = resolve_target(str(run_dir), loaded.step)
     if target.kind == "aah":

@@ -23,15 +23,7 @@ import torch.nn.functional as F
 
 from aah_viz import coverage
 from aah_viz.errors import ConfigError
-
-
-def model_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Logits of an ``AAHTransformer`` or a Hugging Face causal LM (run without a KV cache)."""
-    from instrumentation.model import AAHTransformer
-
-    if isinstance(model, AAHTransformer):
-        return model(x).logits
-    return model(input_ids=x, use_cache=False).logits
+from instrumentation.model import model_logits
 
 
 class _Windows:

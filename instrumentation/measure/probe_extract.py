@@ -8,7 +8,7 @@ special tokens are added inside ``attend`` and their rows and columns removed), 
 whether a token sees only itself and earlier tokens (the probes then read every link looking back,
 ``aah_viz.probes.syntax_causal``).
 
-    from instrumentation.probe_extract import load_aah_checkpoint, HFAttentionSource
+    from instrumentation.measure.probe_extract import load_aah_checkpoint, HFAttentionSource
     source = load_aah_checkpoint("RUN/checkpoints/step-00000100.pt")
     att = source.attend([source.encode("The dog runs.")[0]])
 """
