@@ -18,7 +18,7 @@ coreference probe (:mod:`aah_viz.probes.coref`). Other sources are probed as Cla
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,7 +167,7 @@ def run_probes(
     min_count: int = DEFAULT_MIN_COUNT,
     context: str = "sentence",
     relations: str = "universal",
-    progress: bool = False,
+    progress: Callable[[int, int], None] | None = None,
     batch_size: int = 16,
     n_boot: int = DEFAULT_BOOT,
     seed: int = 0,
@@ -187,8 +187,11 @@ def run_probes(
     (sentences keep their numbers for the bootstrap), the attention profiles (JS, distance) are sums
     taken in another order, and the model's float rounding may differ with the padded shapes.
     ``saved`` keeps what is finished on disk (:mod:`aah_viz.probes.progress`): the probe starts after
-    the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``), saved.
+    the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``, a
+    :class:`aah_viz.stop.StopRequest`), saved.
     ``null_draws``: label shuffles of the max-over-heads null behind ``probe_claims``.
+    ``progress(done, total)`` hears of the inputs done: once before the first (with those ``saved`` held),
+    then after each.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -241,11 +244,8 @@ def run_probes(
             )
             yield begun[-1]
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), initial=done, desc=f"probing ({context} inputs)", unit="input")
+    if progress is not None:
+        progress(done, len(jobs))
     for n, (i, preds) in enumerate(zip(order[done:], predict_documents(predictors(), source, batch_size)), 1):
         syn_doc, cor_doc = jobs[i]
         if syn_doc is not None:
@@ -258,19 +258,12 @@ def run_probes(
         if cor_doc is not None:
             coref.add(cor_doc, preds, i)
             tally.n_coref += 1
-        if bar is not None:
-            bar.update(1)
+        if progress is not None:
+            progress(done + n, len(jobs))
         begun.popleft()  # this document
         # a state is whole where no later input has begun adding to the shared profiles
         if saved is not None and not any(p.consumed for p in begun):
-            try:
-                saved.checkpoint(done + n, state)
-            except BaseException:
-                if bar is not None:
-                    bar.close()
-                raise
-    if bar is not None:
-        bar.close()
+            saved.checkpoint(done + n, state)
     syntax_lengths, n_coref = tally.lengths, tally.n_coref
 
     heads_rows = []
