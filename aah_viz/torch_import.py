@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from aah_viz.errors import ConfigError, MissingDependencyError
 
 MAX_THREADS = 4096
@@ -55,10 +58,31 @@ def quiet_model_loading() -> None:
     hf_logging.disable_progress_bar()
 
 
-def set_threads(threads) -> None:
-    """``--threads N`` for torch: None or 0 leaves torch's choice; anything but 1..MAX_THREADS is one line."""
+def limit_threads(threads):
+    """``--threads N``, the one way every command applies it: torch's pools (intra- and inter-op), the BLAS
+    and OpenMP libraries loaded (threadpoolctl: numpy's scoring) and a fast tokenizer's (Rayon, read when
+    its pool starts). None or 0 leaves their own choice; anything but 1..MAX_THREADS is one line. The limits
+    hold from the call on; used as a context, the BLAS and OpenMP limits are put back at its end. Needs
+    torch either way (a missing torch is its one-line error)."""
+    torch = require_torch()
     if threads is None or threads == 0:
-        return
+        return contextlib.nullcontext()
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"--threads must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
-    require_torch().set_num_threads(threads)
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # set once per process (an earlier command in this process did, or work began)
+        pass
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    return threadpool_limits(limits=threads)
+
+
+def threads_in_use() -> dict:
+    """The threads torch and the BLAS may use now, as commands report them."""
+    from threadpoolctl import threadpool_info
+
+    blas = [int(p.get("num_threads", 0)) for p in threadpool_info()]
+    return {"torch": int(require_torch().get_num_threads()), "blas": max(blas, default=None)}

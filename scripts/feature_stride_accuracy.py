@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from aah_viz.analysis.partitions import ari_rows  # noqa: E402
+from aah_viz.torch_import import limit_threads  # noqa: E402
 from instrumentation import AAHConfig, AAHTransformer  # noqa: E402
 from instrumentation.attention import split_heads  # noqa: E402
 from instrumentation.config import windows_for  # noqa: E402
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = p.parse_args(argv)
-    torch.set_num_threads(max(1, args.threads))
+    limit_threads(max(1, args.threads))
     strides = [int(s) for s in args.strides.split(",") if s.strip()]
     T = args.seq_len
     cfg = AAHConfig.from_preset(

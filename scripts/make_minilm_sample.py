@@ -75,16 +75,16 @@ def main() -> int:
         return USAGE_ERROR
     if args.check:
         return 0
-    import torch
     from transformers import AutoModel, AutoTokenizer
 
     from aah_viz.cli import main as cli
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.runlog import RunWriter, make_manifest, validate_run
+    from aah_viz.torch_import import limit_threads
     from instrumentation import load_hf_model
     from instrumentation.measure.probe_groups import group_tables, head_group_labels, qkv_head_features
 
-    torch.set_num_threads(args.threads)
+    limit_threads(args.threads)
     data, out = Path(args.data), Path(args.out)
     model_dir = Path(args.model) if args.model is not None else wheel_model_dir()
     pud, gap = data / "en_pud-ud-test.conllu", data / "gap-validation.tsv"

@@ -159,13 +159,13 @@ def gqa_control(run: Path, permutations: int, seed: int = 0) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import torch
 
     from aah_viz.cli import main as cli
     from aah_viz.runlog import RunWriter, make_manifest, validate_run
+    from aah_viz.torch_import import limit_threads
     from instrumentation.measure.probe_groups import group_tables
 
-    torch.set_num_threads(args.threads)
+    limit_threads(args.threads)
     model_dir, out = Path(args.model), Path(args.out)
     for path in (model_dir / "config.json", Path(args.syntax), Path(args.coref)):
         if not path.is_file():

@@ -1,6 +1,6 @@
-"""What every torch benchmark of ``aah-viz bench`` does before and after its body: torch with the
-asked-for threads, the pair count checked, a progress bar over the pairs, and the JSON printed with
-its warnings on stderr."""
+"""What every torch benchmark of ``aah-viz bench`` does before and after its body: the pair count checked,
+a progress bar over the pairs, and the JSON printed with its warnings on stderr (the threads are
+``aah_viz.torch_import.limit_threads``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,6 @@ from contextlib import contextmanager
 
 from aah_viz.cli._json import json_text
 from aah_viz.paired_timing import check_pairs
-
-
-def torch_with_threads(threads: int | None):
-    """torch, set to ``threads`` CPU threads when given (0 or None: torch's own choice)."""
-    from aah_viz.torch_import import require_torch, set_threads
-
-    torch = require_torch()
-    set_threads(threads)
-    return torch
 
 
 @contextmanager

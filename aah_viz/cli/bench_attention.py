@@ -9,7 +9,7 @@ backend's realised work as JSON.
 
 from __future__ import annotations
 
-from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.cli._bench import pairs_bar, print_result
 from aah_viz.paired_timing import add_clock_argument, add_pairs_argument
 
 
@@ -50,7 +50,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    torch_with_threads(args.threads)
+    from aah_viz.torch_import import limit_threads
+
+    limit_threads(args.threads)
     from instrumentation import bench_attention
 
     if args.backends:

@@ -59,7 +59,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from aah_viz.errors import ConfigError
-    from aah_viz.torch_import import require_torch, set_threads
+    from aah_viz.torch_import import limit_threads, require_torch
 
     if args.report_every < 0:
         raise ConfigError(f"--report-every must be >= 0, got {args.report_every}")
@@ -70,7 +70,7 @@ def run(args) -> int:
     require_torch()
     from instrumentation import bench_hooks
 
-    set_threads(args.threads)
+    limit_threads(args.threads)
     result = bench_hooks(
         preset=args.preset,
         regime=args.regime,

@@ -63,13 +63,13 @@ def _source(target, device: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from aah_viz.cli.probe import read_inputs
-    from aah_viz.torch_import import require_torch, set_threads
+    from aah_viz.probes.inputs import read_inputs
+    from aah_viz.torch_import import limit_threads, require_torch
 
     check_pairs(args.pairs)
-    syntax_docs, coref_docs, _, _ = read_inputs(args)
+    syntax_docs, coref_docs, _, _ = read_inputs(args.syntax, args.coref, max_docs=args.max_docs)
     require_torch()
-    set_threads(args.threads)
+    limit_threads(args.threads)
     from instrumentation import bench_probe
 
     source = _source(args.target, args.device)

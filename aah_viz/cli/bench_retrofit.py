@@ -7,7 +7,6 @@ from aah_viz.cli._bench import (
     add_random_model_arguments,
     pairs_bar,
     print_result,
-    torch_with_threads,
 )
 from aah_viz.paired_timing import resolve_clock
 
@@ -41,7 +40,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    torch_with_threads(args.threads)
+    from aah_viz.torch_import import limit_threads
+
+    limit_threads(args.threads)
     from aah_viz.cli.evaluate import windows_arg
     from instrumentation import bench_retrofit
 

@@ -10,7 +10,7 @@ adds the update under the approximate ``feature_token_stride=S`` option, timed i
 
 from __future__ import annotations
 
-from aah_viz.cli._bench import print_result, torch_with_threads
+from aah_viz.cli._bench import print_result
 from aah_viz.paired_timing import add_clock_argument, add_pairs_argument, check_pairs, resolve_clock
 
 
@@ -57,8 +57,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from aah_viz.errors import ConfigError
+    from aah_viz.torch_import import limit_threads
 
-    torch_with_threads(max(1, args.threads))
+    limit_threads(max(1, args.threads))
     from instrumentation import bench_routing
 
     try:

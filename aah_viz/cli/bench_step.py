@@ -10,7 +10,7 @@ of the per-round ratios with a bootstrap 95% interval.
 
 from __future__ import annotations
 
-from aah_viz.cli._bench import pairs_bar, print_result, torch_with_threads
+from aah_viz.cli._bench import pairs_bar, print_result
 from aah_viz.paired_timing import add_clock_argument, add_pairs_argument
 
 
@@ -48,7 +48,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    torch_with_threads(args.threads)
+    from aah_viz.torch_import import limit_threads
+
+    limit_threads(args.threads)
     from aah_viz.errors import ConfigError
     from instrumentation import bench_step
 

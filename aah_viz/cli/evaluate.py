@@ -123,9 +123,9 @@ def load_model(args):
     from instrumentation import check_device, load_for_evaluation
 
     check_device(args.device)  # an unknown device is the argument's fault, never the checkpoint's
-    from aah_viz.torch_import import set_threads
+    from aah_viz.torch_import import limit_threads
 
-    set_threads(args.threads)
+    limit_threads(args.threads)
     return load_for_evaluation(
         args.source,
         checkpoint=args.checkpoint,

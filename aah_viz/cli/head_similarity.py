@@ -155,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(args, run_dir: Path):
-    from aah_viz.torch_import import require_torch, set_threads
+    from aah_viz.torch_import import limit_threads, require_torch
 
     require_torch()
-    set_threads(args.threads)
+    limit_threads(args.threads)
     syntax_docs, coref_docs = ([], []) if args.no_probes else _probe_documents(args)
     from instrumentation import measure_heads
 
@@ -180,11 +180,10 @@ def _measure(args, run_dir: Path):
 
 
 def _probe_documents(args):
-    from aah_viz.cli.probe import read_inputs
+    from aah_viz.probes.inputs import read_inputs
 
-    ns = argparse.Namespace(syntax=args.syntax, coref=args.coref, max_docs=args.max_docs)
-    syntax_docs, coref_docs, _, _ = read_inputs(ns)
-    return syntax_docs, coref_docs
+    inputs = read_inputs(args.syntax, args.coref, max_docs=args.max_docs)
+    return inputs.syntax_docs, inputs.coref_docs
 
 
 def _print(run_dir: Path, step: int, inputs: dict, summary, measured: bool) -> None:

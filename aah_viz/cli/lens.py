@@ -65,13 +65,13 @@ def run(args) -> int:
             f"{args.run} has no checkpoint or adapter to run: the lens needs a run of aah-viz train "
             "(with checkpoints) or of aah-viz retrofit"
         )
-    from aah_viz.torch_import import quiet_model_loading, require_torch, set_threads
+    from aah_viz.torch_import import limit_threads, quiet_model_loading, require_torch
 
     require_torch()
     from instrumentation import check_device, load_for_evaluation, record_lens, write_lens
 
     check_device(args.device)
-    set_threads(args.threads)
+    limit_threads(args.threads)
     if args.no_progress:
         quiet_model_loading()
     loaded = load_for_evaluation(args.run, checkpoint=args.checkpoint, base_model=args.model, device=args.device)

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-from pathlib import Path
 
-from aah_viz.bundled import data_path
 from aah_viz.cli._json import json_text
-from aah_viz.errors import InputFormatError, RunLogError
 from aah_viz.probes.progress import ProbeInterrupted
 
 
@@ -137,247 +132,84 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def read_inputs(args):
-    """(syntax documents, coreference documents, their paths) from --syntax, --coref, --max-docs and
-    --sample-docs (the bundled set without either)."""
-    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
-    from aah_viz.probes.conllu_reader import read_conllu
-    from aah_viz.probes.coref_formats import read_coref
-    from aah_viz.probes.runner import sample_documents
+def settings(args: argparse.Namespace):
+    """The probe's settings from the command's arguments."""
+    from instrumentation import ProbeSettings
 
-    syntax_path, coref_path = args.syntax, args.coref
-    if syntax_path is None and coref_path is None:
-        syntax_path, coref_path = data_path(PROBE_SET_CONLLU), data_path(PROBE_SET_COREF)
-    sample = getattr(args, "sample_docs", None)  # aah-viz bench probe reads its inputs here too, unsampled
-    for flag, value in (("--max-docs", args.max_docs), ("--sample-docs", sample)):
-        if value is not None and value < 1:
-            raise InputFormatError(f"{flag} must be at least 1, got {value}")
-    syntax_docs = read_conllu(syntax_path, args.max_docs) if syntax_path else []
-    coref_docs = read_coref(coref_path, args.max_docs) if coref_path else []
-    if sample is not None:
-        syntax_docs = sample_documents(syntax_docs, sample, args.sample_seed)
-        coref_docs = sample_documents(coref_docs, sample, args.sample_seed)
-    if coref_path and not any(doc.chains for doc in coref_docs):
-        raise InputFormatError(f"{coref_path}: no coreference chains in the documents read")
-    return syntax_docs, coref_docs, syntax_path, coref_path
-
-
-def _output_run(target, args, source):
-    from aah_viz.runlog.paths import is_run
-
-    if target.run_dir is not None and args.out is None:
-        return target.run_dir
-    if args.out is None:
-        raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
-    out = Path(args.out)
-    if is_run(out):
-        return out
-    from aah_viz.runlog import RunWriter, make_manifest
-
-    windows = sorted({int(w) for w in source.windows.ravel()} | set(source.candidate_windows))
-    manifest = make_manifest(
-        run_id=out.name,
-        regime="external" if target.kind == "hf" else "checkpoint",
-        seed=None,
-        config={"source": str(target.model_path), "kind": target.kind},
-        windows=windows,
-        seq_len=int(source.max_len),
-        n_layer=int(source.n_layer),
-        n_head=int(source.n_head),
-        max_depth=0,
-        probed_model=str(target.model_path),
-    )
-    RunWriter.create(out, manifest).close("imported")
-    return out
-
-
-def run(args: argparse.Namespace) -> int:
-    from aah_viz.probes.store import write_probe_tables
-    from aah_viz.probes.target import resolve_target, windows_from_heads
-    from aah_viz.torch_import import require_torch
-
-    if args.bootstrap < 1:
-        raise InputFormatError(f"--bootstrap must be at least 1, got {args.bootstrap}")
-    if args.null_draws < 1:
-        raise InputFormatError(f"--null-draws must be at least 1, got {args.null_draws}")
-    target = resolve_target(args.target, args.step)
-    if target.run_dir is None and args.out is None:
-        raise RunLogError(f"{target.model_path} belongs to no run directory; pass --out RUN for the probe tables")
-    syntax_docs, coref_docs, syntax_path, coref_path = read_inputs(args)  # before the model: fail fast
-
-    require_torch()
-    limits = _limit_threads(args.threads)
-    from instrumentation import load_aah_checkpoint, load_hf_model, load_retrofit_adapter
-
-    if target.kind == "aah":
-        source = load_aah_checkpoint(target.model_path, args.device)
-    elif target.kind == "retrofit":
-        source = load_retrofit_adapter(
-            target.model_path,
-            target.run_dir,
-            device=args.device,
-            with_start_token=not args.no_start_token,
-            base_model=args.model,
-        )
-    else:
-        source = load_hf_model(target.model_path, device=args.device, with_start_token=not args.no_start_token)
-    step = int(target.step if target.step is not None else (source.step or 0))
-    windows = None
-    if target.run_dir is not None:
-        from aah_viz.runlog import load_run
-
-        heads = load_run(target.run_dir).table("heads", columns=["step", "layer", "head", "window"])
-        windows = windows_from_heads(heads, step, source.n_layer, source.n_head)
-    if windows is None:
-        windows = source.windows
-    saved = _progress(target, args, source, step, windows, syntax_docs, coref_docs)
-    try:
-        with _stop_on_signals(saved), limits:
-            threads = _threads_in_use()
-            result = _probe(source, syntax_docs, coref_docs, step, windows, args, saved)
-    except ProbeInterrupted as err:
-        print(f"aah-viz: {err}", file=sys.stderr)
-        return 130
-    if result.n_long_sentences:
-        print(
-            f"warning: {result.n_long_sentences} sentence(s) of {syntax_path} have more words than the model "
-            f"takes tokens in one input ({source.max_len}) and were left out",
-            file=sys.stderr,
-        )
-    run_dir = _output_run(target, args, source)
-    written = write_probe_tables(run_dir, result.tables(), step)
-    saved.clear()  # the tables hold it all now
-    summary = _summary(result, run_dir, step, syntax_path, coref_path, written, args) | {"threads": threads}
-    if args.json:
-        print(json_text(summary, indent=2))
-    else:
-        _print_tables(result, summary)
-    return 0
-
-
-def _probe(source, syntax_docs, coref_docs, step, windows, args, saved):
-    from aah_viz.probes.runner import run_probes
-
-    return run_probes(
-        source,
-        syntax_docs,
-        coref_docs,
-        step=step,
-        windows=windows,
-        candidate_windows=source.candidate_windows,
+    return ProbeSettings(
+        syntax=args.syntax,
+        coref=args.coref,
+        step=args.step,
+        out=args.out,
+        max_docs=args.max_docs,
+        sample_docs=args.sample_docs,
+        sample_seed=args.sample_seed,
         min_count=args.min_count,
         context=args.context,
         relations=args.relations,
-        progress=not args.no_progress,
-        batch_size=args.batch_size,
-        n_boot=args.bootstrap,
-        seed=args.seed,
-        sort_by_length=args.sort_by_length,
-        saved=saved,
+        bootstrap=args.bootstrap,
         null_draws=args.null_draws,
-    )
-
-
-def _progress(target, args, source, step, windows, syntax_docs, coref_docs):
-    """Where this probe keeps what it finished (the run's ``.probe-progress``), keyed by everything
-    that decides its numbers; ``--restart`` discards an interrupted one."""
-    import numpy as np
-
-    from aah_viz.probes.progress import ProbeProgress, documents_digest, fingerprint
-
-    run_dir = target.run_dir if target.run_dir is not None and args.out is None else Path(args.out)
-    digest = fingerprint(
-        model=_model_identity(target),
-        kind=target.kind,
-        step=step,
-        windows=np.asarray(windows, dtype=np.int64),
-        candidate_windows=[int(w) for w in source.candidate_windows],
-        context=args.context,
-        relations=args.relations,
+        seed=args.seed,
+        start_token=not args.no_start_token,
         batch_size=args.batch_size,
         sort_by_length=args.sort_by_length,
-        start_token=not args.no_start_token,
-        syntax=documents_digest(syntax_docs),
-        coref=documents_digest(coref_docs),
+        base_model=args.model,
+        device=args.device,
+        threads=args.threads,
+        restart=args.restart,
     )
-    saved = ProbeProgress(run_dir, digest)
-    if args.restart:
-        saved.clear()
+
+
+def run(args: argparse.Namespace) -> int:
+    from instrumentation import probe_target  # torch is needed once the inputs are read, not before
+
+    bar = _Bar(f"probing ({args.context} inputs)") if not args.no_progress else None
+    try:
+        try:
+            done = probe_target(args.target, settings(args), progress=bar, warn=_warn)
+        finally:
+            if bar is not None:
+                bar.close()  # before anything else is said
+    except ProbeInterrupted as err:
+        print(f"aah-viz: {err}", file=sys.stderr)
+        return 130
+    summary = _summary(done, args) | {"threads": done.threads}
+    if args.json:
+        print(json_text(summary, indent=2))
     else:
-        saved.saved()  # an interrupted probe of something else: refused before any work
-    return saved
+        _print_tables(done.result, summary)
+    return 0
 
 
-def _model_identity(target) -> str:
-    """What the probed model is: inside a run, the run's id and the file's place in it (a moved or copied
-    run continues its interrupted probe); else the model's resolved path."""
-    from aah_viz.runlog import read_manifest
-
-    model = Path(target.model_path).resolve()
-    if target.run_dir is None:
-        return str(model)
-    try:
-        inside = model.relative_to(Path(target.run_dir).resolve())
-        uid = read_manifest(target.run_dir).get("run_uid")
-    except (ValueError, RunLogError):
-        return str(model)
-    return f"run {uid}/{inside.as_posix()}" if isinstance(uid, str) else str(model)
+def _warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr)
 
 
-def _limit_threads(threads: int | None):
-    """``--threads N`` for every pool the probe runs on: torch's (intra- and inter-op), the BLAS the
-    numpy scoring uses, and a fast tokenizer's (Rayon); a context for the BLAS limit."""
-    if not threads:
-        return contextlib.nullcontext()
-    if threads < 1:
-        raise InputFormatError(f"--threads must be at least 1, got {threads}")
-    import torch
-    from threadpoolctl import threadpool_limits
+class _Bar:
+    """The progress bar over the probe's inputs, opened at its first report and closed once all are done."""
 
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(threads)
-    except RuntimeError:  # set once per process (an earlier command in this process did)
-        pass
-    os.environ["RAYON_NUM_THREADS"] = str(threads)  # read when the tokenizer's pool starts
-    return threadpool_limits(limits=threads)
+    def __init__(self, desc: str):
+        self.desc = desc
+        self.bar = None
 
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
 
-def _threads_in_use() -> dict:
-    """The threads the probe's pools may use, as the summary reports them."""
-    import torch
-    from threadpoolctl import threadpool_info
+            self.bar = tqdm(total=total, initial=done, desc=self.desc, unit="input")
+        else:
+            self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.close()
 
-    blas = [int(p.get("num_threads", 0)) for p in threadpool_info()]
-    return {"torch": int(torch.get_num_threads()), "blas": max(blas, default=None)}
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
-@contextlib.contextmanager
-def _stop_on_signals(saved):
-    """SIGINT or SIGTERM asks the probe to stop at its next whole state, saved; a second one acts as usual."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-
-    def handle(signum, frame):
-        saved.stop = signal.Signals(signum).name
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handle)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> dict:
+def _summary(done, args) -> dict:
+    result, syntax_path, coref_path = done.result, done.syntax_path, done.coref_path
     coref_all = result.probe_coref[result.probe_coref["bucket"] == "all"] if len(result.probe_coref) else None
     best_coref = None
     if coref_all is not None and len(coref_all):
@@ -386,8 +218,8 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> d
             row = heads.loc[heads["accuracy"].idxmax()]
             best_coref = {"layer": int(row["layer"]), "head": int(row["head"]), "accuracy": float(row["accuracy"])}
     return {
-        "run": str(run_dir),
-        "step": step,
+        "run": str(done.run_dir),
+        "step": done.step,
         "syntax": str(syntax_path) if syntax_path else None,
         "coref": str(coref_path) if coref_path else None,
         "syntax_docs": result.n_syntax_docs,
@@ -409,7 +241,7 @@ def _summary(result, run_dir, step, syntax_path, coref_path, written, args) -> d
         "coref_baselines": {r["method"]: float(r["accuracy"]) for _, r in coref_all.iterrows() if r["method"] != "head"}
         if coref_all is not None
         else {},
-        "segments": [str(p) for p in written],
+        "segments": [str(p) for p in done.written],
     }
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from aah_viz.errors import AAHVizError, InputFormatError
 from aah_viz.runlog.paths import PROBE_PROGRESS_DIR, run_entry
+from aah_viz.stop import StopRequest
 
 FOLDER = PROBE_PROGRESS_DIR  # declared with every entry of a run in runlog.paths
 STATE, META = "state.npz", "meta.json"
@@ -116,14 +117,23 @@ def _regular(path: Path) -> Path:
 
 
 class ProbeProgress:
-    """The saved state of one probe in ``run_dir/.probe-progress``; ``stop`` is set by a signal handler."""
+    """The saved state of one probe in ``run_dir/.probe-progress``; the probe stops, saved, once ``stop``
+    (a :class:`aah_viz.stop.StopRequest`, entered by the caller) has been requested."""
 
-    def __init__(self, run_dir: str | Path, digest: str, *, total: int = 0, every_s: float = SAVE_EVERY_S):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        digest: str,
+        *,
+        total: int = 0,
+        every_s: float = SAVE_EVERY_S,
+        stop: StopRequest | None = None,
+    ):
         self.folder = run_entry(run_dir, FOLDER)  # refused when a link leads out of the run
         self.digest = digest
         self.total = total
         self.every_s = every_s
-        self.stop: str | None = None  # the signal's name once one asked the probe to stop
+        self.stop = stop if stop is not None else StopRequest(enabled=False)
         self._saved_at = time.monotonic()
         if self.folder.is_symlink():
             raise InputFormatError(f"{self.folder} is a link; a run's files must lie inside it: remove it")
@@ -186,10 +196,10 @@ class ProbeProgress:
     def checkpoint(self, done: int, objects: dict[str, object]) -> None:
         """At a point where ``done`` inputs are finished and no other begun: save when due, and stop
         when asked to (:class:`ProbeInterrupted`, after saving)."""
-        if self.stop is not None:
+        if (reason := self.stop.requested) is not None:
             self.save(done, objects)
             raise ProbeInterrupted(
-                f"probe stopped by {self.stop} after {done} of {self.total} inputs; what it finished is saved in "
+                f"probe stopped by {reason} after {done} of {self.total} inputs; what it finished is saved in "
                 f"{self.folder}: run the same command again to continue"
             )
         if time.monotonic() - self._saved_at >= self.every_s:

@@ -18,7 +18,7 @@ coreference probe (:mod:`aah_viz.probes.coref`). Other sources are probed as Cla
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,13 +27,11 @@ import pandas as pd
 from aah_viz.analysis.selection import DEFAULT_NULL_DRAWS
 from aah_viz.corpus.document import Document, Sentence, Word
 from aah_viz.probes.claims import Settings
-from aah_viz.probes.coref import CorefScorer, bucket_edges, cataphoric_pronouns, coref_queries
-from aah_viz.probes.distance import DistanceProfile
-from aah_viz.probes.predict import DocumentPredictor, JSAccumulator, predict_documents
+from aah_viz.probes.coref import bucket_edges, coref_queries
+from aah_viz.probes.kinds import PROBE_KINDS, Finish, ScoredInput, Setup
+from aah_viz.probes.predict import DocumentPredictor, predict_documents
 from aah_viz.probes.progress import ProbeProgress
-from aah_viz.probes.sufficiency import dependency_lengths, sufficiency_rows
-from aah_viz.probes.syntax import DEFAULT_BOOT, DEFAULT_MIN_COUNT, RELATION_LABELS, SyntaxScorer
-from aah_viz.probes.syntax_causal import CausalSyntaxScorer
+from aah_viz.probes.syntax import DEFAULT_BOOT, DEFAULT_MIN_COUNT, RELATION_LABELS
 
 CONTEXTS = ("sentence", "document")
 
@@ -62,29 +60,6 @@ class ProbeResult:
             "probe_coref": self.probe_coref,
             "probe_claims": self.probe_claims,
         }
-
-
-def js_rows(step: int, js: np.ndarray, n_head: int, windows: np.ndarray) -> list[dict]:
-    """probe_heads rows (probe ``attention_js``, metric ``js:LAYER:HEAD``): the mean Jensen-Shannon
-    divergence from this head's attention to that head's, what Clark's head clustering uses."""
-    rows = []
-    n = js.shape[0]
-    for i in range(n):
-        li, hi = divmod(i, n_head)
-        for j in range(n):
-            lj, hj = divmod(j, n_head)
-            rows.append(
-                {
-                    "step": step,
-                    "layer": li,
-                    "head": hi,
-                    "probe": "attention_js",
-                    "metric": f"js:{lj}:{hj}",
-                    "value": float(js[i, j]),
-                    "window": int(windows[li, hi]),
-                }
-            )
-    return rows
 
 
 def sentence_documents(doc: Document) -> list[Document]:
@@ -120,14 +95,6 @@ def sample_documents(docs: Sequence[Document], n: int | None, seed: int = 0) -> 
         return list(docs)
     keep = np.sort(np.random.default_rng(seed).choice(len(docs), size=n, replace=False))
     return [docs[i] for i in keep]
-
-
-class _Tally:
-    """The runner's own sums: dependency lengths (sufficiency) and coreference documents scored."""
-
-    def __init__(self):
-        self.lengths: list[np.ndarray] = []
-        self.n_coref = 0
 
 
 def plan_jobs(
@@ -167,7 +134,7 @@ def run_probes(
     min_count: int = DEFAULT_MIN_COUNT,
     context: str = "sentence",
     relations: str = "universal",
-    progress: bool = False,
+    progress: Callable[[int, int], None] | None = None,
     batch_size: int = 16,
     n_boot: int = DEFAULT_BOOT,
     seed: int = 0,
@@ -187,8 +154,11 @@ def run_probes(
     (sentences keep their numbers for the bootstrap), the attention profiles (JS, distance) are sums
     taken in another order, and the model's float rounding may differ with the padded shapes.
     ``saved`` keeps what is finished on disk (:mod:`aah_viz.probes.progress`): the probe starts after
-    the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``), saved.
+    the inputs it holds, saves every few minutes, and stops when asked (``saved.stop``, a
+    :class:`aah_viz.stop.StopRequest`), saved.
     ``null_draws``: label shuffles of the max-over-heads null behind ``probe_claims``.
+    ``progress(done, total)`` hears of the inputs done: once before the first (with those ``saved`` held),
+    then after each.
     """
     if relations not in RELATION_LABELS:
         raise ValueError(f"relations must be one of {RELATION_LABELS}, got {relations!r}")
@@ -201,16 +171,10 @@ def run_probes(
     edges = bucket_edges(list(candidate_windows) + [int(w) for w in np.unique(windows)])
     if causal is None:
         causal = bool(getattr(source, "causal", False))
-    scorer = CausalSyntaxScorer if causal else SyntaxScorer
-    syntax = scorer(n_layer, n_head, relations, context)
-    coref = CorefScorer(n_layer, n_head, edges)
-    if causal:
-        coref.cataphora_left_out = sum(cataphoric_pronouns(doc) for doc in coref_docs)
-    js = JSAccumulator(n_layer * n_head)
-    distance = DistanceProfile(n_layer * n_head)
-    tally = _Tally()
+    setup = Setup(n_layer, n_head, relations, context, causal, edges, coref_docs)
+    state = {kind.name: kind.build(setup) for kind in PROBE_KINDS}  # what a saved probe keeps
+    syntax, coref, js, distance, tally = (state[k] for k in ("syntax", "coref", "js", "distance", "tally"))
     jobs = plan_jobs(syntax_docs, coref_docs, context, int(source.max_len))
-    state = {"syntax": syntax, "coref": coref, "js": js, "distance": distance, "tally": tally}
     done = 0
     if saved is not None:
         saved.total = len(jobs)
@@ -241,64 +205,35 @@ def run_probes(
             )
             yield begun[-1]
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), initial=done, desc=f"probing ({context} inputs)", unit="input")
+    if progress is not None:
+        progress(done, len(jobs))
     for n, (i, preds) in enumerate(zip(order[done:], predict_documents(predictors(), source, batch_size)), 1):
-        syn_doc, cor_doc = jobs[i]
-        if syn_doc is not None:
-            first = int(first_sentence[i])
-            if causal:
-                syntax.add(syn_doc, preds.dep2head, first)  # each word's most-attended earlier word
-            else:
-                syntax.add(syn_doc, preds.dep2head, preds.head2dep, first)
-            tally.lengths.append(dependency_lengths(syn_doc, preds.alignment))
-        if cor_doc is not None:
-            coref.add(cor_doc, preds, i)
-            tally.n_coref += 1
-        if bar is not None:
-            bar.update(1)
+        scored = ScoredInput(i, *jobs[i], preds, int(first_sentence[i]))
+        for kind in PROBE_KINDS:
+            if kind.add is not None:
+                kind.add(state[kind.name], scored)
+        if progress is not None:
+            progress(done + n, len(jobs))
         begun.popleft()  # this document
         # a state is whole where no later input has begun adding to the shared profiles
         if saved is not None and not any(p.consumed for p in begun):
-            try:
-                saved.checkpoint(done + n, state)
-            except BaseException:
-                if bar is not None:
-                    bar.close()
-                raise
-    if bar is not None:
-        bar.close()
-    syntax_lengths, n_coref = tally.lengths, tally.n_coref
+            saved.checkpoint(done + n, state)
 
-    heads_rows = []
     claims = Settings(n_boot=n_boot, n_draws=null_draws, seed=seed)
-    claim_tables = []
-    if syntax_docs:
-        table, intervals = syntax.claims(step, min_count, claims)
-        syntax_rows = syntax.head_rows(step, min_count) + intervals
-        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in syntax_rows]
-        claim_tables.append(table)
-    if coref_docs:
-        table, intervals = coref.claims(step, claims)
-        heads_rows += coref.head_rows(step, windows)
-        heads_rows += [dict(r, window=int(windows[r["layer"], r["head"]])) for r in intervals]
-        claim_tables.append(table)
-    lengths = np.concatenate(syntax_lengths) if syntax_lengths else np.zeros(0, dtype=np.int64)
-    heads_rows += sufficiency_rows(step, windows, lengths, np.array(coref.distances, dtype=np.int64))
-    heads_rows += distance.head_rows(step, n_head, windows)
-    js_matrix = js.mean()
-    if js.count:
-        heads_rows += js_rows(step, js_matrix, n_head, windows)
+    finish = Finish(step, windows, n_head, min_count, claims, bool(syntax_docs), bool(coref_docs))
+    heads_rows, claim_tables = [], []
+    for kind in PROBE_KINDS:
+        rows, table = kind.rows(state[kind.name], finish, state)
+        heads_rows += rows
+        if table is not None:
+            claim_tables.append(table)
     return ProbeResult(
         probe_heads=pd.DataFrame(heads_rows),
         probe_relations=syntax.relations_table(step, min_count, n_boot, seed),
         probe_coref=coref.coref_table(step, windows) if coref_docs else pd.DataFrame(),
-        js_distance=js_matrix,
+        js_distance=js.mean(),
         n_syntax_docs=len(syntax_docs),
-        n_coref_docs=n_coref,
+        n_coref_docs=tally.n_coref,
         n_sentences=syntax.n_sentences,
         n_links=int(sum(syntax.count.values())),
         n_coref_queries=int(coref.count.sum()),

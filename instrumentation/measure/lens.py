@@ -166,7 +166,7 @@ def record_lens(
         for col, values in {"step": [step] * n, "doc": [doc] * n, **rows}.items():
             tables[table].setdefault(col, []).extend(values)
 
-    from instrumentation.training.stop import StopRequest
+    from aah_viz.stop import StopRequest
 
     with StopRequest() as stop:
         for number, doc in enumerate(docs):

@@ -31,7 +31,7 @@ from aah_viz.runlog.paths import (
     prune_adapters,
     remove_adapters,
 )
-from aah_viz.torch_import import set_threads
+from aah_viz.torch_import import limit_threads
 from instrumentation import data as data_mod
 from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.retrofit.adapter import load_adapter, save_adapter
@@ -132,7 +132,7 @@ def check_retrofit_values(rc: RetrofitConfig) -> None:
 def adapt(rc: RetrofitConfig) -> dict:
     """Adapt, record and checkpoint one retrofit run; returns a small summary."""
     check_retrofit_values(rc)
-    set_threads(rc.threads)
+    limit_threads(rc.threads)
     t0 = time.perf_counter()
     with process_group(rc.device) as (dist, device):
         summary = _adapt(rc, dist, device)

@@ -37,11 +37,11 @@ from aah_viz.errors import TrainingError
 from aah_viz.reporting.reporter import Reporter, ReportSettings
 from aah_viz.reporting.sinks import open_sinks
 from aah_viz.runlog.paths import TENSORBOARD_DIR, run_entry
+from aah_viz.stop import StopRequest
 from instrumentation import data as data_mod
 from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.training.distributed import Dist, average_gradients, ranks_agree, routing_sync
 from instrumentation.training.schedule import lr_multiplier, set_lr
-from instrumentation.training.stop import StopRequest
 
 
 class StoppedBySignal(TrainingError):

@@ -27,7 +27,7 @@ import torch
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.reporting.reporter import ReportSettings
 from aah_viz.runlog.paths import checkpoint_path, is_run, prune_checkpoints
-from aah_viz.torch_import import set_threads
+from aah_viz.torch_import import limit_threads
 from instrumentation import data as data_mod
 from instrumentation.recorder import Recording, RoutingRecorder
 from instrumentation.training import checkpoint as ckpt
@@ -143,7 +143,7 @@ def train(tc: TrainConfig) -> TrainResult:
             return TrainResult(
                 out, -1 if last is None else last + 1, last, None, None, 0.0, _finished_note(out, manifest, tc.steps)
             )
-    set_threads(tc.threads)
+    limit_threads(tc.threads)
     with process_group(tc.device) as (dist, device):
         return _train(tc, out, dist, device, plan, manifest, latest)
 

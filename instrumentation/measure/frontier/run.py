@@ -42,7 +42,7 @@ import torch
 
 from aah_viz.errors import ConfigError
 from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, run_entry
-from aah_viz.torch_import import set_threads
+from aah_viz.torch_import import limit_threads
 from instrumentation.config import REGIMES, AAHConfig
 from instrumentation.data import cut_blocks
 from instrumentation.measure.frontier.adaptation import adapted_adapter
@@ -65,7 +65,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
     from instrumentation.retrofit import load_adapter, patch_model
     from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
 
-    set_threads(fc.threads)
+    limit_threads(fc.threads)
     model_dir, data, out = Path(fc.model_dir), Path(fc.data), Path(fc.out)
     if not is_model_dir(model_dir):
         raise ConfigError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
