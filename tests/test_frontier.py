@@ -444,3 +444,55 @@ def test_sink_tokens_add_the_baselines_with_sinks_to_a_frontier(llama, tmp_path)
         assert load_run(tmp_path / adapted["adapt_run"]).manifest["config"]["sink_tokens"] == k
     # the sinks bind: the same windows without them give other likelihoods
     assert details["sliding_window_4_sink2"]["block_nll"] != pytest.approx(details["sliding_window_4"]["block_nll"])
+
+
+@pytest.mark.slow  # a frontier at T = 384, twice (about a minute); the scoring itself: tests/test_retrieval.py
+def test_retrieval_asks_every_configuration_the_same_questions_and_a_second_call_adds_it(tmp_path, tiny_causal_lm):
+    from transformers import AutoModelForCausalLM
+
+    from aah_viz.analysis.frontier import run_frontier_table
+    from aah_viz.corpus.passkey import passkey_items
+    from aah_viz.runlog import load_run
+
+    long_lm = tiny_causal_lm(tmp_path / "lm512", max_position_embeddings=512)
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    args = ["--seq-len", "384", "--regimes", "full_adaptive", "--eval-blocks", "2"]
+
+    def call(*extra):
+        return _cli(
+            "frontier", str(long_lm), "--data", str(data), "--out", str(out), "--profile-blocks", "1",
+            "--timing-pairs", "2", "--threads", "1", "--no-progress", *args, *extra,
+        )  # fmt: skip
+
+    first = call()
+    assert first.returncode == 0, first.stderr
+    measured = len(load_run(out).events("inference"))
+    assert run_frontier_table(load_run(out))["retrieval"].isna().all()
+
+    second = call("--retrieval", "1")  # a frontier measured before: its configurations are asked, not measured again
+    assert second.returncode == 0, second.stderr
+    run = load_run(out)
+    assert len(run.events("inference")) == measured
+    asked = {d["configuration"]: d for d in map(json.loads, run.events("retrieval")["detail"])}
+    assert set(asked) == set(_details(out)) and all(d["n"] == 5 for d in asked.values())
+
+    # the unpatched model's verdicts, by greedy decoding written here, one question at a time
+    model = AutoModelForCausalLM.from_pretrained(long_lm).eval()
+    items = passkey_items(384, lambda text: len(text.encode()) + 1, per_depth=1, seed=0)
+    right = 0
+    for item in items:
+        ids = list(item.prompt.encode())
+        for _ in range(len(item.answer)):
+            with torch.no_grad():
+                ids.append(int(model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].argmax()))
+        right += ids[-len(item.answer) :] == list(item.answer.encode())
+    assert asked["unpatched"]["correct"] == right
+    table = run_frontier_table(run).set_index("configuration")
+    assert (table["retrieval_n"] == 5).all()
+    assert table.loc["unpatched", "retrieval"] == right / 5
+    assert (table["retrieval_lo"] <= table["retrieval"]).all() and (table["retrieval"] <= table["retrieval_hi"]).all()
+
+    third = call("--retrieval", "2")
+    assert third.returncode == 2 and "--retrieval 1" in third.stderr and len(third.stderr.strip().splitlines()) == 1

@@ -36,6 +36,10 @@ COLUMNS = (
     "speed_hi",
     "pareto",
     "n_blocks",
+    "retrieval",  # share of passkey questions answered (aah-viz frontier --retrieval), NaN where not asked
+    "retrieval_lo",
+    "retrieval_hi",
+    "retrieval_n",
 )
 
 
@@ -76,15 +80,17 @@ def event_details(events: pd.DataFrame) -> list[dict]:
 
 
 def run_frontier_table(run) -> pd.DataFrame:
-    """``frontier_table`` of a run's ``inference`` events (empty when it is not a frontier)."""
-    return frontier_table(event_details(run.events("inference")))
+    """``frontier_table`` of a run's ``inference`` and ``retrieval`` events (empty when it is not a frontier)."""
+    return frontier_table(event_details(run.events("inference")), event_details(run.events("retrieval")))
 
 
-def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
-    """One row per configuration from the ``inference`` details of a frontier run (COLUMNS)."""
+def frontier_table(details: Sequence[dict], retrieval: Sequence[dict] = ()) -> pd.DataFrame:
+    """One row per configuration from the ``inference`` details of a frontier run (COLUMNS), with the
+    passkey accuracy of its ``retrieval`` detail where the configuration has one (the last one)."""
     rows = [d for d in details if d.get("configuration") and d.get("block_nll")]
     if not rows:
         return pd.DataFrame(columns=list(COLUMNS))
+    asked = {r["configuration"]: r for r in retrieval if r.get("configuration") and r.get("n")}
     n_blocks = {len(d["block_nll"]) for d in rows}
     resamples = resample_indices(max(n_blocks)) if len(n_blocks) == 1 else None
     out = []
@@ -108,11 +114,20 @@ def frontier_table(details: Sequence[dict]) -> pd.DataFrame:
                 "speed_lo": ci[0],
                 "speed_hi": ci[1],
                 "n_blocks": len(d["block_nll"]),
+                **retrieval_columns(asked.get(d["configuration"])),
             }
         )
     table = pd.DataFrame(out)
     table["pareto"] = pareto_front(table["acr"].astype(float), table["ppl"].astype(float))
     return table[list(COLUMNS)]
+
+
+def retrieval_columns(detail: dict | None) -> dict:
+    """The table's passkey columns from one ``retrieval`` detail (NaN when the configuration was not asked)."""
+    if not detail:
+        return {"retrieval": np.nan, "retrieval_lo": np.nan, "retrieval_hi": np.nan, "retrieval_n": 0}
+    lo, hi = detail["ci95"]
+    return {"retrieval": detail["accuracy"], "retrieval_lo": lo, "retrieval_hi": hi, "retrieval_n": detail["n"]}
 
 
 def paired_ratio(

@@ -62,6 +62,15 @@ def register(subparsers) -> None:
         "counted as kept, and each AAH regime with k sinks, zero-shot and adapted (default: none); a second call "
         "on the same --out may add further k",
     )
+    p.add_argument(
+        "--retrieval",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also ask every configuration N passkey questions at each of five depths (a five-digit key hidden "
+        "in filler, prompts a block long) and report the share it answers with Wilson's interval (default: 0, "
+        "none); a second call on the same --out with N asks the configurations evaluated before",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
@@ -97,6 +106,7 @@ def run(args) -> int:
         overwrite=args.overwrite,
         aah_overrides=dict(args.overrides),
         sink_tokens=tuple(args.sink_tokens),
+        retrieval=args.retrieval,
     )
     result = run_frontier(fc)
     table = result["table"]

@@ -11,7 +11,16 @@ from aah_viz.analysis.frontier import COLUMNS, run_frontier_table
 NAME = "frontier"
 ID_COLUMNS = ["run", "configuration", "family", "adapt_steps", "sink_tokens", "pareto"]
 VALUE_COLUMNS = [c for c in COLUMNS if c not in ID_COLUMNS]
-DECIMALS = {"ppl": 3, "ppl_lo": 3, "ppl_hi": 3, "acr": 4, "acr_causal": 4, "realised_work": 4, "n_blocks": 0}
+DECIMALS = {
+    "ppl": 3,
+    "ppl_lo": 3,
+    "ppl_hi": 3,
+    "acr": 4,
+    "acr_causal": 4,
+    "realised_work": 4,
+    "n_blocks": 0,
+    "retrieval_n": 0,
+}
 NOTES = [
     "ppl: perplexity over the evaluated tokens; ppl_lo, ppl_hi: its 95% interval from a bootstrap over "
     "evaluation blocks (the same resamples for every configuration of a run, so differences are paired).",
@@ -19,6 +28,8 @@ NOTES = [
     "speed_vs_unpatched: median ratio of the unpatched model's forward time to this configuration's, measured "
     "side by side (speed_lo, speed_hi: its 95% interval).",
     "pareto: no other configuration of the run has both a lower ACR and a lower perplexity.",
+    "retrieval: share of the retrieval_n passkey questions answered (a key hidden at five depths of filler, "
+    "prompts as long as the blocks; retrieval_lo, retrieval_hi: Wilson's 95% interval); empty where not asked.",
 ]
 
 

@@ -5,6 +5,7 @@
 - ``significance``: Welch's t-test, permutation and sign-flip tests, the p-value against a null, Holm.
 - ``ranks``: ranks (scipy's), Spearman's rho row by row, within strata with a null and an interval,
   and the Mantel test.
+- ``proportions``: a share of successes with Wilson's interval.
 
 Every random draw comes from ``numpy.random.default_rng``: a seed, or the generator a caller hands in.
 """

@@ -8,6 +8,7 @@ downloaded. Text is tokenised with the folder's own tokenizer when it has one, e
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -88,13 +89,18 @@ def text_tokens(path: str | Path, model_dir: str | Path | None, vocab_size: int)
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InputFormatError(f"{path}: not UTF-8 text (byte {err.start}); convert it to UTF-8 first") from err
+    return np.asarray(text_encoder(model_dir, vocab_size)(text), dtype=np.int64)
+
+
+def text_encoder(model_dir: str | Path | None, vocab_size: int) -> Callable[[str], list[int]]:
+    """Text -> token ids, no special tokens added: the model folder's tokenizer if it has one, else bytes."""
     if model_dir is not None and any((Path(model_dir) / f).is_file() for f in TOKENIZER_FILES):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        return np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        return lambda text: list(tok(text, add_special_tokens=False)["input_ids"])
     if vocab_size < 256:
         raise ConfigError(
             f"the model has no tokenizer in its folder and its vocabulary ({vocab_size}) cannot hold byte tokens"
         )
-    return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
+    return lambda text: list(text.encode("utf-8"))

@@ -39,6 +39,7 @@ class FrontierConfig:
     overwrite: bool = False
     aah_overrides: dict = field(default_factory=dict)  # AAH config keys of the routed regimes (--set)
     sink_tokens: tuple[int, ...] = ()  # --sink-tokens: each k adds the rows with the first k positions kept
+    retrieval: int = 0  # --retrieval: passkey questions per depth (5 depths) asked of every configuration
 
     def candidate_windows(self) -> tuple[int, ...]:
         return tuple(self.windows) if self.windows else windows_for(self.seq_len)
@@ -58,6 +59,8 @@ class FrontierConfig:
             out["aah_overrides"] = dict(sorted(self.aah_overrides.items()))
         if self.sink_tokens:
             out["sink_tokens"] = sorted({int(k) for k in self.sink_tokens})
+        if self.retrieval:
+            out["retrieval"] = int(self.retrieval)
         return out
 
 

@@ -24,6 +24,8 @@ class FrontierRun:
 
         out = Path(fc.out)
         self.done: set[str] = set()
+        self.retrieved: set[str] = set()  # configurations with their passkey check written
+        self.retrieval = int(fc.retrieval)
         self.regimes: tuple[str, ...] = tuple(fc.regimes)
         self.sink_tokens: tuple[int, ...] = tuple(sorted({int(k) for k in fc.sink_tokens}))
         if is_run(out) and not fc.overwrite:
@@ -31,13 +33,20 @@ class FrontierRun:
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
                 raise RunLogError(f"{out} holds a run that is not a frontier; give a new --out or --overwrite")
-            keys = (set(settings) | set(recorded["settings"])) - {"regimes", "sink_tokens"}  # these may be added
+            keys = (set(settings) | set(recorded["settings"])) - {"regimes", "sink_tokens", "retrieval"}  # may be added
             differ = sorted(k for k in keys if recorded["settings"].get(k) != settings.get(k))
             if differ:
                 raise RunLogError(
                     f"{out} is a frontier with other settings ({', '.join(differ)}); continue it with the same "
                     "settings, or give a new --out (or --overwrite)"
                 )
+            had_retrieval = int(recorded["settings"].get("retrieval") or 0)
+            if had_retrieval and self.retrieval and had_retrieval != self.retrieval:
+                raise RunLogError(
+                    f"{out} asked {had_retrieval} passkey questions per depth; continue with --retrieval "
+                    f"{had_retrieval} (or leave it out), so every configuration answers the same questions"
+                )
+            self.retrieval = had_retrieval or self.retrieval
             had = tuple(recorded["settings"].get("regimes") or ())
             self.regimes = had + tuple(r for r in fc.regimes if r not in had)
             had_sinks = tuple(recorded["settings"].get("sink_tokens") or ())
@@ -47,12 +56,15 @@ class FrontierRun:
                 d = json.loads(detail) if isinstance(detail, str) else detail
                 if d.get("configuration"):
                     self.done.add(d["configuration"])
+            self.retrieved = {d["configuration"] for d in _details(run.events("retrieval")) if d.get("configuration")}
             self.writer = RunWriter.resume(out, keep_through_step=None)
-            if self.regimes != had or self.sink_tokens != had_sinks:
+            if self.regimes != had or self.sink_tokens != had_sinks or self.retrieval != had_retrieval:
                 grown = replace(fc, regimes=self.regimes, sink_tokens=self.sink_tokens)
                 grown_settings = {**recorded["settings"], "regimes": list(self.regimes)}
                 if self.sink_tokens:
                     grown_settings["sink_tokens"] = list(self.sink_tokens)
+                if self.retrieval:
+                    grown_settings["retrieval"] = self.retrieval
                 self.writer.update_manifest(
                     **{MANIFEST_KEY: {"settings": grown_settings, "configurations": [c.name for c in plan(grown)]}}
                 )
@@ -80,7 +92,13 @@ class FrontierRun:
         self.writer.event(0, kind, **detail)
         self.writer.flush()
         if detail.get("configuration"):
-            self.done.add(detail["configuration"])
+            (self.retrieved if kind == "retrieval" else self.done).add(detail["configuration"])
 
     def close(self, status: str) -> None:
         self.writer.close(status)
+
+
+def _details(events: pd.DataFrame) -> list[dict]:
+    if events is None or not len(events):
+        return []
+    return [json.loads(d) if isinstance(d, str) else d for d in events["detail"]]

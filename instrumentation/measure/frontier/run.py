@@ -57,18 +57,34 @@ from instrumentation.measure.frontier.plan import (
 )
 from instrumentation.measure.frontier.record import FrontierRun
 from instrumentation.measure.inference import eval_batches, inference_pass
+from instrumentation.measure.retrieval import passkey_retrieval
+
+
+def passkey_questions(fc: FrontierConfig, encode) -> list:
+    """The passkey questions every configuration is asked: ``fc.retrieval`` at each of five depths, each
+    prompt with its answer at most a block long (a token spare for the prompt and answer tokenized apart)."""
+    from aah_viz.corpus.passkey import passkey_items
+
+    try:
+        return passkey_items(
+            int(fc.seq_len), lambda text: len(encode(text)) + 1, per_depth=int(fc.retrieval), seed=int(fc.seed)
+        )
+    except ValueError as err:
+        raise ConfigError(f"--retrieval at --seq-len {fc.seq_len}: {err}") from None
 
 
 def run_frontier(fc: FrontierConfig) -> dict:
     """Evaluate every configuration of ``plan(fc)`` not yet in the run; returns a summary."""
     from aah_viz.analysis.frontier import frontier_table
     from instrumentation.retrofit import load_adapter, patch_model
-    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_tokens
+    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, text_encoder, text_tokens
 
     limit_threads(fc.threads)
     model_dir, data, out = Path(fc.model_dir), Path(fc.data), Path(fc.out)
     if not is_model_dir(model_dir):
         raise ConfigError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+    if not 0 <= int(fc.retrieval) <= 1000:
+        raise ConfigError(f"--retrieval {fc.retrieval}: give the passkey questions per depth, from 0 to 1000")
     if fc.eval_blocks < 1 or fc.timing_pairs < 2 or fc.profile_blocks < 1 or fc.adapt_steps < 0:
         raise ConfigError("--eval-blocks and --profile-blocks must be >= 1, --timing-pairs >= 2, --adapt-steps >= 0")
     routed = [r for r, spec in REGIMES.items() if spec.overrides.get("enabled", True)]
@@ -111,7 +127,8 @@ def run_frontier(fc: FrontierConfig) -> dict:
         adapt_run_dir(out, regime)
     settings = fc.settings(file_sha256(data))
     run = FrontierRun(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
-    fc = replace(fc, regimes=run.regimes, sink_tokens=run.sink_tokens)  # with those evaluated before
+    # with what earlier calls evaluated and asked
+    fc = replace(fc, regimes=run.regimes, sink_tokens=run.sink_tokens, retrieval=run.retrieval)
     status = "failed"
     try:
         inputs.mkdir(exist_ok=True)
@@ -119,7 +136,9 @@ def run_frontier(fc: FrontierConfig) -> dict:
             atomic_write_bytes(run_entry(out, INPUTS_DIR, name), text.encode("utf-8"))
         work = load_causal_lm(model_dir, fc.device).eval()
         common = dict(seq_len=T, tokens_per_block=T, eval_split={"first_eval_line": cut, "eval_share": fc.eval_share})
-        steps = [c for c in plan(fc) if c.name not in run.done]
+        encode = text_encoder(model_dir, vocab)
+        questions = passkey_questions(fc, encode) if fc.retrieval else []
+        steps = [c for c in plan(fc) if c.name not in run.done or (questions and c.name not in run.retrieved)]
         profiled = None
         from tqdm.auto import tqdm
 
@@ -128,9 +147,15 @@ def run_frontier(fc: FrontierConfig) -> dict:
         try:
             for conf in steps:
                 bar.set_postfix_str(conf.name)
+                measure = conf.name not in run.done
+                ask = bool(questions) and conf.name not in run.retrieved
+                asked = None
                 if conf.family == "unpatched":
-                    detail = unpatched_pass(base, blocks, device)
-                    detail["speed_vs_unpatched"] = {"median": 1.0, "ci95": [1.0, 1.0], "n_pairs": 0}
+                    if measure:
+                        detail = unpatched_pass(base, blocks, device)
+                        detail["speed_vs_unpatched"] = {"median": 1.0, "ci95": [1.0, 1.0], "n_pairs": 0}
+                    if ask:
+                        asked = passkey_retrieval(base, None, questions, encode, device)
                 else:
                     sink_kw = {"sink_tokens": conf.sinks} if conf.sinks else {}
                     if conf.family == "head_windows":
@@ -160,23 +185,32 @@ def run_frontier(fc: FrontierConfig) -> dict:
                         handle = patch_model(work, conf.regime, fc.candidate_windows(), block_size=T, **kw, **sink_kw)
                     try:
                         handle.set_step(None)
-                        detail = inference_pass(
-                            work, handle, eval_batches(blocks, 1, device), reference_eval=conf.family == "zero_shot"
-                        )
-                        detail["regime"] = handle.cfg.regime
-                        detail["routing"] = "reference_eval" if conf.family == "zero_shot" else "frozen"
-                        detail["speed_vs_unpatched"] = speed_vs_unpatched(
-                            base, work, blocks[0], device, fc.timing_pairs
-                        )
+                        # a zero-shot row routes while it is evaluated: its questions are asked where that left it
+                        if measure or conf.family == "zero_shot":
+                            detail = inference_pass(
+                                work, handle, eval_batches(blocks, 1, device), reference_eval=conf.family == "zero_shot"
+                            )
+                            detail["regime"] = handle.cfg.regime
+                            detail["routing"] = "reference_eval" if conf.family == "zero_shot" else "frozen"
+                        if measure:
+                            detail["speed_vs_unpatched"] = speed_vs_unpatched(
+                                base, work, blocks[0], device, fc.timing_pairs
+                            )
+                        if ask:
+                            asked = passkey_retrieval(work, handle, questions, encode, device)
                     finally:
                         handle.unpatch()
-                detail.update(common, configuration=conf.name, family=conf.family, sink_tokens=conf.sinks)
-                detail["adapt_steps"] = fc.adapt_steps if conf.family == "adapted" else 0
-                if conf.family == "head_windows":
-                    detail["profile_share"] = conf.share
-                if conf.family == "adapted":
-                    detail["adapt_run"] = adapt_run_dir(out, conf.regime, conf.sinks).name
-                run.write("inference", detail)
+                if measure:
+                    detail.update(common, configuration=conf.name, family=conf.family, sink_tokens=conf.sinks)
+                    detail["adapt_steps"] = fc.adapt_steps if conf.family == "adapted" else 0
+                    if conf.family == "head_windows":
+                        detail["profile_share"] = conf.share
+                    if conf.family == "adapted":
+                        detail["adapt_run"] = adapt_run_dir(out, conf.regime, conf.sinks).name
+                    run.write("inference", detail)
+                if asked is not None:
+                    asked.update(configuration=conf.name, family=conf.family, sink_tokens=conf.sinks)
+                    run.write("retrieval", {**asked, "questions_per_depth": fc.retrieval, "seed": fc.seed})
                 bar.update(1)
         finally:
             bar.close()
