@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aah_viz.corpus.synthetic import generate_corpus, write_conllu, write_coref_jsonl
+from aah_viz.corpus.synthetic import generate_corpus
+from aah_viz.corpus.writers import write_conllu, write_coref_jsonl
 from aah_viz.errors import InputFormatError
 from aah_viz.probes.conllu_reader import read_conllu
 from aah_viz.probes.coref_formats import (

@@ -140,7 +140,7 @@ def register(subparsers) -> None:
 def read_inputs(args):
     """(syntax documents, coreference documents, their paths) from --syntax, --coref, --max-docs and
     --sample-docs (the bundled set without either)."""
-    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
+    from aah_viz.corpus.probe_set import PROBE_SET_CONLLU, PROBE_SET_COREF
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.coref_formats import read_coref
     from aah_viz.probes.runner import sample_documents

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
-from aah_viz.corpus.synthetic import PRONOUN_FEATURES
+from aah_viz.corpus.lexicon import PRONOUN_FEATURES
 from aah_viz.errors import InputFormatError
 from aah_viz.probes.textfile import read_user_text
 
