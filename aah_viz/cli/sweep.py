@@ -73,7 +73,8 @@ def check_against_model(design) -> None:
     import dataclasses
 
     from aah_viz.errors import ConfigError
-    from aah_viz.sweep.design import TRAIN_FLAGS, DesignError, train_arguments
+    from aah_viz.sweep.design import DesignError, train_arguments
+    from aah_viz.sweep.vocabulary import TRAIN_FLAGS
     from instrumentation import AAHConfig
 
     known = {f.name for f in dataclasses.fields(AAHConfig)}
