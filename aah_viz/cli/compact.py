@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli.common_args import add_output_options
 
 
 def register(subparsers) -> None:
@@ -31,8 +32,7 @@ def register(subparsers) -> None:
         help="compact a run that aah-viz validate finds damaged (refused by default: merged into one file, "
         "duplicated rows or a lost segment's gap could no longer be told apart)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_output_options(parser, "print one JSON object instead of text")
     parser.set_defaults(func=run)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aah_viz.cli.common_args import add_output_options
 from aah_viz.cli.train import add_overrides_argument
 
 
@@ -91,8 +92,7 @@ def register(subparsers) -> None:
         "Table 2); by default routing stays as loaded",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the measured figures as JSON")
+    add_output_options(p, "print the measured figures as JSON")
     add_source_options(p)
     add_model_options(p)
     p.set_defaults(func=run)
