@@ -14,3 +14,16 @@ def add_torch_options(p) -> None:
     """``--device`` and ``--threads`` of a subcommand that runs a model."""
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+
+
+RUNS_HELP = "a run directory, or a folder holding run directories"
+
+
+def add_runs_argument(p, nargs: str = "+", help: str = RUNS_HELP) -> None:
+    """The ``RUN`` positionals of a subcommand that reads runs."""
+    p.add_argument("runs", nargs=nargs, metavar="RUN", help=help)
+
+
+def add_source_argument(p) -> None:
+    """The ``source`` positional of a subcommand that runs a run's model or a Hugging Face model."""
+    p.add_argument("source", help="a run directory (checkpoints or adapters) or a Hugging Face model folder")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli.common_args import add_output_options, add_runs_argument
 
 
 def register(subparsers) -> None:
@@ -18,7 +18,7 @@ def register(subparsers) -> None:
         "a run aah-viz validate finds damaged unless --force (then unreadable segments are left as they are). "
         "See docs/log-format.md.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directory to compact")
+    add_runs_argument(parser, help="run directory to compact")
     parser.add_argument(
         "--min-segments",
         type=int,

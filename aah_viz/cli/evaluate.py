@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli.common_args import add_output_options, add_source_argument
 from aah_viz.cli.train import add_overrides_argument
 
 
@@ -73,7 +73,7 @@ def register(subparsers) -> None:
         "(aah-viz export --table inference). Routing is frozen as loaded unless --reference-eval. "
         "See docs/retrofit.md.",
     )
-    p.add_argument("source", help="a run directory (checkpoints or adapters) or a Hugging Face model folder")
+    add_source_argument(p)
     p.add_argument("--data", required=True, help="plain-text (UTF-8) file to evaluate on")
     p.add_argument(
         "--out",
