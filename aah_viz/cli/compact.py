@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options, add_runs_argument
+from aah_viz.cli._options import add_output_options, add_runs_argument
 
 
 def register(subparsers) -> None:

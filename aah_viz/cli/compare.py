@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_runs_argument
+from aah_viz.cli._options import add_runs_argument
 
 
 def register(subparsers) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aah_viz.cli.common_args import add_output_options, add_source_argument
+from aah_viz.cli._options import add_output_options, add_source_argument
 from aah_viz.cli.train import add_overrides_argument
 
 

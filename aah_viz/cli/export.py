@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from aah_viz.cli.common_args import add_runs_argument
+from aah_viz.cli._options import add_runs_argument
 
 TABLE_CHOICES = (
     "training",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aah_viz.cli.common_args import add_runs_argument
+from aah_viz.cli._options import add_runs_argument
 
 
 def register(subparsers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli._options import add_output_options
 from aah_viz.cli.evaluate import sink_tokens_arg, windows_arg
 from aah_viz.cli.train import add_overrides_argument
 

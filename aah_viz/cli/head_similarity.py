@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options, add_torch_options
+from aah_viz.cli._options import add_output_options, add_torch_options
 from aah_viz.cli.evaluate import windows_arg
 from aah_viz.errors import InputFormatError, RunLogError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli._options import add_output_options
 
 
 def register(subparsers) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aah_viz.cli.common_args import add_source_argument
+from aah_viz.cli._options import add_source_argument
 from aah_viz.cli.evaluate import add_model_options, add_source_options, load_model, sink_tokens_arg
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli._options import add_output_options
 from aah_viz.cli.evaluate import add_model_options, model_overrides
 
 DETAILS = ("full", "light", "minimal")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options
+from aah_viz.cli._options import add_output_options
 
 
 def register(subparsers) -> None:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_output_options, add_torch_options
+from aah_viz.cli._options import add_output_options, add_torch_options
 
 PRESETS = ("tiny", "small", "paper-1b")
 DETAILS = ("full", "light", "minimal")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
-from aah_viz.cli.common_args import add_runs_argument
+from aah_viz.cli._options import add_runs_argument
 from aah_viz.errors import RunLogError
 
 
