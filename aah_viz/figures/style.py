@@ -134,6 +134,13 @@ def add_line(fig: go.Figure, x, y, name: str, row: int, **line) -> None:
     fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=line), row=row, col=1)
 
 
+def interval_bars(value, low, high, **look) -> dict:
+    """Error bars from ``low`` to ``high`` around ``value`` (a trace's ``error_x`` or ``error_y``)."""
+    return dict(
+        type="data", symmetric=False, array=np.asarray(high - value), arrayminus=np.asarray(value - low), **look
+    )
+
+
 def empty_figure(message: str, title: str = "") -> go.Figure:
     """A figure that says why it has no data (instead of an empty plot)."""
     fig = go.Figure()
