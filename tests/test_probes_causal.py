@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_SHAPE
 from planted_attention import PlantedAttentionSource, gold_links
 
 from aah_viz.corpus.tokenizer import ByteTokenizer
@@ -278,13 +279,7 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>"
     )
     config = transformers.LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+        **{**TINY_SHAPE, "vocab_size": len(fast), "max_position_embeddings": 256},
         initializer_range=0.5,  # peaked attention: argmaxes far from ties
         bos_token_id=fast.bos_token_id,
         pad_token_id=fast.pad_token_id,
