@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from dashboard_pages import open_page
 
-from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.probes.coref_reach import reach_note
 from aah_viz.runlog import load_run
 from aah_viz.runlog.paths import is_run
@@ -40,12 +38,7 @@ def test_the_probes_page_explains_the_sign_change_of_the_sample_run(tmp_path, mo
     pooled = load_run(SAMPLE).table("window_association").query("layer != layer").set_index("target")["rho"]
     assert pooled["spearman:coref"] > 0 > pooled["spearman:coref_reachable"]  # the sample shows the case
     shutil.copytree(SAMPLE, tmp_path / "logs" / SAMPLE.name)
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(tmp_path / "logs"))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
-    at.run()
-    at.switch_page(PAGE_FILES["probes"]).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("probes", tmp_path / "logs", tmp_path, monkeypatch)
     notes = [c.value for c in at.caption if c.value.startswith("Coreference: rho")]
     assert len(notes) == 1
     assert f"{pooled['spearman:coref']:+.2f} over all antecedents" in notes[0] and "opposite signs" in notes[0]

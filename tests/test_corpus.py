@@ -8,16 +8,10 @@ from collections import Counter
 import conllu
 import pytest
 
-from aah_viz.corpus.synthetic import (
-    PRONOUN_FEATURES,
-    generate_corpus,
-    generate_document,
-    training_stream,
-    training_text,
-    write_conllu,
-    write_coref_jsonl,
-)
+from aah_viz.corpus.lexicon import PRONOUN_FEATURES
+from aah_viz.corpus.synthetic import generate_corpus, generate_document, training_stream, training_text
 from aah_viz.corpus.tokenizer import ByteTokenizer
+from aah_viz.corpus.writers import write_conllu, write_coref_jsonl
 
 
 def test_byte_tokenizer_ascii_round_trip_and_offsets():
@@ -177,7 +171,7 @@ def test_bad_arguments_are_refused():
 def test_bundled_probe_set_is_what_the_generator_writes(tmp_path):
     from importlib import resources
 
-    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF, write_probe_set
+    from aah_viz.corpus.probe_set import PROBE_SET_CONLLU, PROBE_SET_COREF, write_probe_set
 
     fresh = write_probe_set(tmp_path)
     data = resources.files("aah_viz") / "data"

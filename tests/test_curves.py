@@ -105,3 +105,14 @@ def test_run_names_and_manifest_values_are_text_in_the_curves_figure():
     assert names == ['&lt;a href="https://evil.example"&gt;run&lt;/a&gt;']
     grouped = curves_figure(frame, "loss", groups={"r": "<b>x</b>"}, group_by="regime").data
     assert all("<" not in (t.name or "") for t in grouped)
+
+
+def test_step_bins_keep_each_step_until_there_are_too_many():
+    steps = np.array([5, 1, 5, 3, 1])
+    assert curves.step_bins(steps, 10).tolist() == [2, 0, 2, 1, 0]  # one bin per distinct step, in step order
+    many = np.repeat(np.arange(1000), 2)
+    bins = curves.step_bins(many, 10)
+    assert bins.min() == 0 and bins.max() == 9
+    assert np.all(np.diff(bins) >= 0)  # bins follow the steps
+    widths = np.bincount(bins)
+    assert widths.max() - widths.min() <= 4  # equal-width bins over evenly spaced steps hold (almost) equal rows

@@ -266,6 +266,12 @@ def test_stability_table_against_sklearn(runs_root, runs):
 # ------------------------------------------------------------------ probes
 
 
+def _probed_run(path: Path, **run) -> tuple[Path, RunWriter]:
+    """A small finished synthetic run, resumed for probe rows to be added."""
+    run_dir = make_synthetic_run(path, n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5, **run)
+    return run_dir, RunWriter.resume(run_dir)
+
+
 def test_probes_empty_with_message(runs):
     table = build_table("probes", runs)
     assert table.is_empty
@@ -275,10 +281,7 @@ def test_probes_empty_with_message(runs):
 
 
 def test_probe_comparisons_with_chance_levels(tmp_path):
-    run_dir = make_synthetic_run(
-        tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5
-    )
-    w = RunWriter.resume(run_dir)
+    run_dir, w = _probed_run(tmp_path / "probed")
     w.append(
         "comparisons",
         {
@@ -317,11 +320,25 @@ def test_probe_comparisons_with_chance_levels(tmp_path):
     assert list(assoc.df["rho"]) == [-0.12] and list(assoc.df["p_value"]) == [0.41]
 
 
+def _coref_rows(correct: int) -> dict:
+    """probe_coref rows at step 19: a head right on ``correct`` of 50 antecedents, the nearest mention on 21."""
+    return {
+        "step": [19, 19],
+        "layer": [1, None],
+        "head": [2, None],
+        "method": ["head", "nearest"],
+        "bucket": ["all", "all"],
+        "bucket_lo": [1, 1],
+        "bucket_hi": [64, 64],
+        "correct": [correct, 21],
+        "count": [50, 50],
+        "accuracy": [correct / 50, 0.42],
+        "window": [32, None],
+    }
+
+
 def test_probe_relations_and_coref_parts(tmp_path):
-    run_dir = make_synthetic_run(
-        tmp_path / "probed", n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5
-    )
-    w = RunWriter.resume(run_dir)
+    run_dir, w = _probed_run(tmp_path / "probed")
     w.append(
         "probe_relations",
         {
@@ -336,22 +353,7 @@ def test_probe_relations_and_coref_parts(tmp_path):
             "baseline_acc": [0.3, 0.31, 0.44],
         },
     )
-    w.append(
-        "probe_coref",
-        {
-            "step": [19, 19],
-            "layer": [1, None],
-            "head": [2, None],
-            "method": ["head", "nearest"],
-            "bucket": ["all", "all"],
-            "bucket_lo": [1, 1],
-            "bucket_hi": [64, 64],
-            "correct": [30, 21],
-            "count": [50, 50],
-            "accuracy": [0.6, 0.42],
-            "window": [32, None],
-        },
-    )
+    w.append("probe_coref", _coref_rows(correct=30))
     w.close("finished")
     runs = collect_runs([run_dir])
     rel = build_table("probes", runs, part="relations").df
@@ -368,26 +370,8 @@ def test_probe_relations_and_coref_parts(tmp_path):
 
 def _probed_seed(path: Path, seed: int) -> Path:
     """A finished full_adaptive run with one step of every probe table (coref rows have their own ``method``)."""
-    run_dir = make_synthetic_run(
-        path, n_layer=2, n_head=6, steps=20, windows=WINDOWS, seq_len=64, warmup=5, regime="full_adaptive", seed=seed
-    )
-    w = RunWriter.resume(run_dir)
-    w.append(
-        "probe_coref",
-        {
-            "step": [19, 19],
-            "layer": [1, None],
-            "head": [2, None],
-            "method": ["head", "nearest"],
-            "bucket": ["all", "all"],
-            "bucket_lo": [1, 1],
-            "bucket_hi": [64, 64],
-            "correct": [30 + seed, 21],
-            "count": [50, 50],
-            "accuracy": [(30 + seed) / 50, 0.42],
-            "window": [32, None],
-        },
-    )
+    run_dir, w = _probed_run(path, regime="full_adaptive", seed=seed)
+    w.append("probe_coref", _coref_rows(correct=30 + seed))
     w.append(
         "probe_relations",
         {
@@ -566,10 +550,28 @@ def test_every_table_has_its_own_label(runs):
     assert len(labels) == len(set(labels)), labels
 
 
-def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path):
+def _tex_engine() -> str:
     engine = shutil.which("pdflatex")
     if engine is None:
         pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    return engine
+
+
+def _compile(engine: str, tex: Path, what: str) -> str:
+    """``tex`` compiled in its folder (it must compile); the log."""
+    proc = waiting.run(
+        [engine, "-interaction=nonstopmode", "-halt-on-error", tex.name],
+        what,
+        cwd=tex.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    return tex.with_suffix(".log").read_text(errors="replace")
+
+
+def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path):
+    engine = _tex_engine()
     tables = [by_regime, build_table("training", runs, by="run")]
     tables += [build_table(n, runs, by="regime") for n in ("inference", "windows", "stability", "probes")]
     tables.append(factorial_table(runs))
@@ -577,16 +579,8 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     tables += [difference_curve_table(runs, r, "full_attention") for r in ("full_adaptive", "shallow_freeze")]
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
     assert "landscape" not in (tmp_path / "doc.tex").read_text()  # the default one-column article
-    proc = waiting.run(
-        [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-        "pdflatex to compile the tables",
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:]
+    log = _compile(engine, tmp_path / "doc.tex", "pdflatex to compile the tables")
     assert (tmp_path / "doc.pdf").read_bytes()[:4] == b"%PDF"
-    log = (tmp_path / "doc.log").read_text(errors="replace")
     assert "Overfull \\hbox" not in log, [line for line in log.splitlines() if "Overfull" in line][:5]
     assert "multiply defined" not in log
 
@@ -598,9 +592,7 @@ READABLE_PT = 8.5  # \\small is 9 pt: a table may be scaled by at most a few per
 def test_latex_tables_keep_their_text_size_at_the_column_width(tmp_path):
     """The widest tables of the bundled runs (probe comparisons with a hundred rows, relations with long
     run names) compile at the article's column width with their text at \\small, not scaled to 3 pt."""
-    engine = shutil.which("pdflatex")
-    if engine is None:
-        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    engine = _tex_engine()
     names = ("fixed_random_grouping_seed0", "full_adaptive_seed0", "full_adaptive_seed1", "deep_practical_reuse_seed0")
     runs = collect_runs([SAMPLE_LOGS / n for n in names])
     tables = [build_table(n, runs) for n in ("training", "inference", "stability")]
@@ -613,15 +605,7 @@ def test_latex_tables_keep_their_text_size_at_the_column_width(tmp_path):
     # each part's box width against \\linewidth, as the document sees them
     probe = "\\typeout{AAHBOX \\the\\wd\\aahtablebox\\space\\the\\linewidth}\\ifdim\\wd\\aahtablebox>\\linewidth"
     (tmp_path / "doc.tex").write_text(tex.replace("\\ifdim\\wd\\aahtablebox>\\linewidth", probe), encoding="utf-8")
-    proc = waiting.run(
-        [engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
-        "pdflatex to compile the split tables",
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    log = (tmp_path / "doc.log").read_text(errors="replace")
+    log = _compile(engine, tmp_path / "doc.tex", "pdflatex to compile the split tables")
     boxes = [(float(w), float(lw)) for w, lw in re.findall(r"AAHBOX ([\d.]+)pt ([\d.]+)pt", log)]
     assert len(boxes) == tex.count("\\toprule")
     sizes = [9.0 * min(1.0, lw / w) for w, lw in boxes]
@@ -760,22 +744,13 @@ def test_the_cli_offers_every_table_kind():
 def test_latex_notes_read_as_written_in_a_plain_article_and_sit_flush_left(by_regime, tmp_path):
     """Compiled in LaTeX's default font encoding (a user's own article, no T1), the text pdflatex puts in
     the PDF says "p < 0.05", not "p ¡ 0.05"; the notes start at the text's left edge, not centred."""
-    engine = shutil.which("pdflatex")
-    if engine is None:
-        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    engine = _tex_engine()
     pypdf = pytest.importorskip("pypdf")
     assert any("p < 0.05" in n for n in by_regime.notes)
     doc = "\\documentclass{article}\n\\usepackage{booktabs,graphicx,array}\n\\begin{document}\n"
     doc += to_latex(by_regime) + "\\end{document}\n"
     (tmp_path / "plain.tex").write_text(doc, encoding="utf-8")
-    proc = waiting.run(
-        [engine, "-interaction=nonstopmode", "-halt-on-error", "plain.tex"],
-        "pdflatex to compile a table in a plain article",
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:]
+    _compile(engine, tmp_path / "plain.tex", "pdflatex to compile a table in a plain article")
     page = pypdf.PdfReader(tmp_path / "plain.pdf").pages[0]
     starts: dict[str, float] = {}
 
@@ -797,20 +772,11 @@ def test_latex_notes_read_as_written_in_a_plain_article_and_sit_flush_left(by_re
 def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):
     """comparison.tex: each statistic's header is a short symbol or word with its meaning in the notes,
     not a column name broken at its underscores ("welch" / "p")."""
-    engine = shutil.which("pdflatex")
-    if engine is None:
-        pytest.skip("no TeX engine found (apt-get install texlive-latex-base texlive-latex-recommended)")
+    engine = _tex_engine()
     pypdf = pytest.importorskip("pypdf")
     table = comparison_table(runs, "full_attention")
     (tmp_path / "cmp.tex").write_text(latex_document([table]), encoding="utf-8")
-    proc = waiting.run(
-        [engine, "-interaction=nonstopmode", "-halt-on-error", "cmp.tex"],
-        "pdflatex to compile a comparison table",
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:]
+    _compile(engine, tmp_path / "cmp.tex", "pdflatex to compile a comparison table")
     text = " ".join(" ".join(page.extract_text() for page in pypdf.PdfReader(tmp_path / "cmp.pdf").pages).split())
     for raw in ("welch", "perm_", "paired_", "mean_", "n_baseline"):
         assert raw not in text, (raw, text[:800])

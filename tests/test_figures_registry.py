@@ -80,35 +80,11 @@ def add_probe_tables(run_dir, n_layer: int, n_head: int, step: int) -> None:
     coref = []
     for layer in range(n_layer):
         for head in range(n_head):
-            for i, (b, lo, hi) in enumerate(buckets):
-                coref.append(
-                    dict(
-                        step=step,
-                        layer=layer,
-                        head=head,
-                        method="head",
-                        bucket=b,
-                        bucket_lo=lo,
-                        bucket_hi=hi,
-                        correct=0,
-                        count=10,
-                        accuracy=(layer + head + i) / 100,
-                    )  # fmt: skip
-                )
-            coref.append(
-                dict(
-                    step=step,
-                    layer=layer,
-                    head=head,
-                    method="head",
-                    bucket="all",
-                    bucket_lo=1,
-                    bucket_hi=None,
-                    correct=0,
-                    count=30,
-                    accuracy=(layer + head) / 100,
-                )  # fmt: skip
-            )
+            # each distance bucket of 10 antecedents, then all 30 together
+            parts = [(b, lo, hi, 10, (layer + head + i) / 100) for i, (b, lo, hi) in enumerate(buckets)]
+            for b, lo, hi, count, accuracy in [*parts, ("all", 1, None, 30, (layer + head) / 100)]:
+                coref.append(dict(step=step, layer=layer, head=head, method="head", bucket=b, bucket_lo=lo,
+                                  bucket_hi=hi, correct=0, count=count, accuracy=accuracy))  # fmt: skip
     for i, (b, lo, hi) in enumerate(buckets):
         coref.append(dict(step=step, method="nearest_mention", bucket=b, bucket_lo=lo, bucket_hi=hi, correct=0,
                           count=10, accuracy=0.7 - 0.2 * i))  # fmt: skip

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY_SHAPE
 
 torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
@@ -42,13 +43,7 @@ def _tiny_llama():
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=260,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
+        **{**TINY_SHAPE, "vocab_size": 260},
         rope_theta=ROPE_THETA,
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,

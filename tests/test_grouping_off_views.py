@@ -7,10 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
-from waiting import PATIENCE_S
+from dashboard_pages import open_page
 
-from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures import data
 from aah_viz.figures.validity import validity_figure
 from aah_viz.probes.partition_agreement import NO_GROUPS, degenerate_reasons
@@ -61,12 +59,7 @@ def test_the_probes_page_flags_comparisons_of_a_run_without_groups(grouping_off,
 
     shutil.copytree(SAMPLE, tmp_path / "logs" / SAMPLE.name)  # the recorded table, written before the flag
     assert not grouping_off.table("comparisons")["degenerate"].any()
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(tmp_path / "logs"))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
-    at.run()
-    at.switch_page(PAGE_FILES["probes"]).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("probes", tmp_path / "logs", tmp_path, monkeypatch)
     table = next(d.value for d in at.dataframe if "nmi" in d.value.columns)
     table = getattr(table, "data", table)  # a Styler (grey rows) holds its frame in .data
     assert len(table) and table["degenerate"].all()  # ARI 0 beside NMI 0.976 is no result

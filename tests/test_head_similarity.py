@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis import head_grouping as hg
 from aah_viz.analysis import head_similarity as hs
+from aah_viz.analysis import similarity_measures as sm
 from aah_viz.analysis.partitions import ari_rows
 
 N_GROUPS, PER_GROUP = 3, 4
@@ -106,7 +108,7 @@ def test_agreement_null_has_its_size():
     agree = judged = 0
     for _ in range(3000):
         a, b = (rng.integers(0, int(rng.integers(2, 6)), size=N) for _ in range(2))
-        result = hs.ari_against_chance(a, b, samples=199, rng=rng)
+        result = hg.ari_against_chance(a, b, samples=199, rng=rng)
         judged += result.verdict != hs.UNDEFINED
         agree += result.verdict == hs.AGREE
     assert judged > 2900
@@ -117,7 +119,7 @@ def test_agreement_of_planted_groupings_beats_chance():
     rng = np.random.default_rng(3)
     a = grouping("attention", planted("attention", rng))
     b = grouping("probe", planted("probe", rng))
-    result = hs.ari_against_chance(a["labels"], b["labels"], samples=999, rng=rng)
+    result = hg.ari_against_chance(a["labels"], b["labels"], samples=999, rng=rng)
     assert result.verdict == hs.AGREE and result.ari == 1.0 and 0 < result.p_value <= 1 / 1000
 
 
@@ -125,21 +127,21 @@ def test_js_distance_is_scipys():
     from scipy.spatial.distance import jensenshannon
 
     p = np.random.default_rng(0).dirichlet(np.ones(10), size=6)
-    ours = hs.js_distance(p)
+    ours = sm.js_distance(p)
     theirs = np.array([[jensenshannon(a, b, base=2) for b in p] for a in p])
     assert np.allclose(ours, theirs, atol=1e-12)
-    assert np.allclose(hs.attention_similarity(p * 3.0), 1.0 - theirs, atol=1e-12)  # mass, not yet normalised
+    assert np.allclose(sm.attention_similarity(p * 3.0), 1.0 - theirs, atol=1e-12)  # mass, not yet normalised
 
 
 def test_standardised_similarities_are_cosines_of_standardised_columns():
     x = np.random.default_rng(1).random((8, 5))
     z = (x - x.mean(axis=0)) / x.std(axis=0)
-    assert np.allclose(hs.zscore_similarity(x), _cos(z), atol=1e-12)
-    assert np.allclose(hs.span_similarity(x), _cos(z), atol=1e-12)
+    assert np.allclose(sm.zscore_similarity(x), _cos(z), atol=1e-12)
+    assert np.allclose(sm.span_similarity(x), _cos(z), atol=1e-12)
     x[2, 3] = np.nan  # a missing probe score drops its column
     keep = [0, 1, 2, 4]
     zk = (x[:, keep] - x[:, keep].mean(axis=0)) / x[:, keep].std(axis=0)
-    assert np.allclose(hs.probe_similarity(x), _cos(zk), atol=1e-12)
+    assert np.allclose(sm.probe_similarity(x), _cos(zk), atol=1e-12)
 
 
 def _cos(z):
@@ -150,9 +152,9 @@ def _cos(z):
 def test_the_method_similarity_gets_cluster_validitys_own_verdict():
     """judge_partition with the method's surrogates is assess_partition (the recorder's verdict)."""
     x = planted("zscore", np.random.default_rng(5))
-    labels, origin = hs.method_partition(hs.method_similarity(x), 0.72, min_group_size=3)
-    mine = cv.judge_partition(hs.method_similarity(x), labels,
-                              lambda rng: hs.structureless("method", x, 50, rng), threshold=0.72, origin=origin,
+    labels, origin = hg.method_partition(sm.method_similarity(x), 0.72, min_group_size=3)
+    mine = cv.judge_partition(sm.method_similarity(x), labels,
+                              lambda rng: sm.structureless("method", x, 50, rng), threshold=0.72, origin=origin,
                               seed=9)  # fmt: skip
     theirs = cv.assess_partition(x, labels, threshold=0.72, origin=origin, seed=9)
     assert mine.verdict == theirs.verdict and origin == cv.FORCED
@@ -208,12 +210,12 @@ def test_method_partition_is_the_models_clustering_routine():
             x = np.abs(rng.standard_normal((n, 9))) * 0.3 + 2.0 + rng.standard_normal(9) * 0.3
         x = x.astype(np.float32)
         theirs = cluster(torch.from_numpy(x), threshold=0.72, allow_forced_bipartition=True, min_group_size=3)
-        sim = hs.method_similarity(x.astype(np.float64))
+        sim = sm.method_similarity(x.astype(np.float64))
         if theirs.origin == "natural" and theirs.decision_margin < 1e-4:
             continue
         if theirs.origin == cv.FORCED and not _clear_anchor(sim):
             continue
-        labels, origin = hs.method_partition(sim, 0.72, min_group_size=3)
+        labels, origin = hg.method_partition(sim, 0.72, min_group_size=3)
         assert origin == theirs.origin
         assert ari_rows(labels[None], np.array(labels_from_groups(theirs.groups, n))[None])[0] == 1.0
         compared[origin] += 1

@@ -84,7 +84,9 @@ def test_a_wide_interval_or_too_few_pairs_warns_and_a_tight_one_does_not():
         pair_ratios([1.0, 2.0], [1.0])
 
 
-def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmup():
+def _logged_sides():
+    """(log, side): ``side(name)`` is a run that appends ``name`` to ``log`` and returns the next tick of
+    one clock shared by every side (1.0, 2.0, ...), so the times say the order the runs ran in."""
     log = []
     clock = iter(range(1, 1000))
 
@@ -94,6 +96,12 @@ def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmu
             return float(next(clock))
 
         return run
+
+    return log, side
+
+
+def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmup():
+    log, side = _logged_sides()
 
     class Bar:
         n = 0
@@ -111,16 +119,7 @@ def test_interleave_runs_both_sides_back_to_back_alternating_and_skips_the_warmu
 
 
 def test_round_robin_runs_every_side_once_per_round_reversing_the_order_and_pairs_any_two():
-    log = []
-    clock = iter(range(1, 1000))
-
-    def side(name):
-        def run():
-            log.append(name)
-            return float(next(clock))
-
-        return run
-
+    log, side = _logged_sides()
     times = round_robin({n: side(n) for n in "abc"}, pairs=2, warmup=1)
     assert log == list("abc" + "cba" + "abc")
     assert times == {"a": [6.0, 7.0], "b": [5.0, 8.0], "c": [4.0, 9.0]}

@@ -9,13 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
+from dashboard_pages import open_page
 from test_probes_causal import FIXTURE, PlantedCausalSource, column_links
 from test_probes_scoring import PlantedSource
-from waiting import PATIENCE_S, TEST_S
+from waiting import TEST_S
 
 from aah_viz.corpus.synthetic import generate_corpus
-from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.figures.payload import figure_data
 from aah_viz.probes.conllu_reader import read_conllu
 from aah_viz.probes.runner import run_probes
@@ -120,12 +119,7 @@ def test_claims_are_written_read_back_and_lead_the_probes_page(causal_run, tmp_p
     assert not [p for p in validate_run(run_dir) if "probe_claims" in str(p)]
     stored = load_run(run_dir).table("probe_claims")
     assert len(stored) == len(causal_run.probe_claims)
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(_app(), default_timeout=PATIENCE_S)
-    at.run()
-    at.switch_page(PAGE_FILES["probes"]).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("probes", root, tmp_path, monkeypatch)
     subheaders = [h.value for h in at.subheader]
     assert subheaders[0] == "Best heads, selection-aware"
     table = at.dataframe[0].value
@@ -145,18 +139,9 @@ def test_a_run_probed_before_probe_claims_still_shows_its_tables(causal_run, tmp
     old = {k: v for k, v in causal_run.tables().items() if k != "probe_claims"}
     write_probe_tables(run_dir, old, 2)
     assert "probe_claims" not in load_run(run_dir).tables()
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(_app(), default_timeout=PATIENCE_S)
-    at.run()
-    at.switch_page(PAGE_FILES["probes"]).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("probes", root, tmp_path, monkeypatch)
     assert any("written before `probe_claims`" in c.value for c in at.caption)
     assert "Syntactic relations: best head against the best fixed-offset baseline" in [h.value for h in at.subheader]
-
-
-def _app() -> str:
-    return str(Path(__file__).resolve().parents[1] / "app.py")
 
 
 def test_claims_columns_match_the_contract(causal_run):

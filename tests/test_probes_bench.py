@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from aah_viz.bundled import data_path  # noqa: E402
 from aah_viz.cli import main  # noqa: E402
-from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF  # noqa: E402
+from aah_viz.corpus.probe_set import PROBE_SET_CONLLU, PROBE_SET_COREF  # noqa: E402
 from aah_viz.probes.conllu_reader import read_conllu  # noqa: E402
 from aah_viz.probes.coref_formats import read_coref  # noqa: E402
 from aah_viz.probes.runner import run_probes  # noqa: E402

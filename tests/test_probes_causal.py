@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_SHAPE
+from planted_attention import PlantedAttentionSource, gold_links
 
 from aah_viz.corpus.tokenizer import ByteTokenizer
-from aah_viz.probes.alignment import align_words
 from aah_viz.probes.conllu_reader import read_conllu
 from aah_viz.probes.coref_formats import read_coref
 from aah_viz.probes.runner import run_probes, sentence_documents
@@ -65,7 +66,7 @@ def expected_causal_table(links):
     return out
 
 
-class PlantedCausalSource:
+class PlantedCausalSource(PlantedAttentionSource):
     """Causal attention planted from the gold trees, looked up by the input's ids.
 
     Head 0: every token of a word attends to its gold head's tokens when the head comes first.
@@ -75,24 +76,13 @@ class PlantedCausalSource:
     predicts nothing.
     """
 
-    n_layer, n_head = 1, 4
     causal = True
 
     def __init__(self, docs, max_len=100_000):
-        self.tok = ByteTokenizer()
-        self.max_len = max_len
-        self.planted = {}
+        super().__init__(max_len)
         for doc in [s for d in docs for s in sentence_documents(d)]:
-            ids, offsets = self.tok.encode(doc.text)
-            al = align_words(offsets, [(w.start, w.end) for w in doc.words])
-            tokens_of = defaultdict(list)
-            for t, u in enumerate(al.unit_of_token):
-                tokens_of[int(u)].append(t)
-            head_of, deps = {}, defaultdict(list)
-            for dep, head, _ in doc.gold_heads():
-                if head >= 0:
-                    head_of[dep] = head
-                    deps[head].append(dep)
+            ids, al, tokens_of = self.word_tokens(doc)
+            head_of, deps = gold_links(doc)
             n = len(ids)
             att = np.zeros((1, 4, n, n), dtype=np.float32)
             for t in range(n):
@@ -109,16 +99,6 @@ class PlantedCausalSource:
                 att[0, 3, t, : t + 1] = 1.0 / (t + 1)
             assert np.allclose(np.triu(att, 1), 0)  # causal: nothing on later tokens
             self.planted[tuple(ids)] = att
-
-    def encode(self, text):
-        return self.tok.encode(text)
-
-    def attend(self, batch):
-        T = max(len(b) for b in batch)
-        out = np.zeros((len(batch), 1, 4, T, T), dtype=np.float32)
-        for k, ids in enumerate(batch):
-            out[k, :, :, : len(ids), : len(ids)] = self.planted[tuple(ids)]
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -299,13 +279,7 @@ def tiny_llama(folder: Path, seed: int = 0) -> Path:
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>"
     )
     config = transformers.LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+        **{**TINY_SHAPE, "vocab_size": len(fast), "max_position_embeddings": 256},
         initializer_range=0.5,  # peaked attention: argmaxes far from ties
         bos_token_id=fast.bos_token_id,
         pad_token_id=fast.pad_token_id,

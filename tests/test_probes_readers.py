@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from aah_viz.corpus.synthetic import generate_corpus, write_conllu, write_coref_jsonl
+from aah_viz.corpus.synthetic import generate_corpus
+from aah_viz.corpus.writers import write_conllu, write_coref_jsonl
 from aah_viz.errors import InputFormatError
 from aah_viz.probes.conllu_reader import read_conllu
-from aah_viz.probes.coref_formats import (
-    convert_to_jsonl,
-    read_conll2012,
-    read_coref,
-    read_coref_jsonl,
-    read_gap,
-    sniff_coref_format,
-    write_conll2012,
-    write_gap,
-)
+from aah_viz.probes.coref_conll2012 import read_conll2012, write_conll2012
+from aah_viz.probes.coref_formats import convert_to_jsonl, read_coref, read_coref_jsonl, sniff_coref_format
+from aah_viz.probes.coref_gap import read_gap, write_gap
 
 DATA = Path(str(resources.files("aah_viz") / "data"))
 FIXTURE = DATA / "english_fixture.conllu"

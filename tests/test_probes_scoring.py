@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas.testing as pd_testing
 import pytest
+from planted_attention import PlantedAttentionSource, gold_links
 
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
 from aah_viz.corpus.synthetic import generate_corpus
@@ -23,7 +24,7 @@ from aah_viz.probes.syntax import OFFSETS, offset_baseline_counts
 FIXTURE = Path(str(resources.files("aah_viz") / "data" / "english_fixture.conllu"))
 
 
-class PlantedSource:
+class PlantedSource(PlantedAttentionSource):
     """Attention built from gold structure, looked up by the chunk's ids (one chunk per document).
 
     Head 0: each word's tokens attend to its gold head's tokens (dependent -> head).
@@ -32,26 +33,13 @@ class PlantedSource:
     Head 3: uniform causal attention (a control).
     """
 
-    n_layer, n_head = 1, 4
-
     def __init__(self, docs, max_len=100_000):
-        self.tok = ByteTokenizer()
-        self.max_len = max_len
-        self.planted = {}
+        super().__init__(max_len)
         for doc in list(docs) + [s for d in docs for s in sentence_documents(d)]:  # either context
-            ids, offsets = self.tok.encode(doc.text)
-            al = align_words(offsets, [(w.start, w.end) for w in doc.words])
+            ids, al, tokens_of = self.word_tokens(doc)
             n = len(ids)
             att = np.zeros((1, 4, n, n), dtype=np.float32)
-            tokens_of = defaultdict(list)
-            for t, u in enumerate(al.unit_of_token):
-                tokens_of[int(u)].append(t)
-            gold = {}
-            deps = defaultdict(list)
-            for dep, head, _ in doc.gold_heads():
-                if head >= 0:
-                    gold[dep] = head
-                    deps[head].append(dep)
+            gold, deps = gold_links(doc)
             antecedent = {}
             for q in coref_queries(doc):
                 antecedent[q.head] = q.antecedent_head
@@ -69,17 +57,6 @@ class PlantedSource:
                         att[0, h, t, t] = 1.0
                 att[0, 3, t, : t + 1] = 1.0 / (t + 1)
             self.planted[tuple(ids)] = att
-
-    def encode(self, text):
-        return self.tok.encode(text)
-
-    def attend(self, batch):
-        T = max(len(b) for b in batch)
-        out = np.zeros((len(batch), 1, 4, T, T), dtype=np.float32)
-        for k, ids in enumerate(batch):
-            a = self.planted[tuple(ids)]
-            out[k, :, :, : len(ids), : len(ids)] = a
-        return out
 
 
 class RelativeSource:

@@ -80,13 +80,20 @@ def test_profile_a_model_folder_matches_its_own_attention(tmp_path, tiny_causal_
     assert detail["heads_first_token_over_half"] == int((want > 0.5).sum())
 
 
-def test_profile_appends_head_spans_to_a_train_run(tmp_path):
-    run = tmp_path / "run"
-    common = ["--preset", "tiny", "--steps", "6", "--n-docs", "24", "--no-progress", "--threads", "1"]
-    assert main(["train", "--out", str(run), *common, "--eval-interval", "3", "--eval-batches", "1"]) == 0
+def _trained_and_profiled(run: Path, tmp_path: Path, steps: int) -> Path:
+    """A tiny train run of ``steps`` steps (evaluated at its middle and end), profiled on one batch of
+    ``TEXT``; the text file."""
+    common = ["--preset", "tiny", "--steps", str(steps), "--n-docs", "24", "--no-progress", "--threads", "1"]
+    assert main(["train", "--out", str(run), *common, "--eval-interval", str(steps // 2), "--eval-batches", "1"]) == 0
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
     assert main(["profile", str(run), "--data", str(data), "--out", str(run), "--batches", "1"]) == 0
+    return data
+
+
+def test_profile_appends_head_spans_to_a_train_run(tmp_path):
+    run = tmp_path / "run"
+    data = _trained_and_profiled(run, tmp_path, steps=6)
     r = load_run(run)
     spans = r.table("head_spans")
     assert set(spans["step"]) == {5}
@@ -115,11 +122,7 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
 
     logs = tmp_path / "logs"
     run = logs / "tiny"
-    common = ["--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress", "--threads", "1"]
-    assert main(["train", "--out", str(run), *common, "--eval-interval", "2", "--eval-batches", "1"]) == 0
-    data = tmp_path / "t.txt"
-    data.write_text(TEXT)
-    assert main(["profile", str(run), "--data", str(data), "--out", str(run), "--batches", "1"]) == 0
+    _trained_and_profiled(run, tmp_path, steps=4)
     spans = head_spans_data(load_run(run))
     raw = load_run(run).table("head_spans")
     assert len(spans) == 2 * 12 and len(raw) == 2 * 12 * 4

@@ -177,6 +177,7 @@ def test_mantel_exact_p_counts_relabellings_at_least_as_large():
 
 def test_head_similarity_rows_carry_each_layers_mantel_test_and_holm_across_layers():
     from aah_viz.analysis import head_similarity as hs
+    from aah_viz.analysis.similarity_measures import similarity
 
     rng = np.random.default_rng(6)
     n_layer, n_head = 3, 8
@@ -191,8 +192,8 @@ def test_head_similarity_rows_carry_each_layers_mantel_test_and_holm_across_laye
     iu = np.triu_indices(n_head, 1)
     for layer in range(n_layer):
         mine = rows[rows["layer"] == layer]
-        a = 1 - hs.similarity("attention", distance[layer])
-        b = 1 - hs.similarity("probe", probe[layer])
+        a = 1 - similarity("attention", distance[layer])
+        b = 1 - similarity("probe", probe[layer])
         assert mine["mantel_rho"].to_numpy() == pytest.approx([spearmanr(a[iu], b[iu]).statistic] * 2)
         assert not mine["mantel_exact"].any()  # 8! relabellings: drawn, not enumerated
     method = rows[rows["procedure"] == "method"].sort_values("layer")

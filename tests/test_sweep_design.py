@@ -9,15 +9,8 @@ import json
 import pytest
 
 from aah_viz.sweep import plan
-from aah_viz.sweep.design import (
-    TRAIN_FLAGS,
-    DesignError,
-    load_design,
-    parse_design,
-    parse_run_name,
-    run_name,
-    train_argv,
-)
+from aah_viz.sweep.design import DesignError, load_design, parse_design, parse_run_name, run_name, train_argv
+from aah_viz.sweep.vocabulary import TRAIN_FLAGS
 
 BASE = """
 seeds = [0, 1]

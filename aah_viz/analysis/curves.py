@@ -45,6 +45,17 @@ def smooth(values, weight: float) -> np.ndarray:
     return out
 
 
+def step_bins(steps, max_points: int) -> np.ndarray:
+    """Each row's bin: one per distinct step, or ``max_points`` bins of equal width over the steps when
+    there are more distinct steps than that (a long run drawn at a bounded number of points)."""
+    steps = np.asarray(steps)
+    distinct = np.unique(steps)
+    if len(distinct) > max_points:
+        edges = np.linspace(distinct[0], distinct[-1], max_points + 1)
+        return np.clip(np.searchsorted(edges, steps, side="right") - 1, 0, max_points - 1)
+    return np.searchsorted(distinct, steps)
+
+
 def cumulative(steps, per_step, start: int = 0) -> np.ndarray:
     """Running total of a per-step quantity logged at ``steps`` (tokens of a step, its seconds): each
     logged value stands for the steps since the previous logged one, the first for the steps from

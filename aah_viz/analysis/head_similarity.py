@@ -2,7 +2,8 @@
 
 AAH groups a layer's heads by the cosine of 9 non-negative magnitudes (method §4-§5); those are
 nearly parallel for every pair of heads, so most groupings are forced splits (``cluster_validity``).
-This module asks which notion of head similarity makes heads cluster. Each similarity is a pure
+This module asks which notion of head similarity makes heads cluster (the similarities are in
+``similarity_measures``, the procedures that group by them in ``head_grouping``). Each similarity is a pure
 function of one per-head measurement, returning the (n, n) similarity of a layer's heads with a
 unit diagonal; its distance is ``1 - similarity``:
 
@@ -16,7 +17,7 @@ unit diagonal; its distance is ``1 - similarity``:
   standardised per score across the heads, then cosine.
 
 For every similarity and layer, the heads are grouped by the method's own level-0 procedure
-(:func:`method_partition`, sequential centroid assignment at the method's threshold with its forced
+(``head_grouping.method_partition``, sequential centroid assignment at the method's threshold with its forced
 bipartition and small-group merge, written on the similarity matrix; equal to the model's routine on
 cosine similarities) and, for comparison, by complete linkage at the same number of groups. Each
 grouping gets the existing validity verdict with both nulls (``cluster_validity.judge_partition``),
@@ -36,314 +37,22 @@ import numpy as np
 import pandas as pd
 
 from aah_viz.analysis import cluster_validity as cv
-from aah_viz.analysis.partitions import ari_rows
+from aah_viz.analysis.head_grouping import (
+    AGREE,
+    DEFAULT_AGREEMENT_SAMPLES,
+    PROCEDURES,
+    STABLE,
+    UNDEFINED,
+    UNSTABLE,
+    ari_against_chance,
+    group,
+)
+from aah_viz.analysis.similarity_measures import INPUT_OF, SIMILARITIES, similarity, structureless, varies
 from aah_viz.method import SIM_THRESHOLD
 from aah_viz.stats.ranks import mantel
 from aah_viz.stats.significance import holm
 
-SIMILARITIES = ("method", "zscore", "attention", "span", "probe")
-PROCEDURES = ("method", "complete")  # the method's level-0 procedure; complete linkage at its group count
-INPUT_OF = {"method": "features", "zscore": "features", "attention": "distance", "span": "span", "probe": "probe"}
-NORM_EPS = cv.NORM_EPS  # the clustering routine's norm floor
-STD_FLOOR = 1e-9  # a measurement that (almost) does not vary across the heads carries no direction
-TIE_EPS = 1e-8  # the forced bipartition's tie band (instrumentation.routing.clustering)
-SELF_MERGE_SCORE = -1.0  # a group's own score in the small-group merge (method §5.6)
-ALPHA = 0.05  # stability and agreement: p-value at or below it
-
 DEFAULT_MIN_GROUP_SIZE = 3
-DEFAULT_AGREEMENT_SAMPLES = 999
-
-# Words of the stability and agreement verdicts.
-STABLE, UNSTABLE = "stable", "unstable"
-AGREE = "agree"
-UNDEFINED = cv.UNDEFINED
-
-
-# ---------------------------------------------------------------------------- the similarities
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), NORM_EPS)
-
-
-def _cosine(x: np.ndarray) -> np.ndarray:
-    u = _unit_rows(np.asarray(x, dtype=np.float64))
-    return u @ np.swapaxes(u, -1, -2)
-
-
-def standardise(x: np.ndarray) -> np.ndarray:
-    """Each column standardised across the heads (the second-to-last axis): mean 0, population std 1;
-    a column that does not vary (std below ``STD_FLOOR``) becomes 0. Batched over leading axes."""
-    x = np.asarray(x, dtype=np.float64)
-    centred = x - x.mean(axis=-2, keepdims=True)
-    std = x.std(axis=-2, keepdims=True)
-    return np.where(std >= STD_FLOOR, centred / np.maximum(std, STD_FLOOR), 0.0)
-
-
-def method_similarity(features: np.ndarray) -> np.ndarray:
-    """Cosine similarity of the method's 9-D head features (mean |x| and std of q, k, v; entropy,
-    output norm, usage), norms floored as the clustering routine floors them: what AAH groups by."""
-    return _cosine(features)
-
-
-def zscore_similarity(features: np.ndarray) -> np.ndarray:
-    """Cosine similarity of the method's features after standardising each feature across the
-    layer's heads: how two heads differ from the layer's typical head, in the same direction or not
-    (the raw magnitudes, shared by every head, no longer dominate)."""
-    return _cosine(standardise(features))
-
-
-def distributions(mass: np.ndarray) -> np.ndarray:
-    """Rows as probability distributions: negative entries (a Gaussian surrogate's) clipped to 0,
-    then normalised; a row without mass becomes uniform."""
-    p = np.clip(np.asarray(mass, dtype=np.float64), 0.0, None)
-    total = p.sum(axis=-1, keepdims=True)
-    return np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / p.shape[-1])
-
-
-def _entropy_bits(p: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return -np.where(p > 0, p * np.log2(np.where(p > 0, p, 1.0)), 0.0).sum(axis=-1)
-
-
-def js_distance(p: np.ndarray) -> np.ndarray:
-    """(..., n, n) Jensen-Shannon distance (base 2, in [0, 1]) between the rows of ``p`` (..., n, d):
-    the square root of H((p_i + p_j) / 2) - (H(p_i) + H(p_j)) / 2 (scipy's ``jensenshannon``)."""
-    p = np.asarray(p, dtype=np.float64)
-    mid = (p[..., :, None, :] + p[..., None, :, :]) / 2.0
-    h = _entropy_bits(p)
-    div = _entropy_bits(mid) - (h[..., :, None] + h[..., None, :]) / 2.0
-    dist = np.sqrt(np.clip(div, 0.0, 1.0))
-    idx = np.arange(p.shape[-2])
-    dist[..., idx, idx] = 0.0
-    return dist
-
-
-def attention_similarity(distance_mass: np.ndarray) -> np.ndarray:
-    """1 - the Jensen-Shannon distance between the heads' attention-distance distributions (the share
-    of each head's attention at each distance, or distance bucket): heads that look equally far back
-    are similar, whatever they look at."""
-    return 1.0 - js_distance(distributions(distance_mass))
-
-
-def span_similarity(span_mass: np.ndarray) -> np.ndarray:
-    """Cosine similarity of the heads' attention mass inside each candidate window (``aah-viz profile``),
-    each window's mass standardised across the heads (a window holding all the mass of every head
-    says nothing): heads whose mass grows alike over the windows are similar."""
-    return _cosine(standardise(span_mass))
-
-
-def probe_similarity(scores: np.ndarray) -> np.ndarray:
-    """Cosine similarity of the heads' probe scores (per syntactic relation and direction, and
-    coreference accuracy per antecedent distance), each score standardised across the heads:
-    heads that are good and bad at the same things are similar. Scores missing for a head are
-    left out of the layer (the column is dropped)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    keep = ~np.isnan(scores).any(axis=tuple(range(scores.ndim - 1)))
-    return _cosine(standardise(scores[..., keep]))
-
-
-SIMILARITY_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "method": method_similarity,
-    "zscore": zscore_similarity,
-    "attention": attention_similarity,
-    "span": span_similarity,
-    "probe": probe_similarity,
-}
-
-
-def similarity(name: str, measurement: np.ndarray) -> np.ndarray:
-    """The named similarity of a layer's heads from their (n, d) measurement (see the module doc)."""
-    if name not in SIMILARITY_FUNCTIONS:
-        raise ValueError(f"unknown head similarity {name!r}; allowed: {', '.join(SIMILARITIES)}")
-    return SIMILARITY_FUNCTIONS[name](measurement)
-
-
-def usable_columns(name: str, measurement: np.ndarray) -> np.ndarray:
-    """The measurement as its similarity reads it: the probe's missing scores dropped, and for
-    ``method`` unit rows (the scale the method ignores), so that structureless surrogates match."""
-    x = np.asarray(measurement, dtype=np.float64)
-    if name == "probe":
-        x = x[:, ~np.isnan(x).any(axis=0)]
-    if name == "method":
-        x = _unit_rows(x)
-    return x
-
-
-def varies(name: str, measurement: np.ndarray) -> bool:
-    """Whether the heads differ at all in what the similarity reads (else no grouping means anything)."""
-    x = usable_columns(name, measurement)
-    if x.size == 0 or x.shape[0] < 2:
-        return False
-    if name == "attention":
-        x = distributions(x)
-    return bool(np.any(x.std(axis=0) >= STD_FLOOR))
-
-
-def structureless(name: str, measurement: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
-    """(samples, n, n) similarities of heads without groups: each set drawn from one Gaussian with the
-    mean and covariance of the heads' own measurement (as ``cluster_validity.structureless_heads``
-    does for the method's unit rows), then measured by the same similarity."""
-    x = usable_columns(name, measurement)
-    n = x.shape[0]
-    weights = rng.standard_normal((samples, n, n)) / np.sqrt(max(n - 1, 1))
-    draws = x.mean(axis=0) + weights @ (x - x.mean(axis=0))
-    return similarity(name, draws)
-
-
-# ---------------------------------------------------------------------------- the groupings
-
-
-def _centroid_score(sim: np.ndarray, i: int, members: list[int]) -> float:
-    """u_i . unit(mean of the members' u), from the similarity matrix alone (a kernel form of the
-    centroid cosine): mean_m S[i, m] / |mean u|, with |mean u|^2 = mean_{m, m'} S[m, m']. A group of
-    one keeps its member's own row as its centroid, as the routine does."""
-    if len(members) == 1:
-        return float(sim[i, members[0]])
-    norm = np.sqrt(max(float(sim[np.ix_(members, members)].mean()), 0.0))
-    return float(sim[i, members].mean() / max(norm, NORM_EPS))
-
-
-def _forced_bipartition(sim: np.ndarray) -> list[list[int]]:
-    """Split around the least similar pair (method §5.5): every other head joins the anchor it is
-    more similar to; ties (within ``TIE_EPS``) go to the smaller group."""
-    n = sim.shape[0]
-    s = np.array(sim, dtype=np.float64, copy=True)
-    np.fill_diagonal(s, 2.0)
-    i0, i1 = divmod(int(np.argmin(s)), n)  # the first minimum in row-major order
-    g0, g1 = [i0], [i1]
-    for j in range(n):
-        if j in (i0, i1):
-            continue
-        d = sim[j, i0] - sim[j, i1]
-        if d > TIE_EPS:
-            g0.append(j)
-        elif d < -TIE_EPS:
-            g1.append(j)
-        elif len(g0) <= len(g1):
-            g0.append(j)
-        else:
-            g1.append(j)
-    return [g0, g1]
-
-
-def _merge_small(groups: list[list[int]], sim: np.ndarray, threshold: float, min_group_size: int) -> list[list[int]]:
-    """The small-group merge of method §5.6 with the reference's quirks: groups below the minimum
-    size, in order, join the group whose (not re-normalised) mean row has the largest dot product
-    with theirs if it reaches the threshold and more than two groups remain; an emptied group keeps
-    its stale mean (the members it had when its mean was last set)."""
-    groups = [list(g) for g in groups]
-    mean_of = [list(g) for g in groups]  # the members each group's mean was computed from
-    small = [gid for gid, g in enumerate(groups) if len(g) < min_group_size]
-    for gid in small:
-        if len(groups[gid]) >= min_group_size:
-            continue
-        scores = [float(sim[np.ix_(m, mean_of[gid])].mean()) for m in mean_of]
-        scores[gid] = SELF_MERGE_SCORE
-        best = max(range(len(scores)), key=scores.__getitem__)
-        if scores[best] < threshold or sum(1 for g in groups if g) <= 2:
-            continue
-        groups[best].extend(groups[gid])
-        groups[gid] = []
-        mean_of[best] = list(groups[best])
-    return [g for g in groups if g]
-
-
-def method_partition(
-    sim: np.ndarray, threshold: float = SIM_THRESHOLD, *, min_group_size: int = 1, allow_forced: bool = True
-) -> tuple[np.ndarray, str]:
-    """The method's level-0 grouping (method §5.1, §5.5, §5.6; no churn) of the items of ``sim``.
-
-    Items in index order join the most similar existing group (first on ties) if its centroid
-    score reaches ``threshold``, else open a new group; one group out of two or more items becomes a
-    forced bipartition (``allow_forced``) or stays collapsed; small groups are then merged. Written
-    on the similarity matrix, so it groups by any similarity; on cosine similarities it is the model's
-    ``instrumentation.routing.clustering.cluster`` (tests compare them). Returns dense labels and the
-    origin (``natural``, ``forced_bipartition``, ``collapsed``, ``single_item``).
-    """
-    sim = np.asarray(sim, dtype=np.float64)
-    n = sim.shape[0]
-    if n <= 1:
-        return np.zeros(n, dtype=np.int64), "single_item"
-    groups: list[list[int]] = [[0]]
-    for i in range(1, n):
-        scores = [_centroid_score(sim, i, g) for g in groups]
-        best = max(range(len(scores)), key=scores.__getitem__)
-        if scores[best] >= threshold:
-            groups[best].append(i)
-        else:
-            groups.append([i])
-    origin = "natural"
-    if len(groups) == 1:
-        if not allow_forced:
-            return np.zeros(n, dtype=np.int64), "collapsed"
-        groups, origin = _forced_bipartition(sim), cv.FORCED
-    elif min_group_size > 1 and len(groups) > 2 and any(len(g) < min_group_size for g in groups):
-        groups = _merge_small(groups, sim, threshold, min_group_size)
-    labels = np.empty(n, dtype=np.int64)
-    for gid, members in enumerate(groups):
-        labels[members] = gid
-    return cv.dense_labels(labels), origin
-
-
-def complete_partition(sim: np.ndarray, n_groups: int) -> np.ndarray:
-    """Complete linkage on ``1 - sim`` into ``n_groups`` groups (``cluster_validity``'s batched routine)."""
-    return cv.complete_linkage_labels(cv.cosine_distance(np.asarray(sim, dtype=np.float64))[None], n_groups)[0]
-
-
-def group(sim: np.ndarray, procedure: str, *, threshold: float, min_group_size: int) -> tuple[np.ndarray, str]:
-    """Both procedures: the method's, and complete linkage at the method's group count."""
-    labels, origin = method_partition(sim, threshold, min_group_size=min_group_size)
-    if procedure == "method":
-        return labels, origin
-    if procedure != "complete":
-        raise ValueError(f"unknown grouping procedure {procedure!r}; allowed: {', '.join(PROCEDURES)}")
-    return complete_partition(sim, int(labels.max()) + 1), "complete_linkage"
-
-
-# ---------------------------------------------------------------------------- ARI against chance
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """The ARI of two groupings of the same heads against a permutation null."""
-
-    ari: float
-    null_mean: float
-    null_p95: float
-    p_value: float
-    verdict: str  # agree (or stable) when p <= ALPHA, else chance (unstable); undefined for trivial groupings
-
-
-def _trivial(labels: np.ndarray) -> bool:
-    k = len(np.unique(labels))
-    return k < 2 or k >= len(labels)
-
-
-def ari_against_chance(
-    a, b, *, samples: int = DEFAULT_AGREEMENT_SAMPLES, rng: np.random.Generator, yes: str = AGREE, no: str = cv.CHANCE
-) -> Agreement:
-    """ARI of groupings ``a`` and ``b``, and its chance: ``b``'s labels permuted ``samples`` times
-    (every grouping with ``b``'s group sizes equally likely, independent of ``a``); ``yes`` when the
-    p-value is at most ``ALPHA``. ARI takes few values on a dozen heads, so many null draws tie with
-    the observed one; ties are broken at random (p = (#null > observed + U (1 + #null == observed)) /
-    (1 + samples), U uniform in (0, 1], from ``rng``), which gives independent groupings a false
-    ``yes`` in ALPHA of cases exactly, where counting ties as exceedances gives about 3%. A grouping
-    with one group or every head alone says nothing: ``undefined``."""
-    a, b = np.asarray(a), np.asarray(b)
-    if _trivial(a) or _trivial(b):
-        return Agreement(np.nan, np.nan, np.nan, np.nan, UNDEFINED)
-    observed = float(ari_rows(a[None], b[None])[0])
-    permuted = np.stack([rng.permutation(b) for _ in range(samples)])
-    null = ari_rows(np.broadcast_to(a, permuted.shape), permuted)
-    greater = np.count_nonzero(null > observed + 1e-12)
-    ties = np.count_nonzero(np.abs(null - observed) <= 1e-12)
-    p_value = (greater + (1.0 - rng.random()) * (1 + ties)) / (1 + samples)
-    verdict = yes if p_value <= ALPHA else no
-    return Agreement(observed, float(null.mean()), float(np.quantile(null, 0.95)), float(p_value), verdict)
-
-
-# ---------------------------------------------------------------------------- the table
 
 
 @dataclass
@@ -442,8 +151,8 @@ def _with_holm(frame: pd.DataFrame) -> pd.DataFrame:
     """``mantel_p_holm``: each pair of similarities' Mantel p-values, Holm-adjusted across the layers."""
     frame["mantel_p_holm"] = np.nan
     rows = frame[frame["other"].notna() & frame["mantel_p_value"].notna()]
-    for _, group in rows.groupby(["similarity", "other", "procedure"]):
-        frame.loc[group.index, "mantel_p_holm"] = holm(group["mantel_p_value"].to_numpy(dtype=float))
+    for _, pair in rows.groupby(["similarity", "other", "procedure"]):
+        frame.loc[pair.index, "mantel_p_holm"] = holm(pair["mantel_p_value"].to_numpy(dtype=float))
     return frame
 
 

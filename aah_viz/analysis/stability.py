@@ -24,6 +24,10 @@ UPDATE_COLUMNS = [
     "n_groups",
     "n_levels",
 ]
+# per (layer, head) over the updates: head_switch_stats and head_stats_from_counts
+HEAD_STATS_COLUMNS = [
+    "layer", "head", "updates", "window_switches", "switch_rate", "mean_dwell_steps", "flip_flops", "group_switches",
+]  # fmt: skip
 
 
 def group_columns(frame: pd.DataFrame) -> list[str]:
@@ -183,18 +187,8 @@ def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: Matrices | None = 
     ``flip_flops``: A -> B -> A patterns over three consecutive updates; ``group_switches``: updates
     at which the head's set of level-0 group-mates changed.
     """
-    cols = [
-        "layer",
-        "head",
-        "updates",
-        "window_switches",
-        "switch_rate",
-        "mean_dwell_steps",
-        "flip_flops",
-        "group_switches",
-    ]
     if heads.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=HEAD_STATS_COLUMNS)
     mats = mats if mats is not None else Matrices(heads, n_head)
     rows = []
     boundaries = np.flatnonzero(np.diff(mats.layer)) + 1
@@ -225,7 +219,7 @@ def head_switch_stats(heads: pd.DataFrame, n_head: int, mats: Matrices | None = 
                 }
             )
         )
-    return pd.concat(rows, ignore_index=True)[cols]
+    return pd.concat(rows, ignore_index=True)[HEAD_STATS_COLUMNS]
 
 
 # ---- per-update summaries: what the run writer stores so that no figure scans every head row -----
@@ -297,18 +291,8 @@ def head_stats_from_counts(
 ) -> pd.DataFrame:
     """:func:`head_switch_stats` from per-update summaries: ``updates`` (one row per layer and
     update) and (n_layer, n_head) counts of window switches, flip-flops and group switches."""
-    cols = [
-        "layer",
-        "head",
-        "updates",
-        "window_switches",
-        "switch_rate",
-        "mean_dwell_steps",
-        "flip_flops",
-        "group_switches",
-    ]
     if updates.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=HEAD_STATS_COLUMNS)
     n_head = switches.shape[1]
     g = updates.groupby("layer", sort=True)["step"]
     rows = []
@@ -328,4 +312,4 @@ def head_stats_from_counts(
                 }
             )
         )
-    return pd.concat(rows, ignore_index=True)[cols]
+    return pd.concat(rows, ignore_index=True)[HEAD_STATS_COLUMNS]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options, add_runs_argument
 
 
 def register(subparsers) -> None:
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
         "a run aah-viz validate finds damaged unless --force (then unreadable segments are left as they are). "
         "See docs/log-format.md.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run directory to compact")
+    add_runs_argument(parser, help="run directory to compact")
     parser.add_argument(
         "--min-segments",
         type=int,
@@ -31,8 +32,7 @@ def register(subparsers) -> None:
         help="compact a run that aah-viz validate finds damaged (refused by default: merged into one file, "
         "duplicated rows or a lost segment's gap could no longer be told apart)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_output_options(parser, "print one JSON object instead of text")
     parser.set_defaults(func=run)
 
 

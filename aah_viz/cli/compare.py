@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_runs_argument
 
 
 def register(subparsers) -> None:
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
         "p-value. Prints both tables (runs side by side) and writes each run's comparisons and window_association "
         "tables (docs/probes.md).",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="probed run directories")
+    add_runs_argument(p, help="probed run directories")
     p.add_argument("--level", type=int, default=None, help="only this hierarchy level (default: every level)")
     p.add_argument("--step", type=int, default=None, help="the probed step (default: each run's newest)")
     p.add_argument("--permutations", type=int, default=200, help="permutations of the null (default: 200)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options, add_source_argument
 from aah_viz.cli.train import add_overrides_argument
 
 
@@ -73,7 +74,7 @@ def register(subparsers) -> None:
         "(aah-viz export --table inference). Routing is frozen as loaded unless --reference-eval. "
         "See docs/retrofit.md.",
     )
-    p.add_argument("source", help="a run directory (checkpoints or adapters) or a Hugging Face model folder")
+    add_source_argument(p)
     p.add_argument("--data", required=True, help="plain-text (UTF-8) file to evaluate on")
     p.add_argument(
         "--out",
@@ -92,8 +93,7 @@ def register(subparsers) -> None:
         "Table 2); by default routing stays as loaded",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the measured figures as JSON")
+    add_output_options(p, "print the measured figures as JSON")
     add_source_options(p)
     add_model_options(p)
     p.set_defaults(func=run)

@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from aah_viz.cli._options import add_runs_argument
+
 TABLE_CHOICES = (
     "training",
     "inference",
@@ -35,7 +37,7 @@ def register(subparsers) -> None:
         "'aah-viz export tensorboard RUN... --out DIR' (no --table) writes the runs as TensorBoard event files "
         "instead, one folder a run, to overlay them in TensorBoard (docs/reporting.md).",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a folder holding run directories")
+    add_runs_argument(parser)
     parser.add_argument(
         "--table", choices=TABLE_CHOICES, help="which table to write ('all': every table); required but for tensorboard"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aah_viz.cli._options import add_runs_argument
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -14,7 +16,7 @@ def register(subparsers) -> None:
         "it through Kaleido and a Chromium browser (Debian: apt-get install chromium; or set BROWSER_PATH). "
         "Run 'aah-viz figure --list' to see the kinds and their options.",
     )
-    parser.add_argument("runs", nargs="*", metavar="RUN", help="a run directory, or a folder holding run directories")
+    add_runs_argument(parser, nargs="*")
     parser.add_argument("--kind", help="figure kind (see --list)")
     parser.add_argument(
         "--format",

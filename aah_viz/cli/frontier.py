@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options
 from aah_viz.cli.evaluate import sink_tokens_arg, windows_arg
 from aah_viz.cli.train import add_overrides_argument
 
@@ -75,8 +76,7 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--overwrite", action="store_true", help="start the frontier in --out afresh")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--json", action="store_true", help="print the frontier table as JSON")
+    add_output_options(p, "print the frontier table as JSON", progress_help="no progress bars")
     p.set_defaults(func=run)
 
 

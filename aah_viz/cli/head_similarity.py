@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options, add_torch_options
 from aah_viz.cli.evaluate import windows_arg
 from aah_viz.errors import InputFormatError, RunLogError
 from aah_viz.method import SIM_THRESHOLD
@@ -71,10 +72,8 @@ def register(subparsers) -> None:
     p.add_argument("--agreement-samples", type=int, default=999, help="permutations for stability and agreement")
     p.add_argument("--seed", type=int, default=0, help="seed of every null draw (default: 0)")
     p.add_argument("--regime", default="full_adaptive", help="regime a causal --model folder is patched with")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--json", action="store_true", help="print the per-similarity summary as JSON")
+    add_torch_options(p)
+    add_output_options(p, "print the per-similarity summary as JSON", progress_help="no progress bars")
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options
 
 
 def register(subparsers) -> None:
@@ -19,8 +20,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("gguf_file", metavar="FILE.gguf", help="the GGUF model file")
     p.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder for the Hugging Face model")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_output_options(p, "print the summary as JSON")
     p.set_defaults(func=run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aah_viz.cli._options import add_source_argument
 from aah_viz.cli.evaluate import add_model_options, add_source_options, load_model, sink_tokens_arg
 
 
@@ -14,7 +15,7 @@ def register(subparsers) -> None:
         "window that keeps 95% and 99% of it, beside the window routing executes. Writes the head_spans table "
         "and a profile event into --out (the source run itself or a new folder). See docs/retrofit.md.",
     )
-    p.add_argument("source", help="a run directory (checkpoints or adapters) or a Hugging Face model folder")
+    add_source_argument(p)
     p.add_argument("--data", required=True, help="plain-text (UTF-8) file to profile on")
     p.add_argument("--out", required=True, help="run directory: the source run itself (appended) or a new folder")
     p.add_argument("--checkpoint", type=int, default=None, help="checkpoint or adapter step (default: the newest)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options
 from aah_viz.cli.evaluate import add_model_options, model_overrides
 
 DETAILS = ("full", "light", "minimal")
@@ -53,8 +54,7 @@ def register(subparsers) -> None:
     from aah_viz.reporting.options import add_report_arguments
 
     add_report_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    add_output_options(p, "print a JSON summary at the end")
     add_model_options(p)
     p.set_defaults(func=run)
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options
 
 
 def register(subparsers) -> None:
@@ -63,8 +64,7 @@ def register(subparsers) -> None:
         help="run a design other than the one --logs was started with (finished runs it keeps are kept)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the trials and what each needs; run nothing")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    add_output_options(p, "print a JSON summary at the end")
     p.set_defaults(func=run)
 
 
@@ -73,7 +73,8 @@ def check_against_model(design) -> None:
     import dataclasses
 
     from aah_viz.errors import ConfigError
-    from aah_viz.sweep.design import TRAIN_FLAGS, DesignError, train_arguments
+    from aah_viz.sweep.design import DesignError, train_arguments
+    from aah_viz.sweep.vocabulary import TRAIN_FLAGS
     from instrumentation import AAHConfig
 
     known = {f.name for f in dataclasses.fields(AAHConfig)}

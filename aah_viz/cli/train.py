@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_output_options, add_torch_options
 
 PRESETS = ("tiny", "small", "paper-1b")
 DETAILS = ("full", "light", "minimal")
@@ -110,8 +111,7 @@ def register(subparsers) -> None:
         help="window of fixed_window / sliding_window / local_global_layers (tokens)",
     )
     add_overrides_argument(p, "override a model config key (repeatable), e.g. --set warmup_steps=10")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add_torch_options(p)
     p.add_argument(
         "--routing-sync",
         choices=("mean", "off"),
@@ -121,8 +121,7 @@ def register(subparsers) -> None:
     from aah_viz.reporting.options import add_report_arguments
 
     add_report_arguments(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    add_output_options(p, "print a JSON summary at the end")
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from aah_viz.cli._json import json_text
+from aah_viz.cli._options import add_runs_argument
 from aah_viz.errors import RunLogError
 
 
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
         "duplicated keys, value ranges and ACR consistency. Prints one problem per line; exits 0 when every "
         "run is valid and 2 otherwise. A folder that is not a run but holds runs is checked run by run.",
     )
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a folder holding run directories")
+    add_runs_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(func=run)
 

@@ -21,118 +21,23 @@ first ``n`` documents do not depend on how many are generated.
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
-from pathlib import Path
 
 from aah_viz.corpus.document import Chain, Corpus, Document, Mention, Sentence, Word
+from aah_viz.corpus.lexicon import (
+    ADJECTIVES,
+    GENERIC_NOUNS,
+    GROUP_NOUNS,
+    INTRANSITIVE,
+    MOTION_PREPS,
+    NAMES,
+    PLACE_PREPS,
+    PRONOUNS,
+    ROLE_NOUNS,
+    THING_NOUNS,
+    TRANSITIVE,
+)
 from aah_viz.corpus.tokenizer import ByteTokenizer
-
-# ---------------------------------------------------------------------------------------------
-# the lexicon
-
-NAMES = {
-    "m": ["Tom", "James", "Peter", "Omar", "Luca", "Felix", "Hugo", "Ivan", "Noah", "Samuel", "Victor", "Arthur"],
-    "f": ["Anna", "Maria", "Emma", "Sofia", "Clara", "Lena", "Nora", "Alice", "Julia", "Rosa", "Mila", "Grace"],
-}
-GROUP_NOUNS = ["farmers", "sailors", "students", "teachers", "soldiers", "workers", "neighbours", "singers"]
-THING_NOUNS = ["car", "boat", "house", "letter", "clock", "lamp", "machine", "garden", "bridge", "bicycle"]
-ROLE_NOUNS = ["doctor", "teacher", "baker", "painter", "farmer", "writer", "pilot", "singer", "lawyer", "nurse"]
-GENERIC_NOUNS = [
-    ("dog", "dogs"),
-    ("cat", "cats"),
-    ("bird", "birds"),
-    ("tree", "trees"),
-    ("river", "rivers"),
-    ("road", "roads"),
-    ("window", "windows"),
-    ("book", "books"),
-    ("table", "tables"),
-    ("apple", "apples"),
-    ("stone", "stones"),
-    ("horse", "horses"),
-    ("flower", "flowers"),
-    ("hill", "hills"),
-    ("door", "doors"),
-    ("box", "boxes"),
-    ("cup", "cups"),
-    ("key", "keys"),
-    ("ship", "ships"),
-    ("field", "fields"),
-]
-ADJECTIVES = [
-    "old",
-    "young",
-    "small",
-    "big",
-    "red",
-    "green",
-    "quiet",
-    "happy",
-    "tall",
-    "dark",
-    "bright",
-    "cold",
-    "warm",
-    "heavy",
-    "strange",
-    "little",
-    "new",
-    "busy",
-    "gentle",
-    "brave",
-]
-TRANSITIVE = [
-    ("sees", "see"),
-    ("likes", "like"),
-    ("finds", "find"),
-    ("takes", "take"),
-    ("watches", "watch"),
-    ("follows", "follow"),
-    ("helps", "help"),
-    ("paints", "paint"),
-    ("visits", "visit"),
-    ("carries", "carry"),
-    ("calls", "call"),
-    ("opens", "open"),
-    ("moves", "move"),
-    ("cleans", "clean"),
-    ("remembers", "remember"),
-]
-INTRANSITIVE = [
-    ("sleeps", "sleep"),
-    ("runs", "run"),
-    ("waits", "wait"),
-    ("sings", "sing"),
-    ("smiles", "smile"),
-    ("walks", "walk"),
-    ("works", "work"),
-    ("rests", "rest"),
-    ("laughs", "laugh"),
-    ("arrives", "arrive"),
-]
-PLACE_PREPS = ["near", "behind", "under", "beside", "across", "over"]
-MOTION_PREPS = ["to", "into", "from", "toward", "past"]
-PRONOUNS = {  # class -> (subject, object, possessive)
-    "m": ("he", "him", "his"),
-    "f": ("she", "her", "her"),
-    "pl": ("they", "them", "their"),
-    "n": ("it", "it", "its"),
-}
-PRONOUN_FEATURES = {  # lower-cased pronoun -> (gender, number); used by the rule baseline too
-    "he": ("m", "sg"),
-    "him": ("m", "sg"),
-    "his": ("m", "sg"),
-    "she": ("f", "sg"),
-    "her": ("f", "sg"),
-    "hers": ("f", "sg"),
-    "it": ("n", "sg"),
-    "its": ("n", "sg"),
-    "they": (None, "pl"),
-    "them": (None, "pl"),
-    "their": (None, "pl"),
-}
 
 # ---------------------------------------------------------------------------------------------
 # sentence building
@@ -464,108 +369,3 @@ def training_text(n_docs: int, seed: int = 0) -> str:
 def training_stream(n_docs: int, seed: int = 0) -> list[int]:
     """Byte-tokenizer ids (0..255) of ``n_docs`` synthetic documents joined by newlines."""
     return ByteTokenizer().encode_ids(training_text(n_docs, seed))
-
-
-# ---------------------------------------------------------------------------------------------
-# writers
-
-
-def write_conllu(corpus: Corpus | list[Document], path) -> Path:
-    """CoNLL-U with ``# newdoc id``, ``# doc_id``, ``# sent_id``, ``# text`` and character offsets
-    (relative to the document) in MISC as ``start_char=..|end_char=..``."""
-    docs = corpus.documents if isinstance(corpus, Corpus) else corpus
-    lines: list[str] = []
-    for doc in docs:
-        for s_index, sentence in enumerate(doc.sentences):
-            if s_index == 0:
-                lines.append(f"# newdoc id = {doc.id}")
-            lines.append(f"# doc_id = {doc.id}")
-            lines.append(f"# sent_id = {sentence.id}")
-            lines.append(f"# text = {sentence.text_in(doc.text)}")
-            for i, word in enumerate(sentence.words):
-                misc = f"start_char={word.start}|end_char={word.end}"
-                nxt = sentence.words[i + 1] if i + 1 < len(sentence.words) else None
-                if nxt is not None and nxt.start == word.end:
-                    misc += "|SpaceAfter=No"
-                lemma = word.form if word.upos == "PROPN" else word.form.lower()
-                fields = [
-                    str(i + 1),
-                    word.form,
-                    lemma,
-                    word.upos or "_",
-                    "_",
-                    "_",
-                    str(word.head if word.head is not None else "_"),
-                    word.deprel or "_",
-                    "_",
-                    misc,
-                ]
-                lines.append("\t".join(fields))
-            lines.append("")
-    path = Path(path)
-    path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
-    return path
-
-
-def document_to_coref_json(doc: Document, include_words: bool = True) -> dict:
-    """One document in the coreference JSONL format (docs/probes.md)."""
-    words = doc.words
-    chains = []
-    for chain in doc.chains:
-        mentions = []
-        for m in chain.mentions:
-            item = {"start": m.start, "end": m.end, "head_start": words[m.head].start, "head_end": words[m.head].end}
-            for key in ("kind", "gender", "number"):
-                value = getattr(m, key)
-                if value is not None:
-                    item[key] = value
-            mentions.append(item)
-        chains.append({"id": chain.id, "mentions": mentions})
-    item = {"id": doc.id, "text": doc.text, "chains": chains}
-    if include_words:
-        item["words"] = [{"start": w.start, "end": w.end} for w in words]
-    return item
-
-
-def write_coref_jsonl(corpus: Corpus | list[Document], path, include_words: bool = True) -> Path:
-    """The coreference JSONL format: one document per line (docs/probes.md).
-
-    ``include_words=False`` leaves the word list out; readers then split the text at whitespace
-    and punctuation, which gives the same words for this corpus."""
-    docs = corpus.documents if isinstance(corpus, Corpus) else corpus
-    path = Path(path)
-    with path.open("w", encoding="utf-8") as out:
-        for doc in docs:
-            out.write(
-                json.dumps(document_to_coref_json(doc, include_words), ensure_ascii=False, separators=(",", ":")) + "\n"
-            )
-    return path
-
-
-# the bundled probe set: held out from training by its own seed
-PROBE_SET_SEED = 987_654
-PROBE_SET_DOCS = 40
-PROBE_SET_CONLLU = "synthetic_probe.conllu"
-PROBE_SET_COREF = "synthetic_probe.coref.jsonl"
-
-
-def write_probe_set(folder, n_docs: int = PROBE_SET_DOCS, seed: int = PROBE_SET_SEED) -> tuple[Path, Path]:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    corpus = generate_corpus(n_docs, seed)
-    return write_conllu(corpus, folder / PROBE_SET_CONLLU), write_coref_jsonl(
-        corpus, folder / PROBE_SET_COREF, include_words=False
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m aah_viz.corpus", description="Write the synthetic corpus (CoNLL-U trees and coreference JSONL)."
-    )
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--docs", type=int, default=PROBE_SET_DOCS, help="number of documents")
-    parser.add_argument("--seed", type=int, default=PROBE_SET_SEED, help="corpus seed")
-    args = parser.parse_args(argv)
-    for path in write_probe_set(args.out, args.docs, args.seed):
-        print(path)
-    return 0

@@ -73,12 +73,19 @@ def records(run_id: str, table: pd.DataFrame, procedure: str = "method") -> pd.D
     return frame.sort_values(["layer", "similarity"], key=lambda c: c.map(order) if c.name == "similarity" else c)
 
 
+def _rows_of_runs(runs, rows_of, procedure: str) -> pd.DataFrame:
+    """``rows_of(run id, its head_similarity table or None, procedure)`` for every run, in one frame (the
+    first run's empty frame when no run has rows)."""
+    frames = [rows_of(str(run.run_id), run.table(NAME) if NAME in run.tables() else None, procedure) for run in runs]
+    kept = [f for f in frames if len(f)]
+    return pd.concat(kept, ignore_index=True) if kept else frames[0]
+
+
 def build_tables(runs, *, procedure: str = "method", **_opts) -> list:
     """The export table of ``runs`` (``aah_viz.runlog.Run``); runs without the table add no rows."""
     from aah_viz.export.table import Table
 
-    frames = [records(str(run.run_id), run.table(NAME) if NAME in run.tables() else None, procedure) for run in runs]
-    df = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    df = _rows_of_runs(runs, records, procedure)
     return [
         Table(
             name=NAME,
@@ -119,9 +126,7 @@ def build_summary_tables(runs, *, procedure: str = "method", **_opts) -> list:
     """The summary form of the head_similarity export: a few rows per run instead of one per layer."""
     from aah_viz.export.table import Table
 
-    frames = [summary_records(str(r.run_id), r.table(NAME) if NAME in r.tables() else None, procedure) for r in runs]
-    kept = [f for f in frames if len(f)]
-    df = pd.concat(kept, ignore_index=True) if kept else frames[0]
+    df = _rows_of_runs(runs, summary_records, procedure)
     return [
         Table(
             name=SUMMARY_NAME,

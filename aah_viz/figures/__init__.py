@@ -181,30 +181,33 @@ def _probe_metric(run, probe: str, metric: str | None) -> str | None:
     return metrics[0] if metrics else None
 
 
+def _no_probe_results(run, probe: str) -> go.Figure:
+    from aah_viz.figures import style
+
+    message = f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE"
+    return style.empty_figure(message, _title(run, "probes"))
+
+
 def build_probe_heatmap(runs, probe: str = "syntax", metric: str | None = None, **_) -> go.Figure:
     from aah_viz.analysis import queries
-    from aah_viz.figures import probes, style
+    from aah_viz.figures import probes
 
     run = _first(runs)
     metric = _probe_metric(run, probe, metric)
     if metric is None:
-        return style.empty_figure(
-            f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes")
-        )
+        return _no_probe_results(run, probe)
     ph = queries.probe_tables(run)["probe_heads"]
     z = probes.probe_matrix(ph, probe, metric, run.n_layer, run.n_head)
     return probes.probe_heatmap_figure(z, probe, metric, _title(run, f"{probe} {metric}"))
 
 
 def build_window_vs_probe(runs, probe: str = "syntax", metric: str | None = None, **_) -> go.Figure:
-    from aah_viz.figures import data, probes, style
+    from aah_viz.figures import data, probes
 
     run = _first(runs)
     metric = _probe_metric(run, probe, metric)
     if metric is None:
-        return style.empty_figure(
-            f"no {probe} probe results: run aah-viz probe RUN --syntax FILE.conllu --coref FILE", _title(run, "probes")
-        )
+        return _no_probe_results(run, probe)
     return probes.window_vs_probe_figure(
         data.probe_points(run, probe, metric), probe, metric, run.windows, _title(run, f"window vs {probe} {metric}")
     )

@@ -60,13 +60,7 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
                 mode="markers+text" if any(labels) else "markers",
                 name=label,
                 marker=dict(symbol=symbol, size=11, color=color, line=dict(width=1, color=color)),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=rows["ppl_hi"] - rows["ppl"],
-                    arrayminus=rows["ppl"] - rows["ppl_lo"],
-                    thickness=1.2,
-                ),
+                error_y=style.interval_bars(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"], thickness=1.2),
                 text=rows["configuration"],
                 customdata=[
                     [lo, hi, cov, lab]

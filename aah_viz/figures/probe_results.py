@@ -123,45 +123,21 @@ def claims_figure(claims: pd.DataFrame, title: str = "") -> go.Figure:
             hovertemplate="%{y}: null 95th percentile %{x:.3f}<extra></extra>",
         )
     )
-    fig.add_trace(
-        go.Scatter(
-            x=c["best_acc"],
-            y=labels,
-            mode="markers",
-            marker=dict(symbol="circle-open", size=9, color="#1f77b4"),
-            error_x=dict(
-                type="data",
-                symmetric=False,
-                array=(c["best_ci_high"] - c["best_acc"]).to_numpy(),
-                arrayminus=(c["best_acc"] - c["best_ci_low"]).to_numpy(),
-                color="#9ab",
-            ),
-            name="best head, in sample (95% interval)",
-            hovertemplate="%{y}: best head %{x:.3f}<extra></extra>",
+    in_sample = style.interval_bars(c["best_acc"], c["best_ci_low"], c["best_ci_high"], color="#9ab")
+    split_half = dict(size=11, color=np.where(beats, "#1f77b4", "#d62728"))
+    adjusted = [f"adjusted p {p:.3f}" for p in c["adjusted_p"]]
+    marks = (  # column, marker, legend name, hover, other properties
+        ("best_acc", dict(symbol="circle-open", size=9, color="#1f77b4"), "best head, in sample (95% interval)",
+         "%{y}: best head %{x:.3f}<extra></extra>", dict(error_x=in_sample)),
+        ("split_half_acc", split_half, "best head, split half (blue: beats the strongest baseline)",
+         "%{y}: split half %{x:.3f}, %{text}<extra></extra>", dict(text=adjusted)),
+        ("baseline_acc", dict(symbol="x", size=9, color="#333"), "strongest baseline",
+         "%{y}: %{text} %{x:.3f}<extra></extra>", dict(text=c["baseline"].fillna("").tolist())),
+    )  # fmt: skip
+    for column, marker, name, hover, extra in marks:
+        fig.add_trace(
+            go.Scatter(x=c[column], y=labels, mode="markers", marker=marker, name=name, hovertemplate=hover, **extra)
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=c["split_half_acc"],
-            y=labels,
-            mode="markers",
-            marker=dict(size=11, color=np.where(beats, "#1f77b4", "#d62728")),
-            name="best head, split half (blue: beats the strongest baseline)",
-            text=[f"adjusted p {p:.3f}" for p in c["adjusted_p"]],
-            hovertemplate="%{y}: split half %{x:.3f}, %{text}<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=c["baseline_acc"],
-            y=labels,
-            mode="markers",
-            marker=dict(symbol="x", size=9, color="#333"),
-            name="strongest baseline",
-            text=c["baseline"].fillna("").tolist(),
-            hovertemplate="%{y}: %{text} %{x:.3f}<extra></extra>",
-        )
-    )
     fig.update_xaxes(title="accuracy", range=[0, 1.02])
     fig.update_yaxes(title="")
     return style.base_layout(
@@ -187,13 +163,7 @@ def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure
             x=rel["delta"],
             y=relation_labels(rel),
             mode="markers",
-            error_x=dict(
-                type="data",
-                symmetric=False,
-                array=(rel["delta_ci_high"] - rel["delta"]).to_numpy(),
-                arrayminus=(rel["delta"] - rel["delta_ci_low"]).to_numpy(),
-                color="#555",
-            ),
+            error_x=style.interval_bars(rel["delta"], rel["delta_ci_low"], rel["delta_ci_high"], color="#555"),
             marker=dict(
                 size=9,
                 symbol=np.where(positional, "circle-open", "circle"),

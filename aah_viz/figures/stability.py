@@ -5,10 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from aah_viz.analysis.curves import step_bins
 from aah_viz.figures import style
 from aah_viz.figures.windows import cell_overlay, outline_cell
+
+STABILITY_PANELS = (
+    "ARI of the level-0 partition vs the previous update (1 = same; mean / min over layers)",
+    "heads switching group or window at an update (heads / H, mean over layers)",
+    "layers whose tree changed shape (any level's partition or the number of levels), per step bin",
+)
 
 
 def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
@@ -18,12 +24,7 @@ def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
         return pd.DataFrame(
             columns=["step", "ari_mean", "ari_min", "group_switch_share", "window_switch_share", "topology_changes"]
         )
-    steps = np.unique(u["step"].to_numpy())
-    if len(steps) > max_points:
-        edges = np.linspace(steps[0], steps[-1], max_points + 1)
-        u["bin"] = np.clip(np.searchsorted(edges, u["step"].to_numpy(), side="right") - 1, 0, max_points - 1)
-    else:
-        u["bin"] = np.searchsorted(steps, u["step"].to_numpy())
+    u["bin"] = step_bins(u["step"].to_numpy(), max_points)
     u["topology_changed"] = u["topology_changed"].astype("boolean").fillna(False).astype("float64")
     g = u.groupby("bin")
     return pd.DataFrame(
@@ -45,58 +46,15 @@ def _binned_over_layers(updates: pd.DataFrame, max_points: int) -> pd.DataFrame:
 def stability_figure(updates: pd.DataFrame, title: str = "", max_points: int = 600) -> go.Figure:
     """Three panels over training: ARI, shares of heads switching, topology changes."""
     b = _binned_over_layers(updates, max_points)
-    fig = make_subplots(
-        rows=3,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.07,
-        subplot_titles=(
-            "ARI of the level-0 partition vs the previous update (1 = same; mean / min over layers)",
-            "heads switching group or window at an update (heads / H, mean over layers)",
-            "layers whose tree changed shape (any level's partition or the number of levels), per step bin",
-        ),
-    )
+    fig = style.stacked_panels(STABILITY_PANELS, spacing=0.07)
     x = b["step"].to_numpy(dtype=np.float64)
-    fig.add_trace(
-        go.Scatter(
-            x=x, y=b["ari_mean"].to_numpy(dtype=np.float64), name="ARI mean", mode="lines", line=dict(color="#1f77b4")
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=b["ari_min"].to_numpy(dtype=np.float64),
-            name="ARI min",
-            mode="lines",
-            line=dict(color="#1f77b4", dash="dot"),
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=b["group_switch_share"].to_numpy(dtype=np.float64),
-            name="switching group",
-            mode="lines",
-            line=dict(color="#2ca02c"),
-        ),
-        row=2,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=b["window_switch_share"].to_numpy(dtype=np.float64),
-            name="switching window",
-            mode="lines",
-            line=dict(color="#d62728"),
-        ),
-        row=2,
-        col=1,
-    )
+    for column, name, row, line in (
+        ("ari_mean", "ARI mean", 1, dict(color="#1f77b4")),
+        ("ari_min", "ARI min", 1, dict(color="#1f77b4", dash="dot")),
+        ("group_switch_share", "switching group", 2, dict(color="#2ca02c")),
+        ("window_switch_share", "switching window", 2, dict(color="#d62728")),
+    ):
+        style.add_line(fig, x, b[column].to_numpy(dtype=np.float64), name, row, **line)
     fig.add_trace(
         go.Bar(
             x=x,
@@ -167,7 +125,7 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
     """
     rows = 3 if margins is not None and not margins.empty else 2
     titles = ["controller gradient norm", "controller weight drift", "decision margin"][:rows]
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=titles)
+    fig = style.stacked_panels(titles, spacing=0.08)
     for r, (name, ytitle, color) in enumerate(
         (
             ("controller_grad_norm", style.GRAD_NORM, "#ff7f0e"),
@@ -177,17 +135,8 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
     ):
         part = series[series["name"] == name] if not series.empty else series
         if not part.empty:
-            fig.add_trace(
-                go.Scatter(
-                    x=part["step"].to_numpy(dtype=np.float64),
-                    y=part["value"].to_numpy(dtype=np.float64),
-                    mode="lines",
-                    name=name,
-                    line=dict(color=color),
-                ),
-                row=r,
-                col=1,
-            )
+            x, y = (part[c].to_numpy(dtype=np.float64) for c in ("step", "value"))
+            style.add_line(fig, x, y, name, r, color=color)
         else:
             fig.add_annotation(
                 text=f"no {name} logged",
@@ -199,17 +148,8 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
             )
         fig.update_yaxes(title=ytitle, row=r, col=1, title_font=dict(size=11))
     if rows == 3:
-        fig.add_trace(
-            go.Scatter(
-                x=margins["step"].to_numpy(dtype=np.float64),
-                y=margins["margin"].to_numpy(dtype=np.float64),
-                mode="lines",
-                name="mean margin",
-                line=dict(color="#17becf"),
-            ),
-            row=3,
-            col=1,
-        )
+        x, y = (margins[c].to_numpy(dtype=np.float64) for c in ("step", "margin"))
+        style.add_line(fig, x, y, "mean margin", 3, color="#17becf")
         fig.update_yaxes(title=style.MARGIN, row=3, col=1, title_font=dict(size=11))
     fig.update_xaxes(title=style.STEP, row=rows, col=1)
     return style.base_layout(fig, title, height=260 * rows + 80)

@@ -120,6 +120,27 @@ def base_layout(fig: go.Figure, title: str, height: int | None = None, width_cha
     return fig
 
 
+def stacked_panels(titles, spacing: float) -> go.Figure:
+    """One panel per title, stacked over a shared x axis (quantities over training)."""
+    from plotly.subplots import make_subplots
+
+    return make_subplots(
+        rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=spacing, subplot_titles=tuple(titles)
+    )
+
+
+def add_line(fig: go.Figure, x, y, name: str, row: int, **line) -> None:
+    """A line named ``name`` in panel ``row`` of :func:`stacked_panels`' figure (``line``: colour, dash)."""
+    fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, line=line), row=row, col=1)
+
+
+def interval_bars(value, low, high, **look) -> dict:
+    """Error bars from ``low`` to ``high`` around ``value`` (a trace's ``error_x`` or ``error_y``)."""
+    return dict(
+        type="data", symmetric=False, array=np.asarray(high - value), arrayminus=np.asarray(value - low), **look
+    )
+
+
 def empty_figure(message: str, title: str = "") -> go.Figure:
     """A figure that says why it has no data (instead of an empty plot)."""
     fig = go.Figure()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis.curves import step_bins
 from aah_viz.figures import style
+
+VALIDITY_PANELS = (
+    "pairwise cosine similarity of the heads' routing features (min / median / max over pairs)",
+    "silhouette minus chance (the larger 95th percentile of both nulls); above 0: real groups",
+    "share of layers whose level-0 partition is a forced split / beats both nulls",
+)
 
 
 def binned_validity(validity: pd.DataFrame, max_points: int = 600) -> pd.DataFrame:
@@ -24,12 +29,7 @@ def binned_validity(validity: pd.DataFrame, max_points: int = 600) -> pd.DataFra
     v["forced"] = (v["origin"] == cv.FORCED).astype("float64")
     v["real"] = (v["verdict"] == cv.REAL).astype("float64")
     v["assessed"] = (v["verdict"] != cv.UNDEFINED).astype("float64")
-    steps = np.unique(v["step"].to_numpy())
-    if len(steps) > max_points:
-        edges = np.linspace(steps[0], steps[-1], max_points + 1)
-        v["bin"] = np.clip(np.searchsorted(edges, v["step"].to_numpy(), side="right") - 1, 0, max_points - 1)
-    else:
-        v["bin"] = np.searchsorted(steps, v["step"].to_numpy())
+    v["bin"] = step_bins(v["step"].to_numpy(), max_points)
     g = v.groupby("bin")
     out = g.agg(
         step=("step", "mean"),
@@ -51,26 +51,12 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
     b = binned_validity(validity, max_points)
     if b.empty:
         return style.empty_figure("no level-0 partitions recorded (grouping off, or no routing update yet)", title)
-    fig = make_subplots(
-        rows=3,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.08,
-        subplot_titles=(
-            "pairwise cosine similarity of the heads' routing features (min / median / max over pairs)",
-            "silhouette minus chance (the larger 95th percentile of both nulls); above 0: real groups",
-            "share of layers whose level-0 partition is a forced split / beats both nulls",
-        ),
-    )
+    fig = style.stacked_panels(VALIDITY_PANELS, spacing=0.08)
     x = b["step"].to_numpy(dtype=np.float64)
     for col, dash, name in (("sim_max", "dot", "max"), ("sim_median", "solid", "median"), ("sim_min", "dash", "min")):
         y = b[col].to_numpy(dtype=np.float64)
         if np.isfinite(y).any():
-            fig.add_trace(
-                go.Scatter(x=x, y=y, mode="lines", name=f"similarity {name}", line=dict(color="#1f77b4", dash=dash)),
-                row=1,
-                col=1,
-            )
+            style.add_line(fig, x, y, f"similarity {name}", 1, color="#1f77b4", dash=dash)
     if threshold is not None and np.isfinite(threshold):
         fig.add_hline(y=float(threshold), line=dict(color="#d62728", dash="dash"), row=1, col=1)
         fig.add_annotation(
@@ -86,11 +72,7 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
         )
     margin = b["margin"].to_numpy(dtype=np.float64)
     if np.isfinite(margin).any():
-        fig.add_trace(
-            go.Scatter(x=x, y=margin, mode="lines", name="silhouette − chance", line=dict(color="#2ca02c")),
-            row=2,
-            col=1,
-        )
+        style.add_line(fig, x, margin, "silhouette − chance", 2, color="#2ca02c")
         fig.add_hline(y=0.0, line=dict(color="#7f7f7f", width=1), row=2, col=1)
     else:
         # in paper coordinates: Plotly draws no axes for a panel without traces, so "x2 domain" would not exist
@@ -98,24 +80,10 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
         fig.add_annotation(
             text=no_silhouette_reason(validity), showarrow=False, xref="paper", yref="paper", x=0.5, y=(low + high) / 2
         )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=b["forced_share"].to_numpy(dtype=np.float64),
-            mode="lines",
-            name="forced split",
-            line=dict(color="#ff7f0e"),
-        ),  # fmt: skip
-        row=3,
-        col=1,
-    )
+    style.add_line(fig, x, b["forced_share"].to_numpy(dtype=np.float64), "forced split", 3, color="#ff7f0e")
     real = b["real_share"].to_numpy(dtype=np.float64)
     if np.isfinite(real).any():
-        fig.add_trace(
-            go.Scatter(x=x, y=real, mode="lines", name="real (beats both nulls)", line=dict(color="#2ca02c")),
-            row=3,
-            col=1,
-        )
+        style.add_line(fig, x, real, "real (beats both nulls)", 3, color="#2ca02c")
     fig.update_yaxes(title="cosine", row=1, col=1, title_font=dict(size=12))
     fig.update_yaxes(title="silhouette", row=2, col=1, title_font=dict(size=12))
     fig.update_yaxes(title="layers / L", range=[0, 1.02], row=3, col=1, title_font=dict(size=12))

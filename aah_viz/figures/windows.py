@@ -40,6 +40,15 @@ def outline_cell(fig: go.Figure, x: float, y: float, color: str = "#000") -> Non
     )
 
 
+def _window_cells(matrix: np.ndarray, windows: list[int], x, y, hover: str, **extra) -> go.Heatmap:
+    """Windows in tokens as a heatmap: colour bands per doubling (log2), the tokens in the hover."""
+    scale, zmin, zmax = style.discrete_window_scale(windows)
+    return go.Heatmap(
+        z=style.window_z(matrix), customdata=np.nan_to_num(matrix, nan=-1).astype(np.int32), x=x, y=y,
+        colorscale=scale, zmin=zmin, zmax=zmax, colorbar=_window_colorbar(windows), hovertemplate=hover, **extra,
+    )  # fmt: skip
+
+
 def window_heatmap_figure(
     matrix: np.ndarray,
     windows: list[int],
@@ -54,24 +63,10 @@ def window_heatmap_figure(
     ``selected`` (layer, head) outlines a head (or a whole layer when head is None); ``compact``
     is for small side-by-side panels (fewer tick labels, no colour bar title).
     """
-    scale, zmin, zmax = style.discrete_window_scale(windows)
     n_layer, n_head = matrix.shape
-    fig = go.Figure(
-        go.Heatmap(
-            z=style.window_z(matrix),
-            customdata=np.nan_to_num(matrix, nan=-1).astype(np.int32),
-            x=np.arange(n_head),
-            y=np.arange(n_layer),
-            colorscale=scale,
-            zmin=zmin,
-            zmax=zmax,
-            colorbar=_window_colorbar(windows),
-            hovertemplate="L%{y}H%{x}<br>window %{customdata} tokens<extra></extra>",
-            xgap=1,
-            ygap=1,
-            showscale=not compact,
-        )
-    )
+    hover = "L%{y}H%{x}<br>window %{customdata} tokens<extra></extra>"
+    heads, layers = np.arange(n_head), np.arange(n_layer)
+    fig = go.Figure(_window_cells(matrix, windows, heads, layers, hover, xgap=1, ygap=1, showscale=not compact))
     if clickable:
         fig.data[0].hoverinfo = "skip"
         fig.add_trace(
@@ -119,21 +114,9 @@ def head_timeline_figure(
 ) -> go.Figure:
     """Head (rows) x sampled training step (columns) windows of one layer; the selected head and the
     selected step are outlined, warm-up is shaded."""
-    scale, zmin, zmax = style.discrete_window_scale(windows)
     n_head = matrix.shape[0]
-    fig = go.Figure(
-        go.Heatmap(
-            z=style.window_z(matrix),
-            customdata=np.nan_to_num(matrix, nan=-1).astype(np.int32),
-            x=np.asarray(steps, dtype=np.int64),
-            y=np.arange(n_head),
-            colorscale=scale,
-            zmin=zmin,
-            zmax=zmax,
-            colorbar=_window_colorbar(windows),
-            hovertemplate="step %{x}, head %{y}<br>window %{customdata} tokens<extra></extra>",
-        )
-    )
+    hover = "step %{x}, head %{y}<br>window %{customdata} tokens<extra></extra>"
+    fig = go.Figure(_window_cells(matrix, windows, np.asarray(steps, dtype=np.int64), np.arange(n_head), hover))
     if selected_head is not None and len(steps):
         fig.add_shape(
             type="rect",

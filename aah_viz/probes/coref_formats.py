@@ -1,4 +1,5 @@
-"""Coreference inputs: the project's JSONL format, and converters from GAP TSV and CoNLL-2012.
+"""Coreference inputs: the project's JSONL format, and any of the three formats read or converted to it
+(GAP TSV: ``coref_gap``; CoNLL-2012: ``coref_conll2012``).
 
 The JSONL format (docs/probes.md) holds one document per line::
 
@@ -14,16 +15,16 @@ np), ``gender`` (m, f, n), ``number`` (sg, pl), ``role`` (kept by the GAP conver
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from aah_viz.corpus.document import Chain, Document, Mention, Sentence, Word
-from aah_viz.corpus.synthetic import PRONOUN_FEATURES
+from aah_viz.corpus.lexicon import PRONOUN_FEATURES
 from aah_viz.errors import InputFormatError
+from aah_viz.probes.coref_conll2012 import read_conll2012
+from aah_viz.probes.coref_gap import read_gap
 from aah_viz.probes.textfile import read_user_text
 
 WORD_RE = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
@@ -189,252 +190,6 @@ def write_jsonl(items: Iterable[dict], path) -> Path:
     with path.open("w", encoding="utf-8") as out:
         for item in items:
             out.write(json.dumps(item, ensure_ascii=False) + "\n")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# GAP (Webster et al. 2018): ID, Text, Pronoun, Pronoun-offset, A, A-offset, A-coref, B, B-offset, B-coref, URL
-
-GAP_COLUMNS = ["ID", "Text", "Pronoun", "Pronoun-offset", "A", "A-offset", "A-coref", "B", "B-offset", "B-coref", "URL"]
-
-
-def _gap_bool(value: str, where: str) -> bool:
-    v = value.strip().upper()
-    if v not in ("TRUE", "FALSE"):
-        raise InputFormatError(f"{where}: expected TRUE or FALSE, got {value!r}")
-    return v == "TRUE"
-
-
-def read_gap(path) -> list[dict]:
-    """GAP TSV rows as JSONL documents: the pronoun, A and B are mentions; the pronoun shares a
-    chain with A or B when that column is TRUE. Every mention keeps its ``role``."""
-    path = Path(path)
-    text = read_user_text(path, "GAP TSV")
-    reader = csv.reader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
-    rows = list(reader)
-    if [c.strip() for c in rows[0]] != GAP_COLUMNS:
-        raise InputFormatError(
-            f"{path}:1: expected the GAP header {', '.join(GAP_COLUMNS)} (tab-separated), got {rows[0][:11]}"
-        )
-    items = []
-    for number, row in enumerate(rows[1:], start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        where = f"{path}:{number}"
-        if len(row) != len(GAP_COLUMNS):
-            raise InputFormatError(f"{where}: expected {len(GAP_COLUMNS)} tab-separated columns, found {len(row)}")
-        rec = dict(zip(GAP_COLUMNS, row))
-        body = rec["Text"]
-        mentions = {}
-        for role, col in (("pronoun", "Pronoun"), ("A", "A"), ("B", "B")):
-            try:
-                offset = int(rec[f"{col}-offset"])
-            except ValueError:
-                raise InputFormatError(f"{where}: {col}-offset {rec[f'{col}-offset']!r} is not an integer") from None
-            surface = rec[col]
-            if body[offset : offset + len(surface)] != surface:
-                raise InputFormatError(
-                    f"{where}: {col} {surface!r} is not at character {offset} of Text "
-                    f"(found {body[offset : offset + len(surface)]!r})"
-                )
-            mentions[role] = {"start": offset, "end": offset + len(surface), "role": role}
-        mentions["pronoun"]["kind"] = "pronoun"
-        a_coref, b_coref = _gap_bool(rec["A-coref"], f"{where} A-coref"), _gap_bool(rec["B-coref"], f"{where} B-coref")
-        if a_coref and b_coref:
-            raise InputFormatError(
-                f"{where}: A-coref and B-coref are both TRUE; GAP links the pronoun to one name at most"
-            )
-        chains = []
-        if a_coref:
-            chains.append(
-                {"id": "A", "mentions": sorted([mentions["A"], mentions["pronoun"]], key=lambda m: m["start"])}
-            )
-            chains.append({"id": "B", "mentions": [mentions["B"]]})
-        elif b_coref:
-            chains.append({"id": "A", "mentions": [mentions["A"]]})
-            chains.append(
-                {"id": "B", "mentions": sorted([mentions["B"], mentions["pronoun"]], key=lambda m: m["start"])}
-            )
-        else:
-            chains.append({"id": "A", "mentions": [mentions["A"]]})
-            chains.append({"id": "B", "mentions": [mentions["B"]]})
-            chains.append({"id": "pronoun", "mentions": [mentions["pronoun"]]})
-        items.append({"id": rec["ID"], "text": body, "chains": chains, "url": rec["URL"]})
-    if not items:
-        raise InputFormatError(f"{path}: a GAP header but no rows")
-    return items
-
-
-def write_gap(items: Iterable[dict], path) -> Path:
-    """The inverse of :func:`read_gap` for documents it produced (mentions with roles)."""
-    out = io.StringIO()
-    writer = csv.writer(out, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n", escapechar=None)
-    writer.writerow(GAP_COLUMNS)
-    for item in items:
-        text = item["text"]
-        by_role, chain_of = {}, {}
-        for chain in item["chains"]:
-            for m in chain["mentions"]:
-                by_role[m["role"]] = m
-                chain_of[m["role"]] = chain["id"]
-        fields = [item["id"], text]
-        for role in ("pronoun", "A", "B"):
-            m = by_role[role]
-            fields += [text[m["start"] : m["end"]], str(m["start"])]
-            if role != "pronoun":
-                fields.append("TRUE" if chain_of[role] == chain_of["pronoun"] else "FALSE")
-        fields.append(item.get("url", ""))
-        writer.writerow(fields)
-    path = Path(path)
-    path.write_text(out.getvalue(), encoding="utf-8")
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# CoNLL-2012 (OntoNotes *_conll): word in column 4, coreference in the last column
-
-_BEGIN = re.compile(r"^#begin document \(?(?P<name>[^)]*?)\)?;?\s*(part (?P<part>\d+))?\s*$")
-_COREF_PART = re.compile(r"^\(?(\d+)\)?$")
-
-
-def _parse_coref_cell(cell: str, where: str) -> list[tuple[str, int]]:
-    """'(12|5)' -> [('open', 12), ('close', 5)]; '(3)' -> [('open', 3), ('close', 3)]."""
-    if cell == "-":
-        return []
-    events = []
-    for part in cell.split("|"):
-        if not _COREF_PART.match(part):
-            raise InputFormatError(f"{where}: coreference cell {cell!r} is not like '(3', '3)', '(3)' or '-'")
-        number = int(part.strip("()"))
-        if part.startswith("("):
-            events.append(("open", number))
-        if part.endswith(")"):
-            events.append(("close", number))
-    return events
-
-
-def read_conll2012(path) -> list[dict]:
-    """``*_conll`` parts as JSONL documents (id ``name/part``), words joined by single spaces."""
-    path = Path(path)
-    text = read_user_text(path, "CoNLL-2012 *_conll")
-    items: list[dict] = []
-    current = None
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip()
-        where = f"{path}:{number}"
-        if line.startswith("#begin document"):
-            match = _BEGIN.match(line)
-            if match is None:
-                raise InputFormatError(f"{where}: cannot read the '#begin document (name); part NNN' line")
-            part = match["part"] or "0"
-            current = {
-                "name": match["name"],
-                "part": part,
-                "words": [],
-                "sent": 0,
-                "open": {},
-                "mentions": {},
-                "extra": [],
-            }
-            continue
-        if line.startswith("#end document"):
-            if current is None:
-                raise InputFormatError(f"{where}: '#end document' without '#begin document'")
-            if any(current["open"].values()):
-                open_ids = sorted(k for k, v in current["open"].items() if v)
-                raise InputFormatError(f"{where}: mentions of chain(s) {open_ids} are opened but never closed")
-            items.append(_conll_item(current))
-            current = None
-            continue
-        if line.startswith("#"):
-            continue
-        if current is None:
-            if line:
-                raise InputFormatError(
-                    f"{where}: a token line outside '#begin document' ... '#end document' (is this a *_conll file?)"
-                )
-            continue
-        if not line:
-            if current["words"] and current["words"][-1][1] == current["sent"]:
-                current["sent"] += 1
-            continue
-        cols = line.split()
-        if len(cols) < 12:
-            raise InputFormatError(f"{where}: expected at least 12 whitespace-separated columns, found {len(cols)}")
-        index = len(current["words"])
-        current["words"].append((cols[3], current["sent"]))
-        current["extra"].append(cols)
-        for kind, chain in _parse_coref_cell(cols[-1], where):
-            if kind == "open":
-                current["open"].setdefault(chain, []).append(index)
-            else:
-                stack = current["open"].get(chain)
-                if not stack:
-                    raise InputFormatError(f"{where}: chain {chain} closes a mention that was never opened")
-                current["mentions"].setdefault(chain, []).append((stack.pop(), index))
-    if current is not None:
-        raise InputFormatError(f"{path}: the last document has no '#end document' line")
-    if not items:
-        raise InputFormatError(f"{path}: no '#begin document' found (is this a CoNLL-2012 *_conll file?)")
-    return items
-
-
-def _conll_item(doc: dict) -> dict:
-    spans, pos, sent_of = [], 0, []
-    for form, sent in doc["words"]:
-        spans.append((pos, pos + len(form)))
-        pos += len(form) + 1
-        sent_of.append(sent)
-    text = " ".join(form for form, _ in doc["words"])
-    chains = []
-    for chain_id in sorted(doc["mentions"]):
-        mentions = sorted(doc["mentions"][chain_id])
-        chains.append(
-            {"id": str(chain_id), "mentions": [{"start": spans[a][0], "end": spans[b][1]} for a, b in mentions]}
-        )
-    return {
-        "id": f"{doc['name']}/{doc['part']}",
-        "text": text,
-        "chains": chains,
-        "words": [{"start": s, "end": e, "sent": sent} for (s, e), sent in zip(spans, sent_of)],
-    }
-
-
-def write_conll2012(items: Iterable[dict], path) -> Path:
-    """JSONL documents (with ``words``) as a minimal ``*_conll`` file: document name, part, word
-    number, word and the coreference column; the other columns are ``-``."""
-    lines = []
-    for item in items:
-        name, _, part = item["id"].rpartition("/")
-        if not name:
-            name, part = item["id"], "0"
-        words = item["words"]
-        cells = [[] for _ in words]
-        starts = {w["start"]: i for i, w in enumerate(words)}
-        ends = {w["end"]: i for i, w in enumerate(words)}
-        for chain in item["chains"]:
-            for m in chain["mentions"]:
-                a, b = starts[m["start"]], ends[m["end"]]
-                if a == b:
-                    cells[a].append((0, f"({chain['id']})"))
-                else:
-                    cells[a].append((1, f"({chain['id']}"))
-                    cells[b].append((-1, f"{chain['id']})"))
-        lines.append(f"#begin document ({name}); part {int(part):03d}")
-        last_sent, in_sent = None, 0
-        for i, w in enumerate(words):
-            sent = w.get("sent", 0)
-            if last_sent is not None and sent != last_sent:
-                lines.append("")
-                in_sent = 0
-            last_sent = sent
-            coref = "|".join(c for _, c in sorted(cells[i], key=lambda t: -t[0])) or "-"
-            form = item["text"][w["start"] : w["end"]]
-            lines.append("\t".join([name, str(int(part)), str(in_sent), form] + ["-"] * 7 + [coref]))
-            in_sent += 1
-        lines += ["", "#end document"]
-    path = Path(path)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 

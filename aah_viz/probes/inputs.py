@@ -28,7 +28,7 @@ def read_inputs(
     sample_seed: int = 0,
 ) -> ProbeInputs:
     """The syntax (CoNLL-U) and coreference documents of the two files; without either, the bundled set."""
-    from aah_viz.corpus.synthetic import PROBE_SET_CONLLU, PROBE_SET_COREF
+    from aah_viz.corpus.probe_set import PROBE_SET_CONLLU, PROBE_SET_COREF
     from aah_viz.probes.conllu_reader import read_conllu
     from aah_viz.probes.coref_formats import read_coref
     from aah_viz.probes.runner import sample_documents

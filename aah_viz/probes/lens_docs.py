@@ -104,7 +104,7 @@ def coref_docs(path, n_docs: int) -> list[LensDoc]:
 
 
 def _gap_docs(path, n_docs: int) -> list[LensDoc]:
-    from aah_viz.probes.coref_formats import read_gap
+    from aah_viz.probes.coref_gap import read_gap
 
     out: list[LensDoc] = []
     for item in read_gap(path)[:n_docs]:
