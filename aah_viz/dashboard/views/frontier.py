@@ -35,6 +35,7 @@ SHOWN = {
     "speed_vs_unpatched": "speed vs unpatched",
     "adapt_steps": "adaptation steps",
     "sink_tokens": "sink tokens",
+    "retrieval": "passkey retrieved",
     "pareto": "Pareto",
 }
 
@@ -48,6 +49,7 @@ FORMATS = {
     "causal coverage": "%.3f",
     "speed vs unpatched": "%.2f",
     "adaptation steps": "%d",
+    "passkey retrieved": "%.2f",
 }
 
 
@@ -219,9 +221,17 @@ def render() -> None:
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
         "side in the same run. Dotted marks keep the first k positions visible to every query (sink tokens, "
         "+kS); their ACR counts those pairs."
+        + (
+            " Passkey retrieved: the share of the passkey questions (a key hidden at five depths of filler, "
+            "prompts a block long) the configuration answers."
+            if t["retrieval"].notna().any()
+            else ""
+        )
     )
     # the chart's point labels beside the table's names, so the two read as one
     labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
+    if labelled["retrieval"].isna().all():  # no passkey questions asked in this frontier
+        labelled = labelled.drop(columns="retrieval")
     shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
     st.dataframe(
         shown,
