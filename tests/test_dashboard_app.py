@@ -727,6 +727,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    assert "passkey retrieved" not in table  # no questions asked in this frontier: no empty column
     # the table names each point as the chart labels it (the chart's names and the table's agree)
     labels = {n: lab for trace in charts(at)[0]["data"] if "markers" in trace.get("mode", "")
               for n, lab in zip(trace["text"], [c[3] for c in trace["customdata"]])}  # fmt: skip
@@ -734,7 +735,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert on_chart == (labels[name] or "–"), (name, on_chart)
     first_spec = at.get("plotly_chart")[0].proto.spec
     # a second frontier: the picker travels in the address, and a link opens that frontier
-    make_synthetic_frontier_run(root / "fr2", seed=2)
+    asked = load_run(make_synthetic_frontier_run(root / "fr2", seed=2, retrieval=True)).events("retrieval")
     st.cache_data.clear()
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
@@ -746,6 +747,9 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     assert linked.selectbox(key="frontier_run").value == "fr2"
     assert linked.get("plotly_chart")[0].proto.spec == at.get("plotly_chart")[0].proto.spec  # fr2's figure
     assert linked.get("plotly_chart")[0].proto.spec != first_spec
+    answered = {d["configuration"]: d["correct"] / d["n"] for d in map(json.loads, asked["detail"])}
+    shown = linked.dataframe[0].value.set_index("configuration")["passkey retrieved"]
+    assert shown.to_dict() == pytest.approx(answered)
 
 
 def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monkeypatch, tmp_path):

@@ -9,11 +9,16 @@ import numpy as np
 
 from aah_viz.runlog.manifest import make_manifest
 from aah_viz.runlog.writer import RunWriter
+from aah_viz.stats.proportions import wilson_interval
 
 
-def make_synthetic_frontier_run(root: str | os.PathLike, seed: int = 0, n_blocks: int = 8) -> Path:
+def make_synthetic_frontier_run(
+    root: str | os.PathLike, seed: int = 0, n_blocks: int = 8, retrieval: bool = False
+) -> Path:
     """A run as ``aah-viz frontier`` writes one: an ``inference`` event per configuration (unpatched,
-    static windows, an adapted AAH) with per-block losses drawn around a perplexity that falls with ACR."""
+    static windows, an adapted AAH) with per-block losses drawn around a perplexity that falls with ACR;
+    with ``retrieval``, a ``retrieval`` event each too (five passkey questions, answered more often at
+    a larger ACR), as ``--retrieval 1`` writes them."""
     rng = np.random.RandomState(seed)
     manifest = make_manifest(
         run_id=Path(root).name, regime="frontier", seed=seed, config={"kind": "frontier"}, windows=[8, 16, 32],
@@ -29,6 +34,12 @@ def make_synthetic_frontier_run(root: str | os.PathLike, seed: int = 0, n_blocks
             block_nll=(mean_nll + rng.normal(0.0, 1.0, n_blocks)).tolist(),
             speed_vs_unpatched={"median": 1.0 + 0.5 * i, "ci95": [0.9 + 0.5 * i, 1.1 + 0.5 * i]},
         )  # fmt: skip
+        if retrieval:
+            correct = int(rng.binomial(5, acr))
+            writer.event(
+                0, "retrieval", configuration=name, family=family, accuracy=correct / 5, correct=correct, n=5,
+                ci95=list(wilson_interval(correct, 5)), by_depth={"0.50": [correct, 5]},
+            )  # fmt: skip
     writer.append("head_spans", _head_spans(rng, n_layer=2, n_head=4, windows=(8, 16, 32)))
     writer.close("finished")
     return Path(root)

@@ -78,7 +78,8 @@ def details(root: str, key: str, token: int) -> list[dict]:
 
 @st.cache_data(show_spinner=False)
 def table(root: str, key: str, token: int) -> pd.DataFrame:
-    return frontier_table(details(root, key, token))
+    asked = event_details(cache.open_run(root, key).events("retrieval"))  # passkey answers, where asked
+    return frontier_table(details(root, key, token), asked)
 
 
 @st.cache_data(show_spinner=False)
