@@ -34,6 +34,7 @@ def logs(tmp_path_factory):
     _cli("train", "--out", str(run), "--preset", "tiny", "--steps", "4", "--n-docs", "24", "--no-progress",
          "--threads", "1")  # fmt: skip
     _cli("lens", str(run), "--syntax", str(FIXTURE), "--docs", "2", "--max-tokens", "40", "--no-progress")
+    _cli("probe", str(run), "--syntax", str(FIXTURE), "--min-count", "1", "--no-progress", "--threads", "1")
     return root
 
 
@@ -81,29 +82,48 @@ def test_pointing_at_a_token_colours_what_the_head_reads(server, browser, logs):
     page.close()
 
 
-def test_a_head_clicked_on_the_windows_heatmap_opens_in_the_lens(server, browser):
-    page = new_page(browser)
-    open_page(page, f"{server}/windows?run=toy", "Windows")
-    heatmap = page.locator(".st-key-win_heatmap .js-plotly-plot")
-    wait_selector(page, ".st-key-win_heatmap .js-plotly-plot .main-svg", "the windows heatmap")
+def _click_head(page, chart_key: str, layer: int, head: int) -> None:
+    """Click the cell of ``layer``, ``head`` on the heatmap in the element keyed ``chart_key``."""
+    heatmap = page.locator(f".st-key-{chart_key} .js-plotly-plot")
+    wait_selector(page, f".st-key-{chart_key} .js-plotly-plot .main-svg", f"the heatmap {chart_key}")
+    heatmap.scroll_into_view_if_needed()
     box = heatmap.bounding_box()
     x, y = page.evaluate(
-        """() => { const gd = document.querySelector('.st-key-win_heatmap .js-plotly-plot');
+        """([key, layer, head]) => { const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        return [xa._offset + xa.l2p(3), ya._offset + ya.l2p(1)]; }"""
+        return [xa._offset + xa.l2p(head), ya._offset + ya.l2p(layer)]; }""",
+        [chart_key, layer, head],
     )
     page.mouse.move(box["x"] + x - 20, box["y"] + y)
     page.mouse.move(box["x"] + x, box["y"] + y, steps=5)
-    wait_selector(page, ".st-key-win_heatmap .hoverlayer .hovertext", "the heatmap's hover label")
+    wait_selector(page, f".st-key-{chart_key} .hoverlayer .hovertext", f"the hover label of {chart_key}")
     page.mouse.click(box["x"] + x, box["y"] + y)
-    link = page.get_by_role("link", name=re.compile("What L1H3 reads"))
-    with waiting_for("the link to the Lens for L1H3"):
+
+
+def _follow_to_lens(page, layer: int, head: int) -> None:
+    link = page.get_by_role("link", name=re.compile(f"What L{layer}H{head} reads"))
+    with waiting_for(f"the link to the Lens for L{layer}H{head}"):
         link.wait_for(timeout=PATIENCE_MS)
     settle(page)
     link.click()
     with waiting_for("the Lens page's heading"):
         page.get_by_role("heading", name="Lens", exact=True).first.wait_for(timeout=PATIENCE_MS)
     settle(page)
-    with waiting_for("the Lens on L1H3"):
-        page.get_by_role("heading", name="L1H3", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    with waiting_for(f"the Lens on L{layer}H{head}"):
+        page.get_by_role("heading", name=f"L{layer}H{head}", exact=True).first.wait_for(timeout=PATIENCE_MS)
+
+
+def test_a_head_clicked_on_the_windows_heatmap_opens_in_the_lens(server, browser):
+    page = new_page(browser)
+    open_page(page, f"{server}/windows?run=toy", "Windows")
+    _click_head(page, "win_heatmap", 1, 3)
+    _follow_to_lens(page, 1, 3)
+    page.close()
+
+
+def test_a_head_clicked_on_a_probe_heatmap_opens_in_the_lens(server, browser):
+    page = new_page(browser, 1500, 1400)
+    open_page(page, f"{server}/probes?run=toy", "Probes")
+    _click_head(page, "probe_headline", 0, 2)
+    _follow_to_lens(page, 0, 2)
     page.close()

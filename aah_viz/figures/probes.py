@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from aah_viz.figures import style
+from aah_viz.figures.windows import cell_overlay, outline_cell
 
 
 def probe_matrix(probe_heads: pd.DataFrame, probe: str, metric: str, n_layer: int, n_head: int) -> np.ndarray:
@@ -46,7 +47,11 @@ def heatmap_range(matrix: np.ndarray, metric: str) -> tuple[float, float, bool]:
     return lo, hi, False
 
 
-def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str = "") -> go.Figure:
+def probe_heatmap_figure(
+    matrix: np.ndarray, probe: str, metric: str, title: str = "", selected: tuple[int, int | None] | None = None
+) -> go.Figure:
+    """Layers x heads coloured by a probe metric; a click on a cell selects that head (customdata
+    [layer, head, value] on invisible markers), and ``selected`` (layer, head) is outlined."""
     n_layer, n_head = matrix.shape
     zmin, zmax, diverging = heatmap_range(matrix, metric)
     fig = go.Figure(
@@ -58,11 +63,15 @@ def probe_heatmap_figure(matrix: np.ndarray, probe: str, metric: str, title: str
             zmin=zmin,
             zmax=zmax,
             colorbar=dict(title=dict(text=metric)),
-            hovertemplate=f"layer %{{y}}, head %{{x}}<br>{probe} {metric}: %{{z:.3f}}<extra></extra>",
+            hoverinfo="skip",  # the markers above carry the hover
             xgap=1,
             ygap=1,
         )
     )
+    hover = f"layer %{{y}}, head %{{x}}<br>{probe} {metric}: %{{customdata[2]:.3f}}<extra></extra>"
+    fig.add_trace(cell_overlay(n_layer, n_head, matrix, hover))
+    if selected is not None and selected[1] is not None:
+        outline_cell(fig, selected[1], selected[0])
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
     fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
     return style.base_layout(fig, title or f"{probe}: {metric} per head", height=max(320, 22 * n_layer + 140))

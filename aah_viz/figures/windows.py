@@ -25,7 +25,9 @@ def cell_overlay(n_layer: int, n_head: int, values: np.ndarray, hover: str) -> g
         x=hi.ravel(),
         y=li.ravel(),
         mode="markers",
-        marker=dict(size=max(8, min(40, 480 // max(n_head, 1))), opacity=0.0, symbol="square"),
+        # markers no wider than a cell of a half-width chart: overlapping markers all count as under the
+        # pointer, and Plotly then takes the last one, not the nearest
+        marker=dict(size=max(6, min(40, 320 // max(n_head, 1))), opacity=0.0, symbol="square"),
         customdata=np.stack([li.ravel(), hi.ravel(), np.asarray(values, dtype=np.float64).ravel()], axis=1),
         hovertemplate=hover,
         showlegend=False,

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, page_head
+from aah_viz.dashboard import address, cache, page_head, selection
 from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
 from aah_viz.figures import style
@@ -39,25 +40,31 @@ def _grey_degenerate(frame: pd.DataFrame):
 
 def _heads_section(ph, m, root, key, token) -> None:
     step = ph["step"].max()
+    sel = selection.current()
+    at = (int(sel.get("layer") or 0), sel.get("head"))  # the head every page shares, outlined on each heatmap
     syntax = _metrics(ph, "syntax")
     headline = "score_minus_baseline" if "score_minus_baseline" in syntax else ("score" if "score" in syntax else None)
     left, right = st.columns(2)
     with left:
         if headline:
             z = pfig.probe_matrix(ph, "syntax", headline, m["n_layer"], m["n_head"])
+            title = (
+                "syntax: best relation score minus its offset baseline" if headline == "score_minus_baseline" else ""
+            )
             chart(
-                pfig.probe_heatmap_figure(
-                    z, "syntax", headline, "syntax: best relation score minus its offset baseline"
-                )
-                if headline == "score_minus_baseline"
-                else pfig.probe_heatmap_figure(z, "syntax", headline),
+                pfig.probe_heatmap_figure(z, "syntax", headline, title, selected=at),
                 key="probe_headline",
+                on_select=selection.head_clicked,
             )
     with right:
         hm = cache.heatmap(root, key, token, None if step != step else int(step))
         chart(
-            wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}"), key="probe_windows"
+            wfig.window_heatmap_figure(hm["matrix"], m["windows"], f"windows at step {hm['step']}", selected=at),
+            key="probe_windows",
+            on_select=selection.head_clicked,
         )
+    st.caption("Click a head to select it on every page.")
+    link_to_lens(cache.open_run(root, key), at[0], at[1])
     if headline == "score_minus_baseline":
         below, above = style.scale_words(style.DIVERGING_SCALE)  # the words follow the heatmap's colours
         st.caption(
@@ -72,7 +79,11 @@ def _heads_section(ph, m, root, key, token) -> None:
         probe = c1.selectbox("Probe", probes, key="probe_name")
         metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}")
         z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
-        chart(pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head"), key="probe_heatmap")
+        chart(
+            pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head", selected=at),
+            key="probe_heatmap",
+            on_select=selection.head_clicked,
+        )
         points = cache.probe_points(root, key, token, probe, metric)
         chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
 
