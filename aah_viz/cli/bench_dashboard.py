@@ -161,9 +161,11 @@ def run(args) -> int:
 
     from aah_viz.runlog.synthetic import make_synthetic_run
 
-    if args.logs is not None or args.page:
+    if args.logs is not None or args.page or args.runs is not None:
         if not args.pages:
-            raise ConfigError("--logs and --page time whole pages: add --pages")
+            raise ConfigError("--logs, --page and --runs time whole pages: add --pages")
+        if args.runs is not None and args.runs < 1:
+            raise ConfigError(f"--runs {args.runs}: give one run or more")
         from aah_viz.dashboard.app import PAGE_FILES
 
         unknown = [p for p in args.page if p not in PAGE_FILES]
@@ -173,6 +175,8 @@ def run(args) -> int:
         if not Path(args.logs).is_dir():
             raise ConfigError(f"--logs {args.logs} is not a folder; give a folder holding runs")
         return _pages(args, Path(args.logs), None)
+    if args.runs is not None:
+        return _many_runs_pages(args)
 
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-") as tmp:
         run_dir = Path(tmp) / "paper-shaped"
@@ -236,7 +240,21 @@ def run(args) -> int:
     return 0
 
 
-def _pages(args, logs_root: Path, generated: float | None) -> int:
+def _many_runs_pages(args) -> int:
+    """The pages on ``--runs`` runs of the sample runs' shape (``_many_runs``) under one logs root."""
+    from tqdm import tqdm
+
+    from aah_viz.cli._many_runs import make_many_runs
+
+    with tempfile.TemporaryDirectory(prefix="aah-viz-bench-runs-") as tmp:
+        t0 = time.perf_counter()
+        with tqdm(total=args.runs, desc="runs", file=sys.stderr, disable=args.quiet) as bar:
+            made = make_many_runs(Path(tmp), args.runs, args.steps, flush_every=args.flush_every, progress=bar)
+        made["generate_seconds"] = round(time.perf_counter() - t0, 1)
+        return _pages(args, Path(tmp), None, made)
+
+
+def _pages(args, logs_root: Path, generated: float | None, made: dict | None = None) -> int:
     """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds; on the
     generated run, or on the runs under ``--logs`` (``generated`` None)."""
     from tqdm import tqdm
@@ -248,7 +266,7 @@ def _pages(args, logs_root: Path, generated: float | None) -> int:
     with tqdm(total=len(chosen or PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
         pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar)
     what = (
-        {"logs": str(logs_root)}
+        made or {"logs": str(logs_root)}
         if generated is None
         else {
             "n_layer": args.layers,
@@ -278,7 +296,11 @@ def _pages(args, logs_root: Path, generated: float | None) -> int:
                 f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f} {p['cold_wall_s']:11.2f} "
                 f"{p['warm_wall_s']:11.2f}{flag}"
             )
-        shape = f"runs under {logs_root}" if generated is None else f"{args.layers} x {args.heads} x {args.steps} run"
+        shape = f"{args.layers} x {args.heads} x {args.steps} run"
+        if made is not None:
+            shape = f"{made['n_runs']} runs of 4 x 12 x {args.steps}"
+        elif generated is None:
+            shape = f"runs under {logs_root}"
         print(f"goals: warm < {page_bench.GOAL_WARM_CPU_S} CPU s, cold < {page_bench.GOAL_COLD_CPU_S} CPU s; {shape}")
     return 0
 
@@ -305,6 +327,13 @@ def register(subparsers) -> None:
         default=None,
         help="with --pages: time the pages on the runs under this folder instead of a generated run "
         "(each page opens on its default run)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="with --pages: time the pages on this many generated runs of the sample runs' shape (4 x 12 heads, "
+        "--steps each, varied regimes and seeds, one in 50 still running) under one logs root",
     )
     p.add_argument(
         "--page",
