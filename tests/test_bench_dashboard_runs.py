@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import waiting
 
 from aah_viz.cli import main
@@ -45,9 +46,13 @@ def test_bench_dashboard_pages_on_many_runs_reports_the_runs_page():
     res = waiting.run(cmd, "aah-viz bench dashboard --runs", capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert set(out["pages"]) == {"runs"}
-    assert out["pages"]["runs"]["problems"] == []
+    assert set(out["pages"]) == set(out["without_summaries"]) == {"runs"}
+    assert out["pages"]["runs"]["problems"] == out["without_summaries"]["runs"]["problems"] == []
     assert out["run"]["n_runs"] == 6 and out["run"]["steps"] == 30 and out["run"]["live_runs"] == 1
+    assert out["run"]["summaries_dropped"] == 6  # every run had its summary for the first side
+    for clock in ("cold_cpu_s", "warm_cpu_s"):
+        want = out["without_summaries"]["runs"][clock] / out["pages"]["runs"][clock]
+        assert out["ratios_without_over_with"]["runs"][clock] == pytest.approx(want, abs=0.01)
     assert out["peak_rss_mb"] > 0
 
 

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from aah_viz.runlog.manifest import read_manifest, write_manifest
+from aah_viz.runlog.paths import SUMMARY
 from aah_viz.runlog.synthetic import make_synthetic_run
 
 # (regime, seed, status) of the distinct runs; the copies cycle through the finished ones
@@ -65,9 +66,21 @@ def copy_run(source: Path, target: Path, run_id: str, seed: int) -> None:
                     for f in files:
                         if f.is_file(follow_symlinks=False):
                             os.link(f.path, target / entry.name / f.name)
+    if (source / SUMMARY).is_file():  # a copy of its own (the run-entry gate refuses a hard-linked file)
+        shutil.copyfile(source / SUMMARY, target / SUMMARY)
     manifest = read_manifest(source)
     manifest.update(run_id=run_id, seed=seed)
     write_manifest(target, manifest)
+
+
+def drop_summaries(root: Path) -> int:
+    """Delete every run's ``summary.json`` under ``root``: the runs then read as runs recorded before it."""
+    gone = 0
+    for run_dir in sorted(Path(root).iterdir()):
+        if (run_dir / SUMMARY).is_file():
+            (run_dir / SUMMARY).unlink()
+            gone += 1
+    return gone
 
 
 def make_many_runs(root: Path, n: int, steps: int, flush_every: int = 250, progress=None) -> dict:

@@ -241,20 +241,67 @@ def run(args) -> int:
 
 
 def _many_runs_pages(args) -> int:
-    """The pages on ``--runs`` runs of the sample runs' shape (``_many_runs``) under one logs root."""
+    """The pages on ``--runs`` runs of the sample runs' shape (``_many_runs``) under one logs root: first
+    with each run's ``summary.json``, then with those deleted (runs recorded before them: every figure
+    of the run list computed from the tables), in one process; the ratios side by side."""
     from tqdm import tqdm
 
-    from aah_viz.cli._many_runs import make_many_runs
+    from aah_viz.cli._many_runs import drop_summaries, make_many_runs
+    from aah_viz.dashboard import page_bench
 
+    chosen = list(args.page) or None
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-runs-") as tmp:
         t0 = time.perf_counter()
         with tqdm(total=args.runs, desc="runs", file=sys.stderr, disable=args.quiet) as bar:
             made = make_many_runs(Path(tmp), args.runs, args.steps, flush_every=args.flush_every, progress=bar)
         made["generate_seconds"] = round(time.perf_counter() - t0, 1)
-        return _pages(args, Path(tmp), None, made)
+        sides = {}
+        for side in ("with_summaries", "without_summaries"):
+            if side == "without_summaries":
+                made["summaries_dropped"] = drop_summaries(Path(tmp))
+            with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
+                sides[side] = page_bench.measure_pages(Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar)
+    pages = sides["with_summaries"]
+    ratios = {
+        name: {
+            clock: round(sides["without_summaries"][name][clock] / max(p[clock], 1e-9), 2)
+            for clock in ("cold_cpu_s", "warm_cpu_s")
+        }
+        for name, p in pages.items()
+    }
+    result = {
+        "pages": pages,
+        "without_summaries": sides["without_summaries"],
+        "ratios_without_over_with": ratios,
+        "run": made,
+        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
+        "warm_rounds": args.repeats,
+        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
+        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
+        "all_within_goal": all(p["within_goal"] for p in pages.values()),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.json:
+        print(json_text(result, indent=2))
+        return 0
+    print(f"{'page':10s} {'cold CPU s':>10s} {'warm CPU s':>10s}   without summaries: {'cold':>6s} {'warm':>6s}")
+    for name, p in pages.items():
+        old = sides["without_summaries"][name]
+        print(
+            f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f}   {'':19s}{old['cold_cpu_s']:6.2f} "
+            f"{old['warm_cpu_s']:6.2f}  (x{ratios[name]['cold_cpu_s']:.1f} cold)"
+        )
+    print(f"{made['n_runs']} runs of 4 x 12 x {args.steps}; peak memory {result['peak_rss_mb']:.0f} MB")
+    return 0
 
 
-def _pages(args, logs_root: Path, generated: float | None, made: dict | None = None) -> int:
+def _page_urls() -> list[str]:
+    from aah_viz.dashboard.app import PAGE_FILES
+
+    return list(PAGE_FILES)
+
+
+def _pages(args, logs_root: Path, generated: float | None) -> int:
     """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds; on the
     generated run, or on the runs under ``--logs`` (``generated`` None)."""
     from tqdm import tqdm
@@ -266,7 +313,7 @@ def _pages(args, logs_root: Path, generated: float | None, made: dict | None = N
     with tqdm(total=len(chosen or PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
         pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar)
     what = (
-        made or {"logs": str(logs_root)}
+        {"logs": str(logs_root)}
         if generated is None
         else {
             "n_layer": args.layers,
@@ -296,11 +343,7 @@ def _pages(args, logs_root: Path, generated: float | None, made: dict | None = N
                 f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f} {p['cold_wall_s']:11.2f} "
                 f"{p['warm_wall_s']:11.2f}{flag}"
             )
-        shape = f"{args.layers} x {args.heads} x {args.steps} run"
-        if made is not None:
-            shape = f"{made['n_runs']} runs of 4 x 12 x {args.steps}"
-        elif generated is None:
-            shape = f"runs under {logs_root}"
+        shape = f"runs under {logs_root}" if generated is None else f"{args.layers} x {args.heads} x {args.steps} run"
         print(f"goals: warm < {page_bench.GOAL_WARM_CPU_S} CPU s, cold < {page_bench.GOAL_COLD_CPU_S} CPU s; {shape}")
     return 0
 

@@ -20,7 +20,7 @@ from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
-from aah_viz.runlog import discover_runs, load_run, resolve_under
+from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.schema import STATUS_IMPORTED
 
@@ -48,10 +48,12 @@ def overview(root: str, key: str, token: int) -> dict:
     """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
     try:
         run = open_run(root, key)
-        row = queries.run_overview(run)
+        # from the summary beside the run when it is current, else computed from the tables
+        summary, _ = run_summary.summary(run)
+        row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
         # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
         row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
-        row["warnings"] = list(run.warnings) + damage_warnings(run)
+        row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}

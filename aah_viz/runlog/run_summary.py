@@ -1,0 +1,149 @@
+"""The run's summary beside its tables (``summary.json``): what a list of many runs shows of each run.
+
+The Runs page shows every run's last step, final loss, val loss, ACR and causal-pair coverage, and
+warns of steps missing between segments; reading those from the tables costs a scan of each run's
+scalars and a footer per segment. The writer keeps them in one small file instead, rewritten at every
+flush and at close. The file names the segments it was computed from (name and size, per table), so
+a reader trusts it only while those are exactly the run's visible segments of ``heads`` and ``scalars``;
+otherwise (an older run, a resume that cut segments, a compaction, a damaged file) the reader computes
+the same summary from the tables. ``aah-viz validate`` checks that a summary it would trust agrees with
+the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from aah_viz.analysis.queries import file_step_bounds, last_values
+from aah_viz.runlog import bounded_json, generations, paths
+from aah_viz.runlog.reader import Run, load_run
+
+SUMMARY_NAME = paths.SUMMARY  # "summary.json", a declared entry of the run
+VERSION = 1
+TABLES = ("heads", "scalars")
+FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
+
+
+def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
+    """(name, size) of the table's visible segments in write order: a listing and a ``stat`` each."""
+    segments, _ = generations.visible_segments(paths.table_dir(run_dir, table))
+    out = []
+    for seg in segments:
+        try:
+            out.append((seg.name, os.stat(seg).st_size))
+        except FileNotFoundError:
+            continue  # removed since the listing: the summary will not match, the reader recomputes
+    return out
+
+
+def compute(run: Run, previous: dict | None = None) -> dict:
+    """The summary of ``run`` from its tables. Segment bounds already in ``previous`` (same name and size)
+    are kept rather than read again: a writer's flush reads only its new segments' footers."""
+    known = {}
+    if previous is not None:
+        for table in TABLES:
+            for name, size, lo, hi in previous["tables"].get(table, []):
+                known[(table, name, size)] = (lo, hi)
+    tables = {}
+    for table in TABLES:
+        rows = []
+        for name, size in _listing(run.path, table):
+            if (table, name, size) in known:
+                lo, hi = known[(table, name, size)]
+            else:
+                bounds = file_step_bounds(paths.table_dir(run.path, table) / name)
+                lo, hi = bounds if bounds is not None else (None, None)
+            rows.append([name, size, lo, hi])
+        tables[table] = rows
+    final = last_values(run, FINAL_SCALARS)
+    return {"version": VERSION, "tables": tables, "final": {k: _finite(v) for k, v in final.items()}}
+
+
+def _finite(value):
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def write(run_dir: str | os.PathLike, previous: dict | None = None, durable: bool = True) -> dict:
+    """Compute the summary of the run at ``run_dir`` from its tables and write it; returns it."""
+    summary = compute(load_run(run_dir), previous)
+    path = paths.run_entry(run_dir, SUMMARY_NAME)
+    paths.atomic_write_bytes(path, json.dumps(summary, allow_nan=False).encode() + b"\n", durable=durable)
+    return summary
+
+
+def _well_formed(data) -> bool:
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return False
+    tables, final = data.get("tables"), data.get("final")
+    if not isinstance(tables, dict) or not isinstance(final, dict) or set(final) != set(FINAL_SCALARS):
+        return False
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in final.values()):
+        return False
+    for table in TABLES:
+        rows = tables.get(table)
+        if not isinstance(rows, list):
+            return False
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
+                return False
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in row[1:2]):
+                return False
+            lo, hi = row[2], row[3]
+            if (lo is None) != (hi is None) or not all(v is None or type(v) is int for v in (lo, hi)):
+                return False
+    return True
+
+
+def read(run_dir: str | os.PathLike) -> dict | None:
+    """The stored summary when it is well formed and was computed from exactly the run's visible
+    segments of ``heads`` and ``scalars`` now; None otherwise (the caller computes it)."""
+    run_dir = Path(run_dir)
+    try:
+        data = bounded_json.loads(bounded_json.read_regular(paths.run_entry(run_dir, SUMMARY_NAME)))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    except Exception:  # noqa: BLE001 - a refused entry (a link out, a hard link): not trusted
+        return None
+    if not _well_formed(data):
+        return None
+    for table in TABLES:
+        if [(n, s) for n, s, _, _ in data["tables"][table]] != _listing(run_dir, table):
+            return None
+    return data
+
+
+def summary(run: Run) -> tuple[dict, bool]:
+    """(the run's summary, whether it came from the stored file): read when current, else computed."""
+    stored = read(run.path)
+    if stored is not None:
+        return stored, True
+    return compute(run), False
+
+
+def heads_bounds(data: dict) -> list[tuple[int, int]]:
+    """Smallest and largest step of each ``heads`` segment with rows (as ``segment_step_bounds``)."""
+    return [(lo, hi) for _, _, lo, hi in data["tables"]["heads"] if lo is not None]
+
+
+def last_scalar_step(data: dict) -> int | None:
+    his = [hi for _, _, _, hi in data["tables"]["scalars"] if hi is not None]
+    return max(his) if his else None
+
+
+def problems(run_dir: str | os.PathLike) -> list[str]:
+    """For ``validate``: a stored summary that readers would trust but that disagrees with the tables."""
+    run_dir = Path(run_dir)
+    stored = read(run_dir)
+    if stored is None:
+        return []
+    computed = compute(load_run(run_dir))
+    if computed == stored:
+        return []
+    wrong = [k for k in ("tables", "final") if computed[k] != stored[k]]
+    return [
+        f"{SUMMARY_NAME} disagrees with the tables ({', '.join(wrong)}): the Runs page would show wrong "
+        "figures; delete it (readers then compute the summary from the tables)"
+    ]

@@ -1,0 +1,143 @@
+"""``summary.json``: the run writer's per-run summary equals what the tables say, and a reader trusts it only
+while it names exactly the run's segments (older, damaged, resumed and live runs included)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from aah_viz.analysis import queries
+from aah_viz.runlog import RunWriter, load_run, run_summary, validate_run
+from aah_viz.runlog.damage import damage_warnings
+from aah_viz.runlog.synthetic import make_synthetic_run
+
+NAMES = ("loss", "val_loss", "acr", "acr_causal")
+
+
+def independent(run_dir: Path) -> dict:
+    """The summary from the Parquet files themselves: every segment's steps read (not its footer), the last
+    value of each scalar from all its rows (model-wide rows where there are any)."""
+    tables = {}
+    values = []
+    for table in ("heads", "scalars"):
+        rows = []
+        for seg in sorted((run_dir / table).glob("*.parquet")):
+            try:
+                data = pq.read_table(seg)
+            except Exception:  # noqa: BLE001 - an unreadable segment holds no rows for a reader
+                rows.append([seg.name, seg.stat().st_size, None, None])
+                continue
+            steps = data.column("step")
+            lo, hi = (pc.min(steps).as_py(), pc.max(steps).as_py()) if len(steps) else (None, None)
+            rows.append([seg.name, seg.stat().st_size, lo, hi])
+            if table == "scalars":
+                values.append(data.select(["step", "layer", "name", "value"]).to_pandas())
+        tables[table] = rows
+    final = {n: None for n in NAMES}
+    if values:
+        import pandas as pd
+
+        frame = pd.concat(values)
+        for name in NAMES:
+            rows = frame[(frame["name"] == name) & frame["value"].notna()]
+            wide = rows[rows["layer"].isna()]
+            rows = wide if len(wide) else rows
+            if len(rows):
+                v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
+                final[name] = v if math.isfinite(v) else None
+    return {"version": 1, "tables": tables, "final": final}
+
+
+def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
+    run = load_run(run_dir)
+    data, stored = run_summary.summary(run)
+    assert stored is stored_expected
+    want = independent(run_dir)
+    assert data["tables"] == want["tables"]
+    for name in NAMES:
+        assert data["final"][name] == pytest.approx(want["final"][name], rel=1e-12, nan_ok=False) or (
+            data["final"][name] is None and want["final"][name] is None
+        )
+    # the page's row and warnings from the summary equal those read from the tables
+    fresh = load_run(run_dir)
+    assert queries.run_overview(run, data["final"], run_summary.last_scalar_step(data)) == queries.run_overview(fresh)
+    assert damage_warnings(run, run_summary.heads_bounds(data)) == damage_warnings(fresh)
+    return data
+
+
+CASES = [
+    dict(regime="full_adaptive", seed=0, steps=60, flush_every=10),
+    dict(regime="full_attention", seed=3, steps=45, flush_every=7),
+    dict(regime="fixed_window", seed=5, steps=33, flush_every=33, max_depth=1),
+    dict(regime="grouping_off", seed=9, steps=50, flush_every=4, eval_interval=7),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['regime']}-{c['seed']}" for c in CASES])
+def test_the_writers_summary_equals_the_tables(tmp_path, case):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, **case)
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert json.loads((run_dir / "summary.json").read_text()) == data
+    assert validate_run(run_dir) == []
+
+
+def test_a_live_run_has_a_current_summary_after_every_flush(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "live", n_layer=2, n_head=4, steps=30, flush_every=10, status="running")
+    assert load_run(run_dir).status == "running"
+    assert_summary_matches(run_dir, stored_expected=True)
+    writer = RunWriter.resume(run_dir)
+    writer.append("scalars", {"step": [30], "name": ["loss"], "value": [1.25]})
+    writer.flush()
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert data["final"]["loss"] == 1.25 and run_summary.last_scalar_step(data) == 30
+    writer.close("finished")
+    assert_summary_matches(run_dir, stored_expected=True)
+
+
+def test_a_damaged_run_is_summarised_from_its_tables(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=40, flush_every=10)
+    heads = sorted((run_dir / "heads").glob("*.parquet"))
+    heads[1].unlink()  # a lost segment: steps 10-19 missing
+    scalars = sorted((run_dir / "scalars").glob("*.parquet"))
+    scalars[-1].write_bytes(scalars[-1].read_bytes()[:100])  # a truncated last segment
+    data = assert_summary_matches(run_dir, stored_expected=False)
+    assert run_summary.heads_bounds(data) == [(0, 9), (20, 29), (30, 39)]
+    assert any("missing (10-19)" in w for w in damage_warnings(load_run(run_dir), run_summary.heads_bounds(data)))
+
+
+def test_an_older_run_without_a_summary_and_a_copied_one(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)  # names and sizes are kept: the copy's summary stays current
+    assert_summary_matches(copy, stored_expected=True)
+    (run_dir / "summary.json").unlink()
+    assert run_summary.read(run_dir) is None
+    assert_summary_matches(run_dir, stored_expected=False)
+
+
+def test_a_summary_that_disagrees_with_the_tables_is_damage(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)
+    data = json.loads((run_dir / "summary.json").read_text())
+    data["final"]["loss"] = 123.0
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    problems = validate_run(run_dir)
+    assert len(problems) == 1 and "summary.json disagrees with the tables (final)" in problems[0]
+    for bad in ("[1, 2]", '{"version": 1}', "not json", json.dumps({**data, "version": 2})):
+        (run_dir / "summary.json").write_text(bad)
+        assert run_summary.read(run_dir) is None
+        assert_summary_matches(run_dir, stored_expected=False)
+
+
+def test_a_hard_linked_summary_is_not_trusted(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=20, flush_every=10)
+    os.link(run_dir / "summary.json", tmp_path / "other-name")
+    assert run_summary.read(run_dir) is None
+    assert np.isfinite(run_summary.summary(load_run(run_dir))[0]["final"]["loss"])
