@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from aah_viz.analysis.queries import file_step_bounds, last_values
+from aah_viz.errors import AAHVizError
 from aah_viz.runlog import bounded_json, generations, paths
 from aah_viz.runlog.reader import Run, load_run
 
@@ -139,7 +140,10 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
     stored = read(run_dir)
     if stored is None:
         return []
-    computed = compute(load_run(run_dir))
+    try:
+        computed = compute(load_run(run_dir))
+    except AAHVizError:  # a run that cannot be opened: validate reports why
+        return []
     if computed == stored:
         return []
     wrong = [k for k in ("tables", "final") if computed[k] != stored[k]]
