@@ -10,10 +10,12 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import queries
 from aah_viz.runlog import RunWriter, load_run, run_summary, validate_run
 from aah_viz.runlog.damage import damage_warnings
@@ -41,10 +43,11 @@ def independent(run_dir: Path) -> dict:
             if table == "scalars":
                 values.append(data.select(["step", "layer", "name", "value"]).to_pandas())
         tables[table] = rows
+    tables["cluster_validity"] = [
+        validity_counts(seg) for seg in sorted((run_dir / "cluster_validity").glob("*.parquet"))
+    ]
     final = {n: None for n in NAMES}
     if values:
-        import pandas as pd
-
         frame = pd.concat(values)
         for name in NAMES:
             rows = frame[(frame["name"] == name) & frame["value"].notna()]
@@ -54,6 +57,18 @@ def independent(run_dir: Path) -> dict:
                 v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
                 final[name] = v if math.isfinite(v) else None
     return {"version": 1, "tables": tables, "final": final}
+
+
+def validity_counts(seg: Path) -> list:
+    """[name, size, partitions, forced splits, assessed (verdict not undefined, a missing one included), real]."""
+    try:
+        data = pq.read_table(seg).to_pylist()
+    except Exception:  # noqa: BLE001
+        return [seg.name, seg.stat().st_size, 0, 0, 0, 0]
+    forced = sum(r.get("origin") == cv.FORCED for r in data)
+    assessed = [r for r in data if r.get("verdict") != cv.UNDEFINED]
+    real = sum(r.get("verdict") == cv.REAL for r in assessed)
+    return [seg.name, seg.stat().st_size, len(data), forced, len(assessed), real]
 
 
 def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
@@ -70,6 +85,10 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     fresh = load_run(run_dir)
     assert queries.run_overview(run, data["final"], run_summary.last_scalar_step(data)) == queries.run_overview(fresh)
     assert damage_warnings(run, run_summary.heads_bounds(data)) == damage_warnings(fresh)
+    shares = run_summary.validity_shares(data)
+    if shares is not None:
+        assert pd.Series(shares).equals(pd.Series(cv.run_shares(queries.cluster_validity(fresh))))
+        assert cv.doubt_from_shares(shares) == cv.groups_in_doubt(queries.cluster_validity(fresh))
     return data
 
 
@@ -86,6 +105,8 @@ def test_the_writers_summary_equals_the_tables(tmp_path, case):
     run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, **case)
     data = assert_summary_matches(run_dir, stored_expected=True)
     assert json.loads((run_dir / "summary.json").read_text()) == data
+    if case["regime"] != "full_attention":  # routed: level-0 partitions were assessed
+        assert run_summary.validity_shares(data)["partitions"] > 0
     assert validate_run(run_dir) == []
 
 
@@ -108,8 +129,11 @@ def test_a_damaged_run_is_summarised_from_its_tables(tmp_path):
     heads[1].unlink()  # a lost segment: steps 10-19 missing
     scalars = sorted((run_dir / "scalars").glob("*.parquet"))
     scalars[-1].write_bytes(scalars[-1].read_bytes()[:100])  # a truncated last segment
+    validity = sorted((run_dir / "cluster_validity").glob("*.parquet"))
+    validity[0].write_bytes(b"garbage")
     data = assert_summary_matches(run_dir, stored_expected=False)
     assert run_summary.heads_bounds(data) == [(0, 9), (20, 29), (30, 39)]
+    assert data["tables"]["cluster_validity"][0][2:] == [0, 0, 0, 0] and run_summary.validity_shares(data)["partitions"]
     assert any("missing (10-19)" in w for w in damage_warnings(load_run(run_dir), run_summary.heads_bounds(data)))
 
 

@@ -54,6 +54,7 @@ def overview(root: str, key: str, token: int) -> dict:
         # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
         row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
         row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
+        row["validity_shares"] = run_summary.validity_shares(summary)  # None: read the table (older runs)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}

@@ -17,6 +17,10 @@ import math
 import os
 from pathlib import Path
 
+import pandas as pd
+import pyarrow.parquet as pq
+
+from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis.queries import file_step_bounds, last_values
 from aah_viz.errors import AAHVizError
 from aah_viz.runlog import bounded_json, generations, paths
@@ -24,7 +28,9 @@ from aah_viz.runlog.reader import Run, load_run
 
 SUMMARY_NAME = paths.SUMMARY  # "summary.json", a declared entry of the run
 VERSION = 1
-TABLES = ("heads", "scalars")
+BOUND_TABLES = ("heads", "scalars")  # rows: [segment, size, smallest step, largest step]
+VALIDITY = "cluster_validity"  # rows: [segment, size, partitions, forced, assessed, real]
+TABLES = (*BOUND_TABLES, VALIDITY)
 FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
 
 
@@ -43,24 +49,39 @@ def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
 def compute(run: Run, previous: dict | None = None) -> dict:
     """The summary of ``run`` from its tables. Segment bounds already in ``previous`` (same name and size)
     are kept rather than read again: a writer's flush reads only its new segments' footers."""
-    known = {}
+    known: dict[tuple, list] = {}
     if previous is not None:
         for table in TABLES:
-            for name, size, lo, hi in previous["tables"].get(table, []):
-                known[(table, name, size)] = (lo, hi)
+            for name, size, *facts in previous["tables"].get(table, []):
+                known[(table, name, size)] = facts
     tables = {}
     for table in TABLES:
         rows = []
         for name, size in _listing(run.path, table):
-            if (table, name, size) in known:
-                lo, hi = known[(table, name, size)]
-            else:
-                bounds = file_step_bounds(paths.table_dir(run.path, table) / name)
-                lo, hi = bounds if bounds is not None else (None, None)
-            rows.append([name, size, lo, hi])
+            facts = known.get((table, name, size))
+            if facts is None:
+                facts = _segment_facts(paths.table_dir(run.path, table) / name, table)
+            rows.append([name, size, *facts])
         tables[table] = rows
     final = last_values(run, FINAL_SCALARS)
     return {"version": VERSION, "tables": tables, "final": {k: _finite(v) for k, v in final.items()}}
+
+
+def _segment_facts(seg: Path, table: str) -> list:
+    """What the summary keeps of one segment: its step bounds, or its level-0 partitions' counts
+    (``analysis.cluster_validity.run_shares`` over the rows: forced splits, assessed, beating the null)."""
+    if table != VALIDITY:
+        bounds = file_step_bounds(seg)
+        return list(bounds) if bounds is not None else [None, None]
+    try:
+        data = pq.read_table(seg)
+    except Exception:  # noqa: BLE001 - an unreadable segment holds no rows for a reader
+        return [0, 0, 0, 0]
+    n = data.num_rows
+    origin = data.column("origin").to_pandas() if "origin" in data.column_names else pd.Series([None] * n)
+    verdict = data.column("verdict").to_pandas() if "verdict" in data.column_names else pd.Series([None] * n)
+    assessed = verdict != cv.UNDEFINED  # as run_shares: a missing verdict counts as assessed, not real
+    return [n, int((origin == cv.FORCED).sum()), int(assessed.sum()), int((verdict[assessed] == cv.REAL).sum())]
 
 
 def _finite(value):
@@ -87,13 +108,14 @@ def _well_formed(data) -> bool:
         rows = tables.get(table)
         if not isinstance(rows, list):
             return False
+        width = 4 if table in BOUND_TABLES else 6
         for row in rows:
-            if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
+            if not (isinstance(row, list) and len(row) == width and isinstance(row[0], str) and type(row[1]) is int):
                 return False
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in row[1:2]):
+            facts = row[2:]
+            if table in BOUND_TABLES and (facts[0] is None) != (facts[1] is None):
                 return False
-            lo, hi = row[2], row[3]
-            if (lo is None) != (hi is None) or not all(v is None or type(v) is int for v in (lo, hi)):
+            if not all(type(v) is int or (v is None and table in BOUND_TABLES) for v in facts):
                 return False
     return True
 
@@ -111,7 +133,7 @@ def read(run_dir: str | os.PathLike) -> dict | None:
     if not _well_formed(data):
         return None
     for table in TABLES:
-        if [(n, s) for n, s, _, _ in data["tables"][table]] != _listing(run_dir, table):
+        if [(row[0], row[1]) for row in data["tables"][table]] != _listing(run_dir, table):
             return None
     return data
 
@@ -127,6 +149,22 @@ def summary(run: Run) -> tuple[dict, bool]:
 def heads_bounds(data: dict) -> list[tuple[int, int]]:
     """Smallest and largest step of each ``heads`` segment with rows (as ``segment_step_bounds``)."""
     return [(lo, hi) for _, _, lo, hi in data["tables"]["heads"] if lo is not None]
+
+
+def validity_shares(data: dict) -> dict | None:
+    """``analysis.cluster_validity.run_shares`` of the run from its summary; None when the run has no
+    ``cluster_validity`` segments (older runs: the caller reads the tree)."""
+    rows = data["tables"][VALIDITY]
+    if not rows:
+        return None
+    partitions, forced, assessed, real = (sum(r[i] for r in rows) for i in range(2, 6))
+    if not partitions:
+        return {"partitions": 0, "forced_share": math.nan, "real_share": math.nan}
+    return {
+        "partitions": partitions,
+        "forced_share": forced / partitions,
+        "real_share": real / assessed if assessed else math.nan,
+    }
 
 
 def last_scalar_step(data: dict) -> int | None:
