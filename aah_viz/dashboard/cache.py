@@ -54,7 +54,8 @@ def overview(root: str, key: str, token: int) -> dict:
         # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
         row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
         row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
-        row["validity_shares"] = run_summary.validity_shares(summary)  # None: read the table (older runs)
+        row["validity_shares"] = run_summary.validity_shares(summary, run.tables())  # None: read the table (older runs)
+        row["manifest"] = dict(run.manifest)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}
@@ -64,7 +65,8 @@ def overview(root: str, key: str, token: int) -> dict:
 
 @st.cache_data(show_spinner=False)
 def manifest(root: str, key: str, token: int) -> dict:
-    return dict(open_run(root, key).manifest)
+    o = overview(root, key, token)  # the run opened once for its row and its manifest (many runs: one open each)
+    return dict(o["manifest"]) if "manifest" in o else dict(open_run(root, key).manifest)
 
 
 @st.cache_data(show_spinner=False)

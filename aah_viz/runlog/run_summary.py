@@ -151,10 +151,13 @@ def heads_bounds(data: dict) -> list[tuple[int, int]]:
     return [(lo, hi) for _, _, lo, hi in data["tables"]["heads"] if lo is not None]
 
 
-def validity_shares(data: dict) -> dict | None:
+def validity_shares(data: dict, tables=None) -> dict | None:
     """``analysis.cluster_validity.run_shares`` of the run from its summary; None when the run has no
-    ``cluster_validity`` segments (older runs: the caller reads the tree)."""
+    ``cluster_validity`` segments but has a ``tree`` table (older runs: the caller reads the tree).
+    ``tables``: the run's table names (a run with neither table, not routed, has no partitions)."""
     rows = data["tables"][VALIDITY]
+    if not rows and tables is not None and not {"tree", VALIDITY} & set(tables):
+        return {"partitions": 0, "forced_share": math.nan, "real_share": math.nan}
     if not rows:
         return None
     partitions, forced, assessed, real = (sum(r[i] for r in rows) for i in range(2, 6))
