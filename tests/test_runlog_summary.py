@@ -17,6 +17,8 @@ import pytest
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import queries
+from aah_viz.analysis.windows import run_bucket_fractions
+from aah_viz.figures.data import branch_data
 from aah_viz.runlog import RunWriter, load_run, run_summary, validate_run
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.runlog.synthetic import make_synthetic_run
@@ -29,7 +31,7 @@ def independent(run_dir: Path) -> dict:
     value of each scalar from all its rows (model-wide rows where there are any)."""
     tables = {}
     values = []
-    for table in ("heads", "scalars"):
+    for table in ("heads", "scalars", "branch"):
         rows = []
         for seg in sorted((run_dir / table).glob("*.parquet")):
             try:
@@ -56,7 +58,7 @@ def independent(run_dir: Path) -> dict:
             if len(rows):
                 v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
                 final[name] = v if math.isfinite(v) else None
-    return {"version": 1, "tables": tables, "final": final}
+    return {"version": 1, "tables": tables, "final": final}  # buckets: checked against the Compare page's path
 
 
 def validity_counts(seg: Path) -> list:
@@ -85,6 +87,11 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     fresh = load_run(run_dir)
     assert queries.run_overview(run, data["final"], run_summary.last_scalar_step(data)) == queries.run_overview(fresh)
     assert damage_warnings(run, run_summary.heads_bounds(data)) == damage_warnings(fresh)
+    kept = run_summary.buckets(data)
+    assert (kept is None) == ("branch" not in run.tables() or not fresh.segments("branch"))
+    if kept is not None:  # as the Compare page computed them from the branch table
+        want = run_bucket_fractions(branch_data(fresh)["per_layer"])
+        assert kept == {int(w): float(v) for w, v in want.items()}
     shares = run_summary.validity_shares(data, run.tables())
     assert shares is not None or "tree" in run.tables()
     if shares is not None:

@@ -56,6 +56,7 @@ def overview(root: str, key: str, token: int) -> dict:
         row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
         row["validity_shares"] = run_summary.validity_shares(summary, run.tables())  # None: read the table (older runs)
         row["manifest"] = dict(run.manifest)
+        row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}
@@ -174,6 +175,9 @@ def probe_points(root: str, key: str, token: int, probe: str, metric: str) -> pd
 @st.cache_data(show_spinner=False)
 def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
     """Share of (layer, head) slots at each candidate window at the run's last step."""
+    kept = overview(root, key, token).get("buckets")  # from the run's summary
+    if kept is not None:
+        return dict(kept)
     run = open_run(root, key)
     shares = run_bucket_fractions(data.branch_data(run)["per_layer"])
     return {int(w): float(v) for w, v in shares.items()}

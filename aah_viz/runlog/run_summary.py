@@ -21,14 +21,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from aah_viz.analysis import cluster_validity as cv
-from aah_viz.analysis.queries import file_step_bounds, last_values
+from aah_viz.analysis.queries import branch_at, file_step_bounds, last_values
+from aah_viz.analysis.windows import bucket_fractions, run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.runlog import bounded_json, generations, paths
 from aah_viz.runlog.reader import Run, load_run
 
 SUMMARY_NAME = paths.SUMMARY  # "summary.json", a declared entry of the run
 VERSION = 1
-BOUND_TABLES = ("heads", "scalars")  # rows: [segment, size, smallest step, largest step]
+BOUND_TABLES = ("heads", "scalars", "branch")  # rows: [segment, size, smallest step, largest step]
 VALIDITY = "cluster_validity"  # rows: [segment, size, partitions, forced, assessed, real]
 TABLES = (*BOUND_TABLES, VALIDITY)
 FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
@@ -64,7 +65,22 @@ def compute(run: Run, previous: dict | None = None) -> dict:
             rows.append([name, size, *facts])
         tables[table] = rows
     final = last_values(run, FINAL_SCALARS)
-    return {"version": VERSION, "tables": tables, "final": {k: _finite(v) for k, v in final.items()}}
+    return {
+        "version": VERSION,
+        "tables": tables,
+        "final": {k: _finite(v) for k, v in final.items()},
+        "buckets": _last_buckets(run, tables["branch"]),
+    }
+
+
+def _last_buckets(run: Run, branch_rows: list) -> list | None:
+    """[[window, share], ...]: each candidate window's share of the heads at the last ``branch`` step,
+    averaged over layers (the Compare page's ``window_frac_<W>``); None without ``branch`` rows."""
+    ends = [hi for _, _, _, hi in branch_rows if hi is not None]
+    if not ends:
+        return None
+    shares = run_bucket_fractions(bucket_fractions(branch_at(run, max(ends)), run.windows))
+    return [[int(w), float(v)] for w, v in shares.items()]
 
 
 def _segment_facts(seg: Path, table: str) -> list:
@@ -103,6 +119,12 @@ def _well_formed(data) -> bool:
     if not isinstance(tables, dict) or not isinstance(final, dict) or set(final) != set(FINAL_SCALARS):
         return False
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in final.values()):
+        return False
+    buckets = data.get("buckets")
+    if buckets is not None and not (
+        isinstance(buckets, list)
+        and all(isinstance(b, list) and len(b) == 2 and type(b[0]) is int and type(b[1]) is float for b in buckets)
+    ):
         return False
     for table in TABLES:
         rows = tables.get(table)
@@ -170,6 +192,11 @@ def validity_shares(data: dict, tables=None) -> dict | None:
     }
 
 
+def buckets(data: dict) -> dict[int, float] | None:
+    """{window: share} at the run's last ``branch`` step; None when the run has no ``branch`` rows."""
+    return None if data.get("buckets") is None else {w: v for w, v in data["buckets"]}
+
+
 def last_scalar_step(data: dict) -> int | None:
     his = [hi for _, _, _, hi in data["tables"]["scalars"] if hi is not None]
     return max(his) if his else None
@@ -187,7 +214,7 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
         return []
     if computed == stored:
         return []
-    wrong = [k for k in ("tables", "final") if computed[k] != stored[k]]
+    wrong = [k for k in ("tables", "final", "buckets") if computed[k] != stored.get(k)]
     return [
         f"{SUMMARY_NAME} disagrees with the tables ({', '.join(wrong)}): the Runs page would show wrong "
         "figures; delete it (readers then compute the summary from the tables)"
