@@ -173,3 +173,14 @@ def test_a_hard_linked_summary_is_not_trusted(tmp_path):
     os.link(run_dir / "summary.json", tmp_path / "other-name")
     assert run_summary.read(run_dir) is None
     assert np.isfinite(run_summary.summary(load_run(run_dir))[0]["final"]["loss"])
+
+
+def test_compaction_keeps_the_summary_current(tmp_path):
+    from aah_viz.runlog.compact import compact_run
+
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=40, flush_every=10)
+    before = assert_summary_matches(run_dir, stored_expected=True)
+    assert compact_run(run_dir)["heads"]["after"] == 1
+    after = assert_summary_matches(run_dir, stored_expected=True)
+    assert after["final"] == before["final"] and after["buckets"] == before["buckets"]
+    assert run_summary.heads_bounds(after) == [(0, 39)]
