@@ -51,13 +51,19 @@ def independent(run_dir: Path) -> dict:
     final = {n: None for n in NAMES}
     if values:
         frame = pd.concat(values)
-        for name in NAMES:
-            rows = frame[(frame["name"] == name) & frame["value"].notna()]
-            wide = rows[rows["layer"].isna()]
-            rows = wide if len(wide) else rows
-            if len(rows):
-                v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
-                final[name] = v if math.isfinite(v) else None
+        last, window = int(frame["step"].max()), 1000
+        while any(v is None for v in final.values()):  # the run's tail, widened tenfold until every name is found
+            tail = frame[frame["step"] >= last - window]
+            for name in [n for n, v in final.items() if v is None]:
+                rows = tail[(tail["name"] == name) & tail["value"].notna()]
+                wide = rows[rows["layer"].isna()]  # model-wide rows, where the window holds any
+                rows = wide if len(wide) else rows
+                if len(rows):
+                    v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
+                    final[name] = v if math.isfinite(v) else None
+            if last - window <= 0:
+                break
+            window *= 10
     return {"version": 1, "tables": tables, "final": final}  # buckets: checked against the Compare page's path
 
 
@@ -184,3 +190,18 @@ def test_compaction_keeps_the_summary_current(tmp_path):
     after = assert_summary_matches(run_dir, stored_expected=True)
     assert after["final"] == before["final"] and after["buckets"] == before["buckets"]
     assert run_summary.heads_bounds(after) == [(0, 39)]
+
+
+def test_scalars_last_logged_long_before_the_end_are_found_as_the_tables_say(tmp_path):
+    """The summary reads only the segments of the tail windows; values logged far back (val loss long before the
+    last step) and a layer's value where the window holds no model-wide one must come out as last_values."""
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10, status="running")
+    writer = RunWriter.resume(run_dir)
+    for start in range(1000, 30001, 1000):
+        writer.append("scalars", {"step": [start, start + 1], "name": ["loss", "loss"], "value": [start / 1e4, 0.5]})
+        writer.flush()
+    writer.append("scalars", {"step": [29990], "layer": [1], "name": ["acr"], "value": [0.75]})
+    writer.close("finished")
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert data["final"]["loss"] == 0.5 and data["final"]["acr"] == 0.75
+    assert data["final"]["val_loss"] == queries.last_values(load_run(run_dir), ["val_loss"])["val_loss"] is not None

@@ -21,8 +21,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from aah_viz.analysis import cluster_validity as cv
-from aah_viz.analysis.queries import branch_at, file_step_bounds, last_values
-from aah_viz.analysis.windows import bucket_fractions, run_bucket_fractions
+from aah_viz.analysis.queries import branch_at, file_step_bounds, scalar_frame
+from aah_viz.analysis.windows import bucket_fractions, last_value, run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.runlog import bounded_json, generations, paths
 from aah_viz.runlog.reader import Run, load_run
@@ -64,7 +64,7 @@ def compute(run: Run, previous: dict | None = None) -> dict:
                 facts = _segment_facts(paths.table_dir(run.path, table) / name, table)
             rows.append([name, size, *facts])
         tables[table] = rows
-    final = last_values(run, FINAL_SCALARS)
+    final = _final_values(run, tables["scalars"])
     return {
         "version": VERSION,
         "tables": tables,
@@ -73,13 +73,52 @@ def compute(run: Run, previous: dict | None = None) -> dict:
     }
 
 
+def _tail(run: Run, table: str, rows: list, since: int | None, until: int | None = None) -> Run:
+    """``run`` seen with only the segments of ``table`` whose steps reach ``since`` (and start by ``until``):
+    a reader's filter on steps finds the same rows there, and a long run's flush reads a few footers."""
+    view = Run(run.path, run.manifest, run.schema_version)
+    keep = {
+        name
+        for name, _, lo, hi in rows
+        if hi is not None and (since is None or hi >= since) and (until is None or lo <= until)
+    }
+    view._listing[table] = [seg for seg in run._listed(table) if seg.name in keep]
+    return view
+
+
+def _final_values(run: Run, scalar_rows: list) -> dict:
+    """``queries.last_values(run, FINAL_SCALARS)`` (the same tail windows, growing tenfold until every name is
+    found), reading only the segments that hold steps of the window."""
+    ends = [hi for _, _, _, hi in scalar_rows if hi is not None]
+    out = {n: None for n in FINAL_SCALARS}
+    if not ends:
+        return out
+    last, window, missing = max(ends), 1000, list(FINAL_SCALARS)
+    while missing:
+        since = last - window
+        since = since if since > 0 else None
+        rows = scalar_frame(_tail(run, "scalars", scalar_rows, since), missing, since=since)  # every row >= since
+        for name in list(missing):
+            v = last_value(rows, name)
+            if v is not None:
+                out[name] = v
+                missing.remove(name)
+        if since is None:
+            break
+        window *= 10
+    return out
+
+
 def _last_buckets(run: Run, branch_rows: list) -> list | None:
     """[[window, share], ...]: each candidate window's share of the heads at the last ``branch`` step,
     averaged over layers (the Compare page's ``window_frac_<W>``); None without ``branch`` rows."""
     ends = [hi for _, _, _, hi in branch_rows if hi is not None]
     if not ends:
         return None
-    shares = run_bucket_fractions(bucket_fractions(branch_at(run, max(ends)), run.windows))
+    last = max(ends)
+    shares = run_bucket_fractions(
+        bucket_fractions(branch_at(_tail(run, "branch", branch_rows, last, last), last), run.windows)
+    )
     return [[int(w), float(v)] for w, v in shares.items()]
 
 
