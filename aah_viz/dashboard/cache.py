@@ -64,6 +64,13 @@ def overview(root: str, key: str, token: int) -> dict:
         return {"key": key, "error": f"run {key} could not be read: {type(err).__name__}: {err}"}
 
 
+@st.cache_data(show_spinner=False, max_entries=4)  # a live run's every flush makes a new one: keep few
+def overviews(root: str, tokens: tuple[tuple[str, int], ...]) -> dict[str, dict]:
+    """Every run's overview in one cache entry (a page of many runs makes one cache call, not one per run);
+    keyed by each run's token, so a new or changed run recomputes only its own ``overview``."""
+    return {key: overview(root, key, token) for key, token in tokens}
+
+
 @st.cache_data(show_spinner=False)
 def manifest(root: str, key: str, token: int) -> dict:
     o = overview(root, key, token)  # the run opened once for its row and its manifest (many runs: one open each)

@@ -63,8 +63,10 @@ def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
     root = session.logs_root()
     named, similarity = [], False
+    views = session.overviews()  # one cache call for all runs
     for key in keys:
-        shares = run_shares(root, key, session.token(key))
+        kept = views.get(key, {}).get("validity_shares")
+        shares = kept if kept is not None else run_shares(root, key, session.token(key))
         if cv.doubt_from_shares(shares):
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
             similarity = similarity or has_head_similarity(root, key, session.token(key))
