@@ -88,8 +88,8 @@ def test_a_reader_sees_the_old_set_or_the_new_one_at_every_point(small_run, monk
     compact_run(small_run)
     monkeypatch.undo()
     check(count[0] + 1, "end", ())
-    # every table's record, rename and deletions, then the manifest, were visited
-    assert count[0] == sum(len(old[t]) + 2 for t in TABLES) + 1
+    # every table's record, rename and deletions, then the manifest and the run's summary.json, were visited
+    assert count[0] == sum(len(old[t]) + 2 for t in TABLES) + 2
     new = {t: {p.name for p in paths.list_segments(small_run / t)} for t in TABLES}
     for t in TABLES:
         for i, state in enumerate(states):

@@ -354,7 +354,11 @@ def run_shares(validity: pd.DataFrame) -> dict[str, float]:
 
 def groups_in_doubt(validity: pd.DataFrame) -> str | None:
     """The banner text when most of a run's partitions are forced or do not beat their null."""
-    shares = run_shares(validity)
+    return doubt_from_shares(run_shares(validity))
+
+
+def doubt_from_shares(shares: dict) -> str | None:
+    """``groups_in_doubt`` from the run's ``run_shares`` (kept in the run's summary: no rows read)."""
     if not shares["partitions"]:
         return None
     forced, real = shares["forced_share"], shares["real_share"]

@@ -35,27 +35,31 @@ def _unique_sorted(arrow_col) -> np.ndarray:
     return np.sort(values.astype(np.int64))
 
 
+def file_step_bounds(seg) -> tuple[int, int] | None:
+    """Smallest and largest step of one segment file, from its footer's statistics (its steps read only
+    when a foreign writer left none); None when it has no rows or an unreadable footer."""
+    try:
+        md = pq.read_metadata(seg)
+        col = md.schema.to_arrow_schema().get_field_index("step")
+        stats = [md.row_group(i).column(col).statistics for i in range(md.num_row_groups)]
+    except Exception:  # noqa: BLE001 - an unreadable footer: the reader reports the segment
+        return None
+    if not stats or any(st is None or not st.has_min_max for st in stats):
+        if md.num_rows:  # no statistics: read this segment's steps (rare: foreign writers)
+            steps = pq.read_table(seg, columns=["step"]).column("step")
+            lo, hi = pc.min(steps).as_py(), pc.max(steps).as_py()
+            if lo is not None:
+                return int(lo), int(hi)
+        return None
+    return min(int(st.min) for st in stats), max(int(st.max) for st in stats)
+
+
 def segment_step_bounds(run, table: str) -> np.ndarray:
     """(segments, 2) smallest and largest step of each segment of ``table``, from the Parquet footers'
     statistics: no row is read."""
     if table not in run.tables():
         return np.zeros((0, 2), dtype=np.int64)
-    out = []
-    for seg in run.segments(table):
-        try:
-            md = pq.read_metadata(seg)
-            col = md.schema.to_arrow_schema().get_field_index("step")
-            stats = [md.row_group(i).column(col).statistics for i in range(md.num_row_groups)]
-        except Exception:  # noqa: BLE001 - an unreadable footer: the reader reports the segment
-            continue
-        if not stats or any(st is None or not st.has_min_max for st in stats):
-            if md.num_rows:  # no statistics: read this segment's steps (rare: foreign writers)
-                steps = pq.read_table(seg, columns=["step"]).column("step")
-                lo, hi = pc.min(steps).as_py(), pc.max(steps).as_py()
-                if lo is not None:
-                    out.append((int(lo), int(hi)))
-            continue
-        out.append((min(int(st.min) for st in stats), max(int(st.max) for st in stats)))
+    out = [b for b in (file_step_bounds(seg) for seg in run.segments(table)) if b is not None]
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
@@ -268,23 +272,31 @@ def nearest(steps: np.ndarray, step: int) -> int | None:
 def final_step(run) -> int | None:
     """The last step the run recorded: the larger of the manifest's ``last_step`` and the last
     scalar step (a live run's manifest can lag its newest segments; the footers say which)."""
-    last = run.manifest.get("last_step")
-    candidates = [int(last)] if isinstance(last, int) else []
-    tail = last_step_of(run, "scalars")
+    return _latest(run.manifest.get("last_step"), last_step_of(run, "scalars"))
+
+
+def _latest(manifest_last, tail: int | None) -> int | None:
+    candidates = [int(manifest_last)] if isinstance(manifest_last, int) else []
     if tail is not None:
         candidates.append(tail)
     return max(candidates) if candidates else None
 
 
-def run_overview(run) -> dict:
-    """One row of the Runs page: identity, status, steps, final loss and ACR (the run's tail only)."""
-    final = last_values(run, ["loss", "val_loss", "acr", "acr_causal"])
+def run_overview(run, final: dict | None = None, last_scalar_step: int | None = None) -> dict:
+    """One row of the Runs page: identity, status, steps, final loss and ACR (the run's tail only).
+    ``final`` (the four last values) and ``last_scalar_step`` come from the run's summary when the caller
+    has it; otherwise they are read from the tables."""
+    if final is None:
+        final = last_values(run, ["loss", "val_loss", "acr", "acr_causal"])
+        steps = final_step(run)
+    else:
+        steps = _latest(run.manifest.get("last_step"), last_scalar_step)
     return {
         "run_id": run.run_id,
         "regime": run.regime,
         "seed": run.seed,
         "status": run.status,
-        "steps": final_step(run),
+        "steps": steps,
         "n_layer": run.n_layer,
         "n_head": run.n_head,
         "seq_len": run.seq_len,
@@ -305,6 +317,7 @@ def probe_tables(run) -> dict[str, pd.DataFrame]:
 __all__ = [
     "branch_at",
     "branch_steps",
+    "file_step_bounds",
     "final_step",
     "last_step_of",
     "last_values",

@@ -161,9 +161,11 @@ def run(args) -> int:
 
     from aah_viz.samples import make_synthetic_run
 
-    if args.logs is not None or args.page:
+    if args.logs is not None or args.page or args.runs is not None:
         if not args.pages:
-            raise ConfigError("--logs and --page time whole pages: add --pages")
+            raise ConfigError("--logs, --page and --runs time whole pages: add --pages")
+        if args.runs is not None and args.runs < 1:
+            raise ConfigError(f"--runs {args.runs}: give one run or more")
         from aah_viz.dashboard.app import PAGE_FILES
 
         unknown = [p for p in args.page if p not in PAGE_FILES]
@@ -173,6 +175,8 @@ def run(args) -> int:
         if not Path(args.logs).is_dir():
             raise ConfigError(f"--logs {args.logs} is not a folder; give a folder holding runs")
         return _pages(args, Path(args.logs), None)
+    if args.runs is not None:
+        return _many_runs_pages(args)
 
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-") as tmp:
         run_dir = Path(tmp) / "paper-shaped"
@@ -234,6 +238,67 @@ def run(args) -> int:
             )
         print(f"peak memory {peak:.0f} MB (limit {MAX_PEAK_MB} MB), generation {generated:.0f} s")
     return 0
+
+
+def _many_runs_pages(args) -> int:
+    """The pages on ``--runs`` runs of the sample runs' shape (``_many_runs``) under one logs root: first
+    with each run's ``summary.json``, then with those deleted (runs recorded before them: every figure
+    of the run list computed from the tables), in one process; the ratios side by side."""
+    from tqdm import tqdm
+
+    from aah_viz.cli._many_runs import drop_summaries, make_many_runs
+    from aah_viz.dashboard import page_bench
+
+    chosen = list(args.page) or None
+    with tempfile.TemporaryDirectory(prefix="aah-viz-bench-runs-") as tmp:
+        t0 = time.perf_counter()
+        with tqdm(total=args.runs, desc="runs", file=sys.stderr, disable=args.quiet) as bar:
+            made = make_many_runs(Path(tmp), args.runs, args.steps, flush_every=args.flush_every, progress=bar)
+        made["generate_seconds"] = round(time.perf_counter() - t0, 1)
+        sides = {}
+        for side in ("with_summaries", "without_summaries"):
+            if side == "without_summaries":
+                made["summaries_dropped"] = drop_summaries(Path(tmp))
+            with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
+                sides[side] = page_bench.measure_pages(Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar)
+    pages = sides["with_summaries"]
+    ratios = {
+        name: {
+            clock: round(sides["without_summaries"][name][clock] / max(p[clock], 1e-9), 2)
+            for clock in ("cold_cpu_s", "warm_cpu_s")
+        }
+        for name, p in pages.items()
+    }
+    result = {
+        "pages": pages,
+        "without_summaries": sides["without_summaries"],
+        "ratios_without_over_with": ratios,
+        "run": made,
+        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
+        "warm_rounds": args.repeats,
+        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
+        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
+        "all_within_goal": all(p["within_goal"] for p in pages.values()),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    if args.json:
+        print(json_text(result, indent=2))
+        return 0
+    print(f"{'page':10s} {'cold CPU s':>10s} {'warm CPU s':>10s}   without summaries: {'cold':>6s} {'warm':>6s}")
+    for name, p in pages.items():
+        old = sides["without_summaries"][name]
+        print(
+            f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f}   {'':19s}{old['cold_cpu_s']:6.2f} "
+            f"{old['warm_cpu_s']:6.2f}  (x{ratios[name]['cold_cpu_s']:.1f} cold)"
+        )
+    print(f"{made['n_runs']} runs of 4 x 12 x {args.steps}; peak memory {result['peak_rss_mb']:.0f} MB")
+    return 0
+
+
+def _page_urls() -> list[str]:
+    from aah_viz.dashboard.app import PAGE_FILES
+
+    return list(PAGE_FILES)
 
 
 def _pages(args, logs_root: Path, generated: float | None) -> int:
@@ -305,6 +370,13 @@ def register(subparsers) -> None:
         default=None,
         help="with --pages: time the pages on the runs under this folder instead of a generated run "
         "(each page opens on its default run)",
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="with --pages: time the pages on this many generated runs of the sample runs' shape (4 x 12 heads, "
+        "--steps each, varied regimes and seeds, one in 50 still running) under one logs root",
     )
     p.add_argument(
         "--page",

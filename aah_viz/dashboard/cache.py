@@ -20,7 +20,7 @@ from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
-from aah_viz.runlog import discover_runs, load_run, resolve_under
+from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.schema import STATUS_IMPORTED
 
@@ -48,10 +48,15 @@ def overview(root: str, key: str, token: int) -> dict:
     """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
     try:
         run = open_run(root, key)
-        row = queries.run_overview(run)
+        # from the summary beside the run when it is current, else computed from the tables
+        summary, _ = run_summary.summary(run)
+        row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
         # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
         row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
-        row["warnings"] = list(run.warnings) + damage_warnings(run)
+        row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
+        row["validity_shares"] = run_summary.validity_shares(summary, run.tables())  # None: read the table (older runs)
+        row["manifest"] = dict(run.manifest)
+        row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}
@@ -59,9 +64,17 @@ def overview(root: str, key: str, token: int) -> dict:
         return {"key": key, "error": f"run {key} could not be read: {type(err).__name__}: {err}"}
 
 
+@st.cache_data(show_spinner=False, max_entries=4)  # a live run's every flush makes a new one: keep few
+def overviews(root: str, tokens: tuple[tuple[str, int], ...]) -> dict[str, dict]:
+    """Every run's overview in one cache entry (a page of many runs makes one cache call, not one per run);
+    keyed by each run's token, so a new or changed run recomputes only its own ``overview``."""
+    return {key: overview(root, key, token) for key, token in tokens}
+
+
 @st.cache_data(show_spinner=False)
 def manifest(root: str, key: str, token: int) -> dict:
-    return dict(open_run(root, key).manifest)
+    o = overview(root, key, token)  # the run opened once for its row and its manifest (many runs: one open each)
+    return dict(o["manifest"]) if "manifest" in o else dict(open_run(root, key).manifest)
 
 
 @st.cache_data(show_spinner=False)
@@ -169,6 +182,9 @@ def probe_points(root: str, key: str, token: int, probe: str, metric: str) -> pd
 @st.cache_data(show_spinner=False)
 def run_buckets(root: str, key: str, token: int) -> dict[int, float]:
     """Share of (layer, head) slots at each candidate window at the run's last step."""
+    kept = overview(root, key, token).get("buckets")  # from the run's summary
+    if kept is not None:
+        return dict(kept)
     run = open_run(root, key)
     shares = run_bucket_fractions(data.branch_data(run)["per_layer"])
     return {int(w): float(v) for w, v in shares.items()}

@@ -82,7 +82,7 @@ def all_keys() -> list[str]:
 
 
 def overviews() -> dict[str, dict]:
-    return {key: cache.overview(logs_root(), key, token(key)) for key in all_keys()}
+    return cache.overviews(logs_root(), tuple((key, token(key)) for key in all_keys()))
 
 
 def good_keys() -> list[str]:

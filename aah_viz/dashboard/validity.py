@@ -53,14 +53,21 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
+def run_shares(root: str, key: str, token: int) -> dict:
+    """The run's ``cv.run_shares``: from its summary (the overview has it), else from its validity rows."""
+    shares = cache.overview(root, key, token).get("validity_shares")
+    return shares if shares is not None else cv.run_shares(cache.validity(root, key, token)["validity"])
+
+
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
     root = session.logs_root()
     named, similarity = [], False
+    views = session.overviews()  # one cache call for all runs
     for key in keys:
-        v = cache.validity(root, key, session.token(key))["validity"]
-        if cv.groups_in_doubt(v):
-            shares = cv.run_shares(v)
+        kept = views.get(key, {}).get("validity_shares")
+        shares = kept if kept is not None else run_shares(root, key, session.token(key))
+        if cv.doubt_from_shares(shares):
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
             similarity = similarity or has_head_similarity(root, key, session.token(key))
     if named:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, paths
+from aah_viz.runlog import generations, paths, run_summary
 from aah_viz.runlog.lock import WriterLock
 from aah_viz.runlog.manifest import check_version, read_manifest, utc_now, write_manifest
 from aah_viz.runlog.validate import damage
@@ -43,7 +43,10 @@ def compact_run(
     with WriterLock.acquire(run_dir, "compacting the run"):
         if not force:
             _refuse_damage(run_dir)
-        return compact_locked(run_dir, min_segments=min_segments, progress=progress)
+        report = compact_locked(run_dir, min_segments=min_segments, progress=progress)
+        if report and paths.run_entry(run_dir, paths.SUMMARY).is_file():  # it named the replaced segments
+            run_summary.write(run_dir)
+        return report
 
 
 def _refuse_damage(run_dir: Path) -> None:

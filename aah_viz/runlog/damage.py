@@ -50,14 +50,17 @@ def _shown(ranges: list[tuple[int, int]]) -> str:
     return text + (f" and {len(ranges) - 5} more ranges" if len(ranges) > 5 else "")
 
 
-def damage_warnings(run) -> list[str]:
-    """One line per kind of lost data in ``run`` (an opened ``Run``); empty when nothing is lost."""
+def damage_warnings(run, bounds: np.ndarray | None = None) -> list[str]:
+    """One line per kind of lost data in ``run`` (an opened ``Run``); empty when nothing is lost.
+    ``bounds``: the ``heads`` segments' step bounds when the caller has them (the run's summary)."""
     notes = set_aside_problems(run.path, run.manifest)
     if run.manifest.get("imported"):
         return notes
     planned = run.manifest.get("steps")
     finished = run.manifest.get("status") == STATUS_FINISHED and isinstance(planned, int) and planned > 0
-    bounds = segment_step_bounds(run, "heads")
+    if bounds is None:
+        bounds = segment_step_bounds(run, "heads")
+    bounds = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
     if run.manifest.get("status") in (STATUS_FAILED, STATUS_STOPPED):  # say why it ended early and how to go on
         last = int(bounds[:, 1].max()) if len(bounds) else last_step_of(run, "scalars")
         stopped = stop_notice(run.path, run.manifest, run.events("terminated"), last)

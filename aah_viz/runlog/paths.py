@@ -59,6 +59,7 @@ ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing sta
 TENSORBOARD_DIR = "tensorboard"  # --report-to tensorboard: the event files
 PROBE_PROGRESS_DIR = ".probe-progress"  # an interrupted aah-viz probe's saved state
 INPUTS_DIR = "inputs"  # aah-viz frontier: the split texts its adaptation runs read
+SUMMARY = "summary.json"  # the run writer: what the Runs page shows of the run (runlog.run_summary)
 RUN_ENTRIES: dict[str, str] = {
     MANIFEST: "file",
     LOCK_NAME: "file",
@@ -67,6 +68,7 @@ RUN_ENTRIES: dict[str, str] = {
     TENSORBOARD_DIR: "folder",
     PROBE_PROGRESS_DIR: "folder",
     INPUTS_DIR: "folder",
+    SUMMARY: "file",
 }
 
 

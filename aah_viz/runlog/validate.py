@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError, UnsafePathError
-from aah_viz.runlog import containment, generations, lock, paths
+from aah_viz.runlog import containment, generations, lock, paths, run_summary
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
 from aah_viz.runlog.value_checks import MAX_EXAMPLES, check_values
@@ -74,6 +74,7 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
     problems += check_values(manifest, kept)
     problems += _check_last_step(manifest, max(last_steps, default=None))
     problems += _check_completeness(run_dir, manifest, kept)
+    problems += run_summary.problems(run_dir)
     return list(dict.fromkeys(problems))  # a problem found twice (a record's, by the table check too) once
 
 

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from aah_viz.errors import RunLogError
-from aah_viz.runlog import generations, paths
+from aah_viz.errors import AAHVizError, RunLogError
+from aah_viz.runlog import generations, paths, run_summary
 from aah_viz.runlog.columns import rows_to_arrow
 from aah_viz.runlog.compact import compact_locked
 from aah_viz.runlog.discovery import runs_below
@@ -78,6 +78,7 @@ class RunWriter:
         self.segments_written = 0
         self.bytes_written = 0
         self._summarizer = None
+        self._run_summary: dict | None = None  # the last summary.json written (its segments' bounds are reused)
         if manifest.get(MANIFEST_FLAG):  # this run's per-update summaries are complete: keep them so
             self._summarizer = UpdateSummarizer(int(manifest.get("n_head") or 0), int(manifest.get("max_depth") or 0))
 
@@ -263,7 +264,16 @@ class RunWriter:
             and (now - self._last_manifest_write >= self.manifest_interval_s)
         ):
             self._write_manifest_progress(now)
+        if any(seg.parent.name in run_summary.TABLES for seg in written):
+            self._write_run_summary()
         return written
+
+    def _write_run_summary(self) -> None:
+        """Rewrite ``summary.json`` from the tables; a failure only costs readers a computation."""
+        try:
+            self._run_summary = run_summary.write(self.path, self._run_summary, durable=self.durable)
+        except (AAHVizError, OSError, pa.ArrowException):
+            self._run_summary = None
 
     def _write_manifest_progress(self, now: float) -> None:
         self.manifest["last_step"] = self._max_step
@@ -292,6 +302,7 @@ class RunWriter:
             self.flush()
             if status == STATUS_FINISHED and self.compact_on_close is not None:
                 compact_locked(self.path, min_segments=self.compact_on_close + 1, durable=self.durable)
+                self._write_run_summary()  # compaction replaced the segments the summary names
         finally:
             try:
                 self.manifest["status"] = status

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import manifest_fields
-from aah_viz.dashboard import address, cache, page_head, selection, session
+from aah_viz.dashboard import address, page_head, selection, session
 from aah_viz.dashboard.common import data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import TERMS
 
@@ -43,10 +43,9 @@ def _progress(o: dict, total) -> float | None:
 def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, dict]]:
     """One row per run: the standard columns, then every manifest field (``config.lr``, ...)."""
     rows, fields = [], {}
-    for k, o in good.items():
-        tok = session.token(k)
-        total = cache.manifest(root, k, tok).get("steps")
-        fields[k] = cache.fields(root, k, tok)
+    for k, o in good.items():  # the manifest came with the overview: no cache call per run
+        total = o["manifest"].get("steps")
+        fields[k] = manifest_fields.flat_fields(o["manifest"])
         row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
         row.update({f: v for f, v in fields[k].items() if f not in COLUMNS and f not in row})
         rows.append(row)

@@ -1,0 +1,207 @@
+"""``summary.json``: the run writer's per-run summary equals what the tables say, and a reader trusts it only
+while it names exactly the run's segments (older, damaged, resumed and live runs included)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from aah_viz.analysis import cluster_validity as cv
+from aah_viz.analysis import queries
+from aah_viz.analysis.windows import run_bucket_fractions
+from aah_viz.figures.data import branch_data
+from aah_viz.runlog import RunWriter, load_run, run_summary, validate_run
+from aah_viz.runlog.damage import damage_warnings
+from aah_viz.samples import make_synthetic_run
+
+NAMES = ("loss", "val_loss", "acr", "acr_causal")
+
+
+def independent(run_dir: Path) -> dict:
+    """The summary from the Parquet files themselves: every segment's steps read (not its footer), the last
+    value of each scalar from all its rows (model-wide rows where there are any)."""
+    tables = {}
+    values = []
+    for table in ("heads", "scalars", "branch"):
+        rows = []
+        for seg in sorted((run_dir / table).glob("*.parquet")):
+            try:
+                data = pq.read_table(seg)
+            except Exception:  # noqa: BLE001 - an unreadable segment holds no rows for a reader
+                rows.append([seg.name, seg.stat().st_size, None, None])
+                continue
+            steps = data.column("step")
+            lo, hi = (pc.min(steps).as_py(), pc.max(steps).as_py()) if len(steps) else (None, None)
+            rows.append([seg.name, seg.stat().st_size, lo, hi])
+            if table == "scalars":
+                values.append(data.select(["step", "layer", "name", "value"]).to_pandas())
+        tables[table] = rows
+    tables["cluster_validity"] = [
+        validity_counts(seg) for seg in sorted((run_dir / "cluster_validity").glob("*.parquet"))
+    ]
+    final = {n: None for n in NAMES}
+    if values:
+        frame = pd.concat(values)
+        last, window = int(frame["step"].max()), 1000
+        while any(v is None for v in final.values()):  # the run's tail, widened tenfold until every name is found
+            tail = frame[frame["step"] >= last - window]
+            for name in [n for n, v in final.items() if v is None]:
+                rows = tail[(tail["name"] == name) & tail["value"].notna()]
+                wide = rows[rows["layer"].isna()]  # model-wide rows, where the window holds any
+                rows = wide if len(wide) else rows
+                if len(rows):
+                    v = float(rows[rows["step"] == rows["step"].max()]["value"].mean())
+                    final[name] = v if math.isfinite(v) else None
+            if last - window <= 0:
+                break
+            window *= 10
+    return {"version": 1, "tables": tables, "final": final}  # buckets: checked against the Compare page's path
+
+
+def validity_counts(seg: Path) -> list:
+    """[name, size, partitions, forced splits, assessed (verdict not undefined, a missing one included), real]."""
+    try:
+        data = pq.read_table(seg).to_pylist()
+    except Exception:  # noqa: BLE001
+        return [seg.name, seg.stat().st_size, 0, 0, 0, 0]
+    forced = sum(r.get("origin") == cv.FORCED for r in data)
+    assessed = [r for r in data if r.get("verdict") != cv.UNDEFINED]
+    real = sum(r.get("verdict") == cv.REAL for r in assessed)
+    return [seg.name, seg.stat().st_size, len(data), forced, len(assessed), real]
+
+
+def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
+    run = load_run(run_dir)
+    data, stored = run_summary.summary(run)
+    assert stored is stored_expected
+    want = independent(run_dir)
+    assert data["tables"] == want["tables"]
+    for name in NAMES:
+        assert data["final"][name] == pytest.approx(want["final"][name], rel=1e-12, nan_ok=False) or (
+            data["final"][name] is None and want["final"][name] is None
+        )
+    # the page's row and warnings from the summary equal those read from the tables
+    fresh = load_run(run_dir)
+    assert queries.run_overview(run, data["final"], run_summary.last_scalar_step(data)) == queries.run_overview(fresh)
+    assert damage_warnings(run, run_summary.heads_bounds(data)) == damage_warnings(fresh)
+    kept = run_summary.buckets(data)
+    assert (kept is None) == ("branch" not in run.tables() or not fresh.segments("branch"))
+    if kept is not None:  # as the Compare page computed them from the branch table
+        want = run_bucket_fractions(branch_data(fresh)["per_layer"])
+        assert kept == {int(w): float(v) for w, v in want.items()}
+    shares = run_summary.validity_shares(data, run.tables())
+    assert shares is not None or "tree" in run.tables()
+    if shares is not None:
+        assert pd.Series(shares).equals(pd.Series(cv.run_shares(queries.cluster_validity(fresh))))
+        assert cv.doubt_from_shares(shares) == cv.groups_in_doubt(queries.cluster_validity(fresh))
+    return data
+
+
+CASES = [
+    dict(regime="full_adaptive", seed=0, steps=60, flush_every=10),
+    dict(regime="full_attention", seed=3, steps=45, flush_every=7),
+    dict(regime="fixed_window", seed=5, steps=33, flush_every=33, max_depth=1),
+    dict(regime="grouping_off", seed=9, steps=50, flush_every=4, eval_interval=7),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['regime']}-{c['seed']}" for c in CASES])
+def test_the_writers_summary_equals_the_tables(tmp_path, case):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, **case)
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert json.loads((run_dir / "summary.json").read_text()) == data
+    if case["regime"] != "full_attention":  # routed: level-0 partitions were assessed
+        assert run_summary.validity_shares(data)["partitions"] > 0
+    assert validate_run(run_dir) == []
+
+
+def test_a_live_run_has_a_current_summary_after_every_flush(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "live", n_layer=2, n_head=4, steps=30, flush_every=10, status="running")
+    assert load_run(run_dir).status == "running"
+    assert_summary_matches(run_dir, stored_expected=True)
+    writer = RunWriter.resume(run_dir)
+    writer.append("scalars", {"step": [30], "name": ["loss"], "value": [1.25]})
+    writer.flush()
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert data["final"]["loss"] == 1.25 and run_summary.last_scalar_step(data) == 30
+    writer.close("finished")
+    assert_summary_matches(run_dir, stored_expected=True)
+
+
+def test_a_damaged_run_is_summarised_from_its_tables(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=40, flush_every=10)
+    heads = sorted((run_dir / "heads").glob("*.parquet"))
+    heads[1].unlink()  # a lost segment: steps 10-19 missing
+    scalars = sorted((run_dir / "scalars").glob("*.parquet"))
+    scalars[-1].write_bytes(scalars[-1].read_bytes()[:100])  # a truncated last segment
+    validity = sorted((run_dir / "cluster_validity").glob("*.parquet"))
+    validity[0].write_bytes(b"garbage")
+    data = assert_summary_matches(run_dir, stored_expected=False)
+    assert run_summary.heads_bounds(data) == [(0, 9), (20, 29), (30, 39)]
+    assert data["tables"]["cluster_validity"][0][2:] == [0, 0, 0, 0] and run_summary.validity_shares(data)["partitions"]
+    assert any("missing (10-19)" in w for w in damage_warnings(load_run(run_dir), run_summary.heads_bounds(data)))
+
+
+def test_an_older_run_without_a_summary_and_a_copied_one(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)  # names and sizes are kept: the copy's summary stays current
+    assert_summary_matches(copy, stored_expected=True)
+    (run_dir / "summary.json").unlink()
+    assert run_summary.read(run_dir) is None
+    assert_summary_matches(run_dir, stored_expected=False)
+
+
+def test_a_summary_that_disagrees_with_the_tables_is_damage(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)
+    data = json.loads((run_dir / "summary.json").read_text())
+    data["final"]["loss"] = 123.0
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    problems = validate_run(run_dir)
+    assert len(problems) == 1 and "summary.json disagrees with the tables (final)" in problems[0]
+    for bad in ("[1, 2]", '{"version": 1}', "not json", json.dumps({**data, "version": 2})):
+        (run_dir / "summary.json").write_text(bad)
+        assert run_summary.read(run_dir) is None
+        assert_summary_matches(run_dir, stored_expected=False)
+
+
+def test_a_hard_linked_summary_is_not_trusted(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=20, flush_every=10)
+    os.link(run_dir / "summary.json", tmp_path / "other-name")
+    assert run_summary.read(run_dir) is None
+    assert np.isfinite(run_summary.summary(load_run(run_dir))[0]["final"]["loss"])
+
+
+def test_compaction_keeps_the_summary_current(tmp_path):
+    from aah_viz.runlog.compact import compact_run
+
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=40, flush_every=10)
+    before = assert_summary_matches(run_dir, stored_expected=True)
+    assert compact_run(run_dir)["heads"]["after"] == 1
+    after = assert_summary_matches(run_dir, stored_expected=True)
+    assert after["final"] == before["final"] and after["buckets"] == before["buckets"]
+    assert run_summary.heads_bounds(after) == [(0, 39)]
+
+
+def test_scalars_last_logged_long_before_the_end_are_found_as_the_tables_say(tmp_path):
+    """The summary reads only the segments of the tail windows; values logged far back (val loss long before the
+    last step) and a layer's value where the window holds no model-wide one must come out as last_values."""
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10, status="running")
+    writer = RunWriter.resume(run_dir)
+    for start in range(1000, 30001, 1000):
+        writer.append("scalars", {"step": [start, start + 1], "name": ["loss", "loss"], "value": [start / 1e4, 0.5]})
+        writer.flush()
+    writer.append("scalars", {"step": [29990], "layer": [1], "name": ["acr"], "value": [0.75]})
+    writer.close("finished")
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert data["final"]["loss"] == 0.5 and data["final"]["acr"] == 0.75
+    assert data["final"]["val_loss"] == queries.last_values(load_run(run_dir), ["val_loss"])["val_loss"] is not None
