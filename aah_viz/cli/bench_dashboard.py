@@ -274,12 +274,7 @@ def _many_runs_pages(args) -> int:
         "without_summaries": sides["without_summaries"],
         "ratios_without_over_with": ratios,
         "run": made,
-        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
-        "warm_rounds": args.repeats,
-        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
-        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
-        "all_within_goal": all(p["within_goal"] for p in pages.values()),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        **_page_figures(pages, args.repeats),
     }
     if args.json:
         print(json_text(result, indent=2))
@@ -293,6 +288,20 @@ def _many_runs_pages(args) -> int:
         )
     print(f"{made['n_runs']} runs of 4 x 12 x {args.steps}; peak memory {result['peak_rss_mb']:.0f} MB")
     return 0
+
+
+def _page_figures(pages: dict, warm_rounds: int) -> dict:
+    """What every page benchmark reports beside its pages: the goals, the slowest page, peak memory."""
+    from aah_viz.dashboard import page_bench
+
+    return {
+        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
+        "warm_rounds": warm_rounds,
+        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
+        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
+        "all_within_goal": all(p["within_goal"] for p in pages.values()),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
 
 
 def _page_urls() -> list[str]:
@@ -326,12 +335,7 @@ def _pages(args, logs_root: Path, generated: float | None) -> int:
     result = {
         "pages": pages,
         "run": what,
-        "goals": {"warm_cpu_s": page_bench.GOAL_WARM_CPU_S, "cold_cpu_s": page_bench.GOAL_COLD_CPU_S},
-        "warm_rounds": args.repeats,
-        "slowest_cold_cpu_s": max(p["cold_cpu_s"] for p in pages.values()),
-        "slowest_warm_cpu_s": max(p["warm_cpu_s"] for p in pages.values()),
-        "all_within_goal": all(p["within_goal"] for p in pages.values()),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        **_page_figures(pages, args.repeats),
     }
     if args.json:
         print(json_text(result, indent=2))
