@@ -42,6 +42,7 @@ _EXPORTS = {
     "inference_summary": "instrumentation.measure.evaluation:summary_fields",
     "profile_source": "instrumentation.measure.evaluation",
     "record_lens": "instrumentation.measure.lens",
+    "lens_progress": "instrumentation.measure.lens",
     "write_lens": "instrumentation.measure.lens",
     "measure_heads": "instrumentation.measure.head_measures:measure",
     "RetrofitConfig": "instrumentation.retrofit.adapt",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from aah_viz.errors import ConfigError
 
 
@@ -35,6 +37,12 @@ def register(subparsers) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard an interrupted lens saved in the run (RUN/.lens-progress) and start over; without it the "
+        "same command continues an interrupted lens from its next document",
+    )
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar on stderr")
     p.set_defaults(func=run)
 
@@ -68,27 +76,31 @@ def run(args) -> int:
     from aah_viz.torch_import import limit_threads, quiet_model_loading, require_torch
 
     require_torch()
-    from instrumentation import check_device, load_for_evaluation, record_lens, write_lens
+    from instrumentation import check_device, lens_progress, load_for_evaluation, record_lens, write_lens
+    from instrumentation.measure.lens import LensInterrupted
 
     check_device(args.device)
     limit_threads(args.threads)
     if args.no_progress:
         quiet_model_loading()
     loaded = load_for_evaluation(args.run, checkpoint=args.checkpoint, base_model=args.model, device=args.device)
+    saved = lens_progress(loaded, docs, max_tokens=args.max_tokens, top_k=args.top_k, restart=args.restart)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(docs), desc="lens", unit="doc", disable=True if args.no_progress else None)
+    bar = tqdm(total=len(docs), desc="lens", unit="doc", disable=args.no_progress)  # shown on a pipe too, as probe's
     try:
-        tables = record_lens(loaded, docs, max_tokens=args.max_tokens, top_k=args.top_k, progress=bar.update)
-    except KeyboardInterrupt:
-        bar.close()
-        raise ConfigError(
-            "interrupted: nothing written (the lens is written whole, once every document is done)"
-        ) from None
+        tables = record_lens(
+            loaded, docs, max_tokens=args.max_tokens, top_k=args.top_k, progress=bar.update, saved=saved
+        )
+    except LensInterrupted as err:
+        bar.close()  # before the one line
+        print(f"aah-viz: {err}", file=sys.stderr)
+        return 130
     bar.close()
     sources = sorted({d.source for d in docs})
     out = write_lens(loaded, tables, sources=sources, top_k=args.top_k, max_tokens=args.max_tokens)
     n_rows = len(tables["attention_samples"]["query"])
     print(f"lens written to {out}: {len(docs)} documents, {n_rows} (layer, head, query) rows at step {loaded.step}")
+    saved.clear()  # the run's tables hold it all now
     print(f"  open it: aah-viz dashboard --logs {out.parent}  (page Lens)")
     return 0

@@ -58,6 +58,7 @@ CHECKPOINT_DIR = "checkpoints"  # aah-viz train: the model, optimizer and routin
 ADAPTER_DIR = "adapters"  # aah-viz retrofit: the AAH parameters and routing state of a step
 TENSORBOARD_DIR = "tensorboard"  # --report-to tensorboard: the event files
 PROBE_PROGRESS_DIR = ".probe-progress"  # an interrupted aah-viz probe's saved state
+LENS_PROGRESS_DIR = ".lens-progress"  # an interrupted aah-viz lens's finished documents
 INPUTS_DIR = "inputs"  # aah-viz frontier: the split texts its adaptation runs read
 SUMMARY = "summary.json"  # the run writer: what the Runs page shows of the run (runlog.run_summary)
 RUN_ENTRIES: dict[str, str] = {
@@ -67,6 +68,7 @@ RUN_ENTRIES: dict[str, str] = {
     ADAPTER_DIR: "folder",
     TENSORBOARD_DIR: "folder",
     PROBE_PROGRESS_DIR: "folder",
+    LENS_PROGRESS_DIR: "folder",
     INPUTS_DIR: "folder",
     SUMMARY: "file",
 }

@@ -13,8 +13,10 @@ base model's tokenizer and, as the model was trained, its BOS token first.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,10 +25,13 @@ from aah_viz.analysis.lens import DEFAULT_TOP_K, attention_rows
 from aah_viz.errors import ConfigError
 from aah_viz.probes.alignment import align_words
 from aah_viz.probes.lens_docs import LensDoc
+from aah_viz.probes.lens_progress import TABLES, LensInterrupted, LensProgress, lens_digest
+from aah_viz.stop import StopRequest
 from instrumentation.measure.evaluation import Loaded
 from instrumentation.measure.profile import full_attention
 from instrumentation.model import model_logits
 
+LENS_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # as the probe's: Ctrl-C keeps the finished documents
 SINK_POSITIONS = 1  # the first token: where pretrained decoders park attention (or the model's sink_tokens)
 
 
@@ -152,29 +157,37 @@ def record_lens(
     max_tokens: int = 64,
     top_k: int = DEFAULT_TOP_K,
     progress: Callable[[], None] | None = None,
+    saved: LensProgress | None = None,
 ) -> dict[str, dict[str, list]]:
-    """The three lens tables ({table: columns}) of ``docs``, at the loaded step."""
+    """The three lens tables ({table: columns}) of ``docs``, at the loaded step.
+
+    A SIGINT or SIGTERM stops it between documents with :class:`LensInterrupted`; with ``saved`` the
+    finished documents are kept there first, and a lens given the same ``saved`` starts after them
+    (``progress`` is called once per document done, the saved ones included)."""
     limit = positions_of(loaded)
     if max_tokens > limit:
         raise ConfigError(f"--max-tokens {max_tokens} is more than the model's {limit} positions")
     step = int(loaded.step or 0)
     tok = _Tokenizer(loaded)
-    tables: dict[str, dict[str, list]] = {"lens_tokens": {}, "lens_links": {}, "attention_samples": {}}
+    done, tables = saved.restore() if saved is not None else (0, {t: {} for t in TABLES})
+    for _ in range(done):
+        if progress is not None:
+            progress()
 
     def add(table: str, rows: dict[str, list], doc: int) -> None:
         n = len(next(iter(rows.values()))) if rows else 0
         for col, values in {"step": [step] * n, "doc": [doc] * n, **rows}.items():
             tables[table].setdefault(col, []).extend(values)
 
-    from aah_viz.stop import StopRequest
-
-    with StopRequest() as stop:
-        for number, doc in enumerate(docs):
-            if stop.requested:  # SIGTERM: the lens is written whole or not at all
-                raise ConfigError(
-                    f"stopped by {stop.requested} after {number} of {len(docs)} documents: nothing written"
+    with StopRequest(signals=LENS_SIGNALS) as stop:
+        for number in range(done, len(docs)):
+            if saved is not None:
+                saved.checkpoint(number, tables, stop)
+            elif stop.requested:
+                raise LensInterrupted(
+                    f"lens stopped by {stop.requested} after {number} of {len(docs)} documents: nothing kept"
                 )
-            _record_doc(loaded, tok, doc, number, max_tokens, top_k, add)
+            _record_doc(loaded, tok, docs[number], number, max_tokens, top_k, add)
             if progress is not None:
                 progress()
     return tables
@@ -218,3 +231,22 @@ def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
         "checkpoint_step": loaded.step,
     }
     return write_result(loaded.source, loaded, "lens", detail, tables=tables)
+
+
+def lens_progress(loaded: Loaded, docs: Sequence[LensDoc], *, max_tokens: int, top_k: int, restart: bool = False):
+    """Where this lens keeps the documents it finished (the run's ``.lens-progress``), keyed by the run
+    (its id: a moved run continues), the step, the documents and the options; ``restart`` discards an
+    interrupted lens, else another lens's progress is refused here, before any document runs."""
+    from aah_viz.runlog import read_manifest
+
+    uid = read_manifest(loaded.source).get("run_uid")
+    model = f"run {uid}" if isinstance(uid, str) else str(Path(loaded.source).resolve())
+    digest = lens_digest(
+        model=model, kind=loaded.kind, step=int(loaded.step or 0), docs=docs, max_tokens=max_tokens, top_k=top_k
+    )
+    saved = LensProgress(loaded.source, digest, total=len(docs))
+    if restart:
+        saved.clear()
+    else:
+        saved.saved()
+    return saved
