@@ -357,23 +357,37 @@ def test_gap_rows_link_the_pronoun_to_both_names():
 
 
 @torch_needed
-def test_sigterm_stops_the_lens_between_documents_and_writes_nothing(retrofit_run):
+def test_sigterm_stops_the_lens_between_documents_keeping_the_finished_ones(retrofit_run):
+    """A real SIGTERM at a set point (once the first of two documents is done): the first is kept in the
+    run's .lens-progress, nothing else of the run changes, and the same lens given the same progress
+    continues with the second, ending with the rows of an uninterrupted lens."""
     import os
     import signal
 
-    from aah_viz.errors import ConfigError
     from aah_viz.probes.lens_docs import text_docs
-    from instrumentation import load_for_evaluation, record_lens
+    from instrumentation import lens_progress, load_for_evaluation, record_lens
+    from instrumentation.measure.lens import LensInterrupted
 
     root, _, run = retrofit_run
     (root / "two.txt").write_text(TEXT)
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     loaded = load_for_evaluation(run)
     docs = text_docs(root / "two.txt", 2)
-    with pytest.raises(ConfigError, match="stopped by SIGTERM after 1 of 2 documents: nothing written"):
+    whole = record_lens(loaded, docs, max_tokens=32)
+    with pytest.raises(LensInterrupted, match="stopped by SIGTERM after 1 of 2 documents: nothing kept"):
         record_lens(loaded, docs, max_tokens=32, progress=lambda: os.kill(os.getpid(), signal.SIGTERM))
-    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is put back
+    saved = lens_progress(loaded, docs, max_tokens=32, top_k=8)
+    with pytest.raises(LensInterrupted, match="stopped by SIGTERM after 1 of 2 documents; the finished ones"):
+        record_lens(loaded, docs, max_tokens=32, progress=lambda: os.kill(os.getpid(), signal.SIGTERM), saved=saved)
+    assert sorted(p.relative_to(run) for p in run.rglob("*") if ".lens-progress" not in p.parts) == before
+    counted = []
+    again = lens_progress(loaded, docs, max_tokens=32, top_k=8)
+    assert again.saved() == 1
+    assert record_lens(loaded, docs, max_tokens=32, progress=lambda: counted.append(1), saved=again) == whole
+    assert len(counted) == 2  # the saved document counts on the bar, then the second
+    again.clear()
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
 
 
 def test_figure_options_take_comma_separated_pairs_and_keep_commas_in_a_value():

@@ -56,6 +56,7 @@ def run(tmp_path):
 
 def test_the_declared_entries_are_the_ones_the_commands_use():
     used = {"manifest.json", ".writer.lock", "checkpoints", "adapters", "tensorboard", ".probe-progress", "inputs"}
+    used |= {".lens-progress"}
     assert used <= set(paths.RUN_ENTRIES)
 
 
@@ -131,7 +132,7 @@ def test_commands_over_linked_checkpoints_are_one_line_and_the_decoy_is_untouche
     assert snapshot(tmp_path / "outside") == before
 
 
-def test_a_linked_probe_progress_is_refused_before_the_probe_reads_it(tmp_path, capsys):
+def test_a_linked_probe_or_lens_progress_is_refused_before_the_command_reads_it(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--out", str(out), "--preset", "tiny", "--steps", "2", "--n-docs", "20", "--no-progress"]
     assert main([*args, "--threads", "1"]) == 0
@@ -144,10 +145,19 @@ def test_a_linked_probe_progress_is_refused_before_the_probe_reads_it(tmp_path, 
     assert len(err.splitlines()) == 1 and ".probe-progress" in err, err
     assert snapshot(tmp_path / "outside") == before
 
+    lens_target = decoy(tmp_path / "outside", ".lens-progress")
+    (out / ".lens-progress").symlink_to(lens_target, target_is_directory=True)
+    (tmp_path / "t.txt").write_text("A short paragraph for the lens to read.")
+    before = snapshot(tmp_path / "outside")
+    assert main(["lens", str(out), "--text", str(tmp_path / "t.txt"), "--no-progress", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ".lens-progress" in err, err
+    assert snapshot(tmp_path / "outside") == before
+
 
 # ---------------------------------------------------------------------- no run path built by hand
 HAND_BUILT = re.compile(
-    r"""/\s*(?:"manifest\.json"|MANIFEST\b|"checkpoints"|"adapters"|"tensorboard"|"\.probe-progress"|"inputs"|"\.writer\.lock")"""
+    r"""/\s*(?:"manifest\.json"|MANIFEST\b|"checkpoints"|"adapters"|"tensorboard"|"\.probe-progress"|"\.lens-progress"|"inputs"|"\.writer\.lock")"""
 )
 
 
