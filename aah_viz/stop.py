@@ -1,7 +1,7 @@
 """A clean stop on a signal: long work finishes its current whole piece, saves it and ends in one line.
 
 One class for every such loop: training (``instrumentation.training.loop``: SIGTERM), the lens
-(``instrumentation.measure.lens``: SIGTERM) and the probe (``instrumentation.measure.probing``: SIGINT and SIGTERM).
+(``instrumentation.measure.lens``) and the probe (``instrumentation.measure.probing``), both on SIGINT and SIGTERM.
 Standard library only, so both sides of the package can hold one.
 """
 
