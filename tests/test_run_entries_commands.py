@@ -77,6 +77,16 @@ def test_head_similarity_of_a_run_with_a_linked_entry_is_one_line(trained, tmp_p
     assert snapshot(outside) == before
 
 
+@pytest.mark.parametrize("entry", ["checkpoints", "lens_tokens"])
+def test_lens_of_a_run_with_a_linked_entry_is_one_line(trained, tmp_path, text, entry, capsys):
+    run, outside = linked_copy(trained, tmp_path, entry)
+    before = snapshot(outside)
+    argv = ["lens", str(run), "--text", str(text), "--max-tokens", "16", "--threads", "1", "--no-progress"]
+    err = one_line(capsys, argv)
+    assert entry in err and "symbolic link" in err, err
+    assert snapshot(outside) == before
+
+
 def event_folder(run: Path) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", load_run(run).run_id).strip("._")
 
@@ -100,14 +110,18 @@ def test_export_tensorboard_over_a_linked_event_folder_is_one_line(trained, tmp_
 
 # ---------------------------------------------------------------------- an OUT that is a link
 def out_commands(trained: Path, text: Path, out: Path) -> dict[str, list[str]]:
+    loose = out.parent / "loose.pt"  # a checkpoint outside any run: probe writes its tables into --out
+    if not loose.exists():
+        shutil.copy(next((trained / "checkpoints").iterdir()), loose)
     return {
+        "probe": ["probe", str(loose), "--out", str(out), "--max-docs", "1", "--threads", "1", "--no-progress"],
         "train": ["train", "--out", str(out), "--preset", "tiny", "--steps", "1", "--n-docs", "20", "--no-progress"],
         "profile": ["profile", str(trained), "--data", str(text), "--out", str(out), *PROFILE],
         "export tensorboard": ["export", "tensorboard", str(trained), "--out", str(out), "--no-progress"],
     }
 
 
-@pytest.mark.parametrize("command", ["train", "profile", "export tensorboard"])
+@pytest.mark.parametrize("command", ["train", "profile", "probe", "export tensorboard"])
 def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command, capsys):
     target = tmp_path / "big-disk" / "out"
     target.mkdir(parents=True)
@@ -120,12 +134,13 @@ def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command,
 
 
 @pytest.mark.parametrize("kind", ["dangling", "to a file"])
-@pytest.mark.parametrize("command", ["train", "profile", "export tensorboard"])
+@pytest.mark.parametrize("command", ["train", "profile", "probe", "export tensorboard"])
 def test_an_out_linked_to_nothing_or_a_file_is_one_line(trained, tmp_path, text, command, kind, capsys):
     elsewhere = tmp_path / "elsewhere"
     if kind == "to a file":
         elsewhere.write_text("not a folder")
     out = tmp_path / "out"
     out.symlink_to(elsewhere)
-    one_line(capsys, out_commands(trained, text, out)[command])
+    err = one_line(capsys, out_commands(trained, text, out)[command])
+    assert str(out) in err and ("does not exist" in err if kind == "dangling" else "not a folder" in err), err
     assert not elsewhere.exists() if kind == "dangling" else elsewhere.read_text() == "not a folder"
