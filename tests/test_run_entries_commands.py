@@ -144,3 +144,28 @@ def test_an_out_linked_to_nothing_or_a_file_is_one_line(trained, tmp_path, text,
     err = one_line(capsys, out_commands(trained, text, out)[command])
     assert str(out) in err and ("does not exist" in err if kind == "dangling" else "not a folder" in err), err
     assert not elsewhere.exists() if kind == "dangling" else elsewhere.read_text() == "not a folder"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["to a folder", "dangling"])
+def test_frontier_into_an_out_that_is_a_link(tmp_path, tiny_causal_lm, kind, capsys):
+    """Followed to a folder (its adaptation runs sit beside the name given, as for any OUT); dangling: one line."""
+    pytest.importorskip("transformers")
+    model = tiny_causal_lm(tmp_path / "llama")
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(200)))
+    target = tmp_path / "big-disk" / "fr"
+    if kind == "to a folder":
+        target.mkdir(parents=True)
+    out = tmp_path / "fr"
+    out.symlink_to(target, target_is_directory=True)
+    argv = ["frontier", str(model), "--data", str(text), "--seq-len", "16", "--windows", "8,16", "--no-progress"]
+    argv += ["--regimes", "full_adaptive", "--adapt-steps", "1", "--eval-blocks", "1", "--timing-pairs", "2"]
+    argv += ["--out", str(out)]
+    if kind == "dangling":
+        err = one_line(capsys, argv)
+        assert str(out) in err and "does not exist" in err, err
+        assert not target.exists()
+        return
+    assert main(argv) == 0
+    assert out.is_symlink() and load_run(target).path is not None
