@@ -9,6 +9,7 @@ ordinary): a link to a folder is followed, a dangling one or one to a file is re
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -169,3 +170,32 @@ def test_frontier_into_an_out_that_is_a_link(tmp_path, tiny_causal_lm, kind, cap
         return
     assert main(argv) == 0
     assert out.is_symlink() and load_run(target).path is not None
+
+
+def resumable(trained: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    return run
+
+
+RESUME = ["--resume", "--steps", "4", "--no-progress", "--threads", "1"]
+
+
+def test_train_resume_reporting_to_a_linked_tensorboard_folder_is_one_line(trained, tmp_path, capsys):
+    """The finding: a resume with --report-to tensorboard wrote event files through RUN/tensorboard."""
+    pytest.importorskip("tensorboard")
+    run, outside = linked_copy(trained, tmp_path, "tensorboard")
+    before = snapshot(outside)
+    err = one_line(capsys, ["train", "--out", str(run), *RESUME, "--report-to", "tensorboard"])
+    assert "tensorboard" in err and "symbolic link" in err, err
+    assert snapshot(outside) == before
+
+
+def test_train_resume_over_a_hard_linked_checkpoint_is_one_line(trained, tmp_path, capsys):
+    run = resumable(trained, tmp_path)
+    elsewhere = tmp_path / "elsewhere.pt"
+    elsewhere.write_bytes(b"someone else's checkpoint")
+    os.link(elsewhere, run / "checkpoints" / "step-00000000.pt")  # older than the run's: pruning would delete it
+    err = one_line(capsys, ["train", "--out", str(run), *RESUME, "--keep-checkpoints", "1"])
+    assert "hard-linked" in err and "step-00000000.pt" in err, err
+    assert elsewhere.read_bytes() == b"someone else's checkpoint"
