@@ -23,6 +23,7 @@ from aah_viz.runlog import load_run
 torch = pytest.importorskip("torch")
 
 PROFILE = ["--seq-len", "16", "--batches", "1", "--threads", "1", "--no-progress"]
+EVALUATE = ["--seq-len", "16", "--batches", "1", "--threads", "1", "--no-progress"]
 HEAD_SIMILARITY = ["--blocks", "2", "--no-probes", "--null-samples", "5", "--refit-samples", "2"]
 HEAD_SIMILARITY += ["--agreement-samples", "9", "--threads", "1", "--no-progress"]
 
@@ -116,13 +117,15 @@ def out_commands(trained: Path, text: Path, out: Path) -> dict[str, list[str]]:
         shutil.copy(next((trained / "checkpoints").iterdir()), loose)
     return {
         "probe": ["probe", str(loose), "--out", str(out), "--max-docs", "1", "--threads", "1", "--no-progress"],
+        "evaluate": ["evaluate", str(trained), "--data", str(text), "--out", str(out), *EVALUATE],
+        "import-reference": ["import-reference", "--out", str(out)],
         "train": ["train", "--out", str(out), "--preset", "tiny", "--steps", "1", "--n-docs", "20", "--no-progress"],
         "profile": ["profile", str(trained), "--data", str(text), "--out", str(out), *PROFILE],
         "export tensorboard": ["export", "tensorboard", str(trained), "--out", str(out), "--no-progress"],
     }
 
 
-@pytest.mark.parametrize("command", ["train", "profile", "probe", "export tensorboard"])
+@pytest.mark.parametrize("command", ["train", "profile", "probe", "evaluate", "import-reference", "export tensorboard"])
 def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command, capsys):
     target = tmp_path / "big-disk" / "out"
     target.mkdir(parents=True)
@@ -130,12 +133,12 @@ def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command,
     out.symlink_to(target, target_is_directory=True)
     assert main(out_commands(trained, text, out)[command]) == 0
     assert out.is_symlink() and any(target.iterdir())  # written where the link leads, the link left as it was
-    if command != "export tensorboard":
+    if command not in ("export tensorboard", "import-reference"):
         assert load_run(target).path is not None
 
 
 @pytest.mark.parametrize("kind", ["dangling", "to a file"])
-@pytest.mark.parametrize("command", ["train", "profile", "probe", "export tensorboard"])
+@pytest.mark.parametrize("command", ["train", "profile", "probe", "evaluate", "import-reference", "export tensorboard"])
 def test_an_out_linked_to_nothing_or_a_file_is_one_line(trained, tmp_path, text, command, kind, capsys):
     elsewhere = tmp_path / "elsewhere"
     if kind == "to a file":
@@ -199,3 +202,16 @@ def test_train_resume_over_a_hard_linked_checkpoint_is_one_line(trained, tmp_pat
     err = one_line(capsys, ["train", "--out", str(run), *RESUME, "--keep-checkpoints", "1"])
     assert "hard-linked" in err and "step-00000000.pt" in err, err
     assert elsewhere.read_bytes() == b"someone else's checkpoint"
+
+
+def test_import_reference_over_a_linked_run_folder_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "ref"
+    out.mkdir()
+    link = out / "qwen3-4b-full-adaptive"  # one of the runs it writes
+    link.symlink_to(decoy(tmp_path / "outside", "ref"), target_is_directory=True)
+    before = snapshot(tmp_path / "outside")
+    for overwrite in ([], ["--overwrite"]):
+        err = one_line(capsys, ["import-reference", "--out", str(out), *overwrite])
+        assert link.name in err and "symbolic link" in err, err
+    assert snapshot(tmp_path / "outside") == before
+    assert sorted(p.name for p in out.iterdir()) == [link.name]
