@@ -119,13 +119,16 @@ def out_commands(trained: Path, text: Path, out: Path) -> dict[str, list[str]]:
         "probe": ["probe", str(loose), "--out", str(out), "--max-docs", "1", "--threads", "1", "--no-progress"],
         "evaluate": ["evaluate", str(trained), "--data", str(text), "--out", str(out), *EVALUATE],
         "import-reference": ["import-reference", "--out", str(out)],
+        "export": ["export", str(trained), "--table", "training", "--out", str(out)],
         "train": ["train", "--out", str(out), "--preset", "tiny", "--steps", "1", "--n-docs", "20", "--no-progress"],
         "profile": ["profile", str(trained), "--data", str(text), "--out", str(out), *PROFILE],
         "export tensorboard": ["export", "tensorboard", str(trained), "--out", str(out), "--no-progress"],
     }
 
 
-@pytest.mark.parametrize("command", ["train", "profile", "probe", "evaluate", "import-reference", "export tensorboard"])
+@pytest.mark.parametrize(
+    "command", ["train", "profile", "probe", "evaluate", "import-reference", "export", "export tensorboard"]
+)
 def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command, capsys):
     target = tmp_path / "big-disk" / "out"
     target.mkdir(parents=True)
@@ -133,12 +136,14 @@ def test_an_out_linked_to_a_folder_is_followed(trained, tmp_path, text, command,
     out.symlink_to(target, target_is_directory=True)
     assert main(out_commands(trained, text, out)[command]) == 0
     assert out.is_symlink() and any(target.iterdir())  # written where the link leads, the link left as it was
-    if command not in ("export tensorboard", "import-reference"):
+    if command not in ("export", "export tensorboard", "import-reference"):
         assert load_run(target).path is not None
 
 
 @pytest.mark.parametrize("kind", ["dangling", "to a file"])
-@pytest.mark.parametrize("command", ["train", "profile", "probe", "evaluate", "import-reference", "export tensorboard"])
+@pytest.mark.parametrize(
+    "command", ["train", "profile", "probe", "evaluate", "import-reference", "export", "export tensorboard"]
+)
 def test_an_out_linked_to_nothing_or_a_file_is_one_line(trained, tmp_path, text, command, kind, capsys):
     elsewhere = tmp_path / "elsewhere"
     if kind == "to a file":
