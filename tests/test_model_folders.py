@@ -9,7 +9,7 @@ import os
 import pytest
 
 from aah_viz.cli import main
-from aah_viz.runlog import paths, validate_run
+from aah_viz.runlog import load_run, paths, validate_run
 from aah_viz.runlog.validate import damage
 from aah_viz.samples import make_synthetic_run
 
@@ -35,6 +35,7 @@ def folder_with_good_files(run, name):
 def test_step_files_of_the_folders_kind_are_no_problem(run, name):
     folder_with_good_files(run, name)
     assert validate_run(run) == []
+    assert name not in load_run(run).tables()  # its killed writer's .tmp file once made it a "table"
 
 
 def planted(run, folder, tmp_path, case):
