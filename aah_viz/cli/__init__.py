@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from aah_viz._version import __version__
 from aah_viz.errors import AAHVizError
@@ -67,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_reason(err: OSError) -> str:
+    """The system's reason, or what it means when the path is a link to nothing (the system says "File
+    exists" when a folder is made there: the link is followed by nothing but refuses the name)."""
+    reason = err.strerror or type(err).__name__
+    if isinstance(err, FileExistsError) and err.filename is not None:
+        path = Path(os.fsdecode(err.filename))
+        if path.is_symlink() and not path.exists():
+            target = os.readlink(path)
+            reason = f"a symbolic link to {target}, which does not exist: create that folder, or give another path"
+    return reason
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -90,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             raise  # not a file the user named: a bug, with its traceback
         where = str(err.filename) if err.filename is not None else ""
         shown = where[:200] + ("..." if len(where) > 200 else "")
-        print(f"aah-viz: error: {shown}: {err.strerror or type(err).__name__}", file=sys.stderr)
+        print(f"aah-viz: error: {shown}: {_os_error_reason(err)}", file=sys.stderr)
         return 2
     except RecursionError:
         print("aah-viz: error: an input is nested too deeply to be read (a crafted JSON file?)", file=sys.stderr)

@@ -52,6 +52,8 @@ def import_reference(
     if not src.is_dir():
         raise InputFormatError(f"{src} is not a folder; give the folder holding the reference's paper CSV files")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputFormatError(f"--out {out} exists and is not a folder; give a folder to write the runs into")
     methods, heatmaps = parse_sources(src)
     # check every target before writing anything
     targets = []

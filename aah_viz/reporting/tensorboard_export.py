@@ -87,7 +87,10 @@ def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool =
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
     names = folder_names(runs)
-    linked = [out / n for n in names if (out / n).is_symlink() or (out / n).exists() and not (out / n).is_dir()]
+    # the run's folder and the hidden one it is written in first: neither may be a link (the events would go
+    # through it, and --overwrite would empty the folder it leads to) or a file
+    used = [out / m for n in names for m in (n, f"{PARTIAL}{n}")]
+    linked = [p for p in used if p.is_symlink() or p.exists() and not p.is_dir()]
     if linked:
         raise ConfigError(
             f"{linked[0]} is a link or not a folder; --overwrite replaces only export folders: remove it, "

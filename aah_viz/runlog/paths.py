@@ -223,8 +223,8 @@ def list_table_dirs(run_dir: str | os.PathLike) -> list[str]:
         return []
     names = []
     for e in entries:
-        if not (e.is_dir(follow_symlinks=False) and TABLE_NAME_RE.match(e.name)):
-            continue
+        if not (e.is_dir(follow_symlinks=False) and TABLE_NAME_RE.match(e.name)) or e.name in RUN_ENTRIES:
+            continue  # a declared entry is never a table (a killed writer's .tmp in checkpoints/ made it one)
         if e.name in ALL_TABLES or _holds_segments(Path(run_dir) / e.name):
             names.append(e.name)
     return sorted(names)

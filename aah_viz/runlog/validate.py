@@ -1,7 +1,8 @@
 """``validate_run``: everything that can be wrong with a run directory, one message per problem.
 
 Checks: the manifest (fields, types, ranges, schema version); files that lead outside the run
-(links, generation records naming other files); every segment readable; required
+(links, generation records naming other files); what ``checkpoints/`` and ``adapters/`` hold
+(``model_folders``: step files only); every segment readable; required
 columns and their types (``schema.TABLES`` / ``schema.PROBE_TABLES``, ``group_l{i}`` in ``heads``);
 stray files that would break ``pd.read_parquet(folder)``; segments set aside as unreadable and
 half-done segment swaps; value ranges (layer, head, window index, window = windows[window_idx],
@@ -30,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aah_viz.errors import RunLogError, UnsafePathError
-from aah_viz.runlog import containment, generations, lock, paths, run_summary
+from aah_viz.runlog import containment, generations, lock, model_folders, paths, run_summary
 from aah_viz.runlog.columns import GROUP_COLUMN_RE
 from aah_viz.runlog.manifest import check_version, manifest_problems, read_manifest
 from aah_viz.runlog.value_checks import MAX_EXAMPLES, check_values
@@ -59,7 +60,7 @@ def validate_run(run_dir: str | os.PathLike) -> list[str]:
         check_version(manifest, run_dir)
     except RunLogError as err:
         return [str(err)]
-    problems = manifest_problems(manifest) + containment.escapes(run_dir)
+    problems = manifest_problems(manifest) + containment.escapes(run_dir) + model_folders.problems(run_dir)
     max_depth = manifest.get("max_depth") if isinstance(manifest.get("max_depth"), int) else 0
     kept: dict[str, pd.DataFrame] = {}
     last_steps = []
