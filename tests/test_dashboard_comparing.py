@@ -360,3 +360,31 @@ def test_a_per_layer_scalar_is_drawn_as_the_run_logged_it_for_that_layer(three_r
     got = pd.Series(np.asarray(drawn["y"], float), index=np.asarray(drawn["x"], float))
     np.testing.assert_allclose(got.to_numpy(), rows["value"].to_numpy(float), rtol=1e-12)
     np.testing.assert_allclose(got.index.to_numpy(), rows["step"].to_numpy(float))
+
+
+def test_compare_bars_of_two_seeds_stay_in_each_figures_domain():
+    """Two seeds far apart: mean ± sd (computed here) would draw ACR above 1 and a loss below 0."""
+    import pandas as pd
+
+    from aah_viz.figures.compare import regime_metric_figure
+
+    acr, loss = [0.05, 0.95], [0.1, 3.0]
+    per_run = pd.DataFrame({"regime": ["r", "r"], "seed": [0, 1], "final_acr": acr, "final_loss": loss})
+    fig = regime_metric_figure(per_run, ["final_acr", "final_loss"])
+    bars = {b.xaxis: b for b in fig.data if b.type == "bar"}
+    for axis, values, lo, hi in (("x", acr, 0.0, 1.0), ("x2", loss, 0.0, np.inf)):
+        mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
+        assert mean - sd < lo or mean + sd > hi  # unclipped, the bar leaves the domain
+        bar = bars[axis]
+        top = bar.y[0] + bar.error_y.array[0]
+        bottom = bar.y[0] - bar.error_y.arrayminus[0]
+        assert bar.y[0] == pytest.approx(mean)
+        assert bottom == pytest.approx(max(mean - sd, lo)) and top == pytest.approx(min(mean + sd, hi))
+        assert bar.customdata[0][1] == pytest.approx(sd)  # the hover still says the sd itself
+
+
+def test_compare_says_which_regimes_have_fewer_than_three_runs(three_runs, monkeypatch, tmp_path):
+    at = goto(open_runs(three_runs, monkeypatch, tmp_path), "compare")
+    few = [c for c in captions(at) if c.startswith("Fewer than 3 runs")]
+    assert len(few) == 1, captions(at)
+    assert "full_adaptive (n = 2)" in few[0] and "shallow_freeze (n = 1)" in few[0]

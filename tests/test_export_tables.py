@@ -782,3 +782,26 @@ def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_pa
         assert raw not in text, (raw, text[:800])
     for meaning in ("Welch's t-test p-value", "permutation test p-value", "seed-matched pairs"):
         assert meaning in text.replace("’", "'"), (meaning, text[-1200:])
+
+
+def test_difference_and_stability_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):
+    """The per-step difference and stability tables: no header is a column name broken at its
+    underscores ("ci" over "low", "forced" over "share"); each short header is in the notes' legend."""
+    engine = _tex_engine()
+    pypdf = pytest.importorskip("pypdf")
+    tables = [
+        difference_curve_table(runs, "full_adaptive", "full_attention"),
+        build_table("stability", runs, by="regime"),
+    ]
+    raw = [c for t in tables for c in t.df.columns if "_" in c]
+    assert {"mean_diff", "ci_low", "forced_share", "group_switch_rate"} <= set(raw)  # what the headers could be
+    (tmp_path / "t.tex").write_text(latex_document(tables), encoding="utf-8")
+    _compile(engine, tmp_path / "t.tex", "pdflatex to compile the difference and stability tables")
+    text = " ".join(" ".join(page.extract_text() for page in pypdf.PdfReader(tmp_path / "t.pdf").pages).split())
+    for name in raw:
+        assert name not in text, (name, text[:900])
+    # a header broken after its underscore reads "ci_ low", "forced_ share" in the extracted text
+    assert "_ " not in text, text[text.find("_ ") - 100 :][:300]
+    for entry in ("CI low: lower end of the interval", ".: mean over seed pairs", "forced: share of level-0",
+                  "group sw.: share of heads changing group", "ARI: mean adjusted Rand index"):  # fmt: skip
+        assert entry in text, (entry, text[-1500:])

@@ -121,3 +121,27 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     assert next(r for r in odd.radio if r.key == "hsim_procedure").value == "method"
     bare = _stability_page(logs, monkeypatch, "bare")
     assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)
+
+
+def test_the_banner_of_several_runs_points_to_the_similarity_section_only_for_runs_that_have_one(logs, monkeypatch):
+    """Runs page, both copies selected: each named as in doubt; the head-similarity section offered for
+    "run" (its table written above) and not for "bare", whose section would be empty."""
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
+    assert "in 2 of the runs shown" in banner and "bare (" in banner and "run (" in banner, banner
+    pointer = banner.split("do head groups mean anything?", 1)
+    assert len(pointer) == 2, banner
+    assert "for run (the runs with a head-similarity table)" in pointer[1], banner
+    assert "bare" not in pointer[1], banner
+    # "bare" alone on Compare: the banner sends nobody to a section that would be empty
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.query_params["sel"] = "bare"
+    at.run()
+    at.switch_page(PAGE_FILES["compare"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
+    assert "in 1 of the runs shown" in banner and "mean anything" not in banner, banner
+    assert banner.endswith("See Stability → are the head groups real?."), banner

@@ -62,21 +62,34 @@ def run_shares(root: str, key: str, token: int) -> dict:
 def groups_in_doubt_selection(keys) -> None:
     """Pages of several runs (Runs, Compare, Export): one box naming each run whose groups are in doubt."""
     root = session.logs_root()
-    named, similarity = [], False
+    named, with_similarity = [], []
     views = session.overviews()  # one cache call for all runs
     for key in keys:
         kept = views.get(key, {}).get("validity_shares")
         shares = kept if kept is not None else run_shares(root, key, session.token(key))
         if cv.doubt_from_shares(shares):
             named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
-            similarity = similarity or has_head_similarity(root, key, session.token(key))
+            if has_head_similarity(root, key, session.token(key)):
+                with_similarity.append(key)
     if named:
         st.warning(
             plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))
             + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
-            "structure." + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}."),
+            "structure." + similarity_pointer(with_similarity),
             icon="⚠️",
         )
+
+
+def similarity_pointer(with_similarity: list[str]) -> str:
+    """Where to read more about several runs: the head-similarity section only for the runs that have one
+    (most runs have no head_similarity table, and its section would be empty for them)."""
+    if not with_similarity:
+        return f" See {VALIDITY_PLACE}."
+    return (
+        f" See {VALIDITY_PLACE}; {SIMILARITY_PLACE} shows which similarities do give real groups, for "
+        + plain(", ".join(with_similarity))
+        + " (the runs with a head-similarity table)."
+    )
 
 
 def section(root: str, key: str, token: int) -> None:

@@ -270,6 +270,19 @@ SHORT_HEADERS = {
     "n_paired": ("pairs", "seed-matched pairs"),
     "paired_perm_p": ("$p_{\\pi,\\mathrm{pair}}$", "paired permutation test p-value"),
     "perm_method": ("test", "how the permutation p-values were computed"),
+    # difference (per-step paired) and effect tables: intervals named, not "ci_" / "low"
+    "mean_diff": ("diff.", "mean over seed pairs of the difference"),
+    "ci_low": ("CI low", "lower end of the interval the caption names"),
+    "ci_high": ("CI high", "upper end of the interval the caption names"),
+    # the stability table
+    "routing_updates": ("updates", "routing updates recorded (layer x update)"),
+    "partition_agreement_ari": ("ARI", "mean adjusted Rand index of consecutive level-0 partitions"),
+    "group_switch_rate": ("group sw.", "share of heads changing group between consecutive updates"),
+    "window_switch_rate": ("window sw.", "share of heads changing window between consecutive updates"),
+    "controller_grad_norm_mean": ("grad. mean", "mean controller gradient norm"),
+    "controller_grad_norm_final": ("grad. final", "final controller gradient norm"),
+    "forced_share": ("forced", "share of level-0 partitions that are forced splits"),
+    "real_share": ("real", "share of level-0 partitions whose silhouette beats both nulls"),
 }
 SINGLE_SEED_MARK = "$^\\dagger$"
 

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from aah_viz.figures import style
+from aah_viz.figures.curves import value_domain
 
 SHORT_TITLES = {
     "final_loss": "final training loss",
@@ -21,6 +22,23 @@ METRIC_TITLES = {
     "final_acr": style.ACR,
     "final_causal_coverage": style.COVERAGE,
 }
+# the logged scalar each final figure is the last value of: its domain clips the error bars
+METRIC_SCALARS = {
+    "final_loss": "loss",
+    "final_val_loss": "val_loss",
+    "final_acr": "acr",
+    "final_causal_coverage": "acr_causal",
+}
+
+
+def bar_extent(mean: np.ndarray, std: np.ndarray, scalar: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of mean ± sd, clipped to the values the scalar can take: two seeds of a share
+    far apart must not draw a bar above 1, nor a loss one below 0."""
+    lower, upper = mean - std, mean + std
+    domain = value_domain(scalar)
+    if domain is not None:
+        lower, upper = np.clip(lower, *domain), np.clip(upper, *domain)
+    return lower, upper
 
 
 def regime_metric_figure(
@@ -58,20 +76,22 @@ def regime_metric_figure(
         row, col = i // n_cols + 1, i % n_cols + 1
         g = per_run.groupby(per_run["regime"].astype(str))[metric]
         mean = g.mean().reindex(regimes)
-        std = g.std(ddof=1).reindex(regimes).fillna(0.0)
-        n = g.count().reindex(regimes).fillna(0)
+        std = g.std(ddof=1).reindex(regimes).fillna(0.0).to_numpy(dtype=np.float64)
+        n = g.count().reindex(regimes).fillna(0).to_numpy(dtype=np.float64)
+        centre = mean.to_numpy(dtype=np.float64)
+        lower, upper = bar_extent(centre, std, METRIC_SCALARS.get(metric, metric))
         fig.add_trace(
             go.Bar(
                 x=regimes,
-                y=mean.to_numpy(dtype=np.float64),
-                error_y=dict(type="data", array=std.to_numpy(dtype=np.float64), visible=True),
-                customdata=n.to_numpy(dtype=np.float64),
+                y=centre,
+                error_y=dict(type="data", symmetric=False, array=upper - centre, arrayminus=centre - lower),
+                customdata=np.column_stack([n, std]),
                 name="our runs (mean ± sd)",
                 marker_color=[style.regime_color(r) for r in regimes],
                 showlegend=legend("ours"),
                 legendgroup="ours",
-                hovertemplate="%{x}<br>mean %{y:.4f} ± %{error_y.array:.4f}"
-                "<br>n = %{customdata:.0f} seeds<extra></extra>",
+                hovertemplate="%{x}<br>mean %{y:.4f} ± %{customdata[1]:.4f} (sd)"
+                "<br>n = %{customdata[0]:.0f} seeds<extra></extra>",
             ),
             row=row,
             col=col,

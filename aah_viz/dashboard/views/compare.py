@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
+from aah_viz.analysis.curves import FEW_RUNS
 from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.configuration import one_configuration
@@ -57,6 +58,17 @@ def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFram
     return out
 
 
+def few_runs_note(ours: pd.DataFrame) -> None:
+    """Regimes with fewer than 3 runs: their standard deviation is a guess (from 2 runs) or absent."""
+    sizes = ours.groupby("regime").size() if not ours.empty else pd.Series(dtype=int)
+    few = sizes[sizes < FEW_RUNS]
+    if len(few):
+        named = ", ".join(f"{regime} (n = {n})" for regime, n in few.items())
+        st.caption(
+            plain(f"Fewer than {FEW_RUNS} runs in {named}: a spread from 2 runs says little, from 1 it is none.")
+        )
+
+
 @guarded
 def render() -> None:
     st.title("Compare")
@@ -81,7 +93,11 @@ def render() -> None:
     ours = per_run_frame(root, keys, token)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
-    st.caption("Mean ± sample standard deviation over seeds; n = number of runs.")
+    st.caption(
+        "Mean ± sample standard deviation over seeds; n = number of runs. Bars are clipped to the values "
+        "each figure can take (a share in [0, 1], a loss at least 0)."
+    )
+    few_runs_note(ours)
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
     summary = group_summaries(ours, metrics + frac_cols, by="regime")
     shown = mean_pm(summary, metrics + frac_cols).rename(
