@@ -1,5 +1,5 @@
 """The passkey check: its verdict per question against the model's own greedy decoding, its interval
-against Wilson's formula."""
+against scipy's and statsmodels' Wilson intervals."""
 
 from __future__ import annotations
 
@@ -21,8 +21,16 @@ def wilson_by_formula(k: int, n: int, z: float = 1.959963984540054) -> tuple[flo
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 5), (3, 7), (20, 20), (11, 40)])
-def test_wilson_interval_is_the_formula(k, n):
-    assert wilson_interval(k, n) == pytest.approx(wilson_by_formula(k, n), abs=1e-9)
+def test_wilson_interval_is_scipys_and_statsmodels(k, n):
+    from scipy.stats import binomtest
+    from statsmodels.stats.proportion import proportion_confint
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+    assert wilson_interval(k, n) == pytest.approx(proportion_confint(k, n, alpha=0.05, method="wilson"), abs=1e-9)
+    assert wilson_interval(k, n, level=0.9) == pytest.approx(
+        proportion_confint(k, n, alpha=0.1, method="wilson"), abs=1e-9
+    )
 
 
 def test_wilson_interval_refuses_impossible_counts():
