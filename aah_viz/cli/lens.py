@@ -73,11 +73,11 @@ def run(args) -> int:
             f"{args.run} has no checkpoint or adapter to run: the lens needs a run of aah-viz train "
             "(with checkpoints) or of aah-viz retrofit"
         )
+    from aah_viz.probes.lens_progress import LensInterrupted
     from aah_viz.torch_import import limit_threads, quiet_model_loading, require_torch
 
     require_torch()
     from instrumentation import check_device, lens_progress, load_for_evaluation, record_lens, write_lens
-    from instrumentation.measure.lens import LensInterrupted
 
     check_device(args.device)
     limit_threads(args.threads)
