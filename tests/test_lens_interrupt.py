@@ -6,14 +6,8 @@ other settings is refused in one line until ``--restart``."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,12 +15,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from interrupting import interrupt_after_progress  # noqa: E402
+
 from aah_viz.cli import main  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[1]
-DEADLINE_S = 600  # waits are for a condition; this is only how long before saying which one never came
 TABLES = ("lens_tokens", "lens_links", "attention_samples")
 
 
@@ -46,33 +40,6 @@ def _lens_args(run: Path, text: Path, *extra: str) -> list[str]:
     return ["lens", str(run), "--text", str(text), "--docs", "60", "--max-tokens", "32", "--threads", "1", *extra]
 
 
-def _interrupt_after_a_document(cmd: list[str]) -> tuple[int, str]:
-    """Start ``cmd``, send SIGINT once its progress bar shows a finished document, return (code, stderr)."""
-    proc = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
-    seen = bytearray()
-
-    def read() -> None:
-        while chunk := os.read(proc.stderr.fileno(), 4096):
-            seen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while not re.search(rb"\| *[1-9]\d*/\d+ \[", bytes(seen)):
-        if proc.poll() is not None:
-            pytest.fail(f"the lens ended (code {proc.returncode}) before a finished document: {seen[-500:]!r}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"no progress bar with a finished document within {DEADLINE_S} s: {seen[-500:]!r}")
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    code = proc.wait(timeout=DEADLINE_S)
-    reader.join(timeout=DEADLINE_S)
-    return code, seen.decode(errors="replace")
-
-
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in ("doc", "layer", "head", "query", "position", "key") if c in frame.columns]
     return frame.sort_values(keys).reset_index(drop=True)
@@ -80,7 +47,9 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
 
 def test_an_interrupted_lens_keeps_its_documents_and_the_same_command_continues_it(runs, capsys):
     a, b, text = runs / "a", runs / "b", runs / "t.txt"
-    code, err = _interrupt_after_a_document([sys.executable, "-m", "aah_viz", *_lens_args(a, text)])
+    code, err = interrupt_after_progress(
+        [sys.executable, "-m", "aah_viz", *_lens_args(a, text)], "the lens", "document"
+    )
     assert code == 130, err[-1000:]
     said = err.replace("\r", "\n").strip().splitlines()[-1]
     assert said.startswith("aah-viz: lens stopped by SIGINT after ") and "run the same command again" in said
@@ -112,7 +81,9 @@ def test_an_interrupted_lens_keeps_its_documents_and_the_same_command_continues_
 def test_restart_discards_an_interrupted_lens(runs, tmp_path, capsys):
     run, text = tmp_path / "run", runs / "t.txt"
     shutil.copytree(runs / "b", run)
-    code, _ = _interrupt_after_a_document([sys.executable, "-m", "aah_viz", *_lens_args(run, text)])
+    code, _ = interrupt_after_progress(
+        [sys.executable, "-m", "aah_viz", *_lens_args(run, text)], "the lens", "document"
+    )
     assert code == 130 and (run / ".lens-progress").is_dir()
     assert main(_lens_args(run, text, "--docs", "2", "--restart", "--no-progress")) == 0
     capsys.readouterr()

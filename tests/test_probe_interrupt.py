@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -21,12 +16,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from interrupting import interrupt_after_progress  # noqa: E402
+
 from aah_viz.cli import main  # noqa: E402
 from aah_viz.runlog import load_run, validate_run  # noqa: E402
 
 pytestmark = pytest.mark.torch
-ROOT = Path(__file__).resolve().parents[1]
-DEADLINE_S = 600  # waits are for a condition; this is only how long before saying which one never came
 
 
 @pytest.fixture(scope="module")
@@ -47,38 +42,9 @@ def _probe_args(run: Path, big: Path, *extra: str) -> list[str]:
     return ["probe", str(run), "--syntax", str(big), "--threads", "1", "--batch-size", "1", "--min-count", "10", *extra]
 
 
-def _interrupt_after_progress(cmd: list[str]) -> tuple[int, str]:
-    """Start ``cmd``, send SIGINT once its progress bar shows a finished input, return (code, stderr)."""
-    proc = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
-    seen = bytearray()
-
-    def read() -> None:
-        while chunk := os.read(proc.stderr.fileno(), 4096):
-            seen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while not re.search(rb"\| *[1-9]\d*/\d+ \[", bytes(seen)):
-        if proc.poll() is not None:
-            pytest.fail(
-                f"the probe ended (code {proc.returncode}) before its progress showed a finished input: {seen[-500:]!r}"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"no progress bar with a finished input within {DEADLINE_S} s: {seen[-500:]!r}")
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    code = proc.wait(timeout=DEADLINE_S)
-    reader.join(timeout=DEADLINE_S)
-    return code, seen.decode(errors="replace")
-
-
 def test_an_interrupted_probe_keeps_what_it_finished_and_a_second_run_continues_it(runs, capsys):
     a, b, big = runs / "a", runs / "b", runs / "big.conllu"
-    code, err = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(a, big)])
+    code, err = interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(a, big)], "the probe", "input")
     assert code == 130, err[-1000:]
     said = err.strip().splitlines()[-1]
     assert said.startswith("aah-viz: probe stopped by SIGINT after ") and "run the same command again" in said
@@ -109,13 +75,15 @@ def test_restart_discards_an_interrupted_probe(runs, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(runs / "a", run, ignore=shutil.ignore_patterns(".probe-progress"))
     big = runs / "big.conllu"
-    code, _ = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(run, big)])
+    code, _ = interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(run, big)], "the probe", "input")
     assert code == 130 and (run / ".probe-progress").is_dir()
     # the run moved: the same probe of it continues (what it probes is the run, not the path it had)
     done = json.loads((run / ".probe-progress" / "meta.json").read_text())["done"]
     moved = tmp_path / "moved"
     run.rename(moved)
-    code, err = _interrupt_after_progress([sys.executable, "-m", "aah_viz", *_probe_args(moved, big)])
+    code, err = interrupt_after_progress(
+        [sys.executable, "-m", "aah_viz", *_probe_args(moved, big)], "the probe", "input"
+    )
     assert code == 130 and "interrupted probe of other" not in err, err[-1000:]
     assert json.loads((moved / ".probe-progress" / "meta.json").read_text())["done"] > done
     moved.rename(run)
