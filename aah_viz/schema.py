@@ -105,6 +105,19 @@ TABLES: dict[str, dict[str, pa.DataType]] = {
         "needed_99": pa.int32(),
         "executed_window": pa.int32(),  # the window routing executes for this head
     },
+    # written by ``aah-viz profile --retrieval N``: per head, the passkey questions answered with that head
+    # alone cut to ``window`` (and the first ``sink_tokens`` positions), every other head at full attention
+    "head_retrieval": {
+        "step": pa.int64(),  # the checkpoint step profiled (0 for a model folder)
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "window": pa.int32(),  # the window (tokens) this head alone was cut to
+        "sink_tokens": pa.int32(),  # first positions it kept besides the window
+        "asked": pa.int32(),  # passkey questions
+        "retrieved": pa.int32(),  # answered (every answer token the model's argmax)
+        "lost": pa.int32(),  # answered with every head at full attention, not with this head cut
+        "answer_nll": pa.float64(),  # mean negative log-likelihood of the answer tokens (nats)
+    },
     # discrete events: routing_update, warmup_end, freeze, eval, checkpoint, resume, fallback, ...
     "events": {
         "step": pa.int64(),

@@ -30,14 +30,37 @@ def register(subparsers) -> None:
         help="also report each head's needed window (95%% and 90%% of its mass) with the first k positions kept "
         "besides the window, for each k given, e.g. 1,4 (the profile event's needed_with_sinks)",
     )
+    p.add_argument(
+        "--retrieval",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also find the heads a passkey check needs: N questions at each of five depths (a five-digit key in "
+        "filler, prompts --seq-len long), asked with every head at full attention and then with each head alone "
+        "cut to --retrieval-window (the head_retrieval table; one forward per question per head) (default: 0, none)",
+    )
+    p.add_argument(
+        "--retrieval-window",
+        type=int,
+        default=None,
+        metavar="W",
+        help="the window each head is cut to alone for --retrieval, keeping the first k positions for the largest "
+        "k of --sink-tokens (default: the smallest candidate window below --seq-len, else an eighth of it)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
-    p.add_argument("--no-progress", action="store_true", help="accepted for symmetry; profiling prints one line")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (--retrieval shows one per head)")
     add_source_options(p)
     add_model_options(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from aah_viz.errors import ConfigError
+
+    if not 0 <= args.retrieval <= 1000:
+        raise ConfigError(f"--retrieval {args.retrieval}: give the passkey questions per depth, from 0 to 1000")
+    if args.retrieval_window is not None and not args.retrieval:
+        raise ConfigError("--retrieval-window needs --retrieval N (the questions the cut heads are asked)")
     loaded = load_model(args)
     from instrumentation import profile_source
 
@@ -50,6 +73,9 @@ def run(args) -> int:
         max_batches=args.batches,
         overwrite=args.overwrite,
         sink_tokens=args.sink_tokens,
+        retrieval=args.retrieval,
+        retrieval_window=args.retrieval_window,
+        progress=not args.no_progress,
     )
     print(
         f"head_spans written to {out}: {detail['heads_cut_below_95']} of {detail['heads']} heads execute a window "
@@ -66,5 +92,13 @@ def run(args) -> int:
             f"  first token: {detail['first_token_share_mean']:.1%} of the attention of queries beyond "
             f"{detail['first_token_from']} tokens (a window that size drops it); "
             f"{detail['heads_first_token_over_half']} of {detail['heads']} heads put more than half there"
+        )
+    found = detail.get("head_retrieval")
+    if found:
+        print(
+            f"  passkey: {found['baseline_retrieved']} of {found['asked']} answered with every head at full attention; "
+            f"{found['heads_losing_any']} of {found['heads']} heads lose answers when cut alone to {found['window']} "
+            f"tokens{' + ' + str(found['sink_tokens']) + ' sinks' if found['sink_tokens'] else ''} "
+            f"({found['heads_losing_half']} lose half or more)"
         )
     return 0

@@ -46,6 +46,19 @@ class Loaded:
     kind: str  # "run" | "retrofit_run" | "model"
     seed: int | None = None
     extra: dict = field(default_factory=dict)
+    encode: Callable[[str], list[int]] | None = None  # text -> token ids, no special tokens (passkey questions)
+
+
+def _lazy_encoder(make: Callable[[], Callable[[str], list[int]]]) -> Callable[[str], list[int]]:
+    """An encoder that loads its tokenizer on first use (most commands never encode a string)."""
+    made: list = []
+
+    def encode(text: str) -> list[int]:
+        if not made:
+            made.append(make())
+        return made[0](text)
+
+    return encode
 
 
 def _read_manifest(run_dir: Path) -> dict:
@@ -68,7 +81,13 @@ def load_for_evaluation(
     """Resolve ``source`` (a train run, a retrofit run or a model folder) to a loaded model; ``base_model``
     points a retrofit run at its base model folder where it is not where the run records it."""
     from instrumentation.retrofit import PAPER_WINDOWS, load_adapter, patch_model
-    from instrumentation.retrofit.load import is_model_dir, load_causal_lm, run_base_model, text_tokens
+    from instrumentation.retrofit.load import (
+        is_model_dir,
+        load_causal_lm,
+        run_base_model,
+        text_encoder,
+        text_tokens,
+    )
 
     source = Path(source)
     if base_model is not None and not list_adapters(source):
@@ -80,7 +99,8 @@ def load_for_evaluation(
         step, path = _pick(list_checkpoints(source), checkpoint, "checkpoint", source)
         model = load_aah_checkpoint(path, device=device).model
         seed = _read_manifest(source).get("seed")
-        return Loaded(model, model, step, lambda p: load_token_stream(p), source, "run", seed)
+        encode = lambda text: list(text.encode("utf-8"))  # noqa: E731 - byte tokens, as the run trained on
+        return Loaded(model, model, step, lambda p: load_token_stream(p), source, "run", seed, encode=encode)
     if list_adapters(source):
         manifest = _read_manifest(source)
         base = run_base_model(source, manifest, base_model)
@@ -97,6 +117,7 @@ def load_for_evaluation(
             "retrofit_run",
             manifest.get("seed"),
             {"base_model": str(base.resolve())},
+            _lazy_encoder(lambda: text_encoder(base, vocab)),
         )
     if is_model_dir(source):
         model = load_causal_lm(source, device)
@@ -115,6 +136,7 @@ def load_for_evaluation(
             "model",
             None,
             {"base_model": str(source)},
+            _lazy_encoder(lambda: text_encoder(source, vocab)),
         )
     raise ConfigError(
         f"{source} is neither a run with checkpoints or adapters nor a Hugging Face model folder (config.json)"
@@ -185,13 +207,27 @@ def profile_source(
     max_batches: int | None = 4,
     overwrite: bool = False,
     sink_tokens=(),
+    retrieval: int = 0,
+    retrieval_window: int | None = None,
+    progress: bool = False,
 ) -> tuple[Path, dict]:
     """``aah-viz profile``: the ``head_spans`` rows of ``loaded`` on ``data``, written with a ``profile`` event
-    (with ``sink_tokens``, each head's needed windows with the first k positions kept, ``profile_heads``)."""
+    (with ``sink_tokens``, each head's needed windows with the first k positions kept, ``profile_heads``).
+
+    With ``retrieval`` N, also the ``head_retrieval`` rows: N passkey questions at each of five depths, a
+    block long, asked with each head alone cut to ``retrieval_window`` (default: the smallest candidate
+    window; with the first k positions kept for the largest k of ``sink_tokens``), ``head_retrieval``."""
     from instrumentation.measure.profile import profile_heads
     from instrumentation.model import model_logits
 
     blocks = _blocks(loaded, data, seq_len, batch_size, max_batches)
+    T = int(blocks.shape[1] - 1)
+    if retrieval:  # the questions first: one that cannot be asked is refused before the profile's work
+        from instrumentation.measure.head_retrieval import head_retrieval_of, retrieval_questions
+
+        below = [int(w) for w in loaded.routed.cfg.windows if int(w) < T]
+        window = int(retrieval_window or (min(below) if below else max(T // 8, 1)))
+        questions = retrieval_questions(loaded, T, retrieval, window)
     device = next(loaded.model.parameters()).device
     rows, detail = profile_heads(
         loaded.model,
@@ -201,8 +237,14 @@ def profile_source(
         step=loaded.step,
         sink_tokens=sink_tokens,
     )
-    detail.update(data=str(data), seq_len=int(blocks.shape[1] - 1), checkpoint_step=loaded.step)
-    path = write_result(out, loaded, "profile", detail, tables={"head_spans": rows}, overwrite=overwrite)
+    detail.update(data=str(data), seq_len=T, checkpoint_step=loaded.step)
+    tables = {"head_spans": rows}
+    if retrieval:
+        sinks = max((int(k) for k in sink_tokens), default=0)
+        tables["head_retrieval"], detail["head_retrieval"] = head_retrieval_of(
+            loaded, questions, window, sinks, progress=progress
+        )
+    path = write_result(out, loaded, "profile", detail, tables=tables, overwrite=overwrite)
     return path, detail
 
 
