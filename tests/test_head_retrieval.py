@@ -139,3 +139,34 @@ def test_bad_retrieval_arguments_are_one_line(tmp_path, tiny_causal_lm, capsys, 
     err = [line for line in lines if line.strip() and not line.startswith(("Loading", "Writing"))]
     assert len(err) == 1 and err[0].startswith("aah-viz: error: ") and says in err[0], err
     assert not out.exists() or not (out / "head_retrieval").exists()
+
+
+def test_windows_page_shows_the_heads_the_check_needs(tmp_path, tiny_causal_lm, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.figures.payload import figure_data
+
+    folder = tiny_causal_lm(tmp_path / "llama", **SHAPE)
+    data = tmp_path / "t.txt"
+    data.write_text("Time flies like an arrow; fruit flies like a banana. " * 40)
+    logs = tmp_path / "logs"
+    args = ["profile", str(folder), "--data", str(data), "--out", str(logs / "heads"), "--seq-len", str(T)]
+    assert main([*args, "--windows", "16,64,128,384", "--batches", "1", "--retrieval", "1", "--no-progress"]) == 0
+    table = load_run(logs / "heads").table("head_retrieval")
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page("aah_viz/dashboard/views/windows.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Which heads the passkey check needs" in s.value for s in at.subheader)
+    losing = int((table["lost"] > 0).sum())
+    assert any(f"{losing} of 8 heads lose at least one" in c.value for c in at.caption)
+    charts = [figure_data(c.proto.spec) for c in at.get("plotly_chart")]
+    (fig,) = [c for c in charts if "cut to 16 tokens" in str(c["layout"].get("title", {}).get("text", ""))]
+    lost = np.asarray(fig["data"][0]["z"], dtype=float)
+    want = np.zeros((2, 4))
+    want[table["layer"], table["head"]] = table["lost"]
+    assert np.array_equal(lost, want)

@@ -109,6 +109,11 @@ def head_spans(root: str, key: str, token: int) -> pd.DataFrame:
     return data.head_spans_data(open_run(root, key))
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def head_retrieval(root: str, key: str, token: int) -> dict:
+    return data.head_retrieval_data(open_run(root, key))
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def branch(root: str, key: str, token: int, step: int | None) -> dict:
     return data.branch_data(open_run(root, key), step)

@@ -7,6 +7,8 @@ layer, sampled or binned steps.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -109,6 +111,27 @@ def head_spans_data(run) -> pd.DataFrame:
     return (
         heads.merge(cut, on=["layer", "head"], how="left")[cols].sort_values(["layer", "head"]).reset_index(drop=True)
     )
+
+
+def head_retrieval_data(run) -> dict:
+    """The newest ``head_retrieval`` rows (``aah-viz profile --retrieval``: each head cut alone, the passkey
+    questions it loses) and the uncut baseline from the same profile's event; ``rows`` empty when never asked."""
+    cols = ["layer", "head", "window", "sink_tokens", "asked", "retrieved", "lost", "answer_nll"]
+    if "head_retrieval" not in run.tables():
+        return {"rows": pd.DataFrame(columns=cols), "baseline": None}
+    rows = run.table("head_retrieval")
+    if rows is None or rows.empty:
+        return {"rows": pd.DataFrame(columns=cols), "baseline": None}
+    step = int(rows["step"].max())
+    rows = rows[rows["step"] == step].drop_duplicates(["layer", "head"], keep="last")
+    baseline = None
+    events = run.events("profile")
+    for detail in reversed(list(events["detail"]) if events is not None and len(events) else []):
+        found = (json.loads(detail) if isinstance(detail, str) else detail).get("head_retrieval")
+        if found:
+            baseline = found
+            break
+    return {"rows": rows[cols].sort_values(["layer", "head"]).reset_index(drop=True), "baseline": baseline}
 
 
 def timeline_data(run, layer: int = 0, max_columns: int = MAX_TIMELINE_COLUMNS) -> dict:

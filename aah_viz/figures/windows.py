@@ -361,3 +361,59 @@ def span_heatmaps_figure(spans: pd.DataFrame, windows: list[int], title: str = "
     fig.update_yaxes(title=style.LAYER, row=1, col=1)
     fig.update_layout(template=style.TEMPLATE, title=title or None, height=max(360, 18 * n_layer + 160))
     return fig
+
+
+def retrieval_heads_figure(rows: pd.DataFrame, baseline: dict | None, title: str = "") -> go.Figure:
+    """Two layer x head panels from ``aah-viz profile --retrieval`` (``data.head_retrieval_data``): the passkey
+    questions each head loses when it alone is cut to the window, and how far the key's negative
+    log-likelihood rises (nats over the uncut model's), which shows the heads that matter before answers flip."""
+    if rows.empty:
+        return style.empty_figure("no head_retrieval table: aah-viz profile ... --retrieval N adds it", title)
+    n_layer, n_head = int(rows["layer"].max()) + 1, int(rows["head"].max()) + 1
+    lost = np.full((n_layer, n_head), np.nan)
+    rise = np.full((n_layer, n_head), np.nan)
+    lost[rows["layer"], rows["head"]] = rows["lost"].astype(float)
+    base_nll = float(baseline["baseline_answer_nll"]) if baseline else float(rows["answer_nll"].min())
+    rise[rows["layer"], rows["head"]] = rows["answer_nll"].astype(float) - base_nll
+    answered = int(baseline["baseline_retrieved"]) if baseline else int(rows["asked"].max())
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.08,
+        subplot_titles=(f"questions lost (of {answered} answered uncut)", "rise of the key's NLL (nats)"),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=lost,
+            x=list(range(n_head)),
+            y=list(range(n_layer)),
+            zmin=0.0,
+            zmax=max(1.0, float(answered)),
+            colorscale="Reds",
+            colorbar=dict(title=dict(text="lost"), x=0.44, len=0.9),
+            hovertemplate="layer %{y} head %{x}: %{z:.0f} questions lost when this head alone is cut<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    top = float(np.nanmax(np.abs(rise), initial=0.0)) or 1.0
+    fig.add_trace(
+        go.Heatmap(
+            z=rise,
+            x=list(range(n_head)),
+            y=list(range(n_layer)),
+            zmin=-top,
+            zmax=top,
+            colorscale="RdBu_r",
+            colorbar=dict(title=dict(text="nats"), x=1.0, len=0.9),
+            hovertemplate="layer %{y} head %{x}: the key's NLL %{z:+.3f} nats over the uncut model<extra></extra>",
+        ),
+        row=1,
+        col=2,
+    )
+    fig.update_xaxes(title=style.HEAD)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title=style.LAYER, row=1, col=1)
+    fig.update_layout(template=style.TEMPLATE, title=title or None, height=max(360, 18 * n_layer + 160))
+    return fig

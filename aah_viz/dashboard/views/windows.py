@@ -195,6 +195,28 @@ def _needed(key: str, root: str, token: int, m: dict) -> None:
     )
 
 
+def _retrieval(key: str, root: str, token: int) -> None:
+    found = cache.head_retrieval(root, key, token)
+    rows, base = found["rows"], found["baseline"]
+    if rows.empty:
+        return  # never asked: aah-viz profile ... --retrieval N adds the table
+    st.subheader("Which heads the passkey check needs")
+    window, sinks = int(rows["window"].iloc[0]), int(rows["sink_tokens"].iloc[0])
+    cut = f"{window} tokens" + (f" + the first {sinks}" if sinks else "")
+    chart(
+        wfig.retrieval_heads_figure(rows, base, f"each head alone cut to {cut}, every other head at full attention"),
+        key="win_retrieval",
+        name="retrieval-heads",
+        data=rows,
+    )
+    losing = int((rows["lost"] > 0).sum())
+    answered = f"{base['baseline_retrieved']} of {base['asked']}" if base else "the"
+    st.caption(
+        f"From aah-viz profile --retrieval. Uncut, the model answers {answered} passkey questions; "
+        f"{losing} of {len(rows)} heads lose at least one when they alone are cut to {cut}."
+    )
+
+
 @guarded
 def render() -> None:
     opened = page_head.begin_run_page("Windows")
@@ -204,6 +226,7 @@ def render() -> None:
     st.subheader("Layer × head windows at a routing update")
     _at_a_step(key, root, token, m)
     _needed(key, root, token, m)
+    _retrieval(key, root, token)
     _across_runs(root, key, m)
 
 
