@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -150,6 +151,7 @@ def paired_ratio(
     return math.exp((a.sum() - b.sum()) / scale), float(lo), float(hi)
 
 
+SEED_SUFFIX = re.compile(r"_seed\d+$")  # a further adaptation seed's row: REGIME_adapted[_sinkK]_seedS
 ROUTED_FAMILIES = ("zero_shot", "adapted")  # the AAH configurations of a frontier
 STATIC_FAMILY = "sliding_window"
 
@@ -211,3 +213,47 @@ def first_token_profile(profile_details: Sequence[dict]) -> dict | None:
         "heads_over_half": d.get("heads_first_token_over_half"),
         "seq_len": d.get("seq_len"),
     }
+
+
+SETTLED_WITHIN = 0.01  # an adaptation has stopped improving: its last evaluation within 1% of the one before
+
+
+def adaptation_curves(details: Sequence[dict]) -> dict[str, dict]:
+    """configuration -> ``curve`` ([step, validation loss] of its adaptation run), ``settled`` (the last
+    evaluation's perplexity within 1% of the one before: still falling means more steps would change the
+    row) and ``seed``, for each adapted configuration whose detail records its curve."""
+    out = {}
+    for d in details:
+        curve = d.get("adapt_curve")
+        if d.get("family") != "adapted" or not curve:
+            continue
+        settled = len(curve) >= 2 and math.exp(float(curve[-2][1]) - float(curve[-1][1])) < 1 + SETTLED_WITHIN
+        out[d["configuration"]] = {"curve": curve, "settled": bool(settled), "seed": d.get("adapt_seed")}
+    return out
+
+
+def seed_spread(table: pd.DataFrame) -> list[dict]:
+    """Per adapted configuration measured from more than one seed (``REGIME_adapted[_sinkK]`` and its
+    ``_seedS`` rows): the seeds' perplexities, their mean, standard deviation (n - 1) and range."""
+    rows = table[table["family"] == "adapted"]
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for name, ppl in zip(rows["configuration"], rows["ppl"]):
+        base = SEED_SUFFIX.sub("", name)
+        groups.setdefault(base, []).append((name, float(ppl)))
+    out = []
+    for base, members in groups.items():
+        if len(members) < 2:
+            continue
+        values = np.array([p for _, p in members])
+        out.append(
+            {
+                "configuration": base,
+                "n_seeds": len(values),
+                "ppl": values.tolist(),
+                "mean": float(values.mean()),
+                "sd": float(values.std(ddof=1)),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
+        )
+    return out

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from aah_viz.cli._json import json_text
 from aah_viz.cli._options import add_output_options
 from aah_viz.cli.evaluate import sink_tokens_arg, windows_arg
 from aah_viz.cli.train import add_overrides_argument
+
+
+def seeds_arg(text: str) -> tuple[int, ...]:
+    """``--adapt-seeds 1,2``: distinct non-negative seeds."""
+    try:
+        values = tuple(sorted({int(k) for k in text.replace(",", " ").split()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects non-negative integer seeds, e.g. 1,2; got {text!r}") from None
+    if not values or min(values) < 0 or max(values) >= 2**32:
+        raise argparse.ArgumentTypeError(f"expects non-negative integer seeds below 2**32, e.g. 1,2; got {text!r}")
+    return values
 
 
 def register(subparsers) -> None:
@@ -73,6 +85,15 @@ def register(subparsers) -> None:
         "none); a second call on the same --out with N asks the configurations evaluated before",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the AAH parameters and batch order (default: 0)")
+    p.add_argument(
+        "--adapt-seeds",
+        type=seeds_arg,
+        default=(),
+        metavar="S,S",
+        help="further seeds of every adapted row beside --seed (e.g. 1,2): each adaptation again from that seed, "
+        "a row REGIME_adapted[_sinkK]_seedS, so the spread over seeds is measured; a second call on the same "
+        "--out may add seeds (default: none)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--overwrite", action="store_true", help="start the frontier in --out afresh")
@@ -107,6 +128,7 @@ def run(args) -> int:
         aah_overrides=dict(args.overrides),
         sink_tokens=tuple(args.sink_tokens),
         retrieval=args.retrieval,
+        adapt_seeds=tuple(args.adapt_seeds),
     )
     result = run_frontier(fc)
     table = result["table"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
+from aah_viz.analysis.frontier import SEED_SUFFIX
 from aah_viz.figures import style
 
 PPL = "perplexity (95% interval over blocks)"
@@ -22,8 +25,10 @@ FAMILY_STYLE = {
 def point_label(configuration: str, family: str, sinks: int = 0) -> str:
     """The short name written beside a point: the regime of an AAH row, the window of a static one, the
     share of a profiled one; ``+kS`` when it keeps k sink tokens."""
-    name = configuration.removesuffix(f"_sink{sinks}") if sinks else configuration
-    plus = f" +{sinks}S" if sinks else ""
+    seeded = SEED_SUFFIX.search(configuration)  # a further adaptation seed: "_seed1"
+    name = configuration[: seeded.start()] if seeded else configuration
+    name = name.removesuffix(f"_sink{sinks}") if sinks else name
+    plus = (f" +{sinks}S" if sinks else "") + (f" {seeded.group(0)[1:]}" if seeded else "")
     if family in ("zero_shot", "adapted"):
         return name.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "") + plus
     if family == "sliding_window":
@@ -95,3 +100,23 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
         height=520,
     )
     return fig
+
+
+def adaptation_figure(curves: dict[str, list[list[float]]], title: str = "") -> go.Figure:
+    """Validation perplexity of each adapted configuration's adaptation run at its evaluations (the
+    frontier's ``adapt_curve``): whether the adaptation had stopped improving when its row was evaluated."""
+    fig = go.Figure()
+    for name, curve in curves.items():
+        steps = [int(step) for step, _ in curve]
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[math.exp(loss) for _, loss in curve],
+                mode="lines+markers",
+                name=name,
+                hovertemplate=f"{name}<br>step %{{x}}: perplexity %{{y:.2f}}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title="adaptation step")
+    fig.update_yaxes(title="validation perplexity (adaptation text)")
+    return style.base_layout(fig, title, height=380)

@@ -11,16 +11,19 @@ import streamlit as st
 
 from aah_viz.analysis.frontier import (
     ROUTED_FAMILIES,
+    SETTLED_WITHIN,
+    adaptation_curves,
     against_nearest_static,
     event_details,
     first_token_profile,
     frontier_table,
+    seed_spread,
     window_shares,
 )
 from aah_viz.dashboard import address, cache, guide, session
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.errors import AAHVizError
-from aah_viz.figures.frontier import frontier_figure, point_label
+from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_label
 from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
@@ -169,6 +172,37 @@ def findings_markdown(
     return "\n\n".join(lines).replace("\n\n- ", "\n- ")  # each list tight under its sentence
 
 
+def adaptation_markdown(curves: dict[str, dict], spread: list[dict]) -> str:
+    """Whether each adapted row's adaptation had stopped improving, and the spread over seeds, in words."""
+    lines = []
+    still = [name for name, c in curves.items() if not c["settled"]]
+    if curves:
+        lines.append(
+            f"**Adaptation.** {len(curves) - len(still)} of {len(curves)} adapted rows had stopped improving (the "
+            f"last validation perplexity within {SETTLED_WITHIN:.0%} of the one before)"
+            + (f"; still falling: {_md(', '.join(still))}, so more steps would change them." if still else ".")
+        )
+    for g in spread:
+        values = ", ".join(f"{v:.2f}" for v in g["ppl"])
+        lines.append(
+            f"- {_md(g['configuration'])} over {g['n_seeds']} seeds: perplexity {g['mean']:.2f} ± {g['sd']:.2f} "
+            f"(sd; {values})."
+        )
+    return "\n".join(lines)
+
+
+def _adaptation(found: list[dict], t: pd.DataFrame) -> None:
+    curves = adaptation_curves(found)
+    if not curves:
+        return
+    st.markdown(adaptation_markdown(curves, seed_spread(t)))
+    chart(
+        adaptation_figure({k: c["curve"] for k, c in curves.items()}, "adaptation: validation perplexity by step"),
+        key="frontier_adaptation",
+        name="frontier-adaptation",
+    )
+
+
 @guarded
 def render() -> None:
     st.title("Frontier")
@@ -241,6 +275,7 @@ def render() -> None:
         key="frontier_table",
         column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in FORMATS.items()},
     )
+    _adaptation(found, t)
 
 
 if __name__ == "__main__":

@@ -40,16 +40,26 @@ def recorded_adaptation_settings(manifest: dict) -> tuple[dict, str | None]:
     return got, data.get("sha256")
 
 
+ADAPT_EVALUATIONS = 10  # validation points along an adaptation: its curve on the Frontier page
+
+
 def adapted_adapter(
-    fc: FrontierConfig, regime: str, adapt_text: Path, out: Path, model_dir: str, sinks: int = 0
+    fc: FrontierConfig,
+    regime: str,
+    adapt_text: Path,
+    out: Path,
+    model_dir: str,
+    sinks: int = 0,
+    seed: int | None = None,
 ) -> Path:
-    """The final adapter of ``regime`` (with ``sinks``) after ``adapt_steps``: reused only when its run was made
-    with these settings on this text; continued when it was interrupted; made afresh under --overwrite."""
+    """The final adapter of ``regime`` (with ``sinks``, from ``seed``, default --seed) after ``adapt_steps``:
+    reused only when its run was made with these settings on this text; continued when it was interrupted;
+    made afresh under --overwrite."""
     from aah_viz.runlog import read_manifest
     from aah_viz.runlog.paths import list_adapters
     from instrumentation.retrofit.adapt import RetrofitConfig, adapt
 
-    run_dir = adapt_run_dir(out, regime, sinks)
+    run_dir = adapt_run_dir(out, regime, sinks, seed)
     rc = RetrofitConfig(
         model_dir=model_dir,
         out=str(run_dir),
@@ -57,12 +67,12 @@ def adapted_adapter(
         regime=regime,
         windows=fc.candidate_windows(),
         steps=fc.adapt_steps,
-        seed=fc.seed,
+        seed=fc.seed if seed is None else int(seed),
         train="aah",
         batch_size=fc.adapt_batch_size,
         seq_len=fc.seq_len,
         lr=fc.adapt_lr,
-        eval_interval=max(1, fc.adapt_steps // 4),
+        eval_interval=max(1, fc.adapt_steps // ADAPT_EVALUATIONS),
         eval_batches=2,
         keep_checkpoints=1,
         checkpoint_interval=max(1, fc.adapt_steps // 4),
@@ -89,3 +99,13 @@ def adapted_adapter(
     rc = replace(rc, resume=exists and not fc.overwrite, overwrite=exists and fc.overwrite)
     adapt(rc)
     return list_adapters(run_dir)[-1][1]
+
+
+def adaptation_curve(run_dir: Path) -> list[list[float]]:
+    """[step, validation loss] of an adaptation run at each of its evaluations, in step order."""
+    from aah_viz.runlog import load_run
+
+    if not is_run(run_dir):
+        return []
+    rows = load_run(run_dir).scalar("val_loss").drop_duplicates("step", keep="last")
+    return [[int(step), float(value)] for step, value in zip(rows["step"], rows["value"])]

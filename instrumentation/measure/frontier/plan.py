@@ -40,6 +40,7 @@ class FrontierConfig:
     aah_overrides: dict = field(default_factory=dict)  # AAH config keys of the routed regimes (--set)
     sink_tokens: tuple[int, ...] = ()  # --sink-tokens: each k adds the rows with the first k positions kept
     retrieval: int = 0  # --retrieval: passkey questions per depth (5 depths) asked of every configuration
+    adapt_seeds: tuple[int, ...] = ()  # --adapt-seeds: further seeds of every adapted row, beside --seed
 
     def candidate_windows(self) -> tuple[int, ...]:
         return tuple(self.windows) if self.windows else windows_for(self.seq_len)
@@ -61,7 +62,13 @@ class FrontierConfig:
             out["sink_tokens"] = sorted({int(k) for k in self.sink_tokens})
         if self.retrieval:
             out["retrieval"] = int(self.retrieval)
+        if self.extra_seeds():
+            out["adapt_seeds"] = list(self.extra_seeds())
         return out
+
+    def extra_seeds(self) -> tuple[int, ...]:
+        """The adaptation seeds beside ``seed``, sorted, each once."""
+        return tuple(sorted({int(s) for s in self.adapt_seeds} - {int(self.seed)}))
 
 
 # ----------------------------------------------------------------------------- text
@@ -98,6 +105,7 @@ class Configuration:
     window: int | None = None
     sinks: int = 0  # sink_tokens: the first positions every query keeps
     share: float = PROFILE_SHARE  # head_windows: the share of each head's mass its window keeps
+    seed: int | None = None  # adapted: a seed beside the frontier's own (None: --seed)
 
 
 def _sink_suffix(k: int) -> str:
@@ -115,7 +123,7 @@ def plan(fc: FrontierConfig) -> list[Configuration]:
     rows.append(Configuration(f"head_windows_p{round(PROFILE_SHARE * 100)}", "head_windows", "head_windows"))
     rows += [Configuration(f"{r}_zero_shot", "zero_shot", r) for r in fc.regimes]
     if fc.adapt_steps > 0:
-        rows += [Configuration(f"{r}_adapted", "adapted", r) for r in fc.regimes]
+        rows += _adapted(fc, 0)
     for k in sorted({int(k) for k in fc.sink_tokens}):
         s = _sink_suffix(k)
         rows += [
@@ -131,14 +139,28 @@ def plan(fc: FrontierConfig) -> list[Configuration]:
         ]
         rows += [Configuration(f"{r}_zero_shot{s}", "zero_shot", r, sinks=k) for r in fc.regimes]
         if fc.adapt_steps > 0:
-            rows += [Configuration(f"{r}_adapted{s}", "adapted", r, sinks=k) for r in fc.regimes]
+            rows += _adapted(fc, k)
     return rows
 
 
-def adapt_run_dir(out: Path, regime: str, sinks: int = 0) -> Path:
-    """Where the adaptation of ``regime`` (with ``sinks``) is recorded: a retrofit run beside the frontier
-    run (never through a symbolic link: a link there would send the adaptation, and its pruning, elsewhere)."""
-    sibling = out.parent / f"{out.name}-{regime}{_sink_suffix(sinks).replace('_', '-')}"
+def _adapted(fc: FrontierConfig, sinks: int) -> list[Configuration]:
+    """Each regime adapted with ``sinks``: from --seed, then from each further --adapt-seeds seed."""
+    s = _sink_suffix(sinks)
+    rows = [Configuration(f"{r}_adapted{s}", "adapted", r, sinks=sinks) for r in fc.regimes]
+    rows += [
+        Configuration(f"{r}_adapted{s}_seed{seed}", "adapted", r, sinks=sinks, seed=seed)
+        for r in fc.regimes
+        for seed in fc.extra_seeds()
+    ]
+    return rows
+
+
+def adapt_run_dir(out: Path, regime: str, sinks: int = 0, seed: int | None = None) -> Path:
+    """Where the adaptation of ``regime`` (with ``sinks``, from a further ``seed``) is recorded: a retrofit run
+    beside the frontier run (never through a symbolic link: a link there would send the adaptation, and its
+    pruning, elsewhere)."""
+    suffix = _sink_suffix(sinks).replace("_", "-") + ("" if seed is None else f"-seed{int(seed)}")
+    sibling = out.parent / f"{out.name}-{regime}{suffix}"
     if sibling.is_symlink():
         raise UnsafePathError(
             f"{sibling} is a symbolic link; the frontier's adaptation runs are written beside --out, never through "

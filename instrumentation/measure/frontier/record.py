@@ -14,6 +14,7 @@ from aah_viz.runlog.paths import is_run
 from instrumentation.measure.frontier.plan import FrontierConfig, plan
 
 MANIFEST_KEY = "frontier"
+GROWABLE = {"regimes", "sink_tokens", "retrieval", "adapt_seeds"}  # settings a second call may add to
 
 
 class FrontierRun:
@@ -28,12 +29,18 @@ class FrontierRun:
         self.retrieval = int(fc.retrieval)
         self.regimes: tuple[str, ...] = tuple(fc.regimes)
         self.sink_tokens: tuple[int, ...] = tuple(sorted({int(k) for k in fc.sink_tokens}))
+        self.adapt_seeds: tuple[int, ...] = fc.extra_seeds()
         if is_run(out) and not fc.overwrite:
             run = load_run(out)
             recorded = run.manifest.get(MANIFEST_KEY)
             if not isinstance(recorded, dict) or recorded.get("settings") is None:
                 raise RunLogError(f"{out} holds a run that is not a frontier; give a new --out or --overwrite")
-            keys = (set(settings) | set(recorded["settings"])) - {"regimes", "sink_tokens", "retrieval"}  # may be added
+            keys = (set(settings) | set(recorded["settings"])) - {
+                "regimes",
+                "sink_tokens",
+                "retrieval",
+                "adapt_seeds",
+            }  # may be added
             differ = sorted(k for k in keys if recorded["settings"].get(k) != settings.get(k))
             if differ:
                 raise RunLogError(
@@ -51,6 +58,8 @@ class FrontierRun:
             self.regimes = had + tuple(r for r in fc.regimes if r not in had)
             had_sinks = tuple(recorded["settings"].get("sink_tokens") or ())
             self.sink_tokens = tuple(sorted(set(had_sinks) | set(self.sink_tokens)))
+            had_seeds = tuple(recorded["settings"].get("adapt_seeds") or ())
+            self.adapt_seeds = tuple(sorted(set(had_seeds) | set(self.adapt_seeds)))
             events = pd.concat([run.events("inference"), run.events("profile")])
             for detail in events["detail"] if len(events) else []:
                 d = json.loads(detail) if isinstance(detail, str) else detail
@@ -58,13 +67,16 @@ class FrontierRun:
                     self.done.add(d["configuration"])
             self.retrieved = {d["configuration"] for d in _details(run.events("retrieval")) if d.get("configuration")}
             self.writer = RunWriter.resume(out, keep_through_step=None)
-            if self.regimes != had or self.sink_tokens != had_sinks or self.retrieval != had_retrieval:
-                grown = replace(fc, regimes=self.regimes, sink_tokens=self.sink_tokens)
+            grew = self.regimes != had or self.sink_tokens != had_sinks or self.adapt_seeds != had_seeds
+            if grew or self.retrieval != had_retrieval:
+                grown = replace(fc, regimes=self.regimes, sink_tokens=self.sink_tokens, adapt_seeds=self.adapt_seeds)
                 grown_settings = {**recorded["settings"], "regimes": list(self.regimes)}
                 if self.sink_tokens:
                     grown_settings["sink_tokens"] = list(self.sink_tokens)
                 if self.retrieval:
                     grown_settings["retrieval"] = self.retrieval
+                if self.adapt_seeds:
+                    grown_settings["adapt_seeds"] = list(self.adapt_seeds)
                 self.writer.update_manifest(
                     **{MANIFEST_KEY: {"settings": grown_settings, "configurations": [c.name for c in plan(grown)]}}
                 )

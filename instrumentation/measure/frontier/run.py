@@ -45,7 +45,7 @@ from aah_viz.runlog.paths import INPUTS_DIR, atomic_write_bytes, run_entry
 from aah_viz.torch_import import limit_threads
 from instrumentation.config import REGIMES, AAHConfig
 from instrumentation.data import cut_blocks
-from instrumentation.measure.frontier.adaptation import adapted_adapter
+from instrumentation.measure.frontier.adaptation import adaptation_curve, adapted_adapter
 from instrumentation.measure.frontier.passes import profile_head_windows, speed_vs_unpatched, unpatched_pass
 from instrumentation.measure.frontier.plan import (
     FrontierConfig,
@@ -123,12 +123,15 @@ def run_frontier(fc: FrontierConfig) -> dict:
         )
     base = load_causal_lm(model_dir, fc.device).eval()
     inputs = run_entry(out, INPUTS_DIR)
-    for regime in fc.regimes:  # a link where an adaptation run goes: refused before anything is written
-        adapt_run_dir(out, regime)
+    for conf in plan(fc):  # a link where an adaptation run goes: refused before anything is written
+        if conf.family == "adapted":
+            adapt_run_dir(out, conf.regime, conf.sinks, conf.seed)
     settings = fc.settings(file_sha256(data))
     run = FrontierRun(fc, int(base.config.num_hidden_layers), int(base.config.num_attention_heads), settings)
     # with what earlier calls evaluated and asked
-    fc = replace(fc, regimes=run.regimes, sink_tokens=run.sink_tokens, retrieval=run.retrieval)
+    fc = replace(
+        fc, regimes=run.regimes, sink_tokens=run.sink_tokens, retrieval=run.retrieval, adapt_seeds=run.adapt_seeds
+    )
     status = "failed"
     try:
         inputs.mkdir(exist_ok=True)
@@ -172,7 +175,7 @@ def run_frontier(fc: FrontierConfig) -> dict:
                         )
                     elif conf.family == "adapted":
                         adapter = adapted_adapter(
-                            fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"], conf.sinks
+                            fc, conf.regime, inputs / "adapt.txt", out, settings["model_dir"], conf.sinks, conf.seed
                         )
                         handle = load_adapter(work, adapter)
                     else:
@@ -206,7 +209,10 @@ def run_frontier(fc: FrontierConfig) -> dict:
                     if conf.family == "head_windows":
                         detail["profile_share"] = conf.share
                     if conf.family == "adapted":
-                        detail["adapt_run"] = adapt_run_dir(out, conf.regime, conf.sinks).name
+                        adapt_dir = adapt_run_dir(out, conf.regime, conf.sinks, conf.seed)
+                        detail["adapt_run"] = adapt_dir.name
+                        detail["adapt_seed"] = int(fc.seed if conf.seed is None else conf.seed)
+                        detail["adapt_curve"] = adaptation_curve(adapt_dir)  # [step, validation loss]
                     run.write("inference", detail)
                 if asked is not None:
                     asked.update(configuration=conf.name, family=conf.family, sink_tokens=conf.sinks)
