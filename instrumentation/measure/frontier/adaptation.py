@@ -86,7 +86,9 @@ def adapted_adapter(
         recorded, data_hash = recorded_adaptation_settings(read_manifest(run_dir))
         wanted = adaptation_settings(rc)
         differ = [k for k in wanted if recorded.get(k) != wanted[k]]
-        if data_hash != file_sha256(adapt_text):
+        if data_hash is None:
+            differ.append("data: it records no hash of its text")  # made before adaptations recorded one
+        elif data_hash != file_sha256(adapt_text):
             differ.append("data")
         if differ:
             raise RunLogError(
