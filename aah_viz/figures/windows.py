@@ -356,11 +356,7 @@ def span_heatmaps_figure(spans: pd.DataFrame, windows: list[int], title: str = "
         row=1,
         col=3,
     )
-    fig.update_xaxes(title=style.HEAD)
-    fig.update_yaxes(autorange="reversed")
-    fig.update_yaxes(title=style.LAYER, row=1, col=1)
-    fig.update_layout(template=style.TEMPLATE, title=title or None, height=max(360, 18 * n_layer + 160))
-    return fig
+    return _layer_head_panels(fig, title, n_layer)
 
 
 def retrieval_heads_figure(rows: pd.DataFrame, baseline: dict | None, title: str = "") -> go.Figure:
@@ -412,6 +408,11 @@ def retrieval_heads_figure(rows: pd.DataFrame, baseline: dict | None, title: str
         row=1,
         col=2,
     )
+    return _layer_head_panels(fig, title, n_layer)
+
+
+def _layer_head_panels(fig: go.Figure, title: str, n_layer: int) -> go.Figure:
+    """Side-by-side layer x head panels: heads across, layer 0 on top, the layer axis titled once."""
     fig.update_xaxes(title=style.HEAD)
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(title=style.LAYER, row=1, col=1)

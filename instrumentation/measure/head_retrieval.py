@@ -14,7 +14,6 @@ Every layer runs the dense masked backend with explicit per-head windows, whatev
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,35 +22,16 @@ from tqdm.auto import tqdm
 
 from aah_viz.corpus.passkey import PasskeyItem, passkey_items
 from aah_viz.errors import ConfigError
-from instrumentation.backends.dense_masked import dense_masked_attention
+from instrumentation.measure.profile import dense_attention
 from instrumentation.model import model_logits
 
 
-@contextlib.contextmanager
 def head_windows(routed, windows: dict[tuple[int, int], int], sinks: int = 0):
     """Every attention layer of ``routed`` at full causal attention except the heads in ``windows``
     ({(layer, head): window}), which see their last ``window`` keys and the first ``sinks`` positions."""
-    layers = routed.attention_layers()
-
-    def make(layer):
-        def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
-            T, H = q.shape[2], q.shape[1]
-            wins = [min(T, int(windows.get((layer.layer_index, h), T))) for h in range(H)]
-            cut = any(w < T for w in wins)
-            res = dense_masked_attention(
-                q, k, v, wins, scale=scale, need_probs=need_probs, mask=mask, sinks=int(sinks) if cut else 0
-            )
-            return res.out, (res.probs if need_probs else None)
-
-        return attend
-
-    try:
-        for layer in layers:
-            layer.attend = make(layer)  # the instance attribute shadows the class's attend
-        yield
-    finally:
-        for layer in layers:
-            layer.__dict__.pop("attend", None)
+    return dense_attention(
+        routed, lambda layer, n_head, T: [windows.get((layer, h), T) for h in range(n_head)], sinks=sinks
+    )
 
 
 def answer_scores(

@@ -67,17 +67,22 @@ def needed_window(mass: np.ndarray, share: float, sink_mass: np.ndarray | None =
 
 
 @contextlib.contextmanager
-def full_attention(routed, on_probs):
-    """Run every attention layer of ``routed`` with full causal attention (the model's own scaling,
-    routing state untouched), handing each forward's probabilities (B, H, T, T) to
-    ``on_probs(layer_index, probs)``. Restores the layers on exit."""
+def dense_attention(routed, windows_of, on_probs=None, sinks: int = 0):
+    """Run every attention layer of ``routed`` through the dense masked backend with the per-head windows
+    ``windows_of(layer_index, n_head, T)`` (the model's own scaling, routing state untouched), the first
+    ``sinks`` positions kept by the heads it cuts; with ``on_probs``, each forward's probabilities
+    (B, H, T, T) go to ``on_probs(layer_index, probs)``. Restores the layers on exit."""
     layers = routed.attention_layers()
 
     def make(layer):
         def attend(q, k, v, *, need_probs: bool = False, scale: float | None = None, mask=None):
             T = q.shape[2]
-            res = dense_masked_attention(q, k, v, [T] * q.shape[1], scale=scale, need_probs=True, mask=mask)
-            on_probs(layer.layer_index, res.probs)
+            wins = [min(T, int(w)) for w in windows_of(layer.layer_index, q.shape[1], T)]
+            keep = int(sinks) if any(w < T for w in wins) else 0
+            want = need_probs or on_probs is not None
+            res = dense_masked_attention(q, k, v, wins, scale=scale, need_probs=want, mask=mask, sinks=keep)
+            if on_probs is not None:
+                on_probs(layer.layer_index, res.probs)
             return res.out, (res.probs if need_probs else None)
 
         return attend
@@ -89,6 +94,12 @@ def full_attention(routed, on_probs):
     finally:
         for layer in layers:
             layer.__dict__.pop("attend", None)
+
+
+def full_attention(routed, on_probs):
+    """Every attention layer of ``routed`` at full causal attention (``dense_attention``), each forward's
+    probabilities (B, H, T, T) handed to ``on_probs(layer_index, probs)``."""
+    return dense_attention(routed, lambda _layer, n_head, T: [T] * n_head, on_probs)
 
 
 @contextlib.contextmanager
