@@ -74,3 +74,52 @@ def test_each_routed_configuration_meets_the_static_window_of_nearest_acr():
     assert rows["x_adapted"]["static"] == "sliding_window_128"
     assert rows["y_zero_shot"]["static"] == "sliding_window_64"  # a tie: the lower ACR
     assert rows["x_adapted"]["ratio"] == pytest.approx(math.exp((250 - 185) / 16))
+
+
+def test_an_aah_row_with_sinks_meets_the_static_window_with_as_many_sinks():
+    def row(name, family, acr, nll, sinks=0):
+        return {
+            "configuration": name, "family": family, "acr": acr, "block_nll": nll, "tokens_per_block": 8,
+            "sink_tokens": sinks,
+        }  # fmt: skip
+
+    details = [
+        row("sliding_window_64", "sliding_window", 0.30, [100.0, 110.0]),
+        row("sliding_window_64_sink4", "sliding_window", 0.36, [90.0, 95.0], 4),
+        row("x_adapted_sink4", "adapted", 0.31, [92.0, 97.0], 4),
+        row("x_adapted", "adapted", 0.35, [99.0, 101.0]),
+    ]
+    rows = {r["configuration"]: r for r in against_nearest_static(details)}
+    assert rows["x_adapted_sink4"]["static"] == "sliding_window_64_sink4"  # not the nearer window without sinks
+    assert rows["x_adapted"]["static"] == "sliding_window_64"
+
+
+def test_sink_effects_and_the_frontier_text_say_what_the_table_says():
+    import pandas as pd
+
+    from aah_viz.analysis.frontier import sink_effects
+    from aah_viz.dashboard.views.frontier import findings_markdown
+
+    t = pd.DataFrame(
+        {
+            "configuration": ["unpatched", "full_attention", "sliding_window_64", "sliding_window_64_sink4",
+                              "head_windows_p95", "head_windows_p95_sink4", "head_windows_p90_sink4", "x_adapted"],
+            "family": ["unpatched", "patch", "sliding_window", "sliding_window", "head_windows", "head_windows",
+                       "head_windows", "adapted"],
+            "sink_tokens": [0, 0, 0, 4, 0, 4, 4, 0],
+            "ppl": [30.0, 30.0, 111.0, 45.0, 30.5, 31.0, 33.0, 90.0],
+            "acr": [1.0, 1.0, 0.125, 0.133, 0.96, 0.63, 0.5, 0.3],
+            "pareto": [True, True, True, True, False, True, True, False],
+            "retrieval": [1.0, 1.0, 0.0, 0.4, 1.0, 1.0, float("nan"), 0.0],
+            "retrieval_n": [20, 20, 20, 20, 20, 20, 0, 20],
+        }
+    )  # fmt: skip
+    effects = {e["configuration"]: e for e in sink_effects(t)}
+    assert set(effects) == {"sliding_window_64", "head_windows_p95"}  # p90 has no row without sinks
+    e = effects["sliding_window_64"]
+    assert (e["ppl"], e["ppl_sinks"], e["acr_sinks"], e["sinks"]) == (111.0, 45.0, 0.133, 4)
+    assert e["x_full"] == pytest.approx(111.0 / 30.0) and e["x_full_sinks"] == pytest.approx(45.0 / 30.0)
+    text = findings_markdown(t, [], {}, None, None, [])
+    assert f"111.00 (x{111 / 30:.2f}) at ACR 0.125 without, 45.00 (x{45 / 30:.2f}) at ACR 0.133 with 4" in text
+    assert "Of 20 questions each" in text
+    assert "4 of 7 configurations answer all" in text and "2 answer none" in text

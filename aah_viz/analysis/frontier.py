@@ -157,16 +157,19 @@ STATIC_FAMILY = "sliding_window"
 
 
 def against_nearest_static(details: Sequence[dict]) -> list[dict]:
-    """For each AAH configuration: the static sliding window of nearest ACR (the lower one on a tie)
-    and the paired perplexity ratio AAH / static with its 95% interval. Rows in the run's order:
-    ``configuration, acr, ppl, static, static_acr, static_ppl, ratio, ratio_lo, ratio_hi, n_blocks``."""
+    """For each AAH configuration: the static sliding window of nearest ACR (the lower one on a tie),
+    among those keeping as many sink tokens when the frontier has any, and the paired perplexity ratio
+    AAH / static with its 95% interval. Rows in the run's order: ``configuration, acr, ppl, static,
+    static_acr, static_ppl, ratio, ratio_lo, ratio_hi, n_blocks``."""
     rows = [d for d in details if d.get("configuration") and d.get("block_nll")]
     static = [d for d in rows if d.get("family") == STATIC_FAMILY and d.get("acr") is not None]
     out = []
     for d in rows:
         if d.get("family") not in ROUTED_FAMILIES or d.get("acr") is None or not static:
             continue
-        near = min(static, key=lambda s: (abs(float(s["acr"]) - float(d["acr"])), float(s["acr"])))
+        sinks = int(d.get("sink_tokens") or 0)
+        alike = [s for s in static if int(s.get("sink_tokens") or 0) == sinks] or static  # the same sinks first
+        near = min(alike, key=lambda s: (abs(float(s["acr"]) - float(d["acr"])), float(s["acr"])))
         if len(near["block_nll"]) != len(d["block_nll"]) or near["tokens_per_block"] != d["tokens_per_block"]:
             continue  # not the same blocks: no paired comparison
         tokens = int(d["tokens_per_block"])
@@ -254,6 +257,41 @@ def seed_spread(table: pd.DataFrame) -> list[dict]:
                 "sd": float(values.std(ddof=1)),
                 "min": float(values.min()),
                 "max": float(values.max()),
+            }
+        )
+    return out
+
+
+def sink_effects(table: pd.DataFrame) -> list[dict]:
+    """For each static or profiled configuration measured both without and with k sink tokens: both
+    perplexities and ACRs, each perplexity also as a multiple of the full-attention patch's (``unpatched``
+    where there is no patch row). Rows: ``configuration, sinks, ppl, ppl_sinks, acr, acr_sinks, x_full,
+    x_full_sinks``."""
+    if table.empty or "sink_tokens" not in table:
+        return []
+    full = table[table["configuration"].isin(["full_attention", "unpatched"])]
+    if full.empty:
+        return []
+    full_ppl = float(full.sort_values("configuration")["ppl"].iloc[0])  # full_attention sorts first
+    by_name = {c: r for c, r in zip(table["configuration"], table.to_dict("records"))}
+    out = []
+    for row in table.to_dict("records"):
+        k = int(row["sink_tokens"] or 0)
+        if not k or row["family"] not in ("sliding_window", "head_windows"):
+            continue
+        base = by_name.get(str(row["configuration"]).removesuffix(f"_sink{k}"))
+        if base is None or int(base["sink_tokens"] or 0):
+            continue
+        out.append(
+            {
+                "configuration": base["configuration"],
+                "sinks": k,
+                "ppl": float(base["ppl"]),
+                "ppl_sinks": float(row["ppl"]),
+                "acr": float(base["acr"]),
+                "acr_sinks": float(row["acr"]),
+                "x_full": float(base["ppl"]) / full_ppl,
+                "x_full_sinks": float(row["ppl"]) / full_ppl,
             }
         )
     return out

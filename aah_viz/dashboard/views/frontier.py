@@ -18,6 +18,7 @@ from aah_viz.analysis.frontier import (
     first_token_profile,
     frontier_table,
     seed_spread,
+    sink_effects,
     window_shares,
 )
 from aah_viz.dashboard import address, cache, guide, session
@@ -148,6 +149,7 @@ def findings_markdown(
             f"{c['ratio']:.2f} [{c['ratio_lo']:.2f}, {c['ratio_hi']:.2f}], {_verdict(c['ratio_lo'], c['ratio_hi'])}."
             for c in compared
         ]
+    lines += _sinks_and_passkey(t)
     why = []
     if first_token is not None:
         over = first_token.get("heads_over_half")
@@ -201,6 +203,35 @@ def _adaptation(found: list[dict], t: pd.DataFrame) -> None:
         key="frontier_adaptation",
         name="frontier-adaptation",
     )
+
+
+def _sinks_and_passkey(t: pd.DataFrame) -> list[str]:
+    """What keeping the first tokens changes, and which configurations still find the passkey, in words."""
+    lines = []
+    effects = sink_effects(t)
+    if effects:
+        lines.append(
+            "**Sink tokens.** Keeping the first positions visible to every query besides its window "
+            "(perplexity, and as a multiple of full attention's):"
+        )
+        lines += [
+            f"- {_md(e['configuration'])}: {e['ppl']:.2f} (x{e['x_full']:.2f}) at ACR {e['acr']:.3f} without, "
+            f"{e['ppl_sinks']:.2f} (x{e['x_full_sinks']:.2f}) at ACR {e['acr_sinks']:.3f} with {e['sinks']}."
+            for e in effects
+        ]
+    asked = t[t["retrieval"].notna()] if "retrieval" in t else t.iloc[0:0]
+    if len(asked):
+        n = int(asked["retrieval_n"].max())
+        every = asked.loc[asked["retrieval"] >= 1.0, "configuration"].tolist()
+        none = asked.loc[asked["retrieval"] <= 0.0, "configuration"].tolist()
+        lines.append(
+            f"**Passkey.** Of {n} questions each (a key hidden at five depths of a block-long prompt), "
+            f"{len(every)} of {len(asked)} configurations answer all"
+            + (f" ({_md(', '.join(every))})" if every else "")
+            + f"; {len(none)} answer none"
+            + (f" ({_md(', '.join(none))})." if none else ".")
+        )
+    return lines
 
 
 @guarded
