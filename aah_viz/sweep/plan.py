@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah_viz.errors import AAHVizError
+from aah_viz.runlog import bounded_json
 from aah_viz.runlog.manifest import read_manifest
 from aah_viz.sweep.design import Cell, Design, DesignError, parse_design, run_name, train_argv
 
@@ -116,7 +117,7 @@ def recorded_design(logs: Path) -> Design:
     """The design a logs root was swept with, from its record (what ``aah-viz effects`` reads without --design)."""
     path = Path(logs) / STATE_DIR / DESIGN_RECORD
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = bounded_json.loads(bounded_json.read_regular(path))  # a FIFO or a deep nest: refused, no hang
         data = {k: v for k, v in record["design"].items() if k != "cells"}
         name = str(record.get("name", Path(logs).name))
     except FileNotFoundError:
