@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.dashboard.app import PAGE_FILES
-from aah_viz.export.effects import ALIASED, TOO_FEW_SEEDS
+from aah_viz.export.effects import ALIASED, ONE_SEED, TOO_FEW_SEEDS
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import load_run
 from aah_viz.samples import make_synthetic_run
@@ -55,6 +55,17 @@ def logs(tmp_path_factory):
             root / "full" / run_name(cell, seed), n_layer=2, n_head=4, steps=40, eval_interval=10, seed=7 + 3 * i
         )
     write_design_record(full, root / "full")
+    # three factors in full over one seed: the residual is the three-way interaction's alone
+    three = parse_design(
+        {"name": "three", "seeds": [0], "fixed": {"preset": "tiny"},
+         "factors": {"grouping": ["feature", "random"], "scoring": ["joint", "independent"],
+                     "feature_ema": ["on", "off"]}}
+    )  # fmt: skip
+    for i, (cell, seed) in enumerate(three.trials()):
+        make_synthetic_run(
+            root / "three" / run_name(cell, seed), n_layer=2, n_head=4, steps=40, eval_interval=10, seed=50 + i
+        )
+    write_design_record(three, root / "three")
     make_synthetic_run(root / "loose-run", n_layer=2, n_head=4, steps=20, seed=1)
     return root
 
@@ -129,7 +140,7 @@ def choose_sweep(at: AppTest, name: str) -> AppTest:
 
 
 def test_the_page_lists_the_sweeps_and_draws_the_commands_numbers(app, logs, capsys):
-    assert app.selectbox(key="effects_sweep").options == ["ablation", "full", "oneseed"]  # not loose-run
+    assert app.selectbox(key="effects_sweep").options == ["ablation", "full", "oneseed", "three"]  # not loose-run
     cli = cli_table(logs / "ablation", capsys)
     shown = app.dataframe[0].value
     pd.testing.assert_frame_equal(
@@ -191,6 +202,16 @@ def test_one_seed_a_cell_says_there_is_no_interval(app, logs, capsys):
         assert list(points["effect"]) == pytest.approx(list(expected["effect"]), rel=1e-9)
         assert (points["ci_low"] == points["effect"]).all()  # no bar drawn
         assert chart["data"][0]["name"] == "no interval (too few seeds)"
+
+
+def test_one_seed_of_a_full_factorial_says_what_its_interval_rests_on(app, logs, capsys):
+    choose_sweep(app, "three")
+    cli = cli_table(logs / "three", capsys)
+    assert (cli["note"] == ONE_SEED).all() and (cli["df"] == 1).all()
+    warnings = [w.value for w in app.warning]
+    assert len(warnings) == 2 and all(w.startswith("One seed a cell: the intervals below rest on") for w in warnings)
+    points = forest_points(forests(app)["val_loss"])
+    assert len(points) == 6 and np.isfinite(points["ci_low"]).all()  # 3 main effects, 3 interactions
 
 
 def test_a_full_factorial_shows_its_interaction_as_a_difference_of_differences(app, logs, capsys):
