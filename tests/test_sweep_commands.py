@@ -61,6 +61,7 @@ def test_a_retrofit_cell_runs_retrofit_on_its_model_and_resumes_with_its_adapter
         ("frontier", 'model = "m"', "command 'frontier' needs data (the text file)"),
         ("retrofit", 'model = "m"\ndata = "t.txt"\nwindows = [true]', "windows must be a list"),
         ("frontier", 'model = "m"\ndata = "t.txt"\nretrieval = -1', "retrieval must be an integer >= 0"),
+        ("frontier", 'model = "m"\ndata = "t.txt"\ntiming_pairs = 1', "timing_pairs must be an integer >= 2"),
     ],
 )
 def test_a_design_that_misses_what_its_command_needs_is_refused(tmp_path, command, fixed, named):
@@ -142,3 +143,36 @@ def test_a_retrofit_sweep_on_a_model_folder_writes_a_run_per_trial_and_its_effec
     assert main(["sweep", str(path), "--logs", str(logs), "--threads", "1", "--no-progress"]) == 0
     assert load_run(trials[0].run_dir).status == "finished"
     assert sorted(set(load_run(trials[0].run_dir).table("heads")["step"])) == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_frontier_sweep_on_a_model_folder_writes_a_frontier_per_trial(tmp_path, capsys, tiny_causal_lm):
+    """Two cells x one seed of ``aah-viz frontier`` (one adapted regime each): a frontier run per trial with
+    its adaptation beside it, the cell's setting in the adapted run's config; a second call has nothing to do."""
+    from aah_viz.analysis.frontier import event_details
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+
+    model = tiny_causal_lm(tmp_path / "model", family="llama")
+    lines = "".join(f"Line {i}: colourless green ideas sleep furiously, a stitch in time.\n" for i in range(200))
+    (tmp_path / "t.txt").write_text(lines)
+    fixed = (
+        f'model = "{model}"\ndata = "{tmp_path / "t.txt"}"\nseq_len = 32\nwindows = [8, 16, 32]\neval_blocks = 2\n'
+        'profile_blocks = 1\ntiming_pairs = 2\nregimes = ["full_adaptive"]\nadapt_steps = 2'
+    )
+    path = write(tmp_path, design_text("frontier", fixed, 'scoring = ["joint", "independent"]\n'))
+    logs = tmp_path / "logs"
+    assert main(["sweep", str(path), "--logs", str(logs), "--workers", "2", "--threads", "1", "--no-progress"]) == 0
+    for t in plan.plan_trials(load_design(path), logs):
+        assert t.state == "done"
+        run = load_run(t.run_dir)
+        assert run.manifest["regime"] == "frontier"
+        configurations = {d["configuration"] for d in event_details(run.events("inference"))}
+        assert {"unpatched", "full_adaptive_adapted"} <= configurations
+        adapted = load_run(t.run_dir.parent / f"{t.name}-full_adaptive")
+        mode = "none" if "independent" in t.name else "joint_sibling"
+        assert adapted.manifest["config"]["controller_pairwise_mode"] == mode
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--logs", str(logs), "--dry-run"]) == 0
+    assert "2 trials: 2 done" in capsys.readouterr().out

@@ -82,7 +82,7 @@ OTHER_VALUES = {
     "eval_blocks": ("int", 1),
     "eval_share": ("number", None),
     "profile_blocks": ("int", 1),
-    "timing_pairs": ("int", 1),
+    "timing_pairs": ("int", 2),  # a paired ratio needs two pairs
     "adapt_lr": ("number", None),
     "sink_tokens": ("list", None),
     "retrieval": ("int", 0),
