@@ -62,6 +62,7 @@ def test_a_retrofit_cell_runs_retrofit_on_its_model_and_resumes_with_its_adapter
         ("retrofit", 'model = "m"\ndata = "t.txt"\nwindows = [true]', "windows must be a list"),
         ("frontier", 'model = "m"\ndata = "t.txt"\nretrieval = -1', "retrieval must be an integer >= 0"),
         ("frontier", 'model = "m"\ndata = "t.txt"\ntiming_pairs = 1', "timing_pairs must be an integer >= 2"),
+        ("frontier", 'model = "m"\ndata = "t.txt"\neval_share = 1', "eval_share must be a number between 0 and 1"),
     ],
 )
 def test_a_design_that_misses_what_its_command_needs_is_refused(tmp_path, command, fixed, named):

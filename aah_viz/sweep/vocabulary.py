@@ -80,7 +80,7 @@ OTHER_VALUES = {
     "adapt_steps": ("int", 0),
     "regimes": ("list", None),
     "eval_blocks": ("int", 1),
-    "eval_share": ("number", None),
+    "eval_share": ("share", None),  # above 0, below 1
     "profile_blocks": ("int", 1),
     "timing_pairs": ("int", 2),  # a paired ratio needs two pairs
     "adapt_lr": ("number", None),
