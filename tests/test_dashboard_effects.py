@@ -244,6 +244,19 @@ def test_a_full_factorial_shows_its_interaction_as_a_difference_of_differences(a
     assert np.isfinite(points["ci_low"]).all()
 
 
+def test_a_copied_address_opens_its_sweep_and_metrics(logs, monkeypatch, tmp_path):
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    at.query_params.update({"sweep": "full", "emetric": "acr~val_ppl"})
+    at.switch_page(PAGE_FILES["effects"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="effects_sweep").value == "full"
+    assert at.multiselect(key="effects_metrics").value == ["acr", "val_ppl"]
+    assert set(forests(at)) == {"acr", "val_ppl"}
+
+
 def test_a_root_without_a_sweep_says_how_to_make_one(tmp_path, monkeypatch):
     make_synthetic_run(tmp_path / "logs" / "a-run", n_layer=2, n_head=4, steps=20, seed=2)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(tmp_path / "logs"))
