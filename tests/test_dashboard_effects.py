@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -267,3 +268,32 @@ def test_a_root_without_a_sweep_says_how_to_make_one(tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     assert any("No sweep under this logs root" in i.value for i in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_the_pages_numbers_and_figures_come_without_torch(app, logs):
+    """The page's whole computation (the design record, the runs' metrics, statsmodels' fit, the forest)
+    in a process where torch looks uninstalled gives the effects the page shows."""
+    import subprocess
+    import sys
+
+    from test_light_side import HIDE_TORCH  # tests/ is on sys.path under pytest
+
+    code = HIDE_TORCH + (
+        "import json, sys\n"
+        "from aah_viz.export.design_effects import design_runs_frame, effects_table\n"
+        "from aah_viz.figures.effects import forest_figure, interaction_figure\n"
+        "from aah_viz.export.effects import interaction_means\n"
+        "from aah_viz.sweep.plan import recorded_design\n"
+        "d = recorded_design(sys.argv[1])\n"
+        "frame, notes = design_runs_frame(sys.argv[1], d, ['val_loss', 'acr'])\n"
+        "t = effects_table(frame, d, ['val_loss', 'acr'])\n"
+        "forest_figure(t.df[t.df['metric'] == 'acr'], 'acr')\n"
+        "levels = {f.name: list(f.levels) for f in d.factors}\n"
+        "pair = ('grouping', 'scoring')\n"
+        "interaction_figure(interaction_means(frame, levels, pair, 'acr'), pair, 'acr')\n"
+        "print(json.dumps(t.df['effect'].tolist()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(logs / "ablation")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = app.dataframe[0].value["effect"].tolist()
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(shown, nan_ok=True, rel=1e-12)
