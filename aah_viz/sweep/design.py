@@ -259,11 +259,11 @@ def _check_value(key: str, value, where: str) -> None:
     elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= limit
         wanted = f"an integer >= {limit}"
-    elif kind in ("number", "share"):
+    elif kind in ("number", "share"):  # a share lies strictly between 0 and 1
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ok = ok and (value > 0 if limit is None else value >= limit) and (kind == "number" or value < 1)
-        wanted = "a number between 0 and 1" if kind == "share" else "a finite number "
-        wanted += "" if kind == "share" else ("above 0" if limit is None else f">= {limit}")
+        bound = "above 0" if limit is None else f">= {limit}"
+        wanted = "a number between 0 and 1" if kind == "share" else f"a finite number {bound}"
     else:
         ok = isinstance(value, str) and (limit is None or value in limit)
         wanted = "text" if limit is None else "one of " + ", ".join(limit)
