@@ -9,7 +9,8 @@ import json
 import pytest
 
 from aah_viz.sweep import plan
-from aah_viz.sweep.design import DesignError, load_design, parse_design, parse_run_name, run_name, train_argv
+from aah_viz.sweep.commands import trial_argv
+from aah_viz.sweep.design import DesignError, load_design, parse_design, parse_run_name, run_name
 from aah_viz.sweep.vocabulary import TRAIN_FLAGS
 
 BASE = """
@@ -44,7 +45,7 @@ def test_full_factorial_cells_in_design_order_with_their_settings(tmp_path):
         "hierarchy_ablation_mode": "fixed_random",
         "ema_alpha": 0.0,
     }
-    argv = train_argv(d, cell, 1, "/logs/x")
+    argv = trial_argv(d, cell, 1, "/logs/x")
     assert argv[:9] == ["train", "--preset", "tiny", "--steps", "3", "--seed", "1", "--out", "/logs/x"]
     sets = dict(a.split("=", 1) for a in argv[10::2])
     assert argv[9::2] == ["--set"] * len(sets)

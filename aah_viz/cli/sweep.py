@@ -17,10 +17,13 @@ def register(subparsers) -> None:
         "sweep",
         help="run a factorial design (TOML) over seeds: every cell x seed a run, resumable, on this machine, "
         "Ray or Slurm",
-        description="Run every cell x seed of a design file as aah-viz train, each into --logs/CELL__seed-S. "
-        "Finished trials are skipped, interrupted ones resumed (train --resume). See docs/ablations.md.",
+        description="Run every cell x seed of a design file as aah-viz train (or retrofit or frontier on a model "
+        "folder), each into --logs/CELL__seed-S. Finished trials are skipped, interrupted ones resumed (train "
+        "--resume). See docs/ablations.md.",
     )
-    p.add_argument("design", help="the design file (TOML): factors and levels, seeds, fixed settings")
+    p.add_argument(
+        "design", help="the design file (TOML): the command its cells run, factors and levels, seeds, fixed settings"
+    )
     p.add_argument("--logs", required=True, help="the logs root that holds one run directory per trial")
     p.add_argument(
         "--executor",
@@ -69,31 +72,33 @@ def register(subparsers) -> None:
 
 
 def check_against_model(design) -> None:
-    """Every setting a train argument or a model config key, every cell a valid model config: before any run."""
+    """Every setting an argument of the cells' command or a model config key, every cell a valid model config
+    (train) or a model folder that is there (retrofit, frontier): before any run."""
     import dataclasses
 
     from aah_viz.errors import ConfigError
-    from aah_viz.sweep.design import DesignError, train_arguments
-    from aah_viz.sweep.vocabulary import TRAIN_FLAGS
+    from aah_viz.sweep.commands import cell_arguments
+    from aah_viz.sweep.design import DesignError
+    from aah_viz.sweep.vocabulary import MODEL, command_misfit
     from instrumentation import AAHConfig
 
     known = {f.name for f in dataclasses.fields(AAHConfig)}
-    for key in design.fixed:
-        if key not in TRAIN_FLAGS and key not in known:
-            raise DesignError(
-                f"[fixed] sets {key!r}, which is neither an aah-viz train argument nor a model config key"
-            )
-    for factor in design.factors:
-        for level in factor.levels:
-            for key in factor.level(level).settings:
-                if key not in TRAIN_FLAGS and key not in known:
-                    raise DesignError(
-                        f"factor {factor.name!r} level {level!r} sets {key!r}, which is neither an aah-viz train "
-                        "argument nor a model config key"
-                    )
+    places = [("[fixed]", design.fixed)] + [
+        (f"factor {f.name!r} level {level!r}", f.level(level).settings) for f in design.factors for level in f.levels
+    ]
+    for where, settings in places:
+        for key in settings:
+            why = command_misfit(design.command, key, known)
+            if why:
+                raise DesignError(f"{where} sets {key!r}, {why} (command = {design.command!r})")
     for cell in design.cells:
         settings = design.settings(cell)
-        _, overrides = train_arguments(design, cell)
+        if design.command != "train":  # the model folder's own config is read when the trial starts
+            folder = Path(str(settings[MODEL]))
+            if not (folder / "config.json").is_file():
+                raise DesignError(f"cell {cell.label()}: model {folder} is not a model folder (no config.json there)")
+            continue
+        _, _, overrides = cell_arguments(design, cell)
         if settings.get("window") is not None:
             overrides["window"] = settings["window"]
         try:

@@ -30,6 +30,7 @@ PAGES = [
     ("views/probes", "Probes", "probes"),
     ("views/lens", "Lens", "lens"),
     ("views/compare", "Compare", "compare"),
+    ("views/effects", "Effects", "effects"),
     ("views/export", "Export", "export"),
     ("glossary", "Glossary", "glossary"),
     ("guide", "Guide", "guide"),

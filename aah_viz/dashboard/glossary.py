@@ -125,6 +125,14 @@ TERMS: dict[str, tuple[str, str]] = {
         "running: the writer is open (or died without closing; a stale heartbeat says so); finished; failed (an "
         "error ended it); stopped (a signal ended training after a step; resume continues it).",
     ),
+    "factorial_effect": (
+        "effect (factorial sweep)",
+        "From a linear model of a sweep's design fitted over seeds (aah-viz effects). A main effect is the mean "
+        "of the final metric over the design's cells at a level minus its mean over the cells at the factor's "
+        "first (reference) level; a two-way interaction is a difference of differences, (L, M) − (L, ref) − "
+        "(ref, M) + (ref, ref). Its 95% interval is a t interval on the model's residual degrees of freedom "
+        "(the seed-to-seed spread); an interval that holds 0 tells no effect apart from that spread.",
+    ),
     "single_seed": (
         "single seed",
         "A regime with one run has no spread over seeds: its values are shown without ± and are never "

@@ -184,3 +184,25 @@ def cell_means(frame: pd.DataFrame, factors: Sequence[str], metrics: Sequence[st
             row[f"{m}_std"] = float(values.std(ddof=1)) if values.size >= 2 else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def interaction_means(
+    frame: pd.DataFrame, factors: Mapping[str, Sequence[str]], pair: tuple[str, str], metric: str
+) -> pd.DataFrame:
+    """The data of a two-way interaction plot: for each level of the first factor (x) and of the second
+    (one line each), the mean of the cell means there, so each point averages over the other factors'
+    cells as the effects do (not over runs, which would weigh a cell by its seeds). Columns: the two
+    factors, ``mean``, ``cells`` (the design's cells averaged) and ``n`` (their runs); a combination with
+    no finished run is left out."""
+    f, g = pair
+    data = frame[list(factors) + [metric]].copy()
+    data[metric] = pd.to_numeric(data[metric], errors="coerce")
+    data = data[np.isfinite(data[metric].to_numpy(dtype=float))]
+    cells = data.groupby(list(factors), sort=False)[metric].agg(["mean", "size"]).reset_index()
+    rows = []
+    for a, b in itertools.product(factors[f], factors[g]):
+        part = cells[(cells[f] == a) & (cells[g] == b)]
+        if len(part):
+            mean, n = float(part["mean"].mean()), int(part["size"].sum())
+            rows.append({f: a, g: b, "mean": mean, "cells": len(part), "n": n})
+    return pd.DataFrame(rows, columns=[f, g, "mean", "cells", "n"])

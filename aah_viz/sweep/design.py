@@ -20,7 +20,8 @@ joint = { controller_pairwise_mode = "joint_sibling" }
 independent = { controller_pairwise_mode = "none" }
 ```
 
-A setting is either an argument of ``aah-viz train`` (``vocabulary.TRAIN_FLAGS``) or a model config key (passed
+A setting is either an argument of the cells' command (``vocabulary.COMMAND_FLAGS``: ``aah-viz train``, or
+``aah-viz retrofit`` / ``aah-viz frontier`` on the folder ``model``) or a model config key (passed
 as ``--set KEY=VALUE``; the CLI checks those against the model's config before anything runs). A cell is
 refused when two of its levels set one key to different values, when a level sets a key ``[fixed]``
 sets, or when a level needs a setting another level contradicts (no sibling scoring without grouping):
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah_viz.errors import ConfigError
-from aah_viz.sweep.vocabulary import NAMED_FACTORS, RESERVED, TRAIN_FLAGS, TRAIN_VALUES, Level
+from aah_viz.sweep.vocabulary import COMMAND_FLAGS, NAMED_FACTORS, OTHER_VALUES, REQUIRED, RESERVED, TRAIN_VALUES, Level
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,7 +53,8 @@ class DesignError(ConfigError):
     """A design file that cannot run: names the factor, level or key at fault."""
 
 
-COMMANDS = ("train",)
+COMMANDS = tuple(COMMAND_FLAGS)  # train on a preset; retrofit and frontier on a model folder
+VALUES = {**TRAIN_VALUES, **OTHER_VALUES}  # what each command argument takes (one name, one meaning)
 TOP_KEYS = ("name", "command", "seeds", "fraction", "fixed", "factors")
 _NAME_RE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*$")
 _GENERATOR_RE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*(-?)\s*([A-Za-z0-9_]+(?:\s*\*\s*[A-Za-z0-9_]+)+)\s*$")
@@ -206,6 +208,13 @@ def check_cell(design: Design, cell: Cell) -> None:
                     f"{owner[key][0]!r} in cell {cell.label()}; drop one of the levels or the factor"
                 )
             owner[key] = (value, f"factor {factor!r} level {level!r}")
+    missing = [key for key in REQUIRED[design.command] if key not in owner]
+    if missing:
+        what = {"model": "model (the model folder)", "data": "data (the text file)"}
+        raise DesignError(
+            f"command {design.command!r} needs {' and '.join(what.get(k, k) for k in missing)} in [fixed] or in "
+            f"every level of a factor; cell {cell.label()} has none"
+        )
     for factor, level in cell.levels:
         for key, (value, provider) in design.factor(factor).level(level).needs.items():
             if key in owner and owner[key][0] != value:
@@ -236,21 +245,25 @@ def _settings(raw, where: str) -> dict[str, object]:
             raise DesignError(f"{where}: {key!r} is not a setting name (a train argument or a model config key)")
         if not _plain(value):
             raise DesignError(f"{where}: {key} must be a number, text, true/false or a list of them, got {value!r}")
-        if key in TRAIN_VALUES:
-            _check_train_value(key, value, where)
+        if key in VALUES:
+            _check_value(key, value, where)
         out[key] = value
     return out
 
 
-def _check_train_value(key: str, value, where: str) -> None:
-    kind, limit = TRAIN_VALUES[key]
-    if kind == "int":
+def _check_value(key: str, value, where: str) -> None:
+    kind, limit = VALUES[key]
+    if kind == "list":  # windows = [64, 128] or "64,128"
+        ok = isinstance(value, (str, list)) and bool(value) and not any(isinstance(v, bool) for v in value)
+        wanted = "a list of numbers or names, or them comma-separated"
+    elif kind == "int":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= limit
         wanted = f"an integer >= {limit}"
-    elif kind == "number":
+    elif kind in ("number", "share"):  # a share lies strictly between 0 and 1
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > 0 if limit is None else value >= limit)
-        wanted = "a finite number " + ("above 0" if limit is None else f">= {limit}")
+        ok = ok and (value > 0 if limit is None else value >= limit) and (kind == "number" or value < 1)
+        bound = "above 0" if limit is None else f">= {limit}"
+        wanted = "a number between 0 and 1" if kind == "share" else f"a finite number {bound}"
     else:
         ok = isinstance(value, str) and (limit is None or value in limit)
         wanted = "text" if limit is None else "one of " + ", ".join(limit)
@@ -366,23 +379,3 @@ def _expand(factors: tuple[Factor, ...], generators: tuple[str, ...]) -> list[Ce
 
 def _factor_of(factors, name: str) -> Factor:
     return next(f for f in factors if f.name == name)
-
-
-def train_arguments(design: Design, cell: Cell) -> tuple[list[str], dict[str, object]]:
-    """The cell's ``aah-viz train`` flags and its model config overrides (``--set``), apart."""
-    flags, overrides = [], {}
-    for key, value in design.settings(cell).items():
-        if key in TRAIN_FLAGS:
-            flags += [TRAIN_FLAGS[key], str(value)]
-        else:
-            overrides[key] = value
-    return flags, overrides
-
-
-def train_argv(design: Design, cell: Cell, seed: int, out: str) -> list[str]:
-    """The arguments of ``aah-viz`` that start one trial (after the program name)."""
-    flags, overrides = train_arguments(design, cell)
-    argv = ["train", *flags, "--seed", str(seed), "--out", out]
-    for key, value in overrides.items():
-        argv += ["--set", f"{key}={json.dumps(value)}"]
-    return argv

@@ -1,5 +1,6 @@
-"""Executors: where a sweep's trials run. Each trial is one ``aah-viz train`` process, so a worker that dies
-(killed, out of memory, a node lost) takes only its own trial with it; the next ``aah-viz sweep`` resumes it.
+"""Executors: where a sweep's trials run. Each trial is one ``aah-viz`` process (train, retrofit or frontier),
+so a worker that dies (killed, out of memory, a node lost) takes only its own trial with it; the next
+``aah-viz sweep`` resumes it.
 
 - ``local``: N worker threads on this machine, each running one subprocess with its thread budget;
 - ``ray``: each trial a Ray task with its CPU/GPU request, on a cluster (``address``) or a local runtime;

@@ -2,8 +2,9 @@
 
 A trial is ``done`` when its run's manifest says ``finished``; ``resume`` when a run is there but did not
 finish (killed, stopped, failed): ``aah-viz train --out RUN --resume`` continues it from its newest
-checkpoint; ``new`` when no run is there. The design a logs root was started with is recorded in
-``.sweep/design.json``; a different design is refused unless the caller allows it, so two designs never
+checkpoint (``retrofit ... --resume`` from its newest adapter; a frontier, run again, from its last row);
+``new`` when no run is there. The design a logs root was started with is recorded in ``.sweep/design.json``;
+a different design is refused unless the caller allows it, so two designs never
 mix silently under one root.
 """
 
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah_viz.errors import AAHVizError
+from aah_viz.runlog import bounded_json
 from aah_viz.runlog.manifest import read_manifest
-from aah_viz.sweep.design import Cell, Design, DesignError, parse_design, run_name, train_argv
+from aah_viz.sweep.commands import resume_argv, trial_argv
+from aah_viz.sweep.design import Cell, Design, DesignError, parse_design, run_name
 
 STATE_DIR = ".sweep"  # under the logs root: the recorded design and each trial's console output
 DESIGN_RECORD = "design.json"
@@ -70,9 +73,9 @@ def plan_trials(design: Design, logs: Path, *, threads: int | None = None) -> li
         if state == "done":
             argv: list[str] = []
         elif state == "resume":
-            argv = ["train", "--out", str(run_dir), "--resume"]
+            argv = resume_argv(design, cell, seed, str(run_dir))
         else:
-            argv = train_argv(design, cell, seed, str(run_dir))
+            argv = trial_argv(design, cell, seed, str(run_dir))
             if run_dir.exists():  # a folder with no readable manifest: a trial killed before its run began
                 argv.append("--overwrite")
         if argv:
@@ -116,7 +119,7 @@ def recorded_design(logs: Path) -> Design:
     """The design a logs root was swept with, from its record (what ``aah-viz effects`` reads without --design)."""
     path = Path(logs) / STATE_DIR / DESIGN_RECORD
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = bounded_json.loads(bounded_json.read_regular(path))  # a FIFO or a deep nest: refused, no hang
         data = {k: v for k, v in record["design"].items() if k != "cells"}
         name = str(record.get("name", Path(logs).name))
     except FileNotFoundError:
