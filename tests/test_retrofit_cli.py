@@ -378,3 +378,15 @@ def test_default_windows_beyond_the_models_positions_are_clamped_and_said(base, 
         assert main(args + ["--no-progress"]) == 0
     detail = _event(out, "inference")
     assert detail["seq_len"] == 128 and detail["window_frac"] == {"128": 1.0}
+
+
+def test_a_warm_up_that_trains_nothing_is_a_step_not_a_crash(base, tmp_path):
+    """With --train aah, a warm-up step's loss depends on no trained parameter (routing waits): the step is
+    recorded and nothing moves; the controller trains from the first step after it."""
+    out = tmp_path / "run"
+    assert retrofit(base, out, "--steps", "3", "--set", "warmup_steps=1", "--set", "control_interval=1") == 0
+    assert validate_run(out) == []
+    run = load_run(out)
+    assert sorted(set(run.scalar("loss")["step"])) == [0, 1, 2]
+    handle = load_adapter(fresh_base(base), sorted((out / "adapters").glob("*.safetensors"))[-1])
+    assert any(not torch.equal(p, q) for p, q in zip(handle.parameters(), handle.controller_initial_parameters()))

@@ -143,12 +143,15 @@ def train_step(loop: Loop, rec: RoutingRecorder, step: int) -> torch.Tensor:
     loop.optimizer.zero_grad(set_to_none=True)
     loss = loop.loss(x, y)
     check_loss(loss, step, lr, rec)
-    loss.backward()
-    if dist.active:
-        average_gradients(loop.params, dist.world_size)
-    if loop.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(loop.params, loop.grad_clip)
-    loop.optimizer.step()
+    # a step whose loss depends on no trained parameter (a retrofit's warm-up trains only the AAH parameters,
+    # which routing does not use yet) has nothing to learn: it is recorded, nothing moves
+    if loss.requires_grad:
+        loss.backward()
+        if dist.active:
+            average_gradients(loop.params, dist.world_size)
+        if loop.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(loop.params, loop.grad_clip)
+        loop.optimizer.step()
     rec.step(step, loss=loss, lr=lr, tokens=loop.batch_size * loop.splits.seq_len * dist.world_size)
     return loss
 
