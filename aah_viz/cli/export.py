@@ -53,6 +53,14 @@ def register(subparsers) -> None:
         "--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds"
     )
     parser.add_argument(
+        "--form",
+        default="summary",
+        choices=("summary", "long"),
+        help="LaTeX of the training table with --by regime: summary (fits one page: spreads of val. loss and "
+        "ACR, window shares in one column, the tests against --baseline in one note) or long (every column "
+        "with its spread)",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REGIME",
         help="compare every regime with this one: significance tests and the paired difference curve",
@@ -151,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
                 "no comparisons written for it",
                 file=sys.stderr,
             )
-        opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline)
+        opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline, form=args.form)
         for name in names:
             layout = args.layout if name in ("training", "inference") else "toolkit"
             parts = PROBE_PARTS if name == "probes" else (None,)

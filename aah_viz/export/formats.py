@@ -32,7 +32,7 @@ def render(table, fmt: str) -> str:
     if fmt == "md":
         return to_markdown(table)
     if fmt in ("latex", "tex"):
-        return to_latex(table)
+        return to_latex(table.latex_form or table)
     raise AAHVizError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
@@ -435,7 +435,7 @@ def _latex_row(table, cols, shown_row, bold_row) -> list[str]:
 
 def latex_document(tables) -> str:
     """A standalone document holding the tables (for checking that they compile)."""
-    body = "\\clearpage\n".join(to_latex(t) for t in tables)  # every table placed before the next
+    body = "\\clearpage\n".join(to_latex(t.latex_form or t) for t in tables)  # each placed before the next
     return (
         "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
         "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\usepackage{array}\n\\begin{document}\n"
