@@ -31,7 +31,7 @@ def logs(tmp_path_factory):
     shutil.copytree(SAMPLE, root / "run")
     args = ["head-similarity", str(root / "run"), "--no-progress", "--agreement-samples", "99", "--null-samples", "50"]
     assert main(args) == 0
-    shutil.copytree(SAMPLE, root / "bare")  # no head_similarity table
+    shutil.copytree(SAMPLE, root / "bare", ignore=shutil.ignore_patterns("head_similarity"))  # no table
     return root
 
 
@@ -107,6 +107,12 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
         assert "No similarity gives real head groups in any layer" in sentence
     banners = [w.value for w in at.warning if "mostly not clusters" in w.value]
     assert banners and "do head groups mean anything?" in banners[0]
+    # a table from the run's own tables says what it leaves out: the similarities a model measures, halves
+    absent = sorted(set(hs.SIMILARITIES) - set(rows["similarity"]))
+    assert absent == ["method", "span", "zscore"]
+    (said,) = [c.value for c in at.caption if c.value.startswith("Similarities here:")]
+    assert f"Not measured: {', '.join(a for a in hs.SIMILARITIES if a in absent)}" in said, said
+    assert "Stability is not measured" in said
     next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()
     assert not at.exception
     assert at.query_params["procedure"] == "complete"  # the view travels in the address
