@@ -107,6 +107,24 @@ def test_run_names_and_manifest_values_are_text_in_the_curves_figure():
     assert all("<" not in (t.name or "") for t in grouped)
 
 
+def test_a_grouped_hover_says_n_once_and_a_points_count_only_where_runs_left_the_group():
+    """The legend says "(n=2)"; the hover adds "(1 of 2 runs)" only past the shorter run's last step."""
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure
+
+    def rows(run, steps):
+        return pd.DataFrame({"run": run, "label": run, "regime": "a", "seed": 0, "name": "loss", "step": steps,
+                             "tokens": np.asarray(steps, float), "wall_s": np.asarray(steps, float),
+                             "value": np.linspace(3, 1, len(steps))})  # fmt: skip
+
+    frame = pd.concat([rows("long", [0, 1, 2, 3, 4]), rows("short", [0, 1, 2])], ignore_index=True)
+    (band, mean) = curves_figure(frame, "loss", groups={"long": "a", "short": "a"}, group_by="regime").data
+    assert mean.name == "regime=a (n=2)" and "n=" not in mean.hovertemplate
+    reach = [(x <= 2) for x in mean.x]  # both runs reach steps 0-2, only the long one 3 and 4
+    assert list(mean.customdata) == ["" if both else " (1 of 2 runs)" for both in reach]
+
+
 def test_step_bins_keep_each_step_until_there_are_too_many():
     steps = np.array([5, 1, 5, 3, 1])
     assert curves.step_bins(steps, 10).tolist() == [2, 0, 2, 1, 0]  # one bin per distinct step, in step order

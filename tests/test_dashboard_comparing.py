@@ -135,7 +135,10 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
         loss = load_run(three_runs / key).scalar("loss").sort_values("step")
         ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
     np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
-    np.testing.assert_array_equal(np.asarray(mean["customdata"]), 2)  # runs behind each point
+    # both runs behind every point: the name's "(n=2)" says it once, the hover adds nothing; its header
+    # (the x value) prints whole steps, not "21.96692k"
+    assert set(mean["customdata"]) == {""}
+    assert fig["layout"]["xaxis"]["hoverformat"] == ",.0f"
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
@@ -144,6 +147,41 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["loss against step"]["data"] if t.get("showlegend") is not False}
     assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+
+
+def test_the_training_charts_are_what_the_command_it_shows_writes(three_runs, monkeypatch, tmp_path):
+    """The Training page's "from the command line" block: its aah-viz figure command (runs, kind curves,
+    the x axis, grouping, band, smoothing, robust y) builds the chart on screen, trace for trace."""
+    import shlex
+
+    from aah_viz.figures import build_figure
+    from aah_viz.figures.payload import figure_data
+    from aah_viz.runlog import load_run
+
+    at = open_training(three_runs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    at.radio(key="tr_x").set_value("tokens").run()
+    at.selectbox(key="tr_group").set_value("regime").run()
+    at.selectbox(key="tr_band").set_value("std").run()
+    at.slider(key="tr_smoothing").set_value(0.3).run()
+    assert not at.exception, [e.value for e in at.exception]
+    (block,) = [c.value for c in at.code if "aah-viz figure" in c.value]
+    shown = figures(at)
+    commands = block.splitlines()
+    assert len(commands) == len(shown)
+    for command in commands:
+        words = shlex.split(command)
+        runs = [load_run(w) for w in words[2 : words.index("--kind")]]
+        assert sorted(r.path.name for r in runs) == ["a-s0", "a-s1", "f-s0"]
+        assert words[words.index("--kind") + 1] == "curves"
+        opts = dict(part.split("=", 1) for part in words[words.index("--opt") + 1].split(","))
+        built = figure_data(build_figure("curves", runs, **opts).to_json())
+        screen = shown[built["layout"]["title"]["text"]]
+        assert [t.get("name") for t in screen["data"]] == [t.get("name") for t in built["data"]]
+        for a, b in zip(screen["data"], built["data"]):
+            np.testing.assert_allclose(np.asarray(a["y"], float), np.asarray(b["y"], float), rtol=1e-9)
+            np.testing.assert_allclose(np.asarray(a["x"], float), np.asarray(b["x"], float), rtol=1e-9)
+        assert screen["layout"]["yaxis"].get("range") == built["layout"]["yaxis"].get("range")  # robust y alike
 
 
 def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_chart(samples):

@@ -131,6 +131,24 @@ def test_cli_figure_refuses_an_option_the_run_cannot_have(run_dir, tmp_path, cap
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "opt, said",
+    [
+        ("x=epoch", "x must be one of step, tokens, wall_s, got 'epoch'"),
+        ("band=iqr", "band must be one of minmax, std, stderr, ci95, none"),
+        ("group=colour", "no run has the manifest field 'colour' to group by"),
+        ("scalar=accuracy", "no run here logged the scalar 'accuracy'; logged: "),
+        ("log_y=maybe", "--opt log_y=maybe must be true or false"),
+    ],
+)
+def test_cli_curves_refuses_a_choice_the_training_page_does_not_have(run_dir, tmp_path, capsys, opt, said):
+    out = tmp_path / "x.svg"
+    assert main(["figure", str(run_dir), "--kind", "curves", "--opt", opt, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not out.exists()
+
+
 def test_figure_options_come_back_as_the_builders_take_them(run_dir):
     from aah_viz.figures.options import check_options
 
