@@ -622,6 +622,9 @@ def test_glossary_defines_every_term_the_tooltips_link_to(app):
     goto(app, "glossary")
     heads = [h.value for h in app.subheader]
     assert heads == [name for name, _ in TERMS.values()]
+    # the words the pages print without a definition beside them (issue 42's walk) have an entry
+    for words in ("% of slots", "offset baseline", "needed window", "NMI and V-measure"):
+        assert words in heads, words
 
 
 def test_every_chart_offers_its_data_and_images_for_download(app):
