@@ -123,3 +123,17 @@ def test_each_regime_has_its_own_colour_and_an_unknown_one_a_stable_colour_of_th
     assert all(len(c) == 7 and c.startswith("#") and int(c[1:], 16) >= 0 for c in colours)
     assert style.regime_color("my_new_regime") == style.regime_color("my_new_regime")
     assert style.regime_color("my_new_regime") in colours
+
+
+def test_a_misspelt_regime_is_answered_with_the_closest_name(tmp_path, capsys):
+    from aah_viz.cli import main
+    from aah_viz.regimes import did_you_mean
+
+    assert did_you_mean("full_adaptve") == " (did you mean 'full_adaptive'?)"
+    assert did_you_mean("Full-Atention") == " (did you mean 'full_attention'?)"
+    assert did_you_mean("nope") == ""
+    assert did_you_mean("shallow_frieze", ["shallow_freeze", "full_attention"]) == " (did you mean 'shallow_freeze'?)"
+    assert main(["train", "--regime", "shalow_freeze", "--steps", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown regime 'shalow_freeze' (did you mean 'shallow_freeze'?)" in err[0], err
+    assert not (tmp_path / "r").exists()

@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from aah_viz.export.kinds import PROBE_PARTS, TABLE_KINDS
     from aah_viz.export.runs import check_same_config, collect_runs, config_label, split_by_config
     from aah_viz.export.tables import build_tables
+    from aah_viz.regimes import did_you_mean
 
     if args.table is None and args.runs[0] == "tensorboard":
         if len(args.runs) < 2:
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     multi = len(groups) > 1
     if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
         present = ", ".join(sorted({str(r.regime) for r in runs}))
-        raise AAHVizError(f"--baseline {args.baseline!r} matches no run; regimes present: {present}")
+        hint = did_you_mean(args.baseline, sorted({str(r.regime) for r in runs}))
+        raise AAHVizError(f"--baseline {args.baseline!r} matches no run{hint}; regimes present: {present}")
     for cfg, members in groups.items():
         suffix = f"_{config_label(cfg)}" if multi else ""
         baseline = args.baseline if any(str(r.regime) == args.baseline for r in members) else None
