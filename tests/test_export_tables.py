@@ -25,6 +25,7 @@ from aah_viz.export import (
     collect_runs,
     comparison_table,
     difference_curve_table,
+    difference_curves_table,
     factorial_table,
     render,
 )
@@ -490,11 +491,13 @@ def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
         "probes_comparisons.md",
         "comparison.md",
         "factorial.md",
-        "difference_shallow_freeze.md",
+        "differences.md",
     ):
         assert name in names
-    diff = (out / "difference_shallow_freeze.md").read_text()
-    assert f"| {STEPS} |" in diff  # the paired step of the final evaluation
+    assert not any(n.startswith("difference_") for n in names)  # one file for every regime's curve
+    diff = (out / "differences.md").read_text()
+    for regime in ("shallow_freeze", "full_adaptive", "deep_practical_reuse"):
+        assert f"| {regime} | {STEPS} |" in diff  # the paired step of the final evaluation
     assert "Welch t" in (out / "training.md").read_text()
     assert main(["export", str(runs_root), "--table", "training", "--out", str(out), "--baseline", "nope"]) == 2
     assert "--baseline 'nope' matches no run" in capsys.readouterr().err
@@ -577,6 +580,7 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     tables.append(factorial_table(runs))
     tables.append(comparison_table(runs, "full_attention"))
     tables += [difference_curve_table(runs, r, "full_attention") for r in ("full_adaptive", "shallow_freeze")]
+    tables.append(difference_curves_table(runs, "full_attention"))  # the file the CLI writes: every regime
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
     assert "landscape" not in (tmp_path / "doc.tex").read_text()  # the default one-column article
     log = _compile(engine, tmp_path / "doc.tex", "pdflatex to compile the tables")

@@ -121,7 +121,7 @@ def _write(out_dir: Path, stem: str, text: str, fmt: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from aah_viz.errors import AAHVizError
-    from aah_viz.export.comparisons import comparison_table, difference_curve_table, factorial_table
+    from aah_viz.export.comparisons import comparison_table, difference_curves_table, factorial_table
     from aah_viz.export.formats import render
     from aah_viz.export.kinds import PROBE_PARTS, TABLE_KINDS
     from aah_viz.export.runs import check_same_config, collect_runs, config_label, split_by_config
@@ -184,9 +184,8 @@ def run(args: argparse.Namespace) -> int:
             rendered[f"comparison{suffix}"] = render(
                 labelled(comparison_table(members, baseline, seed=args.seed)), args.fmt
             )
-            for regime in sorted({str(r.regime) for r in members} - {baseline}):
-                curve = labelled(difference_curve_table(members, regime, baseline, seed=args.seed))
-                rendered[f"difference_{regime}{suffix}"] = render(curve, args.fmt)
+            curves = labelled(difference_curves_table(members, baseline, seed=args.seed))
+            rendered[f"differences{suffix}"] = render(curves, args.fmt)
         if args.factorial:
             rendered[f"factorial{suffix}"] = render(labelled(factorial_table(members, seed=args.seed)), args.fmt)
     # only now, with every table built, is anything written: a refusal leaves no half-written folder
