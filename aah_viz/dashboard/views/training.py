@@ -16,6 +16,7 @@ from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.labels import scalar_label
 from aah_viz.figures import curves as cfig
 
 RANGE_KEY = "tr_range"
@@ -93,6 +94,7 @@ def render() -> None:
         names,
         default_scalars,
         label="Scalars",
+        format_func=scalar_label,
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
     c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
