@@ -381,7 +381,12 @@ def test_a_per_layer_scalar_is_drawn_as_the_run_logged_it_for_that_layer(three_r
     at = open_training(three_runs, monkeypatch, tmp_path)
     at.multiselect(key="tr_runs").set_value(["a-s0"]).run()
     at.slider(key="tr_smoothing").set_value(0.0).run()
-    options = at.multiselect(key="tr_scalars").options
+    import re
+
+    # the picker shows words with the logged name beside them: "ACR, layer 1 (acr/layer_1)"
+    shown = at.multiselect(key="tr_scalars").options
+    options = [m.group(1) if (m := re.search(r"\(([^()]*)\)$", o)) else o for o in shown]
+    assert "ACR, layer 1 (acr/layer_1)" in shown
     scalars = load_run(three_runs / "a-s0").table("scalars")
     per_layer = scalars[scalars["layer"].notna()]
     want = sorted({f"{n}/layer_{int(layer)}" for n, layer in zip(per_layer["name"], per_layer["layer"])})

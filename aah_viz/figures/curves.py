@@ -220,6 +220,7 @@ def curves_figure(
                     # the name says n; a point says its own count only where fewer runs reach it
                     customdata=[f" ({k} of {len(runs_in)} runs)" if k < len(runs_in) else "" for k in n],
                     hovertemplate="%{y:.4g}%{customdata}",
+                    meta=dict(group=_text(group), runs=[int(k) for k in n]),  # read back by grouped_frame
                 )
             )
             shown_y.append(mean[inside(gx)])
@@ -244,6 +245,26 @@ def curves_figure(
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
         margin=dict(r=10),
     )
+
+
+def grouped_frame(fig: go.Figure, name: str, x: str) -> pd.DataFrame:
+    """What a grouped chart draws, as data: per group and x, the mean, the band's lower and upper edge (NaN
+    without a band) and the runs behind the point; the rows a CSV download of the grouped view holds."""
+    bands = {t.legendgroup: t for t in fig.data if t.fill == "toself"}
+    parts = []
+    for t in fig.data:
+        if not isinstance(t.meta, dict) or "runs" not in t.meta:
+            continue
+        xs, mean = np.asarray(t.x, dtype=np.float64), np.asarray(t.y, dtype=np.float64)
+        lower = upper = np.full(len(xs), np.nan)
+        band = bands.get(t.legendgroup)
+        if band is not None:
+            edge = np.asarray(band.y, dtype=np.float64)
+            upper, lower = edge[: len(xs)], edge[len(xs) :][::-1]
+        parts.append(pd.DataFrame({"scalar": name, "group": t.meta["group"], x: xs, "mean": mean, "lower": lower,
+                                   "upper": upper, "runs": t.meta["runs"]}))  # fmt: skip
+    columns = ["scalar", "group", x, "mean", "lower", "upper", "runs"]
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 def _text(value) -> str:

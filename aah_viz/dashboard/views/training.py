@@ -193,23 +193,24 @@ def render() -> None:
     if group != "none":  # runs of different models, T or windows are never averaged together
         groups = cfig.run_groups({k: cache.manifest(root, k, session.token(k)) for k in keys}, group)
     for name in scalars:
+        fig = cfig.curves_figure(
+            frame,
+            name,
+            x=x,
+            smoothing=smoothing,
+            groups=groups,
+            group_by=None if group == "none" else group,
+            band=band,
+            robust=robust,
+            log_y=log_y,
+            x_range=None if x_range == full else x_range,
+        )
         chart(
-            cfig.curves_figure(
-                frame,
-                name,
-                x=x,
-                smoothing=smoothing,
-                groups=groups,
-                group_by=None if group == "none" else group,
-                band=band,
-                robust=robust,
-                log_y=log_y,
-                x_range=None if x_range == full else x_range,
-            ),
+            fig,
             key=f"tr_fig_{name}",
             name=f"{name}-{x}",
-            # grouped: the means and bands drawn (the figure's values); else each run's binned series
-            data=None if groups is not None else frame[frame["name"] == name],
+            # grouped: per group and x the mean, the band's edges and the runs behind it; else each run's series
+            data=cfig.grouped_frame(fig, name, x) if groups is not None else frame[frame["name"] == name],
             on_box=_set_range,
         )
     notes = [
