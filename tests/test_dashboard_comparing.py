@@ -414,7 +414,10 @@ def test_compare_bars_of_two_seeds_stay_in_each_figures_domain():
     acr, loss = [0.05, 0.95], [0.1, 3.0]
     per_run = pd.DataFrame({"regime": ["r", "r"], "seed": [0, 1], "final_acr": acr, "final_loss": loss})
     fig = regime_metric_figure(per_run, ["final_acr", "final_loss"])
-    bars = {b.xaxis: b for b in fig.data if b.type == "bar"}
+    bars = {b.xaxis: b for b in fig.data if b.name == "our runs (mean ± sd)"}
+    # means as points with their spread, never bars from 0 (values of 2.9-3.8 would all look alike)
+    assert not [b for b in fig.data if b.type == "bar"]
+    assert all(fig.layout[f"yaxis{i or ''}"].rangemode in (None, "normal") for i in (0, 2))
     for axis, values, lo, hi in (("x", acr, 0.0, 1.0), ("x2", loss, 0.0, np.inf)):
         mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
         assert mean - sd < lo or mean + sd > hi  # unclipped, the bar leaves the domain
