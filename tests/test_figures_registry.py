@@ -207,9 +207,24 @@ def test_head_timeline_samples_routing_updates_only(runs):
     cols = trace["x"].tolist()
     assert set(cols[:-1]) <= ups | {0} and cols[-1] == 159
     heads = run.table("heads", filters=[("layer", "==", 2)])
+    warmup = int(run.config.get("warmup_steps") or 0)
     for j, s in enumerate(cols):
         w = heads[heads["step"] == s].sort_values("head")["window"].to_numpy()
-        np.testing.assert_array_equal(trace["customdata"][:, j], w)
+        np.testing.assert_array_equal(trace["customdata"][:, j], -1 if s < warmup else w)  # warm-up: no window
+
+
+def test_the_timeline_draws_warm_up_grey_not_in_the_colour_of_a_window():
+    from aah_viz.figures.windows import head_timeline_figure
+
+    steps = np.array([0, 10, 20, 30])
+    matrix = np.array([[128, 128, 16, 32], [128, 128, 64, 64]])  # warm-up runs full attention (128)
+    fig = figure_data(head_timeline_figure(steps, matrix, [16, 32, 64, 128], warmup=20))
+    cells = fig["data"][0]
+    z = np.asarray(cells["z"], dtype=float)
+    assert np.isnan(z[:, :2]).all() and np.isfinite(z[:, 2:]).all()  # no colour before step 20
+    assert cells["hoverongaps"] is False
+    assert [a["text"] for a in fig["layout"]["annotations"]] == ["warm-up: full attention"]
+    np.testing.assert_array_equal(np.asarray(cells["customdata"])[:, 2:], matrix[:, 2:])
 
 
 def test_branch_bars_stack_to_one_per_layer(runs):

@@ -115,7 +115,11 @@ def build_head_timeline(runs, layer: int = 0, max_columns: int = 400, **_) -> go
     run = _first(runs)
     d = data.timeline_data(run, int(layer), int(max_columns))
     return windows.head_timeline_figure(
-        d["steps"], d["matrix"], run.windows, _title(run, f"windows of layer {layer} over training")
+        d["steps"],
+        d["matrix"],
+        run.windows,
+        _title(run, f"windows of layer {layer} over training"),
+        warmup=data.warmup_steps(run.manifest),  # as the Windows page: warm-up grey
     )
 
 
