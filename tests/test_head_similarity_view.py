@@ -125,6 +125,8 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     ]
     odd = _stability_page(logs, monkeypatch, "run", procedure="<b>nonsense</b>")  # not an option: the default
     assert next(r for r in odd.radio if r.key == "hsim_procedure").value == "method"
+    said = [t.value for t in odd.toast]  # and the page says the address was not followed, its text as text
+    assert len(said) == 1 and "procedure=\\<b\\>nonsense\\</b\\>" in said[0].replace("&lt;", "<"), said
     bare = _stability_page(logs, monkeypatch, "bare")
     assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)
 
