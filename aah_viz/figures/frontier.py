@@ -73,7 +73,7 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
                 legendrank=list(FAMILY_STYLE).index(family) * 10 + sinks % 10,
                 marker=dict(
                     symbol=symbol, size=18 if ring else 11, color=color, line=dict(width=2 if ring else 1, color=color)
-                ),  # fmt: skip
+                ),
                 # small caps, labels above or below the point: a label never sits across a neighbour's bar
                 error_y=style.interval_bars(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"], thickness=1.2, width=3),
                 text=rows["configuration"],
