@@ -125,15 +125,16 @@ def test_each_regime_has_its_own_colour_and_an_unknown_one_a_stable_colour_of_th
     assert style.regime_color("my_new_regime") in colours
 
 
-def test_a_misspelt_regime_is_answered_with_the_closest_name(tmp_path, capsys):
-    from aah_viz.cli import main
+def test_a_misspelt_regime_is_answered_with_the_closest_name():
+    from aah_viz.errors import ConfigError
     from aah_viz.regimes import did_you_mean
 
     assert did_you_mean("full_adaptve") == " (did you mean 'full_adaptive'?)"
     assert did_you_mean("Full-Atention") == " (did you mean 'full_attention'?)"
     assert did_you_mean("nope") == ""
     assert did_you_mean("shallow_frieze", ["shallow_freeze", "full_attention"]) == " (did you mean 'shallow_freeze'?)"
-    assert main(["train", "--regime", "shalow_freeze", "--steps", "1", "--out", str(tmp_path / "r")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown regime 'shalow_freeze' (did you mean 'shallow_freeze'?)" in err[0], err
-    assert not (tmp_path / "r").exists()
+    # the config every command builds a model from (train, retrofit, sweep cells) says it
+    from instrumentation.config import AAHConfig
+
+    with pytest.raises(ConfigError, match=r"unknown regime 'shalow_freeze' \(did you mean 'shallow_freeze'\?\)"):
+        AAHConfig.from_preset("tiny", "shalow_freeze")
