@@ -192,14 +192,20 @@ def test_csv_round_trips_full_precision(by_regime):
             assert row["val_loss_std"] == "" and row["n_note"] == "n = 1, no variance estimate"
 
 
-def test_rounding_follows_uncertainty(by_regime):
+def test_rounding_follows_uncertainty_and_is_one_format_a_column(by_regime):
+    """Two significant digits of the column's smallest spread (at most its own decimals), every row alike."""
     table = by_regime
     md = render(table, "md")
+    spreads = table.uncertainty["val_loss"].dropna()
+    d = min(4, max(1 - int(math.floor(math.log10(u))) for u in spreads if u > 0))
     i = int(np.flatnonzero(table.df["regime"] == "full_adaptive")[0])
     u = table.uncertainty.loc[i, "val_loss"]  # 0.01 (seeds 0, 1, 2 add 0.01 each)
-    d = 1 - int(math.floor(math.log10(u)))
-    expected = f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}"
-    assert expected in md
+    assert f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}" in md
+    header = next(line for line in md.splitlines() if line.startswith("| regime"))
+    col = [c.strip() for c in header.split("|")].index("val_loss")
+    cells = [line.split("|")[col].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line]
+    numbers = [c.split(" ± ")[0].strip("*") for c in cells[1:]]
+    assert {len(n.split(".")[1]) for n in numbers} == {d}, numbers  # the one-seed row too
 
 
 # ------------------------------------------------------------------ inference, windows, stability
