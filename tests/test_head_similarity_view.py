@@ -106,7 +106,9 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     else:
         assert "No similarity gives real head groups in any layer" in sentence
     banners = [w.value for w in at.warning if "mostly not clusters" in w.value]
-    assert banners and "do head groups mean anything?" in banners[0]
+    assert banners and "see Stability" in banners[0]  # one line; its details name the section
+    (details,) = [m.value for m in at.markdown if "are the head groups real?" in m.value]
+    assert "do head groups mean anything?" in details
     # a table from the run's own tables says what it leaves out: the similarities a model measures, halves
     absent = sorted(set(hs.SIMILARITIES) - set(rows["similarity"]))
     assert absent == ["method", "span", "zscore"]
@@ -153,3 +155,12 @@ def test_the_banner_of_several_runs_points_to_the_similarity_section_only_for_ru
     (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
     assert "in 1 of the runs shown" in banner and "mean anything" not in banner, banner
     assert banner.endswith("See Stability → are the head groups real?."), banner
+    # every run named has a table (the trained samples): the pointer says so in a word, not a second list
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.query_params["sel"] = "run"
+    at.run()
+    at.switch_page(PAGE_FILES["compare"]).run()
+    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
+    assert banner.endswith("do head groups mean anything? shows which similarities do give real groups, for each."), (
+        banner
+    )
