@@ -149,22 +149,15 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
 
 
-def test_the_training_charts_are_what_the_command_it_shows_writes(three_runs, monkeypatch, tmp_path):
+def _command_block_builds_the_charts_shown(at: AppTest) -> None:
     """The Training page's "from the command line" block: its aah-viz figure command (runs, kind curves,
-    the x axis, grouping, band, smoothing, robust y) builds the chart on screen, trace for trace."""
+    the x axis, grouping, band, smoothing, robust and log y) builds the chart on screen, trace for trace."""
     import shlex
 
     from aah_viz.figures import build_figure
     from aah_viz.figures.payload import figure_data
     from aah_viz.runlog import load_run
 
-    at = open_training(three_runs, monkeypatch, tmp_path)
-    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
-    at.radio(key="tr_x").set_value("tokens").run()
-    at.selectbox(key="tr_group").set_value("regime").run()
-    at.selectbox(key="tr_band").set_value("std").run()
-    at.slider(key="tr_smoothing").set_value(0.3).run()
-    assert not at.exception, [e.value for e in at.exception]
     (block,) = [c.value for c in at.code if "aah-viz figure" in c.value]
     shown = figures(at)
     commands = block.splitlines()
@@ -182,6 +175,7 @@ def test_the_training_charts_are_what_the_command_it_shows_writes(three_runs, mo
             np.testing.assert_allclose(np.asarray(a["y"], float), np.asarray(b["y"], float), rtol=1e-9)
             np.testing.assert_allclose(np.asarray(a["x"], float), np.asarray(b["x"], float), rtol=1e-9)
         assert screen["layout"]["yaxis"].get("range") == built["layout"]["yaxis"].get("range")  # robust y alike
+        assert screen["layout"]["yaxis"].get("type") == built["layout"]["yaxis"].get("type")  # log y alike
 
 
 def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_chart(samples):
@@ -217,6 +211,7 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
     at.toggle(key="tr_log_y").set_value(True).run()
     params = {k: at.query_params[k] for k in at.query_params}
     assert {"runs", "scalars", "x", "group", "band", "smooth", "logy"} <= set(params)
+    _command_block_builds_the_charts_shown(at)  # and the command the page prints draws the same charts
     before = figures(at)
     # a fresh session (a new tab) opened on that address
     again = open_training(three_runs, monkeypatch, tmp_path, **params)
