@@ -165,3 +165,15 @@ def paper_rank(name) -> tuple[int, str]:
     if row is not None and row.paper_rank is not None:
         return (row.paper_rank, name)
     return (len(PAPER_ORDER), name)
+
+
+def did_you_mean(name, known=None) -> str:
+    """`` (did you mean 'full_adaptive'?)`` for a misspelt regime name: the closest of ``known`` (default every
+    regime), by its slug; an empty string when none is close."""
+    import difflib
+
+    names = [str(k) for k in (REGIMES if known is None else known)]
+    close = difflib.get_close_matches(slug(name), [slug(n) for n in names], n=1, cutoff=0.75)
+    if not close:
+        return ""
+    return f" (did you mean {next(n for n in names if slug(n) == close[0])!r}?)"

@@ -16,7 +16,7 @@ from typing import Any
 
 from aah_viz.errors import ConfigError
 from aah_viz.method import SIM_THRESHOLD
-from aah_viz.regimes import REGIMES
+from aah_viz.regimes import REGIMES, did_you_mean
 
 # Enumerated values of the keys that take a name (the reference's choices plus our named options).
 # Keys that once existed but did nothing; configs, manifests and checkpoints that still carry them load.
@@ -166,7 +166,9 @@ class AAHConfig:
     def from_shape(cls, shape: dict[str, Any], name: str, regime: str = "full_adaptive", **overrides: Any) -> AAHConfig:
         """Like ``from_preset`` with the size values given (``shape``) and recorded as ``preset=name``."""
         if regime not in REGIMES:
-            raise ConfigError(f"unknown regime {regime!r}; allowed regimes are {', '.join(REGIMES)}")
+            raise ConfigError(
+                f"unknown regime {regime!r}{did_you_mean(regime)}; allowed regimes are {', '.join(REGIMES)}"
+            )
         overrides = dict(overrides)
         values = dict(shape)
         window = overrides.pop("window", None)

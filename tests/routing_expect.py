@@ -49,8 +49,12 @@ def expected_scalars(run_dir, step: int, per_layer: bool = False, tables: dict |
             out[f"aah/mean_window/layer{int(layer):02d}"] = float(g["window"].mean())
     for level in range(run.max_depth):
         col = f"group_l{level}"
-        counts = [g[col].dropna().nunique() for _, g in at.groupby("layer")]
-        counts = [c for c in counts if c > 0]
+        counts = []
+        for _, g in at.groupby("layer"):
+            n = g[col].dropna().nunique()
+            # a level with as many groups as the level below merged nothing: the same level again
+            if n > 0 and not (level and n == g[f"group_l{level - 1}"].dropna().nunique()):
+                counts.append(n)
         if counts:
             out[f"aah/groups/l{level}"] = float(np.mean(counts))
     events = tables["updates"]

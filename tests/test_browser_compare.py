@@ -11,6 +11,7 @@ copy the address into a fresh tab and find the same view; download the data behi
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -157,6 +158,8 @@ def test_a_scalar_against_tokens_with_one_hover_for_every_run(server, browser):
     hover.first.wait_for(timeout=WAIT_MS)
     text = hover.first.text_content()
     assert "full_adaptive_seed1" in text and "shallow_freeze_seed1" in text, text
+    # the header is the tokens at that x, whole, with separators ("21,967"), never "21.96692k"
+    assert re.search(r"\d{1,3}(,\d{3})+", text) and not re.search(r"\d\.\d+k", text), text
     page.close()
 
 

@@ -120,6 +120,9 @@ def test_page_paths_do_not_depend_on_the_logs_root(server, browser):
     _open(page, f"{server}/?q=freeze", "Runs")
     _wait_query(page, q="freeze")
     _open(page, f"{server}/frontier", "Frontier")
+    # `streamlit run app.py` in a checkout reads .streamlit/config.toml: a user's tool, no "Deploy" button
+    wait_selector(page, '[data-testid="stMainMenu"]', "the app's menu")
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
     page.close()
 
 

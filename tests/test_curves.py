@@ -107,6 +107,55 @@ def test_run_names_and_manifest_values_are_text_in_the_curves_figure():
     assert all("<" not in (t.name or "") for t in grouped)
 
 
+def test_a_grouped_hover_says_n_once_and_a_points_count_only_where_runs_left_the_group():
+    """The legend says "(n=2)"; the hover adds "(1 of 2 runs)" only past the shorter run's last step."""
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure
+
+    def rows(run, steps):
+        return pd.DataFrame({"run": run, "label": run, "regime": "a", "seed": 0, "name": "loss", "step": steps,
+                             "tokens": np.asarray(steps, float), "wall_s": np.asarray(steps, float),
+                             "value": np.linspace(3, 1, len(steps))})  # fmt: skip
+
+    frame = pd.concat([rows("long", [0, 1, 2, 3, 4]), rows("short", [0, 1, 2])], ignore_index=True)
+    (band, mean) = curves_figure(frame, "loss", groups={"long": "a", "short": "a"}, group_by="regime").data
+    assert mean.name == "regime=a (n=2)" and "n=" not in mean.hovertemplate
+    reach = [(x <= 2) for x in mean.x]  # both runs reach steps 0-2, only the long one 3 and 4
+    assert list(mean.customdata) == ["" if both else " (1 of 2 runs)" for both in reach]
+
+
+def test_the_grouped_view_downloads_as_its_means_band_edges_and_counts():
+    """The grouped chart's CSV: per group and step the mean, the min-max edges and the runs behind it,
+    computed here from the two runs' rows."""
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure, grouped_frame
+
+    def rows(run, regime, values):
+        steps = np.arange(len(values))
+        return pd.DataFrame({"run": run, "label": run, "regime": regime, "seed": 0, "name": "loss", "step": steps,
+                             "tokens": steps * 10.0, "wall_s": steps * 1.0, "value": values})  # fmt: skip
+
+    frame = pd.concat([rows("a", "x", [3.0, 2.0, 1.5]), rows("b", "x", [4.0, 2.5]), rows("c", "y", [5.0, 4.0])])
+    groups = {"a": "x", "b": "x", "c": "y"}
+    fig = curves_figure(frame, "loss", x="tokens", groups=groups, group_by="regime", band="minmax")
+    got = grouped_frame(fig, "loss", "tokens")
+    assert list(got.columns) == ["scalar", "group", "tokens", "mean", "lower", "upper", "runs"]
+    x = got[got["group"] == "x"]
+    at = x["tokens"].to_numpy()
+    assert at.min() == 0.0 and at.max() == 20.0
+    a = np.interp(at, [0, 10, 20], [3.0, 2.0, 1.5])
+    b = np.where(at <= 10, np.interp(at, [0, 10], [4.0, 2.5]), np.nan)  # run b ends at 10 tokens
+    both = np.vstack([a, b])
+    np.testing.assert_allclose(x["mean"], np.nanmean(both, axis=0))
+    np.testing.assert_allclose(x["lower"], np.nanmin(both, axis=0))
+    np.testing.assert_allclose(x["upper"], np.nanmax(both, axis=0))
+    assert x["runs"].tolist() == np.isfinite(both).sum(axis=0).tolist()
+    y = got[got["group"] == "y"]  # one run: no band
+    assert y["lower"].isna().all() and set(y["runs"]) == {1}
+
+
 def test_step_bins_keep_each_step_until_there_are_too_many():
     steps = np.array([5, 1, 5, 3, 1])
     assert curves.step_bins(steps, 10).tolist() == [2, 0, 2, 1, 0]  # one bin per distinct step, in step order

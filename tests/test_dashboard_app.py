@@ -121,6 +121,14 @@ def test_hierarchy_page_slider_and_layer_picker(app, logs):
     levels = next(m.value for m in app.metric if m.label == "levels")
     tree = run.table("tree", filters=[("layer", "==", 0), ("step", "==", int(tree_steps[-1]))])
     assert int(levels) == tree["level"].nunique()
+    # the tree rows say the window each group chose in tokens, under words, not candidate indices
+    rows = next(d.value for d in app.dataframe if "members" in d.value.columns)
+    assert "final_idx" not in rows.columns
+    by_node = tree.sort_values(["level", "node"])
+    windows = [int(w) for w in run.windows]
+    assert sorted(rows["window (after parent)"].dropna().astype(int)) == sorted(
+        windows[int(i)] for i in by_node["final_idx"].dropna()
+    )
     # move the slider to an earlier routing update
     target = int(tree_steps[len(tree_steps) // 2])
     slider.set_value(target).run()
@@ -255,7 +263,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     np.testing.assert_allclose(band["base"], [0.0] * (N_LAYER + 1))
     np.testing.assert_allclose(band["y"], [0.15] * N_LAYER + [0.1])
     comp = at.dataframe[1].value
-    assert comp[["target", "ari", "null_mean", "p_value", "partition_verdict"]].values.tolist()[-1] == [
+    # words for the table's names, and the pooled row's layer a word, not 0.000000
+    assert comp["layer"].tolist() == [str(i) for i in range(N_LAYER)] + ["pooled"]
+    assert comp[["target", "ARI", "null mean", "p", "partition validity"]].values.tolist()[-1] == [
         "kmeans:profile",
         0.2,
         0.0,
@@ -263,7 +273,7 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
         "real",
     ]
     assert comp["reason"].tolist()[0] == "one AAH group"
-    assert at.dataframe[2].value["rho"].tolist() == [0.3]
+    assert at.dataframe[2].value["Spearman's rho"].tolist() == [0.3]
 
 
 def test_compare_page_groups_by_regime(app):
@@ -622,6 +632,9 @@ def test_glossary_defines_every_term_the_tooltips_link_to(app):
     goto(app, "glossary")
     heads = [h.value for h in app.subheader]
     assert heads == [name for name, _ in TERMS.values()]
+    # the words the pages print without a definition beside them (issue 42's walk) have an entry
+    for words in ("% of slots", "offset baseline", "needed window", "NMI and V-measure"):
+        assert words in heads, words
 
 
 def test_every_chart_offers_its_data_and_images_for_download(app):

@@ -135,7 +135,10 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
         loss = load_run(three_runs / key).scalar("loss").sort_values("step")
         ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
     np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
-    np.testing.assert_array_equal(np.asarray(mean["customdata"]), 2)  # runs behind each point
+    # both runs behind every point: the name's "(n=2)" says it once, the hover adds nothing; its header
+    # (the x value) prints whole steps, not "21.96692k"
+    assert set(mean["customdata"]) == {""}
+    assert fig["layout"]["xaxis"]["hoverformat"] == ",.0f"
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
@@ -144,6 +147,35 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["loss against step"]["data"] if t.get("showlegend") is not False}
     assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+
+
+def _command_block_builds_the_charts_shown(at: AppTest) -> None:
+    """The Training page's "from the command line" block: its aah-viz figure command (runs, kind curves,
+    the x axis, grouping, band, smoothing, robust and log y) builds the chart on screen, trace for trace."""
+    import shlex
+
+    from aah_viz.figures import build_figure
+    from aah_viz.figures.payload import figure_data
+    from aah_viz.runlog import load_run
+
+    (block,) = [c.value for c in at.code if "aah-viz figure" in c.value]
+    shown = figures(at)
+    commands = block.splitlines()
+    assert len(commands) == len(shown)
+    for command in commands:
+        words = shlex.split(command)
+        runs = [load_run(w) for w in words[2 : words.index("--kind")]]
+        assert sorted(r.path.name for r in runs) == ["a-s0", "a-s1", "f-s0"]
+        assert words[words.index("--kind") + 1] == "curves"
+        opts = dict(part.split("=", 1) for part in words[words.index("--opt") + 1].split(","))
+        built = figure_data(build_figure("curves", runs, **opts).to_json())
+        screen = shown[built["layout"]["title"]["text"]]
+        assert [t.get("name") for t in screen["data"]] == [t.get("name") for t in built["data"]]
+        for a, b in zip(screen["data"], built["data"]):
+            np.testing.assert_allclose(np.asarray(a["y"], float), np.asarray(b["y"], float), rtol=1e-9)
+            np.testing.assert_allclose(np.asarray(a["x"], float), np.asarray(b["x"], float), rtol=1e-9)
+        assert screen["layout"]["yaxis"].get("range") == built["layout"]["yaxis"].get("range")  # robust y alike
+        assert screen["layout"]["yaxis"].get("type") == built["layout"]["yaxis"].get("type")  # log y alike
 
 
 def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_chart(samples):
@@ -179,6 +211,7 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
     at.toggle(key="tr_log_y").set_value(True).run()
     params = {k: at.query_params[k] for k in at.query_params}
     assert {"runs", "scalars", "x", "group", "band", "smooth", "logy"} <= set(params)
+    _command_block_builds_the_charts_shown(at)  # and the command the page prints draws the same charts
     before = figures(at)
     # a fresh session (a new tab) opened on that address
     again = open_training(three_runs, monkeypatch, tmp_path, **params)
@@ -343,7 +376,12 @@ def test_a_per_layer_scalar_is_drawn_as_the_run_logged_it_for_that_layer(three_r
     at = open_training(three_runs, monkeypatch, tmp_path)
     at.multiselect(key="tr_runs").set_value(["a-s0"]).run()
     at.slider(key="tr_smoothing").set_value(0.0).run()
-    options = at.multiselect(key="tr_scalars").options
+    import re
+
+    # the picker shows words with the logged name beside them: "ACR, layer 1 (acr/layer_1)"
+    shown = at.multiselect(key="tr_scalars").options
+    options = [m.group(1) if (m := re.search(r"\(([^()]*)\)$", o)) else o for o in shown]
+    assert "ACR, layer 1 (acr/layer_1)" in shown
     scalars = load_run(three_runs / "a-s0").table("scalars")
     per_layer = scalars[scalars["layer"].notna()]
     want = sorted({f"{n}/layer_{int(layer)}" for n, layer in zip(per_layer["name"], per_layer["layer"])})
@@ -371,7 +409,10 @@ def test_compare_bars_of_two_seeds_stay_in_each_figures_domain():
     acr, loss = [0.05, 0.95], [0.1, 3.0]
     per_run = pd.DataFrame({"regime": ["r", "r"], "seed": [0, 1], "final_acr": acr, "final_loss": loss})
     fig = regime_metric_figure(per_run, ["final_acr", "final_loss"])
-    bars = {b.xaxis: b for b in fig.data if b.type == "bar"}
+    bars = {b.xaxis: b for b in fig.data if b.name == "our runs (mean ± sd)"}
+    # means as points with their spread, never bars from 0 (values of 2.9-3.8 would all look alike)
+    assert not [b for b in fig.data if b.type == "bar"]
+    assert all(fig.layout[f"yaxis{i or ''}"].rangemode in (None, "normal") for i in (0, 2))
     for axis, values, lo, hi in (("x", acr, 0.0, 1.0), ("x2", loss, 0.0, np.inf)):
         mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
         assert mean - sd < lo or mean + sd > hi  # unclipped, the bar leaves the domain

@@ -55,6 +55,34 @@ def test_dashboard_figure_to_png_svg_pdf(run_dir, tmp_path):
     assert pdf.startswith(MAGIC["pdf"]) and b"%%EOF" in pdf[-64:]
     # the heatmap's title is in the vector output: it is this figure, not a blank page
     assert fig.layout.title.text.split(":")[0].encode() in svg
+    # the PDF's document title (what a viewer names it) is the figure's title, not "Kaleido-fier"
+    pypdf = pytest.importorskip("pypdf")
+    import io
+
+    reader = pypdf.PdfReader(io.BytesIO(pdf), strict=True)
+    assert reader.metadata.title == fig.layout.title.text and len(reader.pages) == 1
+
+
+def test_a_pdf_title_goes_in_as_an_incremental_update_any_reader_follows():
+    """The original bytes stay; pypdf (strict) reads the new title, markup-free, in any script."""
+    pypdf = pytest.importorskip("pypdf")
+    import io
+
+    from aah_viz.export.pdf_info import plain_title, with_title
+
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(width=200, height=100)
+    writer.add_metadata({"/Title": "Kaleido-fier"})
+    buf = io.BytesIO()
+    writer.write(buf)
+    original = buf.getvalue()
+    title = plain_title("loss <b>against</b> step<br>grouped: ü (n=2)")
+    assert title == "loss against step grouped: ü (n=2)"
+    titled = with_title(original, title)
+    assert titled.startswith(original.rstrip(b"\n"))
+    reader = pypdf.PdfReader(io.BytesIO(titled), strict=True)
+    assert reader.metadata.title == title and len(reader.pages) == 1
+    assert with_title(b"%PDF-1.7 no classic trailer", title) == b"%PDF-1.7 no classic trailer"
 
 
 def _legend_box(svg: bytes) -> tuple[float, float, float, float, float, float]:
@@ -128,6 +156,24 @@ def test_cli_figure_refuses_an_option_the_run_cannot_have(run_dir, tmp_path, cap
     assert main(["figure", str(run_dir), "--kind", "hierarchy", "--opt", opt, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "opt, said",
+    [
+        ("x=epoch", "x must be one of step, tokens, wall_s, got 'epoch'"),
+        ("band=iqr", "band must be one of minmax, std, stderr, ci95, none"),
+        ("group=colour", "no run has the manifest field 'colour' to group by"),
+        ("scalar=accuracy", "no run here logged the scalar 'accuracy'; logged: "),
+        ("log_y=maybe", "--opt log_y=maybe must be true or false"),
+    ],
+)
+def test_cli_curves_refuses_a_choice_the_training_page_does_not_have(run_dir, tmp_path, capsys, opt, said):
+    out = tmp_path / "x.svg"
+    assert main(["figure", str(run_dir), "--kind", "curves", "--opt", opt, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
     assert not out.exists()
 
 

@@ -25,6 +25,7 @@ from aah_viz.export import (
     collect_runs,
     comparison_table,
     difference_curve_table,
+    difference_curves_table,
     factorial_table,
     render,
 )
@@ -191,14 +192,20 @@ def test_csv_round_trips_full_precision(by_regime):
             assert row["val_loss_std"] == "" and row["n_note"] == "n = 1, no variance estimate"
 
 
-def test_rounding_follows_uncertainty(by_regime):
+def test_rounding_follows_uncertainty_and_is_one_format_a_column(by_regime):
+    """Two significant digits of the column's smallest spread (at most its own decimals), every row alike."""
     table = by_regime
     md = render(table, "md")
+    spreads = table.uncertainty["val_loss"].dropna()
+    d = min(4, max(1 - int(math.floor(math.log10(u))) for u in spreads if u > 0))
     i = int(np.flatnonzero(table.df["regime"] == "full_adaptive")[0])
     u = table.uncertainty.loc[i, "val_loss"]  # 0.01 (seeds 0, 1, 2 add 0.01 each)
-    d = 1 - int(math.floor(math.log10(u)))
-    expected = f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}"
-    assert expected in md
+    assert f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}" in md
+    header = next(line for line in md.splitlines() if line.startswith("| regime"))
+    col = [c.strip() for c in header.split("|")].index("val_loss")
+    cells = [line.split("|")[col].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line]
+    numbers = [c.split(" ± ")[0].strip("*") for c in cells[1:]]
+    assert {len(n.split(".")[1]) for n in numbers} == {d}, numbers  # the one-seed row too
 
 
 # ------------------------------------------------------------------ inference, windows, stability
@@ -490,11 +497,13 @@ def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
         "probes_comparisons.md",
         "comparison.md",
         "factorial.md",
-        "difference_shallow_freeze.md",
+        "differences.md",
     ):
         assert name in names
-    diff = (out / "difference_shallow_freeze.md").read_text()
-    assert f"| {STEPS} |" in diff  # the paired step of the final evaluation
+    assert not any(n.startswith("difference_") for n in names)  # one file for every regime's curve
+    diff = (out / "differences.md").read_text()
+    for regime in ("shallow_freeze", "full_adaptive", "deep_practical_reuse"):
+        assert f"| {regime} | {STEPS} |" in diff  # the paired step of the final evaluation
     assert "Welch t" in (out / "training.md").read_text()
     assert main(["export", str(runs_root), "--table", "training", "--out", str(out), "--baseline", "nope"]) == 2
     assert "--baseline 'nope' matches no run" in capsys.readouterr().err
@@ -504,7 +513,7 @@ def test_cli_export_writes_every_table(runs_root, tmp_path, capsys):
 
 
 def test_latex_structure(by_regime):
-    tex = render(by_regime, "latex")
+    tex = to_latex(by_regime)  # the long form (--form long); the summary form is tested below
     parts = tex.count("\\toprule")
     assert parts == tex.count("\\midrule") == tex.count("\\bottomrule") >= 1
     assert tex.count("\\caption{") == 1 and "\\caption{Training:" in tex and "\\label{tab:aah-training}" in tex
@@ -577,6 +586,7 @@ def test_latex_compiles_and_fits_a_one_column_article(runs, by_regime, tmp_path)
     tables.append(factorial_table(runs))
     tables.append(comparison_table(runs, "full_attention"))
     tables += [difference_curve_table(runs, r, "full_attention") for r in ("full_adaptive", "shallow_freeze")]
+    tables.append(difference_curves_table(runs, "full_attention"))  # the file the CLI writes: every regime
     (tmp_path / "doc.tex").write_text(latex_document(tables), encoding="utf-8")
     assert "landscape" not in (tmp_path / "doc.tex").read_text()  # the default one-column article
     log = _compile(engine, tmp_path / "doc.tex", "pdflatex to compile the tables")
@@ -805,3 +815,68 @@ def test_difference_and_stability_headers_are_words_in_the_text_pdflatex_extract
     for entry in ("CI low: lower end of the interval", ".: mean over seed pairs", "forced: share of level-0",
                   "group sw.: share of heads changing group", "ARI: mean adjusted Rand index"):  # fmt: skip
         assert entry in text, (entry, text[-1500:])
+
+
+def _pdf_pages(engine: str, tex: Path, what: str) -> list[str]:
+    """``tex`` (one table) compiled in a plain article; the text pdflatex put on each page."""
+    pypdf = pytest.importorskip("pypdf")
+    doc = tex.with_name(tex.stem + "-doc.tex")
+    doc.write_text(
+        "\\documentclass{article}\n\\usepackage{booktabs,graphicx,array}\n\\begin{document}\n"
+        + tex.read_text(encoding="utf-8")
+        + "\\end{document}\n",
+        encoding="utf-8",
+    )
+    _compile(engine, doc, what)
+    return [" ".join(p.extract_text().split()) for p in pypdf.PdfReader(doc.with_suffix(".pdf")).pages]
+
+
+def test_training_table_by_regime_fits_one_page_in_its_summary_form(tmp_path, capsys):
+    """The README's command on the bundled runs (nine regimes, a baseline): the training table's LaTeX is
+    one page, its numbers those of the Parquet files, one number of decimals a column; --form long
+    keeps every column with its spread (the form that ran over two pages in four parts)."""
+    engine = _tex_engine()
+    dirs = sorted(SAMPLE_LOGS.glob("*_seed?"))
+    args = ["export", *map(str, dirs), "--table", "training", "--by", "regime", "--format", "latex", "--n-boot", "200"]
+    assert main([*args, "--baseline", "full_attention", "--out", str(tmp_path / "summary")]) == 0
+    assert main([*args, "--out", str(tmp_path / "long"), "--form", "long"]) == 0
+    capsys.readouterr()
+    pages = _pdf_pages(engine, tmp_path / "summary" / "training.tex", "pdflatex to compile the summary form")
+    assert len(pages) == 1, [p[:200] for p in pages]
+    text = pages[0].replace("ﬁ", "fi").replace("ﬀ", "ff").replace("ﬄ", "ffl")
+    assert len(_pdf_pages(engine, tmp_path / "long" / "training.tex", "pdflatex to compile the long form")) > 1
+
+    by_regime: dict[str, list[Path]] = {}
+    for d in dirs:
+        by_regime.setdefault(json.loads((d / "manifest.json").read_text())["regime"], []).append(d)
+    assert len(by_regime) == 9
+    loss_places = set()
+    for regime, members in by_regime.items():
+        name = re.escape(regime.replace("_", " "))  # OT1 prints an underscore as a rule, read as a space
+        match = re.search(name + r" (\d) ?†? ([\d.]+)(?: ± ([\d.]+))? ([\d.]+) ([\d.]+)", text)
+        assert match, (regime, text[:1500])
+        loss, ppl = float(match.group(2)), float(match.group(4))
+        finals = [_last(_scalars(d), "val_loss") for d in members]
+        assert int(match.group(1)) == len(finals)
+        places = len(match.group(2).split(".")[1])
+        loss_places.add(places)
+        assert loss == pytest.approx(np.mean(finals), abs=0.51 * 10**-places)
+        if len(finals) > 1:
+            assert float(match.group(3)) == pytest.approx(np.std(finals, ddof=1), abs=0.51 * 10**-places)
+        assert ppl > 1
+        # the window shares of the final branch step, in percent, in the second part's row
+        shares = re.search(name + r" [\d.]+ [\d.]+ [\d.]+ ([\d/]+|–)", text.split("w 16/32/64/128")[1])
+        assert shares, (regime, text)
+        if regime != "full_attention":
+            expected = []
+            for w in (16, 32, 64, 128):
+                per_run = []
+                for d in members:
+                    branch = pd.read_parquet(d / "branch")
+                    last = branch[branch["step"] == branch["step"].max()]
+                    per_run.append(last.loc[last["window"] == w, "fraction"].sum() / last["layer"].nunique())
+                expected.append(100 * np.mean(per_run))
+            printed = [int(x) for x in shares.group(1).split("/")]
+            assert printed == pytest.approx(expected, abs=0.51), (regime, printed, expected)
+    assert len(loss_places) == 1  # one number of decimals in the column
+    assert "Welch’s t-test p" in text.replace("'", "’") and "One seed, not tested against full attention" in text

@@ -207,9 +207,24 @@ def test_head_timeline_samples_routing_updates_only(runs):
     cols = trace["x"].tolist()
     assert set(cols[:-1]) <= ups | {0} and cols[-1] == 159
     heads = run.table("heads", filters=[("layer", "==", 2)])
+    warmup = int(run.config.get("warmup_steps") or 0)
     for j, s in enumerate(cols):
         w = heads[heads["step"] == s].sort_values("head")["window"].to_numpy()
-        np.testing.assert_array_equal(trace["customdata"][:, j], w)
+        np.testing.assert_array_equal(trace["customdata"][:, j], -1 if s < warmup else w)  # warm-up: no window
+
+
+def test_the_timeline_draws_warm_up_grey_not_in_the_colour_of_a_window():
+    from aah_viz.figures.windows import head_timeline_figure
+
+    steps = np.array([0, 10, 20, 30])
+    matrix = np.array([[128, 128, 16, 32], [128, 128, 64, 64]])  # warm-up runs full attention (128)
+    fig = figure_data(head_timeline_figure(steps, matrix, [16, 32, 64, 128], warmup=20))
+    cells = fig["data"][0]
+    z = np.asarray(cells["z"], dtype=float)
+    assert np.isnan(z[:, :2]).all() and np.isfinite(z[:, 2:]).all()  # no colour before step 20
+    assert cells["hoverongaps"] is False
+    assert [a["text"] for a in fig["layout"]["annotations"]] == ["warm-up: full attention"]
+    np.testing.assert_array_equal(np.asarray(cells["customdata"])[:, 2:], matrix[:, 2:])
 
 
 def test_branch_bars_stack_to_one_per_layer(runs):
@@ -297,6 +312,24 @@ def test_coverage_shows_realised_work_and_the_cost_table_labels_the_estimate():
     assert table["step time, median (s, measured)"] == pytest.approx(steps.median())
 
 
+def test_the_exact_patch_never_hides_the_unpatched_model_on_the_frontier():
+    """The patch sits on the unpatched point: a ring drawn under the unpatched star, which stays visible."""
+    import pandas as pd
+
+    from aah_viz.figures.frontier import frontier_figure
+
+    table = pd.DataFrame({"configuration": ["unpatched", "patch_full", "sliding_window_8"],
+                          "family": ["unpatched", "patch", "sliding_window"], "acr": [1.0, 1.0, 0.3],
+                          "ppl": [20.0, 20.0, 24.0], "ppl_lo": [19.0, 19.0, 23.0], "ppl_hi": [21.0, 21.0, 25.0],
+                          "acr_causal": [1.0, 1.0, 0.5], "pareto": [True, False, True]})  # fmt: skip
+    fig = frontier_figure(table)
+    drawn = [t.name for t in fig.data]
+    patch, star = (next(t for t in fig.data if t.name == n) for n in ("full-attention patch", "unpatched model"))
+    assert drawn.index("unpatched model") > drawn.index("full-attention patch")
+    assert patch.marker.symbol.endswith("-open") and patch.marker.size > star.marker.size
+    assert patch.legendrank > star.legendrank  # the legend keeps the unpatched model first
+
+
 def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_front(frontier_run, runs):
     from aah_viz.analysis.frontier import run_frontier_table
 
@@ -317,6 +350,11 @@ def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_fron
     written = {name: cd[3] for t in fig.data if t.customdata is not None for name, cd in zip(t.text, t.customdata)}
     assert written["full_adaptive_adapted"] == "full_adaptive" and written["sliding_window_8"] == "w 8"
     assert written["unpatched"] == ""
+    # labels above or below their points in turn, never level with a neighbour's interval
+    for t in fig.data:
+        if t.mode == "markers+text" and len(t.y) > 1:
+            by_ppl = [p for _, p in sorted(zip(t.y, t.textposition))]
+            assert all(a != b for a, b in zip(by_ppl, by_ppl[1:])), by_ppl
     (front,) = [t for t in fig.data if t.name == "Pareto front"]
     on_front = table[table["pareto"]].sort_values("acr")
     assert list(front.x) == pytest.approx(list(on_front["acr"]))

@@ -195,3 +195,24 @@ def test_a_model_folder_spans_the_windows_of_the_measured_length(tmp_path, tiny_
     assert np.ptp(span[..., 0], axis=1).max() > 1e-4  # heads differ
     given, _ = measure_heads(tmp_path / "run", windows=(16, 32), **kw)
     assert given["span"].all.shape[-1] == 2 and np.allclose(given["span"].all[..., 0], span[..., 2], atol=1e-6)
+
+
+def test_every_trained_sample_holds_the_table_its_probe_tables_give(tmp_path, capsys):
+    """scripts/make_sample_logs.sh groups every trained run's heads from its probe tables; the committed
+    samples hold that table (so "Do head groups mean anything?" has something to show), and one of them
+    is what the command computes again from the run."""
+    trained = sorted((REPO / "sample_logs").glob("*_seed?"))
+    assert len(trained) == 14
+    without = [r.name for r in trained if "head_similarity" not in load_run(r).tables()]
+    assert without == []
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE, run, ignore=shutil.ignore_patterns("head_similarity"))
+    assert main(["head-similarity", str(run), "--tables-only", "--no-progress"]) == 0
+    capsys.readouterr()
+    again, kept = (load_run(r).table("head_similarity") for r in (run, SAMPLE))
+    order = ["layer", "procedure", "similarity", "other"]
+    again, kept = (t.sort_values(order, na_position="first").reset_index(drop=True) for t in (again, kept))
+    assert list(again["verdict"].fillna("")) == list(kept["verdict"].fillna(""))
+    assert again["labels"].map(list).tolist() == kept["labels"].map(list).tolist()
+    for col in ("silhouette", "ari", "mantel_rho"):
+        assert np.allclose(again[col].astype(float), kept[col].astype(float), rtol=1e-5, equal_nan=True), col

@@ -31,7 +31,7 @@ def logs(tmp_path_factory):
     shutil.copytree(SAMPLE, root / "run")
     args = ["head-similarity", str(root / "run"), "--no-progress", "--agreement-samples", "99", "--null-samples", "50"]
     assert main(args) == 0
-    shutil.copytree(SAMPLE, root / "bare")  # no head_similarity table
+    shutil.copytree(SAMPLE, root / "bare", ignore=shutil.ignore_patterns("head_similarity"))  # no table
     return root
 
 
@@ -106,7 +106,15 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     else:
         assert "No similarity gives real head groups in any layer" in sentence
     banners = [w.value for w in at.warning if "mostly not clusters" in w.value]
-    assert banners and "do head groups mean anything?" in banners[0]
+    assert banners and "see Stability" in banners[0]  # one line; its details name the section
+    (details,) = [m.value for m in at.markdown if "are the head groups real?" in m.value]
+    assert "do head groups mean anything?" in details
+    # a table from the run's own tables says what it leaves out: the similarities a model measures, halves
+    absent = sorted(set(hs.SIMILARITIES) - set(rows["similarity"]))
+    assert absent == ["method", "span", "zscore"]
+    (said,) = [c.value for c in at.caption if c.value.startswith("Similarities here:")]
+    assert f"Not measured: {', '.join(a for a in hs.SIMILARITIES if a in absent)}" in said, said
+    assert "Stability is not measured" in said
     next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()
     assert not at.exception
     assert at.query_params["procedure"] == "complete"  # the view travels in the address
@@ -119,6 +127,8 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     ]
     odd = _stability_page(logs, monkeypatch, "run", procedure="<b>nonsense</b>")  # not an option: the default
     assert next(r for r in odd.radio if r.key == "hsim_procedure").value == "method"
+    said = [t.value for t in odd.toast]  # and the page says the address was not followed, its text as text
+    assert len(said) == 1 and "procedure=\\<b\\>nonsense\\</b\\>" in said[0].replace("&lt;", "<"), said
     bare = _stability_page(logs, monkeypatch, "bare")
     assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)
 
@@ -145,3 +155,12 @@ def test_the_banner_of_several_runs_points_to_the_similarity_section_only_for_ru
     (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
     assert "in 1 of the runs shown" in banner and "mean anything" not in banner, banner
     assert banner.endswith("See Stability → are the head groups real?."), banner
+    # every run named has a table (the trained samples): the pointer says so in a word, not a second list
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.query_params["sel"] = "run"
+    at.run()
+    at.switch_page(PAGE_FILES["compare"]).run()
+    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
+    assert banner.endswith("do head groups mean anything? shows which similarities do give real groups, for each."), (
+        banner
+    )

@@ -123,3 +123,18 @@ def test_each_regime_has_its_own_colour_and_an_unknown_one_a_stable_colour_of_th
     assert all(len(c) == 7 and c.startswith("#") and int(c[1:], 16) >= 0 for c in colours)
     assert style.regime_color("my_new_regime") == style.regime_color("my_new_regime")
     assert style.regime_color("my_new_regime") in colours
+
+
+def test_a_misspelt_regime_is_answered_with_the_closest_name():
+    from aah_viz.errors import ConfigError
+    from aah_viz.regimes import did_you_mean
+
+    assert did_you_mean("full_adaptve") == " (did you mean 'full_adaptive'?)"
+    assert did_you_mean("Full-Atention") == " (did you mean 'full_attention'?)"
+    assert did_you_mean("nope") == ""
+    assert did_you_mean("shallow_frieze", ["shallow_freeze", "full_attention"]) == " (did you mean 'shallow_freeze'?)"
+    # the config every command builds a model from (train, retrofit, sweep cells) says it
+    from instrumentation.config import AAHConfig
+
+    with pytest.raises(ConfigError, match=r"unknown regime 'shalow_freeze' \(did you mean 'shallow_freeze'\?\)"):
+        AAHConfig.from_preset("tiny", "shalow_freeze")

@@ -37,6 +37,20 @@ def test_a_recorded_run_exports_every_step_equal_to_the_run_directory(tmp_path):
         want = run.scalar(name).dropna(subset=["value"]).set_index("step")["value"]
         assert set(logged[tag]) == set(want.index)
         assert np.allclose([logged[tag][s] for s in want.index], want.to_numpy(), rtol=1e-6)
+    # wall times are the run's own: its start plus the step times up to each step (not the export's clock)
+    from datetime import datetime
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb" / run.run_id), size_guidance={"scalars": 0})
+    acc.Reload()
+    events = {e.step: e.wall_time for e in acc.Scalars("train/loss")}
+    start = datetime.fromisoformat(run.manifest["started_at"].replace("Z", "+00:00")).timestamp()
+    times = run.scalar("step_time_s").dropna(subset=["value"]).sort_values("step")
+    steps, secs = times["step"].to_numpy(), times["value"].to_numpy()
+    spent = np.cumsum(np.diff(steps, prepend=-1) * secs)  # each value for the steps since the one before
+    for step in steps[:: max(1, len(steps) // 20)]:
+        assert events[int(step)] == pytest.approx(start + spent[list(steps).index(step)], abs=1e-3)
 
 
 def test_folders_of_runs_export_one_folder_a_run_and_refuse_to_mix_with_an_earlier_export(tmp_path, capsys):

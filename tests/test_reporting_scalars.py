@@ -51,6 +51,16 @@ def test_every_scalar_of_a_hand_worked_step():
     assert not any(k.startswith("aah/mean_window/") for k in step_scalars(rows()))
 
 
+def test_a_level_that_merges_nothing_is_not_a_level_of_its_own():
+    """Levels are nested: layer 0's level 1 repeats its two level-0 groups, layer 1's merges its two into
+    one. Only layer 1 has a level 1; a hierarchy that merged nothing anywhere has no groups/l1 at all."""
+    groups = np.array([[[[0, 1], [0, 1]], [[0, 1], [0, 0]]]])  # (S, L, depth, H)
+    got = step_scalars(rows(groups=groups))
+    assert got["aah/groups/l0"] == 2.0 and got["aah/groups/l1"] == 1.0
+    flat = np.array([[[[0, 1], [0, 1]], [[0, 1], [0, 1]]]])
+    assert "aah/groups/l1" not in step_scalars(rows(groups=flat))
+
+
 def test_given_values_win_and_missing_parts_are_left_out():
     got = step_scalars(rows(acr=np.array([0.3]), groups=None, level0_forced=None, group_change_rate=None))
     assert got["aah/acr"] == 0.3

@@ -53,6 +53,14 @@ def register(subparsers) -> None:
         "--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds"
     )
     parser.add_argument(
+        "--form",
+        default="summary",
+        choices=("summary", "long"),
+        help="LaTeX of the training table with --by regime: summary (fits one page: spreads of val. loss and "
+        "ACR, window shares in one column, the tests against --baseline in one note) or long (every column "
+        "with its spread)",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REGIME",
         help="compare every regime with this one: significance tests and the paired difference curve",
@@ -113,11 +121,12 @@ def _write(out_dir: Path, stem: str, text: str, fmt: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from aah_viz.errors import AAHVizError
-    from aah_viz.export.comparisons import comparison_table, difference_curve_table, factorial_table
+    from aah_viz.export.comparisons import comparison_table, difference_curves_table, factorial_table
     from aah_viz.export.formats import render
     from aah_viz.export.kinds import PROBE_PARTS, TABLE_KINDS
     from aah_viz.export.runs import check_same_config, collect_runs, config_label, split_by_config
     from aah_viz.export.tables import build_tables
+    from aah_viz.regimes import did_you_mean
 
     if args.table is None and args.runs[0] == "tensorboard":
         if len(args.runs) < 2:
@@ -141,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     multi = len(groups) > 1
     if args.baseline and not any(str(r.regime) == args.baseline for r in runs):
         present = ", ".join(sorted({str(r.regime) for r in runs}))
-        raise AAHVizError(f"--baseline {args.baseline!r} matches no run; regimes present: {present}")
+        hint = did_you_mean(args.baseline, sorted({str(r.regime) for r in runs}))
+        raise AAHVizError(f"--baseline {args.baseline!r} matches no run{hint}; regimes present: {present}")
     for cfg, members in groups.items():
         suffix = f"_{config_label(cfg)}" if multi else ""
         baseline = args.baseline if any(str(r.regime) == args.baseline for r in members) else None
@@ -151,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                 "no comparisons written for it",
                 file=sys.stderr,
             )
-        opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline)
+        opts = dict(by=args.by, seed=args.seed, n_boot=args.n_boot, baseline=baseline, form=args.form)
         for name in names:
             layout = args.layout if name in ("training", "inference") else "toolkit"
             parts = PROBE_PARTS if name == "probes" else (None,)
@@ -174,9 +184,8 @@ def run(args: argparse.Namespace) -> int:
             rendered[f"comparison{suffix}"] = render(
                 labelled(comparison_table(members, baseline, seed=args.seed)), args.fmt
             )
-            for regime in sorted({str(r.regime) for r in members} - {baseline}):
-                curve = labelled(difference_curve_table(members, regime, baseline, seed=args.seed))
-                rendered[f"difference_{regime}{suffix}"] = render(curve, args.fmt)
+            curves = labelled(difference_curves_table(members, baseline, seed=args.seed))
+            rendered[f"differences{suffix}"] = render(curves, args.fmt)
         if args.factorial:
             rendered[f"factorial{suffix}"] = render(labelled(factorial_table(members, seed=args.seed)), args.fmt)
     # only now, with every table built, is anything written: a refusal leaves no half-written folder

@@ -3,7 +3,7 @@ link, keeps it across page switches, and writes it back, so a copied address rep
 
 Only values that differ from the widget's default are written, so a plain page keeps a short
 address. A value from the address that the widget cannot take (an unknown run, a range outside the
-data) is dropped for the default: the address is data, never trusted. The shared selection
+data) is dropped for the default, with a notice: the address is data, never trusted. The shared selection
 (``selection``: run, layer, head, step, the ticked runs) goes through the same two calls,
 :func:`arrived` and :func:`write`, as every bound widget.
 """
@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from aah_viz.dashboard.safe_text import plain
+
+SHOWN_CHARS = 60  # of a refused value in the notice
 SEEN = "address_seen"  # {param: the text this session last read from or wrote to the address}
 KEEP = "address_keep_"  # session copy of each bound widget's value (Streamlit forgets widgets off the page)
 
@@ -54,7 +57,10 @@ def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
             st.session_state[key] = parse(text)
             return
         except (ValueError, TypeError, KeyError, IndexError, OverflowError):
-            pass  # not a value this widget can take: fall through to the session's or the default
+            # not a value this widget can take: the session's or the default, and the page says so
+            shown = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+            st.toast(plain(f"The address's {param}={shown} is not one this page can show; using the default."),
+                     icon=":material/link_off:")  # fmt: skip
     if key not in st.session_state:
         st.session_state[key] = st.session_state.get(KEEP + key, default)
 

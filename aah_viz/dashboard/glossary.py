@@ -133,6 +133,30 @@ TERMS: dict[str, tuple[str, str]] = {
         "(ref, M) + (ref, ref). Its 95% interval is a t interval on the model's residual degrees of freedom "
         "(the seed-to-seed spread); an interval that holds 0 tells no effect apart from that spread.",
     ),
+    "slots": (
+        "% of slots",
+        "A slot is one (layer, head) pair: with 4 layers of 12 heads a model has 48. The share of slots at a "
+        "window is how many of them execute that window, in percent of all.",
+    ),
+    "offset_baseline": (
+        "offset baseline",
+        "The best fixed-offset guess for a syntactic relation: always the word at one relative offset (-3, -2, "
+        "-1, +1 or +2), the offset chosen per relation as the one that scores best. A head's score minus it "
+        "(score_minus_baseline) is what the head knows beyond position: 0 is no better than a fixed offset.",
+    ),
+    "needed_window": (
+        "needed window",
+        "The smallest window (tokens, any size) that keeps 95% of a head's attention mass under full attention "
+        "(`aah-viz profile`; the Probes page's chart uses 90%). A head whose executed window is smaller than its "
+        "needed window is cut: it loses part of what it would attend to.",
+    ),
+    "nmi": (
+        "NMI and V-measure",
+        "Normalised mutual information between two partitions of the same heads (AAH's groups and the probe "
+        "clusters), from 0 (independent) to 1 (identical up to names); the V-measure is the harmonic mean of "
+        "homogeneity and completeness, equal to NMI with the arithmetic mean. Both reward many small groups: "
+        "every head alone scores high, which is why the ARI against a permutation null is the headline.",
+    ),
     "single_seed": (
         "single seed",
         "A regime with one run has no spread over seeds: its values are shown without ± and are never "

@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import head_similarity as hs
+from aah_viz.analysis.similarity_measures import SIMILARITIES
 from aah_viz.dashboard import address, cache
 from aah_viz.dashboard.common import chart
 from aah_viz.figures import head_similarity as hfig
@@ -46,6 +47,27 @@ def verdict_sentence(summary: pd.DataFrame) -> str:
     return f"**Real and stable head groups:** {named}."
 
 
+def missing_sentence(t: pd.DataFrame) -> str:
+    """What the table leaves out and why: a table computed from the run's own tables (a run that kept no
+    checkpoint) has no model measurement, so neither the method's features nor halves of the data."""
+    rows = hs.groupings(t)
+    present = [s for s in SIMILARITIES if s in set(rows["similarity"])]
+    absent = [s for s in SIMILARITIES if s not in present]
+    no_halves = rows["reason"].fillna("").str.contains("no halves measured").all()
+    if not absent and not no_halves:
+        return ""
+    parts = [f"Similarities here: {', '.join(present)}."]
+    if absent:
+        parts.append(f"Not measured: {', '.join(absent)} (they need the run's model or its profile).")
+    if no_halves:
+        parts.append("Stability is not measured: the heads were measured once, not on two halves of the data.")
+    parts.append(
+        "`aah-viz head-similarity RUN` on a run that keeps its checkpoint measures all five on two halves "
+        "(docs/head-groups.md)."
+    )
+    return " ".join(parts)
+
+
 def section(root: str, key: str, token: int) -> None:
     """The grid of verdicts, the agreement with span and probe, and the per-similarity counts."""
     st.subheader(TITLE, anchor=ANCHOR)
@@ -68,6 +90,9 @@ def section(root: str, key: str, token: int) -> None:
         format_func=lambda p: "the method's (threshold)" if p == "method" else "complete linkage (same count)",
     )
     st.markdown(verdict_sentence(hs.summary(t, procedure)))
+    missing = missing_sentence(t)
+    if missing:
+        st.caption(missing)
     chart(hfig.verdict_figure(t, procedure, "which similarities give real, stable head groups"),
           key="hsim_verdicts", name="head-similarity")  # fmt: skip
     st.caption(

@@ -48,8 +48,8 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
         return None
     shares = cv.run_shares(v)
     similarity = has_head_similarity(root, key, token)
-    place = SIMILARITY_PLACE if similarity else "see Stability"
-    short = f"**Head groups mostly not clusters** ({shares['forced_share']:.0%} forced; {place})"
+    # the line stays one line (the trained samples all have the section): the section is named in the details
+    short = f"**Head groups mostly not clusters** ({shares['forced_share']:.0%} forced; see Stability)"
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
@@ -75,16 +75,18 @@ def groups_in_doubt_selection(keys) -> None:
         st.warning(
             plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))
             + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
-            "structure." + similarity_pointer(with_similarity),
+            "structure." + similarity_pointer(with_similarity, len(named)),
             icon="⚠️",
         )
 
 
-def similarity_pointer(with_similarity: list[str]) -> str:
+def similarity_pointer(with_similarity: list[str], named: int | None = None) -> str:
     """Where to read more about several runs: the head-similarity section only for the runs that have one
-    (most runs have no head_similarity table, and its section would be empty for them)."""
+    (a run without a head_similarity table would find it empty); "each of them" when all ``named`` do."""
     if not with_similarity:
         return f" See {VALIDITY_PLACE}."
+    if named is not None and len(with_similarity) == named:
+        return f" See {VALIDITY_PLACE}; {SIMILARITY_PLACE} shows which similarities do give real groups, for each."
     return (
         f" See {VALIDITY_PLACE}; {SIMILARITY_PLACE} shows which similarities do give real groups, for "
         + plain(", ".join(with_similarity))

@@ -7,7 +7,12 @@
 SVG or PDF. ``docs/export.md`` documents them.
 """
 
-from aah_viz.export.comparisons import comparison_table, difference_curve_table, factorial_table
+from aah_viz.export.comparisons import (
+    comparison_table,
+    difference_curve_table,
+    difference_curves_table,
+    factorial_table,
+)
 from aah_viz.export.formats import render
 from aah_viz.export.runs import MixedConfigError, collect_runs
 from aah_viz.export.static import figure_bytes, write_figure
@@ -22,6 +27,7 @@ __all__ = [
     "collect_runs",
     "comparison_table",
     "difference_curve_table",
+    "difference_curves_table",
     "factorial_table",
     "figure_bytes",
     "render",

@@ -203,3 +203,28 @@ def difference_curve_table(runs, regime: str, baseline: str, *, seed: int = stat
     if curve.empty:
         t.notes.append(f"no step has validation loss for both {regime} and {baseline} on a shared seed")
     return t
+
+
+def difference_curves_table(runs, baseline: str, *, seed: int = stats.DEFAULT_SEED) -> Table:
+    """Every other regime's :func:`difference_curve_table` in one table (``regime``, then ``step``): one
+    file for the export, not one a regime."""
+    runs = open_runs(runs)
+    regimes = sorted({str(r.regime) for r in runs} - {baseline}, key=paper_rank)
+    parts = [difference_curve_table(runs, regime, baseline, seed=seed) for regime in regimes]
+    frames = [p.df.assign(regime=r)[["regime", *p.df.columns]] for r, p in zip(regimes, parts) if not p.df.empty]
+    curve = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["regime", "step"])
+    t = Table(
+        "difference_curves",
+        curve,
+        f"Validation loss of each regime minus {baseline} per step, paired by seed "
+        "(mean, std, n, 95% bootstrap interval).",
+        f"tab:aah-differences-vs-{label_slug(baseline)}",
+        id_columns=["regime", "step"],
+        value_columns=["mean_diff", "std", "n", "ci_low", "ci_high"],
+        by="regime",
+        empty_message=f"no step has validation loss for another regime and {baseline} on a shared seed",
+    )
+    t.decimals = {"mean_diff": 4, "std": 4, "n": 0, "ci_low": 4, "ci_high": 4}
+    t.best, t.uncertainty = blank_like(curve, False), blank_like(curve, math.nan)
+    t.notes += [n for p in parts for n in p.notes]
+    return t

@@ -2,9 +2,9 @@
 
 CSV keeps full precision (Python's shortest round-trip repr, or the original published string of
 an imported cell) and adds ``<col>_std``, ``<col>_ci_low``, ``<col>_ci_high`` columns when the
-table has uncertainties. Markdown and LaTeX round: a number with an uncertainty is printed to two
-significant digits of that uncertainty (``6.557 ± 0.012``), other numbers to the column's fixed
-decimals; the best value of a column is bold.
+table has uncertainties. Markdown and LaTeX round: a column with uncertainties is printed to two
+significant digits of its smallest (``6.557 ± 0.012``), at most the column's decimals, every row alike;
+other columns to their fixed decimals; the best value of a column is bold.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 
 from aah_viz.errors import AAHVizError
 from aah_viz.export import latex_layout
+from aah_viz.export.headers import SHORT_HEADERS
 from aah_viz.export.stats import NO_VARIANCE
 
 FORMATS = ("csv", "md", "latex")
@@ -32,7 +33,7 @@ def render(table, fmt: str) -> str:
     if fmt == "md":
         return to_markdown(table)
     if fmt in ("latex", "tex"):
-        return to_latex(table)
+        return to_latex(table.latex_form or table)
     raise AAHVizError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
@@ -83,9 +84,12 @@ def _fixed(value: float, d: int) -> str:
     return f"{int(round(value, d))}"
 
 
-def format_number(value: Any, decimals: int, uncertainty: float | None = None, *, pm: str = " ± ") -> str:
+def format_number(
+    value: Any, decimals: int, uncertainty: float | None = None, *, pm: str = " ± ", places: int | None = None
+) -> str:
     """A rounded number; with a finite positive uncertainty, ``mean ± u`` with two significant digits
-    of ``u`` and the mean rounded at the same position (``31490 ± 3461`` -> ``31500 ± 3500``)."""
+    of ``u`` and the mean rounded at the same position (``31490 ± 3461`` -> ``31500 ± 3500``);
+    ``places``: the column's one number of decimals instead (:func:`column_places`)."""
     if _is_missing(value):
         return "–"
     if isinstance(value, (bool, np.bool_)):
@@ -100,6 +104,8 @@ def format_number(value: Any, decimals: int, uncertainty: float | None = None, *
     ):
         uncertainty = None  # the spread of equal values summed in floating point: no spread to print
     d = None if uncertainty is None or _is_missing(uncertainty) else decimals_for(float(uncertainty))
+    if places is not None:  # one format for the column: its spread's decimals, or the same for a bare value
+        d, decimals = (places, decimals) if d is not None else (None, places)
     if not math.isfinite(v):
         return "inf" if v > 0 else ("-inf" if v < 0 else "–")
     if abs(v) >= LARGE and (d is None or d < 0):  # e.g. perplexities of an untrained model: a power of ten
@@ -129,7 +135,19 @@ def _is_best(table, i: int, col: str) -> bool:
     return bool(best is not None and col in best.columns and bool(best[col].iloc[i]))
 
 
+def column_places(table, col: str) -> int | None:
+    """One number of decimals for a column with spreads: two significant digits of its smallest, at most
+    the column's own decimals, so every row of the column prints alike (None: no spread in it)."""
+    unc = table.uncertainty
+    if unc is None or col not in unc.columns:
+        return None
+    found = [decimals_for(float(u)) for u in unc[col] if not _is_missing(u)]
+    found = [d for d in found if d is not None]
+    return min(table.decimals.get(col, 4), max(found)) if found else None
+
+
 def _display_rows(table, *, pm: str) -> list[list[str]]:
+    places = {c: column_places(table, c) for c in table.value_columns if c in table.df.columns}
     rows = []
     for i in range(len(table.df)):
         row = []
@@ -139,7 +157,8 @@ def _display_rows(table, *, pm: str) -> list[list[str]]:
                 row.append(NO_VARIANCE)
                 continue
             if col in table.value_columns:
-                row.append(format_number(value, table.decimals.get(col, 4), _cell_uncertainty(table, i, col), pm=pm))
+                decimals, spread = table.decimals.get(col, 4), _cell_uncertainty(table, i, col)
+                row.append(format_number(value, decimals, spread, pm=pm, places=places.get(col)))
             else:
                 row.append(format_number(value, 0) if not isinstance(value, str) else value)
         rows.append(row)
@@ -236,54 +255,6 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-# Short LaTeX headers (column -> header); the table's notes spell out each one used.
-SHORT_HEADERS = {
-    "val_loss": ("val. loss", "final validation loss (nats)"),
-    "val_ppl": ("ppl", "validation perplexity"),
-    "acr": ("ACR", "attention coverage ratio (key-length proxy)"),
-    "ACR": ("ACR", "attention coverage ratio (key-length proxy)"),
-    "ACR_train_proxy": ("ACR", "attention coverage ratio (key-length proxy)"),
-    "acr_causal": ("cov.", "causal-pair coverage"),
-    "flops_ratio_est": ("FLOPs", "analytic FLOPs ratio estimate"),
-    "flops_ratio": ("FLOPs", "analytic FLOPs ratio estimate"),
-    "flops_reduction_pct": ("FLOPs red. (\\%)", "FLOPs reduction in percent"),
-    "flops_reduction_percent": ("FLOPs red. (\\%)", "FLOPs reduction in percent"),
-    "tokens_per_s": ("tok/s", "median tokens per second"),
-    "tokens_per_second_train": ("tok/s", "median training tokens per second"),
-    "tokens_per_second_infer": ("tok/s", "inference tokens per second"),
-    "peak_mem_mb": ("mem (MiB)", "peak memory"),
-    "peak_mem_gib": ("mem (GiB)", "peak memory"),
-    "peak_gpu_alloc_GiB": ("alloc (GiB)", "peak GPU memory allocated"),
-    "peak_gpu_reserved_GiB": ("resv. (GiB)", "peak GPU memory reserved"),
-    "peak_reserved_gib": ("resv. (GiB)", "peak GPU memory reserved"),
-    "checkpoint_step": ("ckpt", "checkpoint step"),
-    "joint_scorer": ("joint", "joint scorer"),
-    "elapsed_s": ("time (s)", "elapsed seconds"),
-    # comparison tables (comparison.tex): words, not column names broken at their underscores
-    "n_baseline": ("$n_b$", "runs of the baseline"),
-    "mean_baseline": ("mean$_b$", "mean of the baseline"),
-    "diff": ("diff.", "mean minus the baseline's mean"),
-    "welch_t": ("$t$", "Welch's t statistic"),
-    "welch_df": ("df", "Welch-Satterthwaite degrees of freedom"),
-    "welch_p": ("$p_t$", "Welch's t-test p-value (two-sided)"),
-    "perm_p": ("$p_\\pi$", "permutation test p-value"),
-    "n_paired": ("pairs", "seed-matched pairs"),
-    "paired_perm_p": ("$p_{\\pi,\\mathrm{pair}}$", "paired permutation test p-value"),
-    "perm_method": ("test", "how the permutation p-values were computed"),
-    # difference (per-step paired) and effect tables: intervals named, not "ci_" / "low"
-    "mean_diff": ("diff.", "mean over seed pairs of the difference"),
-    "ci_low": ("CI low", "lower end of the interval the caption names"),
-    "ci_high": ("CI high", "upper end of the interval the caption names"),
-    # the stability table
-    "routing_updates": ("updates", "routing updates recorded (layer x update)"),
-    "partition_agreement_ari": ("ARI", "mean adjusted Rand index of consecutive level-0 partitions"),
-    "group_switch_rate": ("group sw.", "share of heads changing group between consecutive updates"),
-    "window_switch_rate": ("window sw.", "share of heads changing window between consecutive updates"),
-    "controller_grad_norm_mean": ("grad. mean", "mean controller gradient norm"),
-    "controller_grad_norm_final": ("grad. final", "final controller gradient norm"),
-    "forced_share": ("forced", "share of level-0 partitions that are forced splits"),
-    "real_share": ("real", "share of level-0 partitions whose silhouette beats both nulls"),
-}
 SINGLE_SEED_MARK = "$^\\dagger$"
 
 
@@ -435,7 +406,7 @@ def _latex_row(table, cols, shown_row, bold_row) -> list[str]:
 
 def latex_document(tables) -> str:
     """A standalone document holding the tables (for checking that they compile)."""
-    body = "\\clearpage\n".join(to_latex(t) for t in tables)  # every table placed before the next
+    body = "\\clearpage\n".join(to_latex(t.latex_form or t) for t in tables)  # each placed before the next
     return (
         "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage[utf8]{inputenc}\n"
         "\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\usepackage{array}\n\\begin{document}\n"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aah_viz.errors import AAHVizError, MissingDependencyError
+from aah_viz.export.pdf_info import plain_title, with_title
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -196,7 +197,18 @@ def figures_bytes(
             bytes(blob).lstrip().startswith(m) for m in MAGIC[opts["format"]]
         ):
             raise AAHVizError(f"Kaleido returned no valid {opts['format']} data; re-run, or export to another format")
-    return [bytes(b) for b in data]
+    out = [bytes(b) for b in data]
+    for i, (fig, opts) in enumerate(items):
+        if opts["format"] == "pdf":  # the figure's title, not Kaleido's page title ("Kaleido-fier")
+            out[i] = with_title(out[i], figure_title(fig))
+    return out
+
+
+def figure_title(fig) -> str:
+    """The figure's title as plain text (a PDF's document title), else a name that says what it is."""
+    layout = fig.layout if hasattr(fig, "layout") else (fig or {}).get("layout", {})
+    title = layout.title.text if hasattr(layout, "title") else ((layout.get("title") or {}).get("text"))
+    return plain_title(title) or "aah-viz figure"
 
 
 def figure_bytes(

@@ -21,6 +21,7 @@ class Table:
     ``uncertainty``: same shape, the standard deviation over seeds (NaN where there is none).
     ``ci_low`` / ``ci_high``: the 95% bootstrap interval of the mean (NaN for n < 2).
     ``exact``: same shape, the original published string of a cell where one exists (imported runs).
+    ``latex_form``: the table LaTeX prints in its place (the training table's summary form), or None.
     """
 
     name: str
@@ -39,6 +40,7 @@ class Table:
     by: str = "run"
     config: dict = field(default_factory=dict)
     empty_message: str = ""
+    latex_form: Table | None = None  # what LaTeX prints instead: a shorter form that fits a page
 
     @property
     def is_empty(self) -> bool:

@@ -30,6 +30,7 @@ from aah_viz.export.runs import (
     split_by_config,
     unfinished_notes,
 )
+from aah_viz.export.summary_form import FORMS, training_summary
 from aah_viz.export.table import Table, align, blank_like
 
 LAYOUTS = ("toolkit", "paper")
@@ -49,6 +50,7 @@ def build_table(
     source: str = "final",
     n_boot: int = stats.DEFAULT_BOOT,
     seed: int = stats.DEFAULT_SEED,
+    form: str = "summary",
 ) -> Table:
     """One table over runs that share a configuration (else :class:`MixedConfigError`).
 
@@ -59,14 +61,25 @@ def build_table(
     ``part`` picks the probe table (comparisons, relations, coref, heads). ``baseline`` adds, to a
     training or inference table, notes with the Welch and permutation tests against it. ``source``
     (windows table): ``final`` (per layer at the last recorded step) or ``inference`` (model-wide,
-    from each run's inference record: the paper's Figure 4 numbers).
+    from each run's inference record: the paper's Figure 4 numbers). ``form`` (the training table by
+    regime in LaTeX): ``summary`` (fits one page: :mod:`~aah_viz.export.summary_form`) or ``long``.
     """
     runs = open_runs(runs)
     if not runs:
         raise AAHVizError("no runs to tabulate; give at least one run directory")
     cfg = check_same_config(runs)
     return _build(
-        name, runs, cfg, by=by, layout=layout, part=part, baseline=baseline, source=source, n_boot=n_boot, seed=seed
+        name,
+        runs,
+        cfg,
+        by=by,
+        layout=layout,
+        part=part,
+        baseline=baseline,
+        source=source,
+        n_boot=n_boot,
+        seed=seed,
+        form=form,
     )
 
 
@@ -116,8 +129,11 @@ def _build(
     source="final",
     n_boot=stats.DEFAULT_BOOT,
     seed=stats.DEFAULT_SEED,
+    form="summary",
 ) -> Table:
     kind = _check_opts(name, by, layout, part)
+    if form not in FORMS:
+        raise AAHVizError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
     if kind.own_table is not None:
         return kind.own_table(runs)[0]
     if source not in SOURCES:
@@ -215,6 +231,11 @@ def _build(
     if baseline is not None and kind.baseline_notes:
         table.notes.extend(baseline_notes(pd.DataFrame(rows.records), baseline, seed=seed))
     table.df = table.df[[c for c in table.df.columns if c in table.id_columns or c in table.value_columns or c == "n"]]
+    if name == "training" and by == "regime" and layout == "toolkit" and form == "summary":
+        cmp = None
+        if baseline is not None:
+            cmp = stats.compare_to_baseline(pd.DataFrame(rows.records), baseline, metric="val_loss", seed=seed)
+        table.latex_form = training_summary(table, cmp, baseline)
     return table
 
 

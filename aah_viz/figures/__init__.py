@@ -27,6 +27,15 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
         "log_step": "log-scale step axis (default false)",
         "robust": "the first losses do not set the loss and perplexity axes (default true), as on the Training page",
     },
+    "curves": {
+        "scalar": "the scalar drawn, as the Training page names it (default val_loss)",
+        "x": "x axis: step, tokens or wall_s (default step)",
+        "group": "manifest field whose runs become one mean line with a band, e.g. regime (default: none)",
+        "band": "minmax, std, stderr, ci95 or none (default minmax)",
+        "smoothing": "debiased EMA weight 0-0.99 (default 0.6)",
+        "robust": "the first losses do not set the y axis (default true)",
+        "log_y": "log-scale y axis (default false)",
+    },
     "window_heatmap": {"step": "training step (default: last recorded)"},
     "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
     "branch_bars": {"step": "training step (default: last)"},
@@ -106,7 +115,11 @@ def build_head_timeline(runs, layer: int = 0, max_columns: int = 400, **_) -> go
     run = _first(runs)
     d = data.timeline_data(run, int(layer), int(max_columns))
     return windows.head_timeline_figure(
-        d["steps"], d["matrix"], run.windows, _title(run, f"windows of layer {layer} over training")
+        d["steps"],
+        d["matrix"],
+        run.windows,
+        _title(run, f"windows of layer {layer} over training"),
+        warmup=data.warmup_steps(run.manifest),  # as the Windows page: warm-up grey
     )
 
 
@@ -224,6 +237,14 @@ def build_training_curves(runs, smoothing: float = 0.0, log_step: bool = False, 
     )
 
 
+def build_curves(runs, scalar: str = "val_loss", x: str = "step", group: str | None = None, band: str = "minmax",
+                 smoothing: float = 0.6, robust=True, log_y=False, **_) -> go.Figure:  # fmt: skip
+    from aah_viz.figures import curves
+
+    return curves.runs_chart(runs, str(scalar), str(x), group if group is None else str(group), str(band),
+                             float(smoothing), robust, log_y)  # fmt: skip
+
+
 def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr", **_) -> go.Figure:
     import pandas as pd
 
@@ -288,6 +309,7 @@ def build_tokens(runs, doc: int = 0, layer: int = 0, head: int = 0, query: int |
 
 FIGURE_KINDS: dict[str, Callable[..., go.Figure]] = {
     "training_curves": build_training_curves,
+    "curves": build_curves,
     "hierarchy": build_hierarchy,
     "window_heatmap": build_window_heatmap,
     "head_timeline": build_head_timeline,

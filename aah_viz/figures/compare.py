@@ -44,7 +44,7 @@ def bar_extent(mean: np.ndarray, std: np.ndarray, scalar: str) -> tuple[np.ndarr
 def regime_metric_figure(
     per_run: pd.DataFrame, metrics: list[str], reference: pd.DataFrame | None = None, title: str = ""
 ) -> go.Figure:
-    """One panel per metric: mean ± std over seeds per regime (bars), seeds as points.
+    """One panel per metric: mean ± std over seeds per regime (a wide dash with its spread), seeds as points.
 
     ``per_run``: one row per run with ``regime``, ``seed`` and the metric columns.
     ``reference``: optional rows with ``regime`` and metric columns (published values), drawn as
@@ -80,14 +80,22 @@ def regime_metric_figure(
         n = g.count().reindex(regimes).fillna(0).to_numpy(dtype=np.float64)
         centre = mean.to_numpy(dtype=np.float64)
         lower, upper = bar_extent(centre, std, METRIC_SCALARS.get(metric, metric))
+        # a mean as a point with its spread, not a bar: a bar's length says "from 0", and losses of 2.9-3.8
+        # drawn from 0 look alike; the axis fits the values instead
         fig.add_trace(
-            go.Bar(
+            go.Scatter(
                 x=regimes,
                 y=centre,
-                error_y=dict(type="data", symmetric=False, array=upper - centre, arrayminus=centre - lower),
+                mode="markers",
+                error_y=dict(type="data", symmetric=False, array=upper - centre, arrayminus=centre - lower, width=8),
                 customdata=np.column_stack([n, std]),
                 name="our runs (mean ± sd)",
-                marker_color=[style.regime_color(r) for r in regimes],
+                marker=dict(
+                    color=[style.regime_color(r) for r in regimes],
+                    size=14,
+                    symbol="line-ew-open",
+                    line=dict(width=3, color=[style.regime_color(r) for r in regimes]),
+                ),  # fmt: skip
                 showlegend=legend("ours"),
                 legendgroup="ours",
                 hovertemplate="%{x}<br>mean %{y:.4f} ± %{customdata[1]:.4f} (sd)"

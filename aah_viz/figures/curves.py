@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from aah_viz.analysis import curves, queries
+from aah_viz.analysis import curves, manifest_fields, queries
 from aah_viz.analysis import windows as wstats
+from aah_viz.analysis.configurations import split_by_configuration
+from aah_viz.errors import AAHVizError
 from aah_viz.figures import style
 from aah_viz.figures.data import MAX_SERIES_POINTS, run_label
 
@@ -19,6 +21,7 @@ X_AXES = {
     "wall_s": "wall time (s, Σ step times; evaluation not counted)",
 }
 X_NAMES = {"step": "step", "tokens": "tokens", "wall_s": "wall time"}
+X_HOVER = {"step": ",.0f", "tokens": ",.0f", "wall_s": ",.1f"}
 # scalars logged only at evaluations: drawn as points, never smoothed
 SPARSE = ("val_loss", "val_ppl")
 # the values a scalar can take, by its name (per-layer ones as NAME/layer_L): bands are clipped to them
@@ -214,14 +217,17 @@ def curves_figure(
                     marker=dict(size=6),
                     name=label,
                     legendgroup=label,
-                    customdata=n,
-                    hovertemplate="%{y:.4g} (n=%{customdata})",
+                    # the name says n; a point says its own count only where fewer runs reach it
+                    customdata=[f" ({k} of {len(runs_in)} runs)" if k < len(runs_in) else "" for k in n],
+                    hovertemplate="%{y:.4g}%{customdata}",
+                    meta=dict(group=_text(group), runs=[int(k) for k in n]),  # read back by grouped_frame
                 )
             )
             shown_y.append(mean[inside(gx)])
     if not runs:
         fig.add_annotation(text=f"no run logged {name}", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_xaxes(title=dict(text=X_AXES[x], font=dict(size=11)))
+    # the hover's header is the x value: whole steps and tokens with thousands separators, not "21.96692k"
+    fig.update_xaxes(title=dict(text=X_AXES[x], font=dict(size=11)), hoverformat=X_HOVER[x])
     if x_range is None and runs:  # every chart of a page on the same x range, whatever its own data
         every = frame[x].to_numpy(dtype=np.float64)
         every = every[np.isfinite(every)]
@@ -239,6 +245,26 @@ def curves_figure(
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
         margin=dict(r=10),
     )
+
+
+def grouped_frame(fig: go.Figure, name: str, x: str) -> pd.DataFrame:
+    """What a grouped chart draws, as data: per group and x, the mean, the band's lower and upper edge (NaN
+    without a band) and the runs behind the point; the rows a CSV download of the grouped view holds."""
+    bands = {t.legendgroup: t for t in fig.data if t.fill == "toself"}
+    parts = []
+    for t in fig.data:
+        if not isinstance(t.meta, dict) or "runs" not in t.meta:
+            continue
+        xs, mean = np.asarray(t.x, dtype=np.float64), np.asarray(t.y, dtype=np.float64)
+        lower = upper = np.full(len(xs), np.nan)
+        band = bands.get(t.legendgroup)
+        if band is not None:
+            edge = np.asarray(band.y, dtype=np.float64)
+            upper, lower = edge[: len(xs)], edge[len(xs) :][::-1]
+        parts.append(pd.DataFrame({"scalar": name, "group": t.meta["group"], x: xs, "mean": mean, "lower": lower,
+                                   "upper": upper, "runs": t.meta["runs"]}))  # fmt: skip
+    columns = ["scalar", "group", x, "mean", "lower", "upper", "runs"]
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 def _text(value) -> str:
@@ -260,3 +286,61 @@ def _alpha(color: str, a: float) -> str:
     else:
         r, g, b = (int(float(v)) for v in color[color.index("(") + 1 : color.index(")")].split(",")[:3])
     return f"rgba({r},{g},{b},{a})"
+
+
+def run_groups(manifests: dict[str, dict], group: str) -> dict:
+    """run -> its value of the manifest field ``group`` (a flat name: ``regime``, ``config.lr``), with its
+    configuration appended where the runs hold several: runs of different models, sequence lengths or
+    candidate windows are never averaged together (the Training page and ``aah-viz figure`` alike)."""
+    values = {k: manifest_fields.flat_fields(m).get(group) for k, m in manifests.items()}
+    found = split_by_configuration(manifests)
+    if len(found) > 1:
+        where: dict[str, str] = {}
+        for label, members in found:
+            for k in members:
+                where.setdefault(k, label)
+        values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
+    return values
+
+
+def _flag(value) -> bool:
+    return str(value).strip().lower() not in ("0", "false", "no", "off")
+
+
+def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | None = None, band: str = "minmax",
+               smoothing: float = 0.6, robust=True, log_y=False) -> go.Figure:  # fmt: skip
+    """One chart of the Training page as a figure of its own (``aah-viz figure --kind curves``): the
+    scalar of the runs against ``x``, grouped by a manifest field with a band, smoothed, robust y."""
+    runs = list(runs)
+    if not runs:
+        raise AAHVizError("no run given: pass at least one run directory")
+    if x not in X_AXES:
+        raise AAHVizError(f"x must be one of {', '.join(X_AXES)}, got {x!r}")
+    if band not in curves.BANDS:
+        raise AAHVizError(f"band must be one of {', '.join(curves.BANDS)}, got {band!r}")
+    if not 0.0 <= float(smoothing) <= 0.99:
+        raise AAHVizError(f"smoothing must be between 0 and 0.99, got {smoothing}")
+    keys = [str(r.run_id) for r in runs]
+    if len(set(keys)) < len(keys):  # the same run name in two folders: their paths tell them apart
+        keys = [str(r.path) for r in runs]
+    names = sorted({n for r in runs for n in scalar_names(r)}, key=scalar_order)
+    if scalar not in names:
+        raise AAHVizError(f"no run here logged the scalar {scalar!r}; logged: {', '.join(names) or 'none'}")
+    groups = None
+    if group not in (None, "", "none"):
+        manifests = {k: r.manifest for k, r in zip(keys, runs)}
+        fields = {f for m in manifests.values() for f in manifest_fields.flat_fields(m)}
+        if group not in fields:
+            raise AAHVizError(f"no run has the manifest field {group!r} to group by; e.g. regime, seed, preset")
+        groups = run_groups(manifests, group)
+    return curves_figure(
+        curve_data(runs, [scalar], keys=keys),
+        scalar,
+        x=x,
+        smoothing=float(smoothing),
+        groups=groups,
+        group_by=group if groups is not None else None,
+        band=band,
+        robust=_flag(robust),
+        log_y=_flag(log_y),
+    )

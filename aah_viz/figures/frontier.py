@@ -12,9 +12,11 @@ from aah_viz.figures import style
 
 PPL = "perplexity (95% interval over blocks)"
 # one mark per family of configurations, so a reader tells baselines from AAH at a glance
+# drawn last, on top: the patch sits on the unpatched model's point when the patch is exact
+ON_TOP = "unpatched"
 FAMILY_STYLE = {
     "unpatched": ("unpatched model", "star", "rgb(0,0,0)"),
-    "patch": ("full-attention patch", "x", "rgb(90,90,90)"),
+    "patch": ("full-attention patch", "circle-open", "rgb(90,90,90)"),  # a ring: the unpatched star shows inside
     "sliding_window": ("static sliding window", "square", "rgb(31,119,180)"),
     "head_windows": ("profiled per-head windows", "diamond", "rgb(44,160,44)"),
     "zero_shot": ("AAH, untrained controller", "circle-open", "rgb(255,127,14)"),
@@ -50,29 +52,42 @@ def _groups(table: pd.DataFrame):
                 yield family, 0, rows, label, symbol, color
 
 
+def _label_positions(ppl: pd.Series) -> list[str]:
+    """Above-right and below-right in turn, by perplexity within a family: neighbours' labels part."""
+    order = ppl.rank(method="first").to_numpy()
+    return ["top right" if int(r) % 2 else "bottom right" for r in order]
+
+
 def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
     """``table``: ``aah_viz.analysis.frontier.frontier_table`` rows. The front joins the points no
     other configuration beats on both ACR and perplexity."""
     fig = go.Figure()
-    for family, sinks, rows, label, symbol, color in _groups(table):
+    groups = list(_groups(table))
+    groups.sort(key=lambda g: g[0] == ON_TOP)  # stable: every other family keeps its order
+    for family, sinks, rows, label, symbol, color in groups:
         if rows.empty:
             continue
         labels = [point_label(c, family, sinks) for c in rows["configuration"]]
+        ring = symbol.endswith("-open") and family == "patch"
         fig.add_trace(
             go.Scatter(
                 x=rows["acr"],
                 y=rows["ppl"],
                 mode="markers+text" if any(labels) else "markers",
                 name=label,
-                marker=dict(symbol=symbol, size=11, color=color, line=dict(width=1, color=color)),
-                error_y=style.interval_bars(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"], thickness=1.2),
+                legendrank=list(FAMILY_STYLE).index(family) * 10 + sinks % 10,
+                marker=dict(
+                    symbol=symbol, size=18 if ring else 11, color=color, line=dict(width=2 if ring else 1, color=color)
+                ),
+                # small caps, labels above or below the point: a label never sits across a neighbour's bar
+                error_y=style.interval_bars(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"], thickness=1.2, width=3),
                 text=rows["configuration"],
                 customdata=[
                     [lo, hi, cov, lab]
                     for lo, hi, cov, lab in zip(rows["ppl_lo"], rows["ppl_hi"], rows["acr_causal"], labels)
                 ],
                 texttemplate="%{customdata[3]}",
-                textposition="middle right",
+                textposition=_label_positions(rows["ppl"]),
                 textfont=dict(size=10, color=color),
                 hovertemplate="%{text}<br>perplexity %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
                 "<br>ACR %{x:.3f}, causal coverage %{customdata[2]:.3f}<extra></extra>",

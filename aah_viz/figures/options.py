@@ -69,10 +69,10 @@ def check_options(runs, opts: dict) -> dict:
                 raise AAHVizError(f"--opt smoothing={value} must be a number from 0 to 0.99") from None
             if not 0.0 <= out[key] <= 0.99:
                 raise AAHVizError(f"--opt smoothing={value} must be a number from 0 to 0.99")
-        elif key == "log_step":
+        elif key in ("log_step", "robust", "log_y"):
             text = str(value).strip().lower()
             if text not in TRUE + FALSE:
-                raise AAHVizError(f"--opt log_step={value} must be true or false")
+                raise AAHVizError(f"--opt {key}={value} must be true or false")
             out[key] = text in TRUE
         elif key == "probe" and value not in PROBES:
             raise AAHVizError(f"--opt probe={value} is not a probe; choose one of {', '.join(PROBES)}")

@@ -118,7 +118,10 @@ def head_timeline_figure(
     selected step are outlined, warm-up is shaded."""
     n_head = matrix.shape[0]
     hover = "step %{x}, head %{y}<br>window %{customdata} tokens<extra></extra>"
-    fig = go.Figure(_window_cells(matrix, windows, np.asarray(steps, dtype=np.int64), np.arange(n_head), hover))
+    steps = np.asarray(steps, dtype=np.int64)
+    if warmup:  # warm-up attends fully: grey, not the colour of a window the heads chose
+        matrix = np.where(steps[None, :] < int(warmup), np.nan, np.asarray(matrix, dtype=np.float64))
+    fig = go.Figure(_window_cells(matrix, windows, steps, np.arange(n_head), hover, hoverongaps=False))
     if selected_head is not None and len(steps):
         fig.add_shape(
             type="rect",
@@ -132,20 +135,20 @@ def head_timeline_figure(
     if current_step is not None:
         fig.add_vline(x=current_step, line=dict(color="#000", width=1, dash="dot"))
     if warmup:
-        _shade_warmup(fig, warmup)
+        _shade_warmup(fig, warmup, text="warm-up: full attention")
     fig.update_xaxes(title=style.STEP)
     fig.update_yaxes(title=style.HEAD, autorange="reversed", dtick=1 if n_head <= 32 else None)
     return style.base_layout(fig, title, height=max(300, 18 * n_head + 140))
 
 
-def _shade_warmup(fig: go.Figure, warmup: int, **where) -> None:
+def _shade_warmup(fig: go.Figure, warmup: int, *, text: str = "warm-up", **where) -> None:
     fig.add_vrect(
         x0=0,
         x1=warmup,
         fillcolor="#999",
         opacity=0.15,
         line_width=0,
-        annotation_text="warm-up",
+        annotation_text=text,
         annotation_position="bottom right",
         annotation_font_size=10,
         **where,

@@ -11,7 +11,7 @@ Names (``SCALAR_DOCS`` says what each means):
 
 - ``aah/acr``, ``aah/causal_coverage``, ``aah/realised_work``, ``aah/controller_grad_norm``
 - ``aah/window_share/w{W}``: share of all heads executing candidate window W
-- ``aah/groups/l{i}``: level-i groups, mean over the layers that have level i
+- ``aah/groups/l{i}``: level-i groups, mean over the layers whose level i merges groups of level i-1
 - ``aah/group_change_rate``: each layer's latest routing update, mean over layers
 - ``aah/forced_share``: layers whose latest level-0 grouping is a forced bipartition / layers grouped
 - ``aah/mean_window/layer{l:02d}``: a layer's mean executed window in tokens (``per_layer=True``)
@@ -34,7 +34,7 @@ SCALAR_DOCS = {
     "aah/realised_work": "score elements the backend computed / full causal attention's (the run's realised_work)",
     "aah/controller_grad_norm": "L2 norm of the controller and joint-scorer gradients",
     "aah/window_share/w{W}": "share of all heads (layers x heads) executing candidate window W",
-    "aah/groups/l{i}": "groups at hierarchy level i, mean over the layers that have that level",
+    "aah/groups/l{i}": "groups at hierarchy level i, mean over the layers whose level i merges groups of level i-1",
     "aah/group_change_rate": "group change rate of each layer's latest routing update, mean over layers",
     "aah/forced_share": "share of grouped layers whose latest level-0 grouping is a forced bipartition",
     "aah/mean_window/layer{l:02d}": "mean executed window of a layer's heads in tokens (per-layer keys)",
@@ -119,6 +119,10 @@ def routing_scalars(rows: RoutingRows, per_layer: bool = False) -> dict[str, np.
     if rows.groups is not None and np.asarray(rows.groups).shape[2]:
         counts = group_counts(rows.groups).astype(np.float64)
         counts[counts == 0] = np.nan  # a layer without that level
+        # levels are nested: a level with as many groups as the one below is that level again (a hierarchy
+        # that merged nothing), not a level of its own; TensorBoard would show it as one more identical card
+        repeats = counts[:, :, 1:] == counts[:, :, :-1]
+        counts[:, :, 1:][repeats] = np.nan
         for level in range(counts.shape[2]):
             put(f"groups/l{level}", _layer_mean(counts[:, :, level]))
     if rows.group_change_rate is not None:

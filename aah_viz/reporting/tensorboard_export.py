@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
+from aah_viz.analysis.curves import cumulative
 from aah_viz.errors import ConfigError, RunLogError
 from aah_viz.reporting import from_run
 from aah_viz.reporting.scalars import routing_scalars, scalars_at
@@ -54,17 +56,33 @@ def refuse_damaged(runs: list[Path]) -> None:
         raise RunLogError("damaged runs, nothing written (aah-viz validate says more):\n" + "\n".join(reasons))
 
 
+def wall_clock(manifest: dict, scalars: dict):
+    """step -> the Unix time the run reached it: its ``started_at`` plus the step times logged up to the
+    step (each logged value standing for the steps since the previous one; evaluation not counted), so
+    TensorBoard's relative and wall axes show the run's own time, not the export's. None without a start."""
+    try:
+        start = datetime.fromisoformat(str(manifest.get("started_at")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    steps, secs = scalars.get("step_time_s", (np.empty(0), np.empty(0)))
+    if len(steps) == 0:
+        return lambda step: start
+    elapsed = cumulative(steps, secs)
+    return lambda step: start + float(np.interp(step, steps, elapsed, left=0.0))
+
+
 def write_run(run_dir: Path, logdir: Path, *, per_layer: bool = False, bar=None) -> int:
     """Every step of one run into an event file under ``logdir``; returns the steps written."""
     run = load_run(run_dir)
     scalars = from_run.model_scalars(run)
+    clock = wall_clock(run.manifest, scalars) or (lambda step: None)
     sink = TensorBoardSink(logdir)
     n = 0
     try:
         for rows in from_run.routing_blocks(run, scalars=scalars):
             series = routing_scalars(rows, per_layer=per_layer)
             for i, step in enumerate(rows.steps):
-                sink.scalars(int(step), scalars_at(series, i))
+                sink.scalars(int(step), scalars_at(series, i), wall_time=clock(int(step)))
             n += len(rows.steps)
             if bar is not None:
                 bar.update(len(rows.steps))
@@ -72,7 +90,7 @@ def write_run(run_dir: Path, logdir: Path, *, per_layer: bool = False, bar=None)
         for tag, (steps, values) in extra.items():
             for step, value in zip(steps, values):
                 if np.isfinite(value):
-                    sink.scalars(int(step), {tag: float(value)})
+                    sink.scalars(int(step), {tag: float(value)}, wall_time=clock(int(step)))
     finally:
         sink.close()
     return n

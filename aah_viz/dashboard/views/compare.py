@@ -94,8 +94,8 @@ def render() -> None:
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
     st.caption(
-        "Mean ± sample standard deviation over seeds; n = number of runs. Bars are clipped to the values "
-        "each figure can take (a share in [0, 1], a loss at least 0)."
+        "Mean (a dash) ± sample standard deviation over seeds, each seed a point; n = number of runs. Spreads "
+        "are clipped to the values each figure can take (a share in [0, 1], a loss at least 0)."
     )
     few_runs_note(ours)
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))

@@ -9,6 +9,7 @@ from aah_viz.analysis.hierarchy import tree_summary
 from aah_viz.dashboard import cache, page_head, pickers, selection, validity
 from aah_viz.dashboard.common import chart, guarded, plain
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.labels import tree_rows
 from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
 
 TREE_COLUMNS = [
@@ -101,7 +102,8 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
     )
     with st.expander("Tree rows"):
         tree = d["tree"]
-        st.dataframe(pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]]), hide_index=True, width="stretch")
+        shown = pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]])
+        st.dataframe(tree_rows(shown, m.get("windows")), hide_index=True, width="stretch", key="hier_tree_rows")
 
 
 @guarded

@@ -9,6 +9,7 @@ import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, selection
 from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.labels import readable, scalar_label
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -77,7 +78,7 @@ def _heads_section(ph, m, root, key, token) -> None:
         probes = [p for p in order if p in logged] or sorted(logged)
         c1, c2 = st.columns(2)
         probe = c1.selectbox("Probe", probes, key="probe_name")
-        metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}")
+        metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}", format_func=scalar_label)
         z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
         chart(
             pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head", selected=at),
@@ -166,12 +167,15 @@ def _comparison_section(tables) -> None:
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]
     shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
-    st.dataframe(_grey_degenerate(shown), hide_index=True, width="stretch", key="probe_comparisons")
+    st.dataframe(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
     assoc = tables.get("window_association")
     if assoc is not None and not assoc.empty:
         st.markdown("**Window against probe score, within layers** (Spearman's rho; pooled row: no layer)")
         st.dataframe(
-            _grey_degenerate(assoc.reset_index(drop=True)), hide_index=True, width="stretch", key="probe_assoc"
+            _grey_degenerate(readable(assoc.reset_index(drop=True))),
+            hide_index=True,
+            width="stretch",
+            key="probe_assoc",
         )
         note = reach_note(assoc)
         if note:

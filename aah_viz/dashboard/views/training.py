@@ -5,15 +5,18 @@ flatten. Every choice lives in the address, and the data behind the page downloa
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import numpy as np
 import streamlit as st
 
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, page_head, selection, session
-from aah_viz.dashboard import configuration as configurations
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.labels import scalar_label
 from aah_viz.figures import curves as cfig
 
 RANGE_KEY = "tr_range"
@@ -91,6 +94,7 @@ def render() -> None:
         names,
         default_scalars,
         label="Scalars",
+        format_func=scalar_label,
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
     c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
@@ -105,7 +109,7 @@ def render() -> None:
         horizontal=True,
         help="Tokens and wall time are summed from each step's logged tokens/s and step time.",
     )
-    group_options, fields = _group_fields(root, keys)
+    group_options, _ = _group_fields(root, keys)
     group = address.choose(
         c2.selectbox,
         "group",
@@ -186,33 +190,27 @@ def render() -> None:
             on_change=_slider_moved,
         )
     groups = None
-    if group != "none":
-        groups = {k: fields[k].get(group) for k in keys}
-        found = configurations.groups(keys)
-        if len(found) > 1:  # runs of different models, T or windows are never averaged together
-            where = {}
-            for label, members in found:
-                for k in members:
-                    where.setdefault(k, label)
-            groups = {k: f"{value} [{where[k]}]" for k, value in groups.items()}
+    if group != "none":  # runs of different models, T or windows are never averaged together
+        groups = cfig.run_groups({k: cache.manifest(root, k, session.token(k)) for k in keys}, group)
     for name in scalars:
+        fig = cfig.curves_figure(
+            frame,
+            name,
+            x=x,
+            smoothing=smoothing,
+            groups=groups,
+            group_by=None if group == "none" else group,
+            band=band,
+            robust=robust,
+            log_y=log_y,
+            x_range=None if x_range == full else x_range,
+        )
         chart(
-            cfig.curves_figure(
-                frame,
-                name,
-                x=x,
-                smoothing=smoothing,
-                groups=groups,
-                group_by=None if group == "none" else group,
-                band=band,
-                robust=robust,
-                log_y=log_y,
-                x_range=None if x_range == full else x_range,
-            ),
+            fig,
             key=f"tr_fig_{name}",
             name=f"{name}-{x}",
-            # grouped: the means and bands drawn (the figure's values); else each run's binned series
-            data=None if groups is not None else frame[frame["name"] == name],
+            # grouped: per group and x the mean, the band's edges and the runs behind it; else each run's series
+            data=cfig.grouped_frame(fig, name, x) if groups is not None else frame[frame["name"] == name],
             on_box=_set_range,
         )
     notes = [
@@ -247,6 +245,22 @@ def render() -> None:
         "validation loss (held-out batches, no dropout); compare runs on validation loss."
     )
     data_downloads(frame, f"training-{'-'.join(scalars)}", key="tr_data")
+    with st.expander("These charts from the command line"):
+        st.code(figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y), language="bash")
+
+
+def figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y) -> str:
+    """The ``aah-viz figure`` commands that write the charts shown, one file a scalar (what is on screen:
+    the x axis, grouping, band, smoothing, robust y and log y)."""
+    runs = " ".join(shlex.quote(str(Path(root) / k)) for k in keys)
+    opts = f"x={x},band={band},smoothing={smoothing:g},robust={str(robust).lower()},log_y={str(log_y).lower()}"
+    if group != "none":
+        opts += f",group={group}"
+    return "\n".join(
+        f"aah-viz figure {runs} --kind curves --opt {shlex.quote(f'scalar={name},{opts}')} "
+        f"--out {shlex.quote(name.replace('/', '-') + '.pdf')}"
+        for name in scalars
+    )
 
 
 def _clip(lo: float, hi: float, cast):
