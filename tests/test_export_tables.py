@@ -880,3 +880,13 @@ def test_training_table_by_regime_fits_one_page_in_its_summary_form(tmp_path, ca
             assert printed == pytest.approx(expected, abs=0.51), (regime, printed, expected)
     assert len(loss_places) == 1  # one number of decimals in the column
     assert "Welch’s t-test p" in text.replace("'", "’") and "One seed, not tested against full attention" in text
+
+
+def test_a_baseline_with_no_other_regime_beside_it_is_one_line(tmp_path, capsys):
+    runs = [str(SAMPLE_LOGS / f"full_adaptive_seed{s}") for s in (0, 1)]
+    args = ["export", *runs, "--table", "training", "--by", "regime", "--baseline", "full_adaptive"]
+    assert main([*args, "--format", "latex", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["aah-viz: error: --baseline full_adaptive: no other regime among these runs to compare with it; "
+                   "add runs of another regime, or leave out --baseline"]  # fmt: skip
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())

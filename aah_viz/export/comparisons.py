@@ -115,6 +115,13 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
         cmp = stats.compare_to_baseline(finals, baseline, metric=metric, seed=seed)
     except ValueError as err:
         raise AAHVizError(str(err)) from None
+    if cmp.empty or "regime" not in cmp:
+        others = sorted(set(finals["regime"]) - {baseline}) if "regime" in finals else []
+        raise AAHVizError(
+            f"--baseline {baseline}: no other regime among these runs to compare with it"
+            + (f" (found {', '.join(others)})" if others else "")
+            + "; add runs of another regime, or leave out --baseline"
+        )
     values = [
         "n",
         "n_baseline",
