@@ -395,3 +395,55 @@ def test_figure_options_take_comma_separated_pairs_and_keep_commas_in_a_value():
 
     assert _parse_opts(["doc=2,layer=14", "head=3"]) == {"doc": 2, "layer": 14, "head": 3}
     assert _parse_opts(["metrics=final_loss,final_acr,layer=1"]) == {"metrics": "final_loss,final_acr", "layer": 1}
+
+
+@torch_needed
+def test_a_model_folders_lens_is_the_full_attention_beside_the_adapted_windows(retrofit_run, monkeypatch):
+    """``aah-viz lens MODEL_DIR --out DIR``: the unpatched model's attention on the same document, in a run
+    of its own; the Lens page offers it side by side with the adapted run's lens of that document."""
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.dashboard.app import PAGE_FILES
+    from aah_viz.runlog import load_run, validate_run
+
+    root, model_dir, run = retrofit_run
+    (root / "one.txt").write_text(TEXT)
+    common = ["--text", str(root / "one.txt"), "--docs", "1", "--max-tokens", "40", "--top-k", "40", "--no-progress"]
+    for args, words in (
+        ([str(model_dir)], "give --out DIR"),
+        ([str(run), "--out", str(root / "elsewhere")], "--out is for a Hugging Face model folder's lens"),
+        ([str(model_dir), "--out", str(root / "x"), "--checkpoint", "1"], "--checkpoint is for a run's lens"),
+        ([str(model_dir), "--out", str(run)], "already exists"),
+    ):
+        proc = _cli("lens", *args, *common)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+    assert _cli("lens", str(run), *common).returncode == 0
+    full = root / "full-attention"
+    proc = _cli("lens", str(model_dir), *common, "--out", str(full))
+    assert proc.returncode == 0, proc.stderr
+    assert validate_run(full) == []
+    manifest = json.loads((full / "manifest.json").read_text())
+    assert manifest["evaluation_of"] == str(model_dir) and manifest["regime"] == "full_attention"
+    (event,) = [json.loads(d) for d in load_run(full).events("lens")["detail"]]
+    assert event["regime"] == "full_attention" and event["data"] == str(root / "one.txt")
+    adapted, plain_model = lens.lens_tables(load_run(run)), lens.lens_tables(load_run(full))
+    assert list(lens.doc_tokens(plain_model, 0)["token"]) == list(lens.doc_tokens(adapted, 0)["token"])
+    a, f = (t["attention_samples"].sort_values(["layer", "head", "query"]) for t in (adapted, plain_model))
+    # the adapter trains the AAH parameters only: full attention reads what the adapted run's full pass read
+    assert np.allclose(np.concatenate(list(a["weights"])), np.concatenate(list(f["weights"])), atol=1e-6)
+    assert (f["window"] > f["query"]).all() and (f["mass_outside"] == 0).all()  # nothing cut
+    assert (a["mass_outside"] > 0.01).any()  # where the adapted windows cut
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.query_params.update({"run": run.name, "layer": "1", "head": "2", "query": "39"})
+    at.run()
+    at.switch_page(PAGE_FILES["lens"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    beside = at.selectbox(key="lens_vs")
+    assert beside.options[1].startswith("full_attention") and full.name in beside.options[1]
+    beside.select_index(1).run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value.replace("\\", "") for c in at.caption]
+    assert any(c.startswith("full_attention") and "sees every earlier token" in c for c in captions), captions

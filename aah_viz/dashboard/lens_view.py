@@ -95,8 +95,10 @@ function show(q) {
   mine.forEach(l => { if (toks[l.k]) toks[l.k].classList.add(l.gold ? 'gold' : 'other'); });
   const strongest = row.k.slice(0, 3).map(
     (k, i) => '"' + toks[k].dataset.text + '" (' + k + ') ' + row.w[i].toFixed(3));
-  status.textContent = 'query "' + toks[q].dataset.text + '" (position ' + q + '): executes a ' + row.win
-    + '-token window, which cuts ' + (100 * row.out).toFixed(1) + '% of its full-attention mass; '
+  const reach = row.win > q ? 'sees every earlier token (its ' + row.win + '-token window covers them); '
+    : 'executes a ' + row.win + '-token window, which cuts ' + (100 * row.out).toFixed(1)
+      + '% of its full-attention mass; ';
+  status.textContent = 'query "' + toks[q].dataset.text + '" (position ' + q + '): ' + reach
     + (100 * row.sink).toFixed(1) + '% on the first token. Strongest keys: ' + strongest.join(', ') + '.'
     + (mine.length ? ' Links: ' + mine.map(
         l => l.kind + ' ' + l.label + ' to ' + l.k + (l.gold ? '' : ' (not gold)')).join(', ') + '.' : '');

@@ -217,9 +217,10 @@ def _record_doc(loaded: Loaded, tok: _Tokenizer, doc: LensDoc, number: int, max_
     add("attention_samples", rows, number)
 
 
-def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
+def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], *, out=None, overwrite: bool = False, **detail):
     """Write the lens tables into the loaded run at its step (a second lens of that step replaces the
-    first), with a ``lens`` event; returns the run's path."""
+    first), with a ``lens`` event, or into the new run ``out`` (a model folder's lens: step 0 of a
+    one-step run naming its source); returns the run's path."""
     from instrumentation.measure.evaluation import write_result
 
     n_docs = len(set(tables["lens_tokens"].get("doc", [])))
@@ -230,7 +231,7 @@ def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
         "sink_tokens": kept_positions(loaded),
         "checkpoint_step": loaded.step,
     }
-    return write_result(loaded.source, loaded, "lens", detail, tables=tables)
+    return write_result(out or loaded.source, loaded, "lens", detail, tables=tables, overwrite=overwrite)
 
 
 def lens_progress(loaded: Loaded, docs: Sequence[LensDoc], *, max_tokens: int, top_k: int, restart: bool = False):

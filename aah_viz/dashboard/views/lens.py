@@ -49,6 +49,24 @@ def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: in
     st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query, kept), height=height)
 
 
+def _head_caption(t: dict, doc: int, layer: int, head: int, n_tokens: int, prefix: str = "") -> None:
+    """The head's window on the document, the mass it cuts and the mass on the first token."""
+    summary = lens.head_summary(t["attention_samples"], doc)
+    this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
+    if this.empty:
+        return
+    r = this.iloc[0]
+    window = int(r["window"])
+    if window >= n_tokens:  # full attention on this document (or a window longer than it)
+        what = f"sees every earlier token on this document (its {window}-token window covers it): nothing is cut"
+    else:
+        what = (
+            f"executes a {window}-token window on this document; over its queries the window cuts "
+            f"{r['mass_outside']:.1%} of the full-attention mass on average"
+        )
+    st.caption(plain(f"{prefix}L{layer}H{head} {what}, and {r['mass_sink']:.1%} goes to the first token."))
+
+
 PROBE_OF_SOURCE = {"syntax": "syntax", "coref": "coref"}
 
 
@@ -102,17 +120,7 @@ def render() -> None:
     height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
     st.subheader(f"L{layer}H{head}")
     _token_view(t, doc, layer, head, query, height, _kept(m))
-    summary = lens.head_summary(t["attention_samples"], doc)
-    this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
-    if len(this):
-        r = this.iloc[0]
-        st.caption(
-            plain(
-                f"L{layer}H{head} executes a {int(r['window'])}-token window on this document; over its queries the "
-                f"window cuts {r['mass_outside']:.1%} of the full-attention mass on average, and "
-                f"{r['mass_sink']:.1%} goes to the first token."
-            )
-        )
+    _head_caption(t, doc, layer, head, len(tokens))
     _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
     others = _same_document_runs(root, key, tokens)
     if others:
@@ -127,17 +135,11 @@ def render() -> None:
         )
         if pick != "none":
             other, other_doc = pick.rsplit("#", 1)
-            st.caption(plain(f"{session.label(other)}: the same head and query"))
+            st.subheader(f"L{layer}H{head} in {other}")
             other_manifest = cache.manifest(root, other, session.token(other))
-            _token_view(
-                tables(root, other, session.token(other)),
-                int(other_doc),
-                layer,
-                head,
-                query,
-                height,
-                _kept(other_manifest),
-            )
+            other_tables = tables(root, other, session.token(other))
+            _token_view(other_tables, int(other_doc), layer, head, query, height, _kept(other_manifest))
+            _head_caption(other_tables, int(other_doc), layer, head, len(tokens), f"{session.label(other)}: ")
     row = lens.query_row(t["attention_samples"], doc, layer, head, query)
     if row is not None:
         chart(
