@@ -426,6 +426,9 @@ def test_a_model_folders_lens_is_the_full_attention_beside_the_adapted_windows(r
     assert validate_run(full) == []
     manifest = json.loads((full / "manifest.json").read_text())
     assert manifest["evaluation_of"] == str(model_dir) and manifest["regime"] == "full_attention"
+    # its step 0: the windows full attention executes on the longest document (40 tokens), ACR 1
+    assert manifest["seq_len"] == 40 and set(load_run(full).table("heads")["window"]) == {40}
+    assert load_run(full).scalar("acr")["value"].tolist() == [1.0]
     (event,) = [json.loads(d) for d in load_run(full).events("lens")["detail"]]
     assert event["regime"] == "full_attention" and event["data"] == str(root / "one.txt")
     adapted, plain_model = lens.lens_tables(load_run(run)), lens.lens_tables(load_run(full))

@@ -125,7 +125,14 @@ def run(args) -> int:
     from aah_viz.torch_import import limit_threads, quiet_model_loading, require_torch
 
     require_torch()
-    from instrumentation import check_device, lens_progress, load_for_evaluation, record_lens, write_lens
+    from instrumentation import (
+        check_device,
+        lens_progress,
+        load_for_evaluation,
+        longest_lens_document,
+        record_lens,
+        write_lens,
+    )
 
     check_device(args.device)
     limit_threads(args.threads)
@@ -152,10 +159,12 @@ def run(args) -> int:
     bar.close()
     sources = sorted({d.source for d in docs})
     detail = {"sources": sources, "top_k": args.top_k, "max_tokens": args.max_tokens}
-    if of_model:  # a new run: it names its documents and configuration
+    replay = None
+    if of_model:  # a new run: it names its documents and configuration, its step 0 the longest document's windows
         files = [str(f) for f in (args.text, args.syntax, args.coref) if f]
         detail.update(data=", ".join(files), regime=regime)
-    out = write_lens(loaded, tables, out=args.out, overwrite=args.overwrite, **detail)
+        replay = longest_lens_document(loaded, docs, args.max_tokens)
+    out = write_lens(loaded, tables, out=args.out, overwrite=args.overwrite, replay=replay, **detail)
     n_rows = len(tables["attention_samples"]["query"])
     step = "" if of_model else f" at step {loaded.step}"
     print(f"lens written to {out}: {len(docs)} documents, {n_rows} (layer, head, query) rows{step}")
