@@ -84,6 +84,24 @@ def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: 
     st.caption(plain(f"L{layer}H{head} in the run's {probe} probe (aah-viz probe, all its data): {scores}"))
 
 
+def _pick_other(root: str, key: str, tokens: pd.DataFrame) -> str | None:
+    """Another run's lens of this document to show beside this one ("RUN#DOC"), where there is one and
+    it is picked (the address keeps it)."""
+    others = _same_document_runs(root, key, tokens)
+    if not others:
+        return None
+    labels = {o: session.label(o.rsplit("#", 1)[0]) for o in others}
+    pick = address.choose(
+        st.selectbox,
+        "lens_vs",
+        "lens_vs",
+        ["none", *others],
+        label="Side by side with (the same document in another run's lens: another configuration of the model)",
+        format_func=lambda o: "none" if o == "none" else labels[o],
+    )
+    return None if pick == "none" else pick
+
+
 @guarded
 def render() -> None:
     opened = page_head.begin_run_page("Lens", summary_header=False)
@@ -117,29 +135,25 @@ def render() -> None:
         min_value=0,
         max_value=last,
     )
-    height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
+    pick = _pick_other(root, key, tokens)
     st.subheader(f"L{layer}H{head}")
-    _token_view(t, doc, layer, head, query, height, _kept(m))
-    _head_caption(t, doc, layer, head, len(tokens))
+    if pick is None:
+        height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
+        _token_view(t, doc, layer, head, query, height, _kept(m))
+        _head_caption(t, doc, layer, head, len(tokens))
+    else:  # two configurations of the document, side by side, the same head and query
+        other, other_doc = pick.rsplit("#", 1)
+        height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 7 + 1)  # half the width: about half the tokens a line
+        other_tables = tables(root, other, session.token(other))
+        other_kept = _kept(cache.manifest(root, other, session.token(other)))
+        for column, (k, tabs, d, kept) in zip(
+            st.columns(2), ((key, t, doc, _kept(m)), (other, other_tables, int(other_doc), other_kept))
+        ):
+            with column:
+                st.markdown(plain(session.label(k)))
+                _token_view(tabs, d, layer, head, query, height, kept)
+                _head_caption(tabs, d, layer, head, len(tokens), f"{session.label(k)}: ")
     _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
-    others = _same_document_runs(root, key, tokens)
-    if others:
-        labels = {o: session.label(o.rsplit("#", 1)[0]) for o in others}
-        pick = address.choose(
-            st.selectbox,
-            "lens_vs",
-            "lens_vs",
-            ["none", *others],
-            label="Side by side with (the same document in another run's lens)",
-            format_func=lambda o: "none" if o == "none" else labels[o],
-        )
-        if pick != "none":
-            other, other_doc = pick.rsplit("#", 1)
-            st.subheader(f"L{layer}H{head} in {other}")
-            other_manifest = cache.manifest(root, other, session.token(other))
-            other_tables = tables(root, other, session.token(other))
-            _token_view(other_tables, int(other_doc), layer, head, query, height, _kept(other_manifest))
-            _head_caption(other_tables, int(other_doc), layer, head, len(tokens), f"{session.label(other)}: ")
     row = lens.query_row(t["attention_samples"], doc, layer, head, query)
     if row is not None:
         chart(
