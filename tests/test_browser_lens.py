@@ -73,6 +73,10 @@ def test_pointing_at_a_token_colours_what_the_head_reads(server, browser, logs):
     later = tokens.nth(q + 1).get_attribute("class")
     assert "future" in later and "query" in tokens.nth(q).get_attribute("class")
     assert f"{row['window']}-token window" in status.text_content()
+    # the executed window is a band over the last window's tokens; the keys before it are struck through
+    classes = [tokens.nth(j).get_attribute("class") for j in range(q + 1)]
+    w = int(row["window"])
+    assert [("inwin" in c, "cut" in c) for c in classes] == [(j > q - w, j <= q - w) for j in range(q + 1)]
 
     # the keyboard moves the query: focus, then the right arrow
     tokens.nth(q).focus()
