@@ -6,7 +6,7 @@ Starts ``streamlit run app.py`` on a copy of the logs root (127.0.0.1, a free po
 Chromium (``/usr/bin/chromium``, through Playwright) at 1500 x 1000, and writes
 ``dashboard-frontier.png``, ``dashboard-training-live.png`` (a tiny ``aah-viz train`` run writing while
 the page is open), ``dashboard-compare.png``, ``dashboard-stability.png`` and ``lens-page.png`` (the
-README's and docs/lens.md's: SmolLM2's adapted windows beside full attention, 1500 x 1180) into ``--out``.
+README's and docs/lens.md's: SmolLM2's adapted windows beside full attention, 1500 x 1240) into ``--out``.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def shoot_lens(page, url: str, path: Path) -> None:
     """The Lens page with two token views side by side, once both show the pinned query."""
     from urllib.parse import urlencode
 
-    page.set_viewport_size({"width": 1500, "height": 1180})
+    page.set_viewport_size({"width": 1500, "height": 1240})
     page.goto(f"{url}/lens?{urlencode({'run': LENS_RUN, **LENS_QUERY})}", wait_until="domcontentloaded")
     page.get_by_role("heading", name="Lens", exact=True).first.wait_for(timeout=PATIENCE_MS)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=PATIENCE_MS)

@@ -143,7 +143,7 @@ def render() -> None:
         _head_caption(t, doc, layer, head, len(tokens))
     else:  # two configurations of the document, side by side, the same head and query
         other, other_doc = pick.rsplit("#", 1)
-        height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 10 + 1)  # half the width: fewer tokens a line
+        height = TOKEN_VIEW_HEIGHT + 60 + 40 * (len(tokens) // 10 + 1)  # half the width: fewer tokens a line
         other_tables = tables(root, other, session.token(other))
         other_kept = _kept(cache.manifest(root, other, session.token(other)))
         for column, (k, tabs, d, kept) in zip(
