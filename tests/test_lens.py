@@ -321,6 +321,12 @@ def test_the_page_bench_takes_a_logs_root_and_pages(tmp_path):
     assert proc.returncode == 2 and "add --pages" in proc.stderr
     proc = _cli("bench", "dashboard", "--pages", "--logs", str(tmp_path), "--page", "nope")
     assert proc.returncode == 2 and "--page nope: not a page" in proc.stderr
+    from aah_viz.cli import main
+    from aah_viz.cli.bench_dashboard import address_query
+
+    assert main(["bench", "dashboard", "--address", "run=x"]) == 2  # --address opens pages: needs --pages
+    assert main(["bench", "dashboard", "--pages", "--logs", str(tmp_path), "--address", "layer"]) == 2
+    assert address_query("http://127.0.0.1:8501/lens?run=a%2Fb&lens_vs=c%230") == {"run": "a/b", "lens_vs": "c#0"}
 
 
 def test_coreference_documents_link_each_pronoun_to_its_antecedent_and_other_candidates():

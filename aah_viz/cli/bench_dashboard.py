@@ -164,7 +164,7 @@ def run(args) -> int:
     if args.logs is not None or args.page or args.runs is not None or args.address:
         if not args.pages:
             raise ConfigError("--logs, --page, --runs and --address time whole pages: add --pages")
-        _address(args.address)  # a bad one is refused before anything runs
+        address_query(args.address)  # a bad one is refused before anything runs
         if args.runs is not None and args.runs < 1:
             raise ConfigError(f"--runs {args.runs}: give one run or more")
         from aah_viz.dashboard.app import PAGE_FILES
@@ -262,7 +262,7 @@ def _many_runs_pages(args) -> int:
                 made["summaries_dropped"] = drop_summaries(Path(tmp))
             with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
                 sides[side] = page_bench.measure_pages(
-                    Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar, address=_address(args.address)
+                    Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar, address=address_query(args.address)
                 )
     pages = sides["with_summaries"]
     ratios = {
@@ -313,13 +313,16 @@ def _page_urls() -> list[str]:
     return list(PAGE_FILES)
 
 
-def _address(text: str | None) -> dict:
+def address_query(text: str | None) -> dict:
     """``--address 'a=1&b=2'`` as query parameters (a leading ``?`` or a whole URL's query part taken too)."""
     from urllib.parse import parse_qsl
 
     if not text:
         return {}
-    pairs = parse_qsl(text.split("?", 1)[-1], keep_blank_values=True)
+    try:
+        pairs = parse_qsl(text.split("?", 1)[-1], keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        pairs = []
     if not pairs:
         raise ConfigError(f"--address {text!r}: give name=value pairs joined by &, as an address's query")
     return dict(pairs)
@@ -336,7 +339,7 @@ def _pages(args, logs_root: Path, generated: float | None) -> int:
     chosen = list(args.page) or None
     with tqdm(total=len(chosen or PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
         pages = page_bench.measure_pages(
-            logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar, address=_address(args.address)
+            logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar, address=address_query(args.address)
         )
     what = (
         {"logs": str(logs_root)}
