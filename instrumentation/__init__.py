@@ -44,6 +44,7 @@ _EXPORTS = {
     "record_lens": "instrumentation.measure.lens",
     "lens_progress": "instrumentation.measure.lens",
     "write_lens": "instrumentation.measure.lens",
+    "longest_lens_document": "instrumentation.measure.lens:longest_document",
     "measure_heads": "instrumentation.measure.head_measures:measure",
     "RetrofitConfig": "instrumentation.retrofit.adapt",
     "retrofit_adapt": "instrumentation.retrofit.adapt:adapt",

@@ -1,11 +1,12 @@
 """The screenshots of docs/dashboard.md, taken from the running dashboard so they stay current.
 
-    python scripts/dashboard_screenshots.py [--logs sample_logs] [--out docs]
+    python scripts/dashboard_screenshots.py [--logs sample_logs] [--out docs] [--only lens ...]
 
 Starts ``streamlit run app.py`` on a copy of the logs root (127.0.0.1, a free port), opens Debian
 Chromium (``/usr/bin/chromium``, through Playwright) at 1500 x 1000, and writes
 ``dashboard-frontier.png``, ``dashboard-training-live.png`` (a tiny ``aah-viz train`` run writing while
-the page is open), ``dashboard-compare.png`` and ``dashboard-stability.png`` into ``--out``.
+the page is open), ``dashboard-compare.png``, ``dashboard-stability.png`` and ``lens-page.png`` (the
+README's and docs/lens.md's: SmolLM2's adapted windows beside full attention, 1500 x 1240) into ``--out``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 PATIENCE_MS = 300_000  # a deadline far beyond any plausible machine, never a speed
 SIZE = {"width": 1500, "height": 1000}
+SHOTS = ("frontier", "compare", "stability", "training", "lens")
+# the lens of docs/lens.md: SmolLM2's L14H3 from token 74 of a GAP snippet, adapted windows beside full attention
+LENS_RUN = "smollm2_wikitext/frontier-full_adaptive"
+LENS_QUERY = {"layer": 14, "head": 3, "doc": 2, "query": 74, "lens_vs": "smollm2_wikitext/lens-full_attention#2"}
 
 
 def fail(message: str) -> None:
@@ -69,10 +74,41 @@ def shoot(page, url: str, title: str, path: Path, ready: str, scroll: bool = Fal
     print(f"wrote {path}")
 
 
+def start_live_run(logs: Path, env: dict) -> subprocess.Popen:
+    """A tiny aah-viz train run writing into the logs root, once its first scalars are there."""
+    train = subprocess.Popen(
+        [sys.executable, "-m", "aah_viz", "train", "--out", str(logs / "live-run"), "--preset", "tiny",
+         "--steps", "400", "--n-docs", "24", "--no-progress", "--threads", "1", "--flush-every", "5"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + PATIENCE_MS / 1000
+    while not (logs / "live-run" / "scalars").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return train
+
+
+def shoot_lens(page, url: str, path: Path) -> None:
+    """The Lens page with two token views side by side, once both show the pinned query."""
+    from urllib.parse import urlencode
+
+    page.set_viewport_size({"width": 1500, "height": 1240})
+    page.goto(f"{url}/lens?{urlencode({'run': LENS_RUN, **LENS_QUERY})}", wait_until="domcontentloaded")
+    page.get_by_role("heading", name="Lens", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=PATIENCE_MS)
+    page.wait_for_function("document.querySelectorAll('iframe').length >= 2", timeout=PATIENCE_MS)
+    for i in range(2):
+        page.frame_locator("iframe").nth(i).locator(".tok.query").wait_for(timeout=PATIENCE_MS)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(SIZE)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", default=str(ROOT / "sample_logs"), help="logs root to show (copied first)")
     parser.add_argument("--out", default=str(ROOT / "docs"), help="folder the PNG files go to")
+    parser.add_argument("--only", nargs="+", choices=SHOTS, default=SHOTS, help="take only these screenshots")
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         fail(f"Debian chromium is not installed at {CHROMIUM}")
@@ -99,27 +135,21 @@ def main() -> None:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
                 page = browser.new_page(viewport=SIZE)
                 page.set_default_timeout(PATIENCE_MS)
-                shoot(
-                    page,
-                    f"{url}/frontier",
-                    "Frontier",
-                    out / "dashboard-frontier.png",
-                    ".st-key-frontier_fig .main-svg",
-                )
-                shoot(page, f"{url}/compare", "Compare", out / "dashboard-compare.png", ".st-key-cmp_metrics .main-svg",
-                      scroll=True)  # fmt: skip
-                shoot(page, f"{url}/stability", "Stability", out / "dashboard-stability.png",
-                      ".js-plotly-plot .main-svg")  # fmt: skip
-                train = subprocess.Popen(
-                    [sys.executable, "-m", "aah_viz", "train", "--out", str(logs / "live-run"), "--preset", "tiny",
-                     "--steps", "400", "--n-docs", "24", "--no-progress", "--threads", "1", "--flush-every", "5"],
-                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )  # fmt: skip
-                deadline = time.monotonic() + PATIENCE_MS / 1000
-                while not (logs / "live-run" / "scalars").is_dir() and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                shoot(page, f"{url}/training?run=live-run", "Training", out / "dashboard-training-live.png",
-                      ".st-key-tr_fig_loss .main-svg")  # fmt: skip
+                if "frontier" in args.only:
+                    shoot(page, f"{url}/frontier", "Frontier", out / "dashboard-frontier.png",
+                          ".st-key-frontier_fig .main-svg")  # fmt: skip
+                if "compare" in args.only:
+                    shoot(page, f"{url}/compare", "Compare", out / "dashboard-compare.png",
+                          ".st-key-cmp_metrics .main-svg", scroll=True)  # fmt: skip
+                if "stability" in args.only:
+                    shoot(page, f"{url}/stability", "Stability", out / "dashboard-stability.png",
+                          ".js-plotly-plot .main-svg")  # fmt: skip
+                if "lens" in args.only:
+                    shoot_lens(page, url, out / "lens-page.png")
+                if "training" in args.only:
+                    train = start_live_run(logs, env)
+                    shoot(page, f"{url}/training?run=live-run", "Training", out / "dashboard-training-live.png",
+                          ".st-key-tr_fig_loss .main-svg")  # fmt: skip
                 browser.close()
         finally:
             for proc in (train, server):

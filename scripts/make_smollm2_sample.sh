@@ -19,7 +19,7 @@
 #      standardised routing features (--set feature_normalization=zscore, full_adaptive) in frontier-zscore;
 #   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
 #      window routing executes (appended to that run), and its token lens on two PUD sentences and two
-#      GAP snippets (aah-viz lens);
+#      GAP snippets (aah-viz lens), with the same documents at full attention beside it (lens-full_attention);
 #   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
 #   4. aah-viz head-similarity on the probed run: which similarities give real, stable head groups.
 # The adapted runs keep only their final adapter (AAH parameters and routing state), so anyone with
@@ -63,7 +63,10 @@ echo "profile at T = 1024: ${SECONDS}s"
 
 SECONDS=0
 "$AAH" lens "$OUT/frontier-full_adaptive" --model "$MODEL" --syntax "$PUD" --coref "$GAP" --docs 2 \
-    --max-tokens 128 --threads "$THREADS" --no-progress
+    --max-tokens 128 --top-k 5 --threads "$THREADS" --no-progress
+# the same documents at full attention (the unpatched model), for the Lens page's side-by-side view
+"$AAH" lens "$MODEL" --out "$OUT/lens-full_attention" --syntax "$PUD" --coref "$GAP" --docs 2 \
+    --max-tokens 128 --top-k 5 --threads "$THREADS" --no-progress
 echo "lens: ${SECONDS}s"
 
 SECONDS=0

@@ -73,6 +73,10 @@ def test_pointing_at_a_token_colours_what_the_head_reads(server, browser, logs):
     later = tokens.nth(q + 1).get_attribute("class")
     assert "future" in later and "query" in tokens.nth(q).get_attribute("class")
     assert f"{row['window']}-token window" in status.text_content()
+    # the executed window is a band over the last window's tokens; the keys before it are struck through
+    classes = [tokens.nth(j).get_attribute("class") for j in range(q + 1)]
+    w = int(row["window"])
+    assert [("inwin" in c, "cut" in c) for c in classes] == [(j > q - w, j <= q - w) for j in range(q + 1)]
 
     # the keyboard moves the query: focus, then the right arrow
     tokens.nth(q).focus()
@@ -84,15 +88,20 @@ def test_pointing_at_a_token_colours_what_the_head_reads(server, browser, logs):
 
 def _click_head(page, chart_key: str, layer: int, head: int) -> None:
     """Click the cell of ``layer``, ``head`` on the heatmap in the element keyed ``chart_key``."""
+    _click_cell(page, chart_key, head, layer)
+
+
+def _click_cell(page, chart_key: str, column: int, row: int) -> None:
+    """Click the cell at x index ``column``, y index ``row`` of the heatmap keyed ``chart_key``."""
     heatmap = page.locator(f".st-key-{chart_key} .js-plotly-plot")
     wait_selector(page, f".st-key-{chart_key} .js-plotly-plot .main-svg", f"the heatmap {chart_key}")
     heatmap.scroll_into_view_if_needed()
     box = heatmap.bounding_box()
     x, y = page.evaluate(
-        """([key, layer, head]) => { const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+        """([key, row, column]) => { const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        return [xa._offset + xa.l2p(head), ya._offset + ya.l2p(layer)]; }""",
-        [chart_key, layer, head],
+        return [xa._offset + xa.l2p(column), ya._offset + ya.l2p(row)]; }""",
+        [chart_key, row, column],
     )
     page.mouse.move(box["x"] + x - 20, box["y"] + y)
     page.mouse.move(box["x"] + x, box["y"] + y, steps=5)

@@ -321,6 +321,12 @@ def test_the_page_bench_takes_a_logs_root_and_pages(tmp_path):
     assert proc.returncode == 2 and "add --pages" in proc.stderr
     proc = _cli("bench", "dashboard", "--pages", "--logs", str(tmp_path), "--page", "nope")
     assert proc.returncode == 2 and "--page nope: not a page" in proc.stderr
+    from aah_viz.cli import main
+    from aah_viz.cli.bench_dashboard import address_query
+
+    assert main(["bench", "dashboard", "--address", "run=x"]) == 2  # --address opens pages: needs --pages
+    assert main(["bench", "dashboard", "--pages", "--logs", str(tmp_path), "--address", "layer"]) == 2
+    assert address_query("http://127.0.0.1:8501/lens?run=a%2Fb&lens_vs=c%230") == {"run": "a/b", "lens_vs": "c#0"}
 
 
 def test_coreference_documents_link_each_pronoun_to_its_antecedent_and_other_candidates():
@@ -395,3 +401,93 @@ def test_figure_options_take_comma_separated_pairs_and_keep_commas_in_a_value():
 
     assert _parse_opts(["doc=2,layer=14", "head=3"]) == {"doc": 2, "layer": 14, "head": 3}
     assert _parse_opts(["metrics=final_loss,final_acr,layer=1"]) == {"metrics": "final_loss,final_acr", "layer": 1}
+
+
+@torch_needed
+def test_a_model_folders_lens_is_the_full_attention_beside_the_adapted_windows(retrofit_run, monkeypatch):
+    """``aah-viz lens MODEL_DIR --out DIR``: the unpatched model's attention on the same document, in a run
+    of its own; the Lens page offers it side by side with the adapted run's lens of that document."""
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.dashboard.app import PAGE_FILES
+    from aah_viz.runlog import load_run, validate_run
+
+    root, model_dir, run = retrofit_run
+    (root / "one.txt").write_text(TEXT)
+    coref = REPO / "aah_viz" / "data" / "synthetic_probe.coref.jsonl"
+    common = ["--text", str(root / "one.txt"), "--coref", str(coref), "--docs", "1", "--max-tokens", "96",
+              "--top-k", "40", "--no-progress"]  # fmt: skip
+    for args, words in (
+        ([str(model_dir)], "give --out DIR"),
+        ([str(run), "--out", str(root / "elsewhere")], "--out is for a Hugging Face model folder's lens"),
+        ([str(model_dir), "--out", str(root / "x"), "--checkpoint", "1"], "--checkpoint is for a run's lens"),
+        ([str(model_dir), "--out", str(run)], "already exists"),
+    ):
+        proc = _cli("lens", *args, *common)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+    assert _cli("lens", str(run), *common).returncode == 0
+    full = root / "full-attention"
+    proc = _cli("lens", str(model_dir), *common, "--out", str(full))
+    assert proc.returncode == 0, proc.stderr
+    assert validate_run(full) == []
+    manifest = json.loads((full / "manifest.json").read_text())
+    assert manifest["evaluation_of"] == str(model_dir) and manifest["regime"] == "full_attention"
+    # its step 0: the windows full attention executes on the longest document (the coreference one: 96), ACR 1
+    assert manifest["seq_len"] == 96 and set(load_run(full).table("heads")["window"]) == {96}
+    assert load_run(full).scalar("acr")["value"].tolist() == [1.0]
+    (event,) = [json.loads(d) for d in load_run(full).events("lens")["detail"]]
+    assert event["regime"] == "full_attention" and event["data"] == f"{root / 'one.txt'}, {coref}"
+    adapted, plain_model = lens.lens_tables(load_run(run)), lens.lens_tables(load_run(full))
+    for doc in (0, 1):
+        assert list(lens.doc_tokens(plain_model, doc)["token"]) == list(lens.doc_tokens(adapted, doc)["token"])
+    # the coreference document's links on tokens (bytes, no start token), read by hand: "He" (position 83)
+    # refers to "Ivan" (0); "The old farmers" (16) is another entity
+    for t in (adapted, plain_model):
+        links = lens.doc_links(t, 1)
+        assert sorted((r.query, r.key, r.label, r.gold) for r in links.itertuples()) == [
+            (83, 0, "antecedent", True),
+            (83, 16, "other", False),
+        ]
+    a, f = (t["attention_samples"].sort_values(["layer", "head", "query"]) for t in (adapted, plain_model))
+    # the adapter trains the AAH parameters only: full attention reads what the adapted run's full pass read
+    assert np.allclose(np.concatenate(list(a["weights"])), np.concatenate(list(f["weights"])), atol=1e-6)
+    assert (f["window"] > f["query"]).all() and (f["mass_outside"] == 0).all()  # nothing cut
+    assert (a["mass_outside"] > 0.01).any()  # where the adapted windows cut
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.query_params.update({"run": run.name, "layer": "1", "head": "2", "query": "39"})
+    at.run()
+    at.switch_page(PAGE_FILES["lens"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    beside = at.selectbox(key="lens_vs")
+    assert beside.options[1].startswith("full_attention") and full.name in beside.options[1]
+    beside.select_index(1).run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value.replace("\\", "") for c in at.caption]
+    assert any(c.startswith("full_attention") and "sees every earlier token" in c for c in captions), captions
+
+
+SMOLLM2 = REPO / "sample_logs" / "smollm2_wikitext"
+
+
+@pytest.mark.skipif(not (SMOLLM2 / "lens-full_attention").is_dir(), reason="the SmolLM2 sample is not in this checkout")
+def test_the_smollm2_sample_holds_full_attention_beside_the_adapted_windows_in_3_mb():
+    from aah_viz.runlog import load_run
+
+    adapted_dir, full_dir = SMOLLM2 / "frontier-full_adaptive", SMOLLM2 / "lens-full_attention"
+    files = [f for t in lens.LENS_TABLE_NAMES for f in (adapted_dir / t).iterdir()]
+    files += [f for f in full_dir.rglob("*") if f.is_file()]
+    assert sum(f.stat().st_size for f in files) < 3_000_000
+    adapted, full = lens.lens_tables(load_run(adapted_dir)), lens.lens_tables(load_run(full_dir))
+    docs = sorted(adapted["lens_tokens"]["doc"].unique())
+    assert docs == sorted(full["lens_tokens"]["doc"].unique()) and len(docs) == 4
+    for doc in docs:  # the same documents, token for token: the page puts them side by side
+        assert list(lens.doc_tokens(adapted, doc)["token"]) == list(lens.doc_tokens(full, doc)["token"])
+    a, f = (t["attention_samples"] for t in (adapted, full))
+    assert (f["window"] > f["query"]).all() and (f["mass_outside"] == 0).all()
+    assert (a["mass_outside"] > 0.5).any()  # what the adapted windows cut (the first-token sink, docs/lens.md)
+    # the toy sample keeps the lens scripts/make_sample_logs.sh records
+    toy = lens.lens_tables(load_run(REPO / "sample_logs" / "full_adaptive_seed0"))
+    assert set(toy["lens_tokens"]["source"]) == {"syntax", "coref"}

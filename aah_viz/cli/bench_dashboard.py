@@ -161,9 +161,10 @@ def run(args) -> int:
 
     from aah_viz.samples import make_synthetic_run
 
-    if args.logs is not None or args.page or args.runs is not None:
+    if args.logs is not None or args.page or args.runs is not None or args.address:
         if not args.pages:
-            raise ConfigError("--logs, --page and --runs time whole pages: add --pages")
+            raise ConfigError("--logs, --page, --runs and --address time whole pages: add --pages")
+        address_query(args.address)  # a bad one is refused before anything runs
         if args.runs is not None and args.runs < 1:
             raise ConfigError(f"--runs {args.runs}: give one run or more")
         from aah_viz.dashboard.app import PAGE_FILES
@@ -260,7 +261,9 @@ def _many_runs_pages(args) -> int:
             if side == "without_summaries":
                 made["summaries_dropped"] = drop_summaries(Path(tmp))
             with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
-                sides[side] = page_bench.measure_pages(Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar)
+                sides[side] = page_bench.measure_pages(
+                    Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar, address=address_query(args.address)
+                )
     pages = sides["with_summaries"]
     ratios = {
         name: {
@@ -310,6 +313,21 @@ def _page_urls() -> list[str]:
     return list(PAGE_FILES)
 
 
+def address_query(text: str | None) -> dict:
+    """``--address 'a=1&b=2'`` as query parameters (a leading ``?`` or a whole URL's query part taken too)."""
+    from urllib.parse import parse_qsl
+
+    if not text:
+        return {}
+    try:
+        pairs = parse_qsl(text.split("?", 1)[-1], keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        pairs = []
+    if not pairs:
+        raise ConfigError(f"--address {text!r}: give name=value pairs joined by &, as an address's query")
+    return dict(pairs)
+
+
 def _pages(args, logs_root: Path, generated: float | None) -> int:
     """Whole pages through Streamlit's test runner, cold and warm, in server CPU seconds; on the
     generated run, or on the runs under ``--logs`` (``generated`` None)."""
@@ -320,7 +338,9 @@ def _pages(args, logs_root: Path, generated: float | None) -> int:
 
     chosen = list(args.page) or None
     with tqdm(total=len(chosen or PAGES), desc="pages", file=sys.stderr, disable=args.quiet) as bar:
-        pages = page_bench.measure_pages(logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar)
+        pages = page_bench.measure_pages(
+            logs_root, warm_rounds=args.repeats, pages=chosen, progress=bar, address=address_query(args.address)
+        )
     what = (
         {"logs": str(logs_root)}
         if generated is None
@@ -387,6 +407,12 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         help="with --pages: time only this page (its address, e.g. lens; repeatable)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --pages: the address query each page opens with, as a copied link gives it, e.g. "
+        "'run=smollm2_wikitext/frontier-full_adaptive&layer=14&head=3&doc=2' (default: none)",
     )
     p.add_argument(
         "--pages",

@@ -50,6 +50,7 @@ body { font-family: system-ui, sans-serif; margin: 4px; color: #111; }
 .tok.query { border: 2px solid #d62728; }
 .tok.sink { box-shadow: inset 0 -3px 0 #ff7f0e; }
 .tok.cut { text-decoration: line-through; text-decoration-color: #d62728; }
+.tok.inwin { border-top: 3px solid #74c476; }
 .tok.future { color: #aaa; }
 .tok.gold { outline: 2px dashed #2ca02c; }
 .tok.other { outline: 2px dashed #7f7f7f; }
@@ -70,10 +71,11 @@ function colour(w, max) {
 function show(q) {
   const row = data.rows[String(q)];
   toks.forEach((el, j) => {
-    el.classList.remove('query', 'cut', 'future', 'gold', 'other');
+    el.classList.remove('query', 'cut', 'future', 'gold', 'other', 'inwin');
     el.style.background = '';
     el.style.color = '';
     el.setAttribute('aria-label', el.dataset.text + ', position ' + j);
+    el.title = '';
   });
   if (!row) { status.textContent = 'no row for token ' + q; return; }
   const max = Math.max(...row.w, 1e-9);
@@ -86,17 +88,21 @@ function show(q) {
     if (w > 0.55 * max) el.style.color = '#fff';
     const cut = j <= q - row.win && j >= data.kept;
     if (cut) el.classList.add('cut');
+    if (j > q - row.win) el.classList.add('inwin');  // the band of the executed window
     el.dataset.weight = w.toFixed(4);
-    el.setAttribute('aria-label', el.dataset.text + ', position ' + j + ', weight ' + w.toFixed(3)
-      + (cut ? ', cut by the window' : ''));
+    const said = el.dataset.text + ', position ' + j + ', weight ' + w.toFixed(3) + (cut ? ', cut by the window' : '');
+    el.setAttribute('aria-label', said);
+    el.title = said;
   });
   toks[q].classList.add('query');
   const mine = data.links.filter(l => l.q === q);
   mine.forEach(l => { if (toks[l.k]) toks[l.k].classList.add(l.gold ? 'gold' : 'other'); });
   const strongest = row.k.slice(0, 3).map(
     (k, i) => '"' + toks[k].dataset.text + '" (' + k + ') ' + row.w[i].toFixed(3));
-  status.textContent = 'query "' + toks[q].dataset.text + '" (position ' + q + '): executes a ' + row.win
-    + '-token window, which cuts ' + (100 * row.out).toFixed(1) + '% of its full-attention mass; '
+  const reach = row.win > q ? 'sees every earlier token (its ' + row.win + '-token window covers them); '
+    : 'executes a ' + row.win + '-token window, which cuts ' + (100 * row.out).toFixed(1)
+      + '% of its full-attention mass; ';
+  status.textContent = 'query "' + toks[q].dataset.text + '" (position ' + q + '): ' + reach
     + (100 * row.sink).toFixed(1) + '% on the first token. Strongest keys: ' + strongest.join(', ') + '.'
     + (mine.length ? ' Links: ' + mine.map(
         l => l.kind + ' ' + l.label + ' to ' + l.k + (l.gold ? '' : ' (not gold)')).join(', ') + '.' : '');
@@ -127,7 +133,8 @@ def token_html(tokens: pd.DataFrame, rows: pd.DataFrame, links: pd.DataFrame, qu
         spans.append(f'<span class="{classes}" tabindex="0" data-text="{shown}">{shown}</span>')
     legend = (
         '<div class="legend">Point at or tab to a token: earlier tokens take the blue of the selected head\'s '
-        "weight from it (full attention); struck through: cut by the executed window; orange underline: the "
+        "weight from it (full attention); green line above: the executed window; struck through: cut by it "
+        "(its weight still shown); orange underline: the "
         "first token (the sink); dashed green: the query's gold link. Arrow keys move, Enter or a click pins.</div>"
     )
     return (

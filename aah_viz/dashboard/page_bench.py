@@ -48,8 +48,11 @@ def _problems(at) -> list[str]:
     return [str(e.value)[:300] for e in at.exception] + [str(e.value)[:300] for e in at.error]
 
 
-def measure_pages(logs_root: Path, warm_rounds: int = 3, pages=None, timeout_s: float = 600.0, progress=None) -> dict:
-    """{page url: {cold_cpu_s, warm_cpu_s, cold_wall_s, warm_wall_s, warm_cpu_times, problems}}."""
+def measure_pages(
+    logs_root: Path, warm_rounds: int = 3, pages=None, timeout_s: float = 600.0, progress=None, address=None
+) -> dict:
+    """{page url: {cold_cpu_s, warm_cpu_s, cold_wall_s, warm_wall_s, warm_cpu_times, problems}};
+    ``address``: the query parameters ({name: value}) the dashboard is opened with (a run, a head, ...)."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -62,6 +65,7 @@ def measure_pages(logs_root: Path, warm_rounds: int = 3, pages=None, timeout_s: 
             if pages and url not in pages:
                 continue
             at = AppTest.from_file(entry, default_timeout=timeout_s)
+            at.query_params.update(address or {})  # as a copied link opens it
             at.run()  # the dashboard opened (its landing page), as a user arrives
             st.cache_data.clear()
             st.cache_resource.clear()

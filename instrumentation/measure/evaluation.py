@@ -255,11 +255,21 @@ def write_inference(out: str | Path, loaded: Loaded, detail: dict, *, overwrite:
 
 
 def write_result(
-    out: str | Path, loaded: Loaded, kind: str, detail: dict, *, tables: dict | None = None, overwrite: bool = False
+    out: str | Path,
+    loaded: Loaded,
+    kind: str,
+    detail: dict,
+    *,
+    tables: dict | None = None,
+    overwrite: bool = False,
+    before_step: Callable[[], None] | None = None,
+    seq_len: int | None = None,
 ) -> Path:
     """An event ``kind`` with ``detail`` and the rows of ``tables`` ({table: rows}) at the loaded step,
     appended to the source run when ``out`` is it, else as step 0 of a new one-step run that names its
-    source and the source's step (``evaluation_of``, ``evaluation_of_step``)."""
+    source and the source's step (``evaluation_of``, ``evaluation_of_step``); ``before_step`` runs once the
+    new run's recorder listens, before step 0 is closed (a forward whose windows and ACR that step records,
+    of ``seq_len`` tokens: the manifest's length)."""
     out = Path(out)
     step = int(loaded.step or 0)
     if out.resolve() == loaded.source.resolve() and loaded.kind != "model":
@@ -289,6 +299,8 @@ def write_result(
     from instrumentation.recorder import Recording, RoutingRecorder
 
     extra = {"evaluation_of": str(loaded.source), "evaluation_of_step": loaded.step, **loaded.extra}
+    if seq_len is not None:
+        extra["seq_len"] = int(seq_len)
     step = 0  # the new run holds this one step; the source's step is in the manifest and the detail
     tables = {name: {**rows, "step": [step] * len(rows["step"])} for name, rows in (tables or {}).items()}
     recording = Recording(
@@ -300,8 +312,11 @@ def write_result(
         overwrite=overwrite,
         manifest_extra=extra,
     )
-    rec = RoutingRecorder(loaded.routed, recording, background=False).attach()
+    # record_eval_forwards: the windows of before_step's forward (evaluation mode) make step 0
+    rec = RoutingRecorder(loaded.routed, recording, record_eval_forwards=True, background=False).attach()
     try:
+        if before_step is not None:
+            before_step()
         rec.step(step, tokens=detail.get("tokens"))
         for table, rows in tables.items():
             rec.writer.append(table, rows)

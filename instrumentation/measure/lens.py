@@ -121,8 +121,9 @@ def token_links(doc: LensDoc, tokens: Tokens) -> dict[str, list]:
 
 
 @torch.no_grad()
-def document_attention(loaded: Loaded, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(probs (L, H, T, T) under full attention, executed windows (L, H)) of one document."""
+def document_attention(loaded: Loaded, ids: Sequence[int], full: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(probs (L, H, T, T) under full attention, executed windows (L, H)) of one document; with ``full``
+    False only the routed forward runs (probs are then empty)."""
     device = next(loaded.model.parameters()).device
     x = torch.tensor([list(ids)], dtype=torch.long, device=device)
     routed = loaded.routed
@@ -133,6 +134,8 @@ def document_attention(loaded: Loaded, ids: Sequence[int]) -> tuple[np.ndarray, 
         with routed.routing_mode("frozen"):
             model_logits(loaded.model, x)  # routed: the windows each head executes here
             windows = routed.current_windows().cpu().numpy()
+            if not full:
+                return np.zeros((0,)), windows
             with full_attention(routed, lambda i, p: probs.__setitem__(i, p[0].double().cpu().numpy())):
                 model_logits(loaded.model, x)
     finally:
@@ -217,9 +220,19 @@ def _record_doc(loaded: Loaded, tok: _Tokenizer, doc: LensDoc, number: int, max_
     add("attention_samples", rows, number)
 
 
-def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
+def write_lens(
+    loaded: Loaded,
+    tables: dict[str, dict[str, list]],
+    *,
+    out=None,
+    overwrite: bool = False,
+    replay: Sequence[int] | None = None,
+    **detail,
+):
     """Write the lens tables into the loaded run at its step (a second lens of that step replaces the
-    first), with a ``lens`` event; returns the run's path."""
+    first), with a ``lens`` event, or into the new run ``out`` (a model folder's lens: step 0 of a
+    one-step run naming its source, whose windows and ACR are those the model executes on the token ids
+    ``replay``, the longest document); returns the run's path."""
     from instrumentation.measure.evaluation import write_result
 
     n_docs = len(set(tables["lens_tokens"].get("doc", [])))
@@ -230,7 +243,27 @@ def write_lens(loaded: Loaded, tables: dict[str, dict[str, list]], **detail):
         "sink_tokens": kept_positions(loaded),
         "checkpoint_step": loaded.step,
     }
-    return write_result(loaded.source, loaded, "lens", detail, tables=tables)
+
+    def run_replay() -> None:
+        if replay is not None:
+            document_attention(loaded, replay, full=False)
+
+    return write_result(
+        out or loaded.source,
+        loaded,
+        "lens",
+        detail,
+        tables=tables,
+        overwrite=overwrite,
+        before_step=run_replay,
+        seq_len=None if replay is None else len(replay),
+    )
+
+
+def longest_document(loaded: Loaded, docs: Sequence[LensDoc], max_tokens: int) -> list[int]:
+    """The token ids (as the lens reads them) of the longest of ``docs``."""
+    tok = _Tokenizer(loaded)
+    return max((tok.tokens(doc, max_tokens).ids for doc in docs), key=len)
 
 
 def lens_progress(loaded: Loaded, docs: Sequence[LensDoc], *, max_tokens: int, top_k: int, restart: bool = False):

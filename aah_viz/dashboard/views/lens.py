@@ -15,24 +15,65 @@ from aah_viz.figures.lens import distance_map_figure, tokens_figure
 TOKEN_VIEW_HEIGHT = 130  # plus a line per 14 tokens
 
 
-@st.cache_data(show_spinner=False)
+# The lens tables are read once and kept as they are (``tables``: a resource, never copied, which
+# nothing here changes); a redraw takes only the small pieces it shows, each cached by itself, so it
+# never copies the whole lens (megabytes at SmolLM2's size) out of a cache.
+@st.cache_resource(show_spinner=False, max_entries=8)
 def tables(root: str, key: str, token: int) -> dict[str, pd.DataFrame]:
     return lens.lens_tables(cache.open_run(root, key))
 
 
-def _same_document_runs(root: str, key: str, tokens: pd.DataFrame) -> list[str]:
+@st.cache_data(show_spinner=False)
+def doc_texts(root: str, key: str, token: int) -> dict[int, tuple[str, ...]]:
+    """Each document of the run's lens (its newest step) as its tokens ({} without a lens): the
+    tokens table alone, for finding the same document in other runs."""
+    run = cache.open_run(root, key)
+    if not {"attention_samples", "lens_tokens"} <= set(run.tables()):
+        return {}
+    t = run.table("lens_tokens")
+    if t.empty:
+        return {}
+    t = t[t["step"] == t["step"].max()]
+    return {int(d): tuple(g.sort_values("position")["token"]) for d, g in t.groupby("doc")}
+
+
+@st.cache_data(show_spinner=False)
+def doc_names(root: str, key: str, token: int) -> dict[int, str]:
+    t = tables(root, key, token)
+    return lens.doc_names(t["lens_tokens"]) if t else {}
+
+
+@st.cache_data(show_spinner=False)
+def doc_parts(root: str, key: str, token: int, doc: int) -> dict[str, pd.DataFrame]:
+    """One document's tokens, links and per-head summary."""
+    t = tables(root, key, token)
+    return {
+        "tokens": lens.doc_tokens(t, doc),
+        "links": lens.doc_links(t, doc),
+        "summary": lens.head_summary(t["attention_samples"], doc),
+    }
+
+
+@st.cache_data(show_spinner=False)
+def head_view(root: str, key: str, token: int, doc: int, layer: int, head: int) -> pd.DataFrame:
+    """The selected head's rows of one document, by query."""
+    return lens.head_rows(tables(root, key, token)["attention_samples"], doc, layer, head)
+
+
+@st.cache_data(show_spinner=False)
+def distances(root: str, key: str, token: int, doc: int, n_layer: int, n_head: int):
+    return lens.distance_map(tables(root, key, token)["attention_samples"], doc, n_layer, n_head)
+
+
+def _same_document_runs(root: str, key: str, texts: tuple[str, ...]) -> list[str]:
     """Other runs whose lens holds a document with exactly these tokens (another configuration)."""
-    texts = list(tokens["token"])
     out = []
     for other in session.good_keys():
         if other == key:
             continue
-        t = tables(root, other, session.token(other))
-        if not t:
-            continue
-        for doc in t["lens_tokens"]["doc"].unique():
-            if list(lens.doc_tokens(t, int(doc))["token"]) == texts:
-                out.append(f"{other}#{int(doc)}")
+        for doc, theirs in doc_texts(root, other, session.token(other)).items():
+            if theirs == texts:
+                out.append(f"{other}#{doc}")
                 break
     return out
 
@@ -43,10 +84,26 @@ def _kept(manifest: dict) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _token_view(t: dict, doc: int, layer: int, head: int, query: int, height: int, kept: int) -> None:
-    rows = lens.head_rows(t["attention_samples"], doc, layer, head)
+def _token_view(parts: dict, rows: pd.DataFrame, query: int, height: int, kept: int) -> None:
     # our own HTML around the document's tokens, every text escaped (lens_view): never a user's markup
-    st.iframe(token_html(lens.doc_tokens(t, doc), rows, lens.doc_links(t, doc), query, kept), height=height)
+    st.iframe(token_html(parts["tokens"], rows, parts["links"], query, kept), height=height)
+
+
+def _head_caption(summary: pd.DataFrame, layer: int, head: int, n_tokens: int, prefix: str = "") -> None:
+    """The head's window on the document, the mass it cuts and the mass on the first token."""
+    this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
+    if this.empty:
+        return
+    r = this.iloc[0]
+    window = int(r["window"])
+    if window >= n_tokens:  # full attention on this document (or a window longer than it)
+        what = f"sees every earlier token on this document (its {window}-token window covers it): nothing is cut"
+    else:
+        what = (
+            f"executes a {window}-token window on this document; over its queries the window cuts "
+            f"{r['mass_outside']:.1%} of the full-attention mass on average"
+        )
+    st.caption(plain(f"{prefix}L{layer}H{head} {what}, and {r['mass_sink']:.1%} goes to the first token."))
 
 
 PROBE_OF_SOURCE = {"syntax": "syntax", "coref": "coref"}
@@ -66,23 +123,41 @@ def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: 
     st.caption(plain(f"L{layer}H{head} in the run's {probe} probe (aah-viz probe, all its data): {scores}"))
 
 
+def _pick_other(root: str, key: str, texts: tuple[str, ...]) -> str | None:
+    """Another run's lens of this document to show beside this one ("RUN#DOC"), where there is one and
+    it is picked (the address keeps it)."""
+    others = _same_document_runs(root, key, texts)
+    if not others:
+        return None
+    labels = {o: session.label(o.rsplit("#", 1)[0]) for o in others}
+    pick = address.choose(
+        st.selectbox,
+        "lens_vs",
+        "lens_vs",
+        ["none", *others],
+        label="Side by side with (the same document in another run's lens: another configuration of the model)",
+        format_func=lambda o: "none" if o == "none" else labels[o],
+    )
+    return None if pick == "none" else pick
+
+
 @guarded
 def render() -> None:
     opened = page_head.begin_run_page("Lens", summary_header=False)
     if opened is None:
         return
     key, root, tok, m = opened
-    t = tables(root, key, tok)
-    if not t:
+    names = doc_names(root, key, tok)
+    if not names:
         st.info(
             "This run has no lens. `aah-viz lens RUN --syntax FILE.conllu` (or `--coref GAP.tsv`, `--text FILE`) "
             "runs its model on a few documents and records, per head and token, what it reads under full "
             "attention and what its executed window cuts (docs/lens.md)."
         )
         return
-    names = lens.doc_names(t["lens_tokens"])
     doc = address.choose(st.selectbox, "doc", "lens_doc", list(names), label="Document", format_func=names.get)
-    tokens = lens.doc_tokens(t, doc)
+    parts = doc_parts(root, key, tok, doc)
+    tokens = parts["tokens"]
     c1, c2, c3 = st.columns([1, 1, 3])
     layer = pickers.pick_layer(m["n_layer"], where=c1)
     head = pickers.pick_head(m["n_head"], where=c2)
@@ -99,54 +174,42 @@ def render() -> None:
         min_value=0,
         max_value=last,
     )
-    height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
+    pick = _pick_other(root, key, tuple(tokens["token"]))
     st.subheader(f"L{layer}H{head}")
-    _token_view(t, doc, layer, head, query, height, _kept(m))
-    summary = lens.head_summary(t["attention_samples"], doc)
-    this = summary[(summary["layer"] == layer) & (summary["head"] == head)]
-    if len(this):
-        r = this.iloc[0]
-        st.caption(
-            plain(
-                f"L{layer}H{head} executes a {int(r['window'])}-token window on this document; over its queries the "
-                f"window cuts {r['mass_outside']:.1%} of the full-attention mass on average, and "
-                f"{r['mass_sink']:.1%} goes to the first token."
-            )
+    rows = head_view(root, key, tok, doc, layer, head)
+    if pick is None:
+        height = TOKEN_VIEW_HEIGHT + 40 * (len(tokens) // 14 + 1)
+        _token_view(parts, rows, query, height, _kept(m))
+        _head_caption(parts["summary"], layer, head, len(tokens))
+    else:  # two configurations of the document, side by side, the same head and query
+        other, other_doc = pick.rsplit("#", 1)
+        height = TOKEN_VIEW_HEIGHT + 60 + 40 * (len(tokens) // 10 + 1)  # half the width: fewer tokens a line
+        o_tok = session.token(other)
+        sides = (
+            (key, parts, rows, _kept(m)),
+            (
+                other,
+                doc_parts(root, other, o_tok, int(other_doc)),
+                head_view(root, other, o_tok, int(other_doc), layer, head),
+                _kept(cache.manifest(root, other, o_tok)),
+            ),
         )
+        for column, (k, side_parts, side_rows, kept) in zip(st.columns(2), sides):
+            with column:
+                st.markdown(plain(session.label(k)))
+                _token_view(side_parts, side_rows, query, height, kept)
+                _head_caption(side_parts["summary"], layer, head, len(tokens), f"{session.label(k)}: ")
     _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
-    others = _same_document_runs(root, key, tokens)
-    if others:
-        labels = {o: session.label(o.rsplit("#", 1)[0]) for o in others}
-        pick = address.choose(
-            st.selectbox,
-            "lens_vs",
-            "lens_vs",
-            ["none", *others],
-            label="Side by side with (the same document in another run's lens)",
-            format_func=lambda o: "none" if o == "none" else labels[o],
-        )
-        if pick != "none":
-            other, other_doc = pick.rsplit("#", 1)
-            st.caption(plain(f"{session.label(other)}: the same head and query"))
-            other_manifest = cache.manifest(root, other, session.token(other))
-            _token_view(
-                tables(root, other, session.token(other)),
-                int(other_doc),
-                layer,
-                head,
-                query,
-                height,
-                _kept(other_manifest),
-            )
-    row = lens.query_row(t["attention_samples"], doc, layer, head, query)
-    if row is not None:
+    at_query = rows[rows["query"] == query]
+    if len(at_query):
+        row = at_query.iloc[0].to_dict()
         chart(
-            tokens_figure(tokens, row, lens.doc_links(t, doc), f"L{layer}H{head} from token {query}", kept=_kept(m)),
+            tokens_figure(tokens, row, parts["links"], f"L{layer}H{head} from token {query}", kept=_kept(m)),
             key="lens_tokens_fig",
             name=f"tokens-doc{doc}-L{layer}H{head}-q{query}",
         )
     st.subheader("Heads × distance on this document")
-    matrix, labels = lens.distance_map(t["attention_samples"], doc, m["n_layer"], m["n_head"])
+    matrix, labels = distances(root, key, tok, doc, int(m["n_layer"]), int(m["n_head"]))
     chart(
         distance_map_figure(
             matrix, labels, m["n_head"], "mean weight of each head's strongest keys by distance", selected=(layer, head)
