@@ -123,3 +123,17 @@ def test_sink_effects_and_the_frontier_text_say_what_the_table_says():
     assert f"111.00 (x{111 / 30:.2f}) at ACR 0.125 without, 45.00 (x{45 / 30:.2f}) at ACR 0.133 with 4" in text
     assert "Of 20 questions each" in text
     assert "4 of 7 configurations answer all" in text and "2 answer none" in text
+
+
+def test_runs_trained_for_other_lengths_are_another_configuration():
+    manifests = {
+        "a": {**BYTE, "regime": "full_adaptive", "steps": 280},
+        "b": {**BYTE, "regime": "full_adaptive", "steps": 280},
+        "long": {**BYTE, "regime": "full_adaptive", "steps": 2500},
+        "base": {**BYTE, "regime": "full_attention", "steps": 280},
+    }
+    groups = dict((label, sorted(keys)) for label, keys in split_by_configuration(manifests))
+    assert groups == {
+        "preset small, T = 128, windows 16/32/64/128, 280 steps": ["a", "b", "base"],
+        "preset small, T = 128, windows 16/32/64/128, 2,500 steps": ["long"],
+    }

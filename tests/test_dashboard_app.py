@@ -776,3 +776,57 @@ def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monk
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Windows"]
     assert any("Logs root" in c.value for c in at.sidebar.caption)  # the entry point's sidebar ran
+
+
+def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp_path):
+    """A live run's Windows page shows its newest routing update, and keeps no step in the address, until
+    the user picks one: then that step stays, in the address too, while the run grows."""
+    logs = tmp_path / "logs"
+    run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running")
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    goto(at, "windows")
+
+    def updates() -> list[int]:
+        ups = load_run(run).table("events", filters=[("kind", "==", "routing_update")])
+        return sorted(int(s) for s in ups["step"].unique())
+
+    def heat_step() -> int:
+        (title,) = [t for t in chart_titles(at) if t.startswith("executed windows at step")]
+        return int(title.rsplit(" ", 1)[-1])
+
+    first = updates()
+    assert heat_step() == first[-1] and "step" not in at.query_params
+    # the run grows: the page follows it
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True)
+    at.run()
+    assert updates()[-1] > first[-1]
+    assert heat_step() == updates()[-1] and "step" not in at.query_params
+    # the user picks an earlier update: it stays while the run grows further
+    chosen = updates()[1]
+    at.select_slider(key="step_picker").set_value(chosen).run()
+    assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=140, seed=3, status="running", overwrite=True)
+    at.run()
+    assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
+
+
+def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypatch, tmp_path):
+    logs = tmp_path / "logs"
+    for name, seq_len, steps, seed in (("a0", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3)):
+        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seq_len=seq_len, seed=seed)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(PAGE_FILES["windows"]).run()
+    at.selectbox(key="run_picker").set_value("a0").run()
+    assert not at.exception, [e.value for e in at.exception]
+    pick = at.multiselect(key="win_compare_pick")
+    assert sorted(pick.value) == ["a0", "a1"]  # another T or another length of training is not a seed
+    assert not [w for w in at.warning if "configurations" in w.value]
+    pick.set_value(["a0", "t128"]).run()
+    (said,) = [w.value for w in at.warning if "configurations" in w.value]
+    assert "These runs are of 2 configurations" in said and "T = 128" in said

@@ -1,4 +1,5 @@
-"""Which runs may be averaged together: the same model, sequence length and candidate windows.
+"""Which runs may be averaged together: the same model, sequence length, candidate windows and length of
+training.
 
 A mean over seeds means something only over runs of one configuration. Runs of a byte-level model
 at T = 128 and adaptations of a pretrained model at T = 512 share regime names, not results, so
@@ -31,19 +32,25 @@ def model_of(manifest: Mapping) -> str:
     return f"{shape[0]} layers x {shape[1]} heads" if all(shape) else "unknown model"
 
 
-def configuration_of(manifest: Mapping) -> tuple[str, int | None, tuple[int, ...]]:
-    """(model, sequence length, candidate windows); the baseline's windows are ``()``."""
+def configuration_of(manifest: Mapping) -> tuple[str, int | None, tuple[int, ...], int | None]:
+    """(model, sequence length, candidate windows, planned training steps); the baseline's windows are
+    ``()``; steps are None where the manifest plans none (an evaluation, a probe). Runs trained for
+    different lengths are not seeds of one experiment: their final values differ by design."""
     seq_len = manifest.get("seq_len")
     seq_len = int(seq_len) if isinstance(seq_len, (int, float)) else None
     windows = () if manifest.get("regime") == BASELINE else tuple(int(w) for w in manifest.get("windows") or ())
-    return (model_of(manifest), seq_len, windows)
+    steps = manifest.get("steps")
+    steps = int(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) else None
+    return (model_of(manifest), seq_len, windows, steps)
 
 
 def configuration_label(cfg: tuple) -> str:
-    """``preset small, T = 128, windows 16/32/64/128`` (words a reader can match to a run)."""
-    model, seq_len, windows = cfg
+    """``preset small, T = 128, windows 16/32/64/128, 280 steps`` (words a reader can match to a run)."""
+    model, seq_len, windows, steps = cfg
     parts = [str(model), f"T = {seq_len}" if seq_len is not None else "T unknown"]
     parts.append("windows " + "/".join(str(w) for w in windows) if windows else "full attention only")
+    if steps is not None:
+        parts.append(f"{steps:,} steps")
     return ", ".join(parts)
 
 
@@ -59,7 +66,7 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
         else:
             baselines.append((key, cfg))
     for key, cfg in baselines:
-        homes = [g for g in groups if g[:2] == cfg[:2]]
+        homes = [g for g in groups if (g[0], g[1], g[3]) == (cfg[0], cfg[1], cfg[3])]
         for g in homes:
             groups[g].append(key)
         if not homes:

@@ -1,5 +1,5 @@
 """One configuration at a time: pages that average runs (Compare, grouped Training curves) never pool
-runs of different models, sequence lengths or candidate windows. With several among the selected
+runs of different models, sequence lengths, candidate windows or training lengths. With several among the selected
 runs, a picker (in the address) chooses one, the largest by default, and the page names the runs it
 leaves out."""
 
@@ -18,6 +18,14 @@ def groups(keys) -> list[tuple[str, list[str]]]:
     return split_by_configuration({k: cache.manifest(root, k, session.token(k)) for k in keys})
 
 
+def same_configuration(key: str, keys) -> list[str]:
+    """The runs among ``keys`` of ``key``'s configuration (``key`` first)."""
+    for _, members in groups([key, *[k for k in keys if k != key]]):
+        if key in members:
+            return [key, *[k for k in members if k != key]]
+    return [key]
+
+
 def one_configuration(keys, widget_key: str, param: str = "config", where=None) -> list[str]:
     """The runs of one configuration among ``keys`` (all of them when they share one)."""
     keys = list(keys)
@@ -31,10 +39,10 @@ def one_configuration(keys, widget_key: str, param: str = "config", where=None) 
         param,
         widget_key,
         labels,
-        label="Configuration (model, sequence length T, candidate windows)",
+        label="Configuration (model, sequence length T, candidate windows, training steps)",
         format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
-        help="Runs of different models, sequence lengths or candidate windows are never averaged "
-        "together: pick the configuration to show.",
+        help="Runs of different models, sequence lengths, candidate windows or training lengths are never "
+        "averaged together: pick the configuration to show.",
     )
     chosen = members[label]
     left = [k for k in keys if k not in chosen]

@@ -108,30 +108,30 @@ def pick_head(n_head: int, where=None) -> int | None:
 
 
 def pick_step(steps, label: str, where=None, help: str | None = None) -> int | None:
-    """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one."""
+    """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one. Until the user
+    moves it (or the address names a step), it follows the newest update, so a live run's page shows its
+    latest routing, and no step goes into the address."""
     steps = np.asarray(steps, dtype=np.int64)
     target = where or st
     if len(steps) == 0:
         return None
     wanted = selection.current().get("step")
-    value = int(steps[-1]) if wanted is None else nearest(steps, int(wanted))
-    selection.select(step=value)
+    following = wanted is None
+    value = int(steps[-1]) if following else nearest(steps, int(wanted))
     if len(steps) == 1:
         target.caption(f"{label}: {value} (the only one recorded)")
-        selection.write_address()
-        return value
-    options = [int(s) for s in steps.tolist()]
-    st.session_state["step_picker"] = value
-    out = int(
+    else:
+        options = [int(s) for s in steps.tolist()]
+        st.session_state["step_picker"] = value
         target.select_slider(
             label,
             options=options,
             key="step_picker",
-            on_change=_on_widget,
+            on_change=_on_widget,  # the user's choice: kept in the selection and the address
             args=("step", "step_picker", int),
-            help=help,
+            help=(help + " " if help else "") + "Follows the newest update until you move it.",
         )
-    )
-    selection.select(step=out)
+    if not following:
+        selection.select(step=value)
     selection.write_address()
-    return out
+    return value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
+from aah_viz.dashboard import address, cache, configuration, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.lens_view import link_to_lens
@@ -87,10 +87,12 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     if key not in selected:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
-    # the runs ticked on the Runs page, else this run's other seeds (same regime) first
+    # by default only runs of this run's configuration (model, T, windows, steps): the ticked ones, else this
+    # run's other seeds (same regime) first; other configurations are there to pick, and said when picked
     views = session.overviews()
-    same = [k for k in selected if k != key and views.get(k, {}).get("regime") == views.get(key, {}).get("regime")]
-    others = [k for k in selected if k != key] if selection.ticked() else same + [k for k in selected if k not in same]
+    alike = configuration.same_configuration(key, selected)
+    same = [k for k in alike if k != key and views.get(k, {}).get("regime") == views.get(key, {}).get("regime")]
+    others = [k for k in alike if k != key] if selection.ticked() else same + [k for k in alike if k not in same]
     default = [key] + [k for k in others if k != key][:3]
     labels = {k: session.label(k) for k in selected}  # computed now: format_func may be called outside the run
     chosen = address.choose_some(
@@ -108,6 +110,14 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     if not keys:
         st.info("Pick at least one run to compare.")
         return
+    found = configuration.groups(keys)
+    if len(found) > 1:
+        st.warning(
+            plain(
+                f"These runs are of {len(found)} configurations, drawn on the same axes but not comparable as "
+                "seeds: " + "; ".join(f"{label}: {', '.join(members)}" for label, members in found) + "."
+            )
+        )
     tok = session.tokens(keys)
     coverage, cost = cache.coverage_cost(root, keys, tok)
     chart(
