@@ -89,7 +89,7 @@ def test_pages_of_several_runs_name_the_runs_whose_groups_are_in_doubt(logs, mon
     n = len(logs[1]["forced"])
     for page in ("runs", "compare", "export"):
         (banner,) = _banners(_open(logs, monkeypatch, "real", page))
-        assert f"in 1 of the runs shown: forced (100% of {n} partitions forced)" in banner, page
+        assert f"in 1 of the runs shown: forced ({n} partitions: 100% forced, 0% beat their nulls)" in banner, page
         assert "real (" not in banner, page
 
 
@@ -120,3 +120,17 @@ def test_the_hierarchy_says_what_the_level_0_partition_is(logs, monkeypatch):
     at = _open(logs, monkeypatch, "real", "hierarchy")
     notes = [c.value for c in at.caption if c.value.startswith("Level 0")]
     assert len(notes) == 1 and "real: silhouette" in notes[0]
+
+
+def test_the_brief_reason_leads_with_the_share_that_decided_it():
+    from aah_viz.analysis.cluster_validity import doubt_in_brief
+
+    # few forced splits but none beating its null: the nulls decided it, and come first
+    assert (
+        doubt_in_brief({"partitions": 228, "forced_share": 0.02, "real_share": 0.0}) == "0% beat their nulls, 2% forced"
+    )
+    assert doubt_in_brief({"partitions": 12, "forced_share": 1.0, "real_share": float("nan")}) == "100% forced"
+    assert (
+        doubt_in_brief({"partitions": 12, "forced_share": 0.75, "real_share": 0.5})
+        == "75% forced, 50% beat their nulls"
+    )

@@ -357,6 +357,17 @@ def groups_in_doubt(validity: pd.DataFrame) -> str | None:
     return doubt_from_shares(run_shares(validity))
 
 
+def doubt_in_brief(shares: dict) -> str:
+    """The shares that put a run's groups in doubt, the deciding one first: "0% beat their nulls, 2% forced"
+    (a low forced share alone would read as evidence for clusters)."""
+    forced, real = shares["forced_share"], shares["real_share"]
+    parts = [f"{forced:.0%} forced"]
+    if not np.isnan(real):
+        beat = f"{real:.0%} beat their nulls"
+        parts = [beat, *parts] if forced <= 0.5 else [*parts, beat]
+    return ", ".join(parts)
+
+
 def doubt_from_shares(shares: dict) -> str | None:
     """``groups_in_doubt`` from the run's ``run_shares`` (kept in the run's summary: no rows read)."""
     if not shares["partitions"]:

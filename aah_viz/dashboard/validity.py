@@ -49,7 +49,7 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     shares = cv.run_shares(v)
     similarity = has_head_similarity(root, key, token)
     # the line stays one line (the trained samples all have the section): the section is named in the details
-    short = f"**Head groups mostly not clusters** ({shares['forced_share']:.0%} forced; see Stability)"
+    short = f"**Head groups mostly not clusters** ({cv.doubt_in_brief(shares)}; see Stability)"
     return short, text + (SEE_ALSO if similarity else f" See {VALIDITY_PLACE}.")
 
 
@@ -68,7 +68,7 @@ def groups_in_doubt_selection(keys) -> None:
         kept = views.get(key, {}).get("validity_shares")
         shares = kept if kept is not None else run_shares(root, key, session.token(key))
         if cv.doubt_from_shares(shares):
-            named.append(f"{key} ({shares['forced_share']:.0%} of {shares['partitions']} partitions forced)")
+            named.append(f"{key} ({shares['partitions']} partitions: {cv.doubt_in_brief(shares)})")
             if has_head_similarity(root, key, session.token(key)):
                 with_similarity.append(key)
     if named:
