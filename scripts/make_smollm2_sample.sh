@@ -14,12 +14,14 @@
 #
 # Steps (each prints what it measured):
 #   1. aah-viz frontier at T = 512, windows 64/128/256/512: unpatched, full-attention patch, static
-#      windows, profiled per-head windows, and the AAH regimes zero-shot and adapted ($REGIMES: full_adaptive
+#      windows, profiled per-head windows, and the AAH regimes zero-shot and adapted, each also keeping the
+#      first 4 positions (--sink-tokens 4), each asked 20 passkey questions (--retrieval 4) ($REGIMES: full_adaptive
 #      and the paper's ablations grouping_off and fixed_random_grouping); then the same frontier with
 #      standardised routing features (--set feature_normalization=zscore, full_adaptive) in frontier-zscore;
 #   2. aah-viz profile at T = 1024 of the adapted full_adaptive run: each head's 95% span beside the
 #      window routing executes (appended to that run), and its token lens on two PUD sentences and two
 #      GAP snippets (aah-viz lens), with the same documents at full attention beside it (lens-full_attention);
+#      Then which heads the passkey check needs (aah-viz profile --retrieval, in heads-passkey);
 #   3. scripts/probe_causal_model.py: SmolLM2's head groups, the causal probes and the comparisons;
 #   4. aah-viz head-similarity on the probed run: which similarities give real, stable head groups.
 # The adapted runs keep only their final adapter (AAH parameters and routing state), so anyone with
@@ -47,7 +49,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 SECONDS=0
 "$AAH" frontier "$MODEL" --data "$WIKI" --out "$OUT/frontier" --seq-len 512 --windows 64,128,256,512 \
-    --adapt-steps "$STEPS" --regimes "$REGIMES" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS"
+    --adapt-steps "$STEPS" --regimes "$REGIMES" --eval-blocks 16 --profile-blocks 4 --timing-pairs 2 --threads "$THREADS" \
+    --sink-tokens 4 --retrieval 4
 echo "frontier: ${SECONDS}s"
 
 SECONDS=0
@@ -60,6 +63,11 @@ SECONDS=0
 "$AAH" profile "$OUT/frontier-full_adaptive" --model "$MODEL" --data "$WIKI" --out "$OUT/frontier-full_adaptive" \
     --seq-len 1024 --batches 2 --threads "$THREADS"
 echo "profile at T = 1024: ${SECONDS}s"
+
+SECONDS=0  # which heads the passkey needs: each head alone cut to 64 tokens (+ 4 sinks), 5 questions per head
+"$AAH" profile "$MODEL" --data "$WIKI" --out "$OUT/heads-passkey" --seq-len 512 --windows 64,128,256,512 \
+    --batches 1 --retrieval 1 --retrieval-window 64 --sink-tokens 4 --threads "$THREADS" --no-progress
+echo "heads the passkey needs: ${SECONDS}s"
 
 SECONDS=0
 "$AAH" lens "$OUT/frontier-full_adaptive" --model "$MODEL" --syntax "$PUD" --coref "$GAP" --docs 2 \
