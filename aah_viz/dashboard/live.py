@@ -13,8 +13,7 @@ LIVE = "live_refresh"  # whether live refresh is on (kept across page switches)
 
 
 def signature() -> tuple:
-    root = session.logs_root()
-    return tuple((k, session.run_stamp(root, k)) for k in session.all_keys())
+    return tuple((k, session.stamp(k)) for k in session.all_keys())  # fresh at every fragment run
 
 
 def _watch() -> None:
