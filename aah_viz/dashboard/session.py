@@ -23,6 +23,7 @@ from aah_viz.runlog.paths import manifest_path
 LOGS_ROOT = "logs_root"
 REFERENCE_DIR = "reference_dir"
 TOKEN = "refresh_token"
+RUNNING = "runs_running"  # the runs whose status was running when the page last drew
 
 
 def init(logs_root: Path, reference_dir: Path | None) -> None:
@@ -140,6 +141,8 @@ def overviews() -> dict[str, dict]:
     memo = this_script_run()
     if "overviews" not in memo:
         memo["overviews"] = cache.overviews(logs_root(), tuple((key, token(key)) for key in all_keys()))
+        # live refresh follows these runs' every new segment, the others' folder and manifest only
+        st.session_state[RUNNING] = [k for k, o in memo["overviews"].items() if o.get("status") == "running"]
     return memo["overviews"]
 
 
