@@ -246,7 +246,7 @@ def _many_runs_pages(args) -> int:
     of the run list computed from the tables), in one process; the ratios side by side."""
     from tqdm import tqdm
 
-    from aah_viz.cli._many_runs import drop_summaries, make_many_runs
+    from aah_viz.cli._many_runs import SHAPE, drop_summaries, make_many_runs
     from aah_viz.dashboard import live_bench, page_bench
 
     chosen = list(args.page) or None
@@ -258,7 +258,7 @@ def _many_runs_pages(args) -> int:
         sides = {}
         for side in ("with_summaries", "without_summaries"):
             if side == "without_summaries":
-                live = live_bench.measure_live(Path(tmp))  # idle cost and a new run's latency, with summaries
+                live = live_bench.measure_live(Path(tmp), SHAPE)  # idle cost and a new run's latency, with summaries
                 made["summaries_dropped"] = drop_summaries(Path(tmp))
             with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
                 sides[side] = page_bench.measure_pages(Path(tmp), warm_rounds=args.repeats, pages=chosen, progress=bar)

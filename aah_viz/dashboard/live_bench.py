@@ -75,11 +75,10 @@ def idle_cost(logs_root: Path, ticks: int = 10, timeout_s: float = 600.0) -> dic
     }
 
 
-def new_run_latency(logs_root: Path, steps: int = 50, timeout_s: float = 600.0) -> dict:
+def new_run_latency(logs_root: Path, shape: dict, steps: int = 50, timeout_s: float = 600.0) -> dict:
     """Seconds from a new run's first segments to its row on the Runs page (the Runs page open already)."""
     from streamlit.testing.v1 import AppTest
 
-    from aah_viz.cli._many_runs import SHAPE
     from aah_viz.dashboard import live
     from aah_viz.dashboard.app import PAGE_DIR, PAGE_FILES
     from aah_viz.samples import make_synthetic_run
@@ -89,7 +88,7 @@ def new_run_latency(logs_root: Path, steps: int = 50, timeout_s: float = 600.0) 
         at.run()
         at.switch_page(PAGE_FILES["runs"]).run()
         at.run()  # warm: what a tab that has been open a while holds
-        make_synthetic_run(Path(logs_root) / NEW_RUN, **SHAPE, steps=steps, flush_every=steps, status="running")
+        make_synthetic_run(Path(logs_root) / NEW_RUN, **shape, steps=steps, flush_every=steps, status="running")
         start = _clocks()
         at.run()  # the rerun live refresh's check starts when it sees the new run
         cpu, wall = _since(start)
@@ -103,14 +102,15 @@ def new_run_latency(logs_root: Path, steps: int = 50, timeout_s: float = 600.0) 
     }
 
 
-def measure_live(logs_root: Path, ticks: int = 10) -> dict:
-    """The idle cost and the new run's latency; the new run is removed again."""
+def measure_live(logs_root: Path, shape: dict, ticks: int = 10) -> dict:
+    """The idle cost and the new run's latency (a run of ``shape``: layers, heads, T, windows); the new run is
+    removed again."""
     import shutil
 
     idle = idle_cost(logs_root, ticks)
     t0 = time.perf_counter()
     try:
-        latency = new_run_latency(logs_root)
+        latency = new_run_latency(logs_root, shape)
     finally:
         shutil.rmtree(Path(logs_root) / NEW_RUN, ignore_errors=True)
     return {"idle": idle, "new_run": latency, "seconds": round(time.perf_counter() - t0, 1)}
