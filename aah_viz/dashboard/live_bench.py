@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from aah_viz.dashboard.page_bench import _clocks, _env, _since
+from aah_viz.dashboard.page_bench import clocks, env, since
 
 NEW_RUN = "zz-new-run"
 OLD_DISCOVERY_S = 5.0  # how often discovery walked the logs root before it watched the folders' times
@@ -44,24 +44,24 @@ def idle_cost(logs_root: Path, ticks: int = 10, timeout_s: float = 600.0) -> dic
     from aah_viz.runlog import discover_runs
 
     per_30s = 30.0 / live.INTERVAL_S
-    with _env(AAH_VIZ_LOGS=logs_root):
+    with env(AAH_VIZ_LOGS=logs_root):
         at = AppTest.from_function(_idle_tab, default_timeout=timeout_s)
         at.run()  # the page drawn
         at.run()  # the first check takes the signature
         looks = []
         for _ in range(max(1, ticks)):
-            start = _clocks()
+            start = clocks()
             at.run()
-            looks.append(_since(start)[0])
+            looks.append(since(start)[0])
     root = str(logs_root)
     full, walks = [], []
     for _ in range(max(1, ticks)):
-        start = _clocks()
+        start = clocks()
         keys = [p.relative_to(logs_root).as_posix() for p in discover_runs(logs_root)]
-        walks.append(_since(start)[0])
-        start = _clocks()
+        walks.append(since(start)[0])
+        start = clocks()
         tuple((k, session.run_stamp(root, k)) for k in keys)
-        full.append(_since(start)[0])
+        full.append(since(start)[0])
     now = statistics.median(looks)
     # before: every check took every run's full stamp, and discovery walked the tree every 5 s
     before = statistics.median(full) * per_30s + statistics.median(walks) * 30.0 / OLD_DISCOVERY_S
@@ -83,15 +83,15 @@ def new_run_latency(logs_root: Path, shape: dict, steps: int = 50, timeout_s: fl
     from aah_viz.dashboard.app import PAGE_DIR, PAGE_FILES
     from aah_viz.samples import make_synthetic_run
 
-    with _env(AAH_VIZ_LOGS=logs_root):
+    with env(AAH_VIZ_LOGS=logs_root):
         at = AppTest.from_file(str(PAGE_DIR / "app.py"), default_timeout=timeout_s)
         at.run()
         at.switch_page(PAGE_FILES["runs"]).run()
         at.run()  # warm: what a tab that has been open a while holds
         make_synthetic_run(Path(logs_root) / NEW_RUN, **shape, steps=steps, flush_every=steps, status="running")
-        start = _clocks()
+        start = clocks()
         at.run()  # the rerun live refresh's check starts when it sees the new run
-        cpu, wall = _since(start)
+        cpu, wall = since(start)
         shown = bool(at.dataframe) and NEW_RUN in list(at.dataframe[0].value["run"])
     return {
         "found": shown,
