@@ -65,6 +65,7 @@ def overview(root: str, key: str, token: int) -> dict:
         # None: read the table (older runs)
         row["validity_shares"] = run_summary.validity_shares(summary, row["tables"])
         row["manifest"] = dict(run.manifest)
+        row["fields"] = manifest_fields.flat_fields(run.manifest)  # the Runs table's columns, once per run
         row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
         return row
     except AAHVizError as err:
