@@ -76,7 +76,8 @@ def idle_cost(logs_root: Path, ticks: int = 10, timeout_s: float = 600.0) -> dic
 
 
 def new_run_latency(logs_root: Path, shape: dict, steps: int = 50, timeout_s: float = 600.0) -> dict:
-    """Seconds from a new run's first segments to its row on the Runs page (the Runs page open already)."""
+    """Seconds from a new run's first segments to its row on the Runs page (the Runs page open already, its
+    filter set to the new run's name: with many runs the row could be on a later page of the table)."""
     from streamlit.testing.v1 import AppTest
 
     from aah_viz.dashboard import live
@@ -85,6 +86,7 @@ def new_run_latency(logs_root: Path, shape: dict, steps: int = 50, timeout_s: fl
 
     with env(AAH_VIZ_LOGS=logs_root):
         at = AppTest.from_file(str(PAGE_DIR / "app.py"), default_timeout=timeout_s)
+        at.query_params.update(filter="run", q=NEW_RUN)  # the user watches for it (else it may be on a later page)
         at.run()
         at.switch_page(PAGE_FILES["runs"]).run()
         at.run()  # warm: what a tab that has been open a while holds
