@@ -54,6 +54,12 @@ def test_bench_dashboard_pages_on_many_runs_reports_the_runs_page():
         want = out["without_summaries"]["runs"][clock] / out["pages"]["runs"][clock]
         assert out["ratios_without_over_with"]["runs"][clock] == pytest.approx(want, abs=0.01)
     assert out["peak_rss_mb"] > 0
+    idle, new = out["live_refresh"]["idle"], out["live_refresh"]["new_run"]
+    assert idle["runs"] == 6 and idle["idle_cpu_s_per_30s"] == pytest.approx(
+        idle["check_cpu_s"] * 30 / idle["interval_s"], abs=0.01
+    )
+    assert new["found"] and new["problems"] == []  # the new run became a row of the Runs page
+    assert new["latency_s_at_most"] == pytest.approx(idle["interval_s"] + new["rerun_wall_s"], abs=0.01)
 
 
 def test_runs_needs_pages_and_at_least_one_run(capsys):

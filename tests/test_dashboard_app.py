@@ -353,6 +353,24 @@ def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_pat
     assert fresh.dataframe[0].value.iloc[0]["status"] == "finished"
 
 
+def test_a_new_run_appears_without_a_refresh_also_in_a_new_folder(tmp_path, monkeypatch):
+    """Discovery runs again when a folder it searched changed: a run added beside the others, and one in a
+    folder made since (its parent changed), are rows at the next redraw."""
+    root = tmp_path / "grow"
+    make_synthetic_run(root / "first", n_layer=2, n_head=4, steps=20)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    assert list(at.dataframe[0].value["run"]) == ["first"]
+    make_synthetic_run(root / "second", n_layer=2, n_head=4, steps=20)
+    at.run()
+    assert list(at.dataframe[0].value["run"]) == ["first", "second"]
+    make_synthetic_run(root / "sweep" / "cell-0", n_layer=2, n_head=4, steps=20)
+    at.run()
+    assert list(at.dataframe[0].value["run"]) == ["first", "second", "sweep/cell-0"]
+
+
 REFERENCE = REPO.parent / "shared" / "reference" / "paper"
 
 

@@ -64,7 +64,22 @@ def independent(run_dir: Path) -> dict:
             if last - window <= 0:
                 break
             window *= 10
-    return {"version": 1, "tables": tables, "final": final}  # buckets: checked against the Compare page's path
+    return {"version": 1, "tables": tables, "final": final, "extent": extent(run_dir)}  # buckets: see below
+
+
+def extent(run_dir: Path) -> dict:
+    """Largest layer and head in the rows of the first and last heads segments (what the shape check reads)."""
+    found = {}
+    segments = sorted((run_dir / "heads").glob("*.parquet"))
+    for seg in {segments[0], segments[-1]} if segments else ():
+        try:
+            data = pq.read_table(seg, columns=["layer", "head"])
+        except Exception:  # noqa: BLE001 - unreadable: the check skips it
+            continue
+        for column in ("layer", "head"):
+            if len(data):
+                found[column] = max(found.get(column, -1), pc.max(data.column(column)).as_py())
+    return found
 
 
 def validity_counts(seg: Path) -> list:
@@ -85,6 +100,7 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     assert stored is stored_expected
     want = independent(run_dir)
     assert data["tables"] == want["tables"]
+    assert data["extent"] == want["extent"]
     for name in NAMES:
         assert data["final"][name] == pytest.approx(want["final"][name], rel=1e-12, nan_ok=False) or (
             data["final"][name] is None and want["final"][name] is None
@@ -205,3 +221,27 @@ def test_scalars_last_logged_long_before_the_end_are_found_as_the_tables_say(tmp
     data = assert_summary_matches(run_dir, stored_expected=True)
     assert data["final"]["loss"] == 0.5 and data["final"]["acr"] == 0.75
     assert data["final"]["val_loss"] == queries.last_values(load_run(run_dir), ["val_loss"])["val_loss"] is not None
+
+
+def test_the_shape_check_reads_the_summarys_extent_and_an_older_summary_without_one(tmp_path):
+    """The dashboard opens a run without reading its heads footers when the summary kept their extent: a
+    manifest that contradicts the heads table is still refused, a summary from before the extent still trusted."""
+    from aah_viz.runlog.manifest import read_manifest, write_manifest
+    from aah_viz.runlog.reader import check_shape
+
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=20, flush_every=10)
+    data = json.loads((run_dir / "summary.json").read_text())
+    assert data["extent"] == {"layer": 1, "head": 3}
+    manifest = read_manifest(run_dir)
+    write_manifest(run_dir, {**manifest, "n_head": 5, "config": {**manifest["config"], "n_head": 5}})
+    stored = run_summary.read(run_dir)
+    with pytest.raises(Exception, match="'n_head' is 5 but the heads table has heads 0..3"):
+        check_shape(load_run(run_dir, check=False), run_summary.extent(stored))
+    write_manifest(run_dir, manifest)
+    del data["extent"]  # a summary written before it kept the extent
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert run_summary.read(run_dir) == data and run_summary.extent(data) is None
+    assert validate_run(run_dir) == []
+    data["extent"] = {"layer": 1, "head": 9}  # one that disagrees with the footers is damage
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert "disagrees with the tables (extent)" in " ".join(validate_run(run_dir))

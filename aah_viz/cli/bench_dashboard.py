@@ -247,8 +247,8 @@ def _many_runs_pages(args) -> int:
     of the run list computed from the tables), in one process; the ratios side by side."""
     from tqdm import tqdm
 
-    from aah_viz.cli._many_runs import drop_summaries, make_many_runs
-    from aah_viz.dashboard import page_bench
+    from aah_viz.cli._many_runs import SHAPE, drop_summaries, make_many_runs
+    from aah_viz.dashboard import live_bench, page_bench
 
     chosen = list(args.page) or None
     with tempfile.TemporaryDirectory(prefix="aah-viz-bench-runs-") as tmp:
@@ -259,6 +259,7 @@ def _many_runs_pages(args) -> int:
         sides = {}
         for side in ("with_summaries", "without_summaries"):
             if side == "without_summaries":
+                live = live_bench.measure_live(Path(tmp), SHAPE)  # idle cost and a new run's latency, with summaries
                 made["summaries_dropped"] = drop_summaries(Path(tmp))
             with tqdm(total=len(chosen or _page_urls()), desc=side, file=sys.stderr, disable=args.quiet) as bar:
                 sides[side] = page_bench.measure_pages(
@@ -277,6 +278,7 @@ def _many_runs_pages(args) -> int:
         "without_summaries": sides["without_summaries"],
         "ratios_without_over_with": ratios,
         "run": made,
+        "live_refresh": live,
         **_page_figures(pages, args.repeats),
     }
     if args.json:
@@ -289,6 +291,11 @@ def _many_runs_pages(args) -> int:
             f"{name:10s} {p['cold_cpu_s']:10.2f} {p['warm_cpu_s']:10.2f}   {'':19s}{old['cold_cpu_s']:6.2f} "
             f"{old['warm_cpu_s']:6.2f}  (x{ratios[name]['cold_cpu_s']:.1f} cold)"
         )
+    idle, new = live["idle"], live["new_run"]
+    print(
+        f"live refresh, idle tab: {idle['idle_cpu_s_per_30s']:.3f} CPU s per 30 s (before: "
+        f"{idle['before_cpu_s_per_30s']:.3f}); a new run's row within {new['latency_s_at_most']:.1f} s"
+    )
     print(f"{made['n_runs']} runs of 4 x 12 x {args.steps}; peak memory {result['peak_rss_mb']:.0f} MB")
     return 0
 

@@ -22,6 +22,7 @@ from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
 from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
+from aah_viz.runlog.reader import check_shape
 from aah_viz.schema import STATUS_IMPORTED
 
 
@@ -29,33 +30,42 @@ def open_run(root: str, key: str):
     return load_run(resolve_under(root, key))
 
 
-@st.cache_data(show_spinner=False)
-def discover(root: str, token: int, time_slice: int = 0) -> list[str]:
+@st.cache_data(show_spinner=False, max_entries=8)
+def discover(root: str, token: int, folders_stamp: int = 0) -> tuple[list[str], list[str]]:
+    """(the run keys under ``root``, the folders searched that are not runs: their modification times
+    say when to look again)."""
+    folders: list[Path] = []
     try:
-        paths = discover_runs(root)
+        paths = discover_runs(root, folders)
     except AAHVizError:
-        return []
+        return [], [root]
     base = Path(root).resolve()
     keys = []
     for p in paths:
         rel = Path(p).resolve().relative_to(base).as_posix()
         keys.append(rel if rel != "." else ".")
-    return keys
+    return keys, [str(f) for f in folders] or [root]
 
 
 @st.cache_data(show_spinner=False)
 def overview(root: str, key: str, token: int) -> dict:
     """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
     try:
-        run = open_run(root, key)
-        # from the summary beside the run when it is current, else computed from the tables
-        summary, _ = run_summary.summary(run)
+        run = load_run(resolve_under(root, key), check=False)
+        # from the summary beside the run when it is current, else computed from the tables; the shape check
+        # from the summary's figures of the heads footers when it has them
+        stored = run_summary.read(run.path)
+        check_shape(run, run_summary.extent(stored))
+        summary = stored if stored is not None else run_summary.compute(run)
         row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
         # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
         row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
         row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
-        row["validity_shares"] = run_summary.validity_shares(summary, run.tables())  # None: read the table (older runs)
+        row["tables"] = run.tables()
+        # None: read the table (older runs)
+        row["validity_shares"] = run_summary.validity_shares(summary, row["tables"])
         row["manifest"] = dict(run.manifest)
+        row["fields"] = manifest_fields.flat_fields(run.manifest)  # the Runs table's columns, once per run
         row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
         return row
     except AAHVizError as err:

@@ -15,7 +15,12 @@ from aah_viz.dashboard.safe_text import plain
 def groups(keys) -> list[tuple[str, list[str]]]:
     """``[(label, keys)]`` of the runs, the largest configuration first."""
     root = session.logs_root()
-    return split_by_configuration({k: cache.manifest(root, k, session.token(k)) for k in keys})
+    views = session.overviews()  # the manifests came with the overviews: no cache call per run
+    manifests = {
+        k: dict(views[k]["manifest"]) if "manifest" in views.get(k, {}) else cache.manifest(root, k, session.token(k))
+        for k in keys
+    }
+    return split_by_configuration(manifests)
 
 
 def same_configuration(key: str, keys) -> list[str]:

@@ -22,7 +22,7 @@ GOAL_COLD_CPU_S = 3.0
 
 
 @contextmanager
-def _env(**values):
+def env(**values):
     old = {k: os.environ.get(k) for k in values}
     os.environ.update({k: str(v) for k, v in values.items()})
     try:
@@ -35,12 +35,12 @@ def _env(**values):
                 os.environ[k] = v
 
 
-def _clocks():
+def clocks():
     return time.process_time(), time.perf_counter()
 
 
-def _since(start) -> tuple[float, float]:
-    cpu, wall = _clocks()
+def since(start) -> tuple[float, float]:
+    cpu, wall = clocks()
     return cpu - start[0], wall - start[1]
 
 
@@ -60,7 +60,7 @@ def measure_pages(
 
     entry = str(PAGE_DIR / "app.py")
     out = {}
-    with _env(AAH_VIZ_LOGS=logs_root):
+    with env(AAH_VIZ_LOGS=logs_root):
         for url, file in PAGE_FILES.items():
             if pages and url not in pages:
                 continue
@@ -69,15 +69,15 @@ def measure_pages(
             at.run()  # the dashboard opened (its landing page), as a user arrives
             st.cache_data.clear()
             st.cache_resource.clear()
-            start = _clocks()
+            start = clocks()
             at.switch_page(file).run()
-            cold_cpu, cold_wall = _since(start)
+            cold_cpu, cold_wall = since(start)
             problems = _problems(at)
             warm = []
             for _ in range(max(1, warm_rounds)):
-                start = _clocks()
+                start = clocks()
                 at.run()
-                warm.append(_since(start))
+                warm.append(since(start))
             out[url] = {
                 "cold_cpu_s": round(cold_cpu, 3),
                 "warm_cpu_s": round(statistics.median(c for c, _ in warm), 3),

@@ -60,8 +60,10 @@ def show_selection_banners(keys) -> None:
 def show_selection_warnings(keys) -> None:
     """Pages that read several runs: one box per damaged run, naming it, before any number of it; then
     the boxes about the runs (groups in doubt)."""
+    views = session.overviews()  # one cache call for all runs
     for key in keys:
-        found = cache.overview(session.logs_root(), key, session.token(key)).get("warnings", [])
+        o = views.get(key) or cache.overview(session.logs_root(), key, session.token(key))
+        found = o.get("warnings", [])
         if found:
             st.warning(plain(f"run {key}: " + " ".join(found)))
     show_selection_banners(keys)

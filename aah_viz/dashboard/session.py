@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from aah_viz.dashboard import cache, config
 from aah_viz.errors import UnsafePathError
@@ -22,6 +23,7 @@ from aah_viz.runlog.paths import manifest_path
 LOGS_ROOT = "logs_root"
 REFERENCE_DIR = "reference_dir"
 TOKEN = "refresh_token"
+RUNNING = "runs_running"  # the runs whose status was running when the page last drew
 
 
 def init(logs_root: Path, reference_dir: Path | None) -> None:
@@ -57,13 +59,41 @@ def run_stamp(root: str, key: str) -> int:
     return total
 
 
+def this_script_run() -> dict:
+    """A dict that lives for one script run (a page drawn, a fragment rerun) of this session: what a
+    run of the page reads several times (each run's stamp, the overviews) is taken once per run, and a
+    new run of the script takes it afresh. Outside a script run (tests of the pure parts) a new dict."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    marker = getattr(ctx, "parallel_coordinator", None)  # a new object at every ScriptRunContext.reset
+    if marker is None:
+        return {}
+    kept = getattr(ctx, "_aah_viz_script_run", None)
+    if kept is None or kept[0] is not marker:
+        kept = (marker, {})
+        ctx._aah_viz_script_run = kept
+    return kept[1]
+
+
+def stamp(key: str) -> int:
+    """``run_stamp`` of one run, taken once per script run (pages ask for a run's token many times)."""
+    memo = this_script_run()
+    stamps = memo.setdefault("stamps", {})
+    if key not in stamps:
+        if "root" not in memo:
+            memo["root"] = logs_root()
+        stamps[key] = run_stamp(memo["root"], key)
+    return stamps[key]
+
+
 def token(key: str | None = None) -> int:
     """Cache token: the refresh counter, plus the run's file stamp for one run (so new segments of a
     live run and its new status are read without a refresh, and a fresh tab is never stale)."""
-    base = int(st.session_state.get(TOKEN, 0))
+    memo = this_script_run()
+    if "base" not in memo:
+        memo["base"] = int(st.session_state.get(TOKEN, 0))
     if key is None:
-        return base
-    return hash((base, run_stamp(logs_root(), key))) & ((1 << 62) - 1)
+        return memo["base"]
+    return hash((memo["base"], stamp(key))) & ((1 << 62) - 1)
 
 
 def tokens(keys) -> int:
@@ -74,15 +104,46 @@ def refresh() -> None:
     """Forget every cached read, so live runs show their newest segments and status."""
     st.cache_data.clear()
     st.session_state[TOKEN] = token() + 1
+    this_script_run().clear()  # what this run read before is read again
+
+
+# logs root -> the folders its last discovery searched (not runs): a new run changes one's modification time
+_SEARCHED: dict[str, list[str]] = {}
+RECHECK_S = 300  # and discovery runs again this often whatever the times say (a file system of coarse times)
+
+
+def folders_stamp(root: str) -> int:
+    """The modification times of the folders the last discovery searched: a few ``stat`` calls, where a
+    discovery walks every run."""
+    total = int(time.time() // RECHECK_S)
+    for folder in _SEARCHED.get(root, [root]):
+        try:
+            total = hash((total, os.stat(folder).st_mtime_ns))
+        except OSError:
+            total = hash((total, -1))
+    return total
 
 
 def all_keys() -> list[str]:
-    # discovery is cheap but walks the tree: bucket it in 5-second slices so new runs appear on their own
-    return cache.discover(logs_root(), token(), int(time.time() // 5))
+    """The runs under the logs root; discovered again only when a folder holding runs changed (new runs
+    appear on their own), once per script run at most."""
+    memo = this_script_run()
+    if "keys" not in memo:
+        root = logs_root()
+        keys, searched = cache.discover(root, token(), folders_stamp(root))
+        _SEARCHED[root] = searched
+        memo["keys"] = keys
+    return memo["keys"]
 
 
 def overviews() -> dict[str, dict]:
-    return cache.overviews(logs_root(), tuple((key, token(key)) for key in all_keys()))
+    """Every run's overview; one cache call per script run (the tokens of a thousand runs hash once)."""
+    memo = this_script_run()
+    if "overviews" not in memo:
+        memo["overviews"] = cache.overviews(logs_root(), tuple((key, token(key)) for key in all_keys()))
+        # live refresh follows these runs' every new segment, the others' folder and manifest only
+        st.session_state[RUNNING] = [k for k, o in memo["overviews"].items() if o.get("status") == "running"]
+    return memo["overviews"]
 
 
 def good_keys() -> list[str]:
@@ -93,7 +154,9 @@ def check_key(key: str) -> str:
     """Accept a run key only if it resolves under the logs root and names a discovered run."""
     resolve_under(logs_root(), key)  # raises UnsafePathError for absolute paths and escapes
     if key not in all_keys():
-        cache.discover.clear()  # a run newer than the discovery cached for this 5-second slice: look again
+        cache.discover.clear()  # a run newer than the discovery cached: look again
+        this_script_run().pop("keys", None)
+        this_script_run().pop("overviews", None)
     if key not in all_keys():
         raise UnsafePathError(f"no run {key!r} under {logs_root()}; pick one of the runs listed on the Runs page")
     return key
@@ -108,7 +171,7 @@ def trained_keys(keys) -> tuple[list[str], list[str]]:
 
 
 def label(key: str) -> str:
-    o = cache.overview(logs_root(), key, token(key))
+    o = overviews().get(key) or cache.overview(logs_root(), key, token(key))  # one cache call for all runs
     if "error" in o:
         return f"{key} (unreadable)"
     seed = "" if o.get("seed") is None else f" s{o['seed']}"

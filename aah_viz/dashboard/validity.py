@@ -69,7 +69,10 @@ def groups_in_doubt_selection(keys) -> None:
         shares = kept if kept is not None else run_shares(root, key, session.token(key))
         if cv.doubt_from_shares(shares):
             named.append(f"{key} ({shares['partitions']} partitions: {cv.doubt_in_brief(shares)})")
-            if has_head_similarity(root, key, session.token(key)):
+            listed = views.get(key, {}).get("tables")  # the run's table names came with its overview
+            if listed is None:
+                listed = ["head_similarity"] if has_head_similarity(root, key, session.token(key)) else []
+            if "head_similarity" in listed:
                 with_similarity.append(key)
     if named:
         st.warning(

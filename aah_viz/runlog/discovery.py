@@ -31,11 +31,12 @@ def run_dirs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return list(found.values())
 
 
-def discover_runs(root: str | os.PathLike) -> list[Path]:
+def discover_runs(root: str | os.PathLike, folders: list[Path] | None = None) -> list[Path]:
     """Every run directory (a folder holding ``manifest.json``) under ``root``, sorted.
 
     Symbolic links are followed only while they stay inside ``root``; a run's own folders are not
-    searched for further runs. ``root`` itself counts when it is a run.
+    searched for further runs. ``root`` itself counts when it is a run. ``folders``, when given, receives
+    every folder searched that is not a run: a new run changes one of their modification times.
     """
     root = Path(root)
     if not root.is_dir():
@@ -53,6 +54,8 @@ def discover_runs(root: str | os.PathLike) -> list[Path]:
         if is_run(current) and is_within(manifest_path(current).resolve(), root_resolved):
             found.append(current)
             continue
+        if folders is not None:
+            folders.append(current)
         try:
             children = sorted(os.scandir(current), key=lambda e: e.name)
         except OSError:

@@ -114,6 +114,22 @@ def visible_segments(directory: str | os.PathLike) -> tuple[list[Path], str | No
     return [p for p in listed if p.name not in hidden], warning
 
 
+def visible_sizes(directory: str | os.PathLike) -> list[tuple[str, int]]:
+    """(name, size) of ``visible_segments``, in the same order: a listing and a ``stat`` each, no paths built."""
+    listed = paths.segment_entries(directory)
+    generations, _ = read_record(directory)
+    hidden = hidden_names({e.name for e in listed}, generations) if generations else set()
+    out = []
+    for entry in listed:
+        if entry.name in hidden:
+            continue
+        try:
+            out.append((entry.name, entry.stat(follow_symlinks=True).st_size))
+        except FileNotFoundError:
+            continue  # removed since the listing
+    return out
+
+
 def _write_record(directory: Path, generations: list[dict], durable: bool) -> None:
     data = json.dumps({"generations": generations[-KEEP:]}, indent=1).encode() + b"\n"
     paths.atomic_write_bytes(directory / RECORD, data, durable=durable)

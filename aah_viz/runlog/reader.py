@@ -311,10 +311,11 @@ def _short(err: Exception) -> str:
     return text[:200]
 
 
-def load_run(path: str | os.PathLike | Run) -> Run:
+def load_run(path: str | os.PathLike | Run, check: bool = True) -> Run:
     """Open a run directory. Raises :class:`RunLogError` (no, unreadable or invalid manifest, or a
     manifest whose layer and head counts contradict the ``heads`` table) or
-    :class:`SchemaVersionError` (written by a newer major schema)."""
+    :class:`SchemaVersionError` (written by a newer major schema). ``check=False`` leaves the shape
+    check (``check_shape``) to a caller that has the footers' figures already."""
     if isinstance(path, Run):
         return path
     path = Path(path)
@@ -322,7 +323,8 @@ def load_run(path: str | os.PathLike | Run) -> Run:
     version = check_version(manifest, path)
     check_manifest(manifest, path)
     run = Run(path, manifest, version)
-    check_shape(run)
+    if check:
+        check_shape(run)
     return run
 
 
@@ -343,16 +345,21 @@ def heads_extent(segment: Path) -> dict[str, int] | None:
     return found
 
 
-def check_shape(run: Run) -> None:
-    """The manifest's ``n_layer`` and ``n_head`` against the first and last ``heads`` segments'
-    footers (cheap: no rows are read; ``validate`` checks every row)."""
+def shape_extent(run: Run) -> dict[str, int]:
+    """Largest ``layer`` and ``head`` of the first and last ``heads`` segments, from their footers."""
     segments = run._listed("heads")
-    if not segments:
-        return
     seen: dict[str, int] = {}
-    for seg in {segments[0], segments[-1]}:
+    for seg in {segments[0], segments[-1]} if segments else ():
         for column, largest in (heads_extent(seg) or {}).items():
             seen[column] = max(seen.get(column, -1), largest)
+    return seen
+
+
+def check_shape(run: Run, extent: dict[str, int] | None = None) -> None:
+    """The manifest's ``n_layer`` and ``n_head`` against the first and last ``heads`` segments'
+    footers (cheap: no rows are read; ``validate`` checks every row). ``extent``: those footers' largest
+    layer and head when the caller has them (the run's summary, trusted only for these very segments)."""
+    seen = shape_extent(run) if extent is None else extent
     for field, column in (("n_layer", "layer"), ("n_head", "head")):
         if column in seen and seen[column] + 1 != run.manifest[field]:
             raise RunLogError(

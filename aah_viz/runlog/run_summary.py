@@ -25,7 +25,7 @@ from aah_viz.analysis.queries import branch_at, file_step_bounds, scalar_frame
 from aah_viz.analysis.windows import bucket_fractions, last_value, run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.runlog import bounded_json, generations, paths
-from aah_viz.runlog.reader import Run, load_run
+from aah_viz.runlog.reader import Run, load_run, shape_extent
 
 SUMMARY_NAME = paths.SUMMARY  # "summary.json", a declared entry of the run
 VERSION = 1
@@ -37,14 +37,7 @@ FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
 
 def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
     """(name, size) of the table's visible segments in write order: a listing and a ``stat`` each."""
-    segments, _ = generations.visible_segments(paths.table_dir(run_dir, table))
-    out = []
-    for seg in segments:
-        try:
-            out.append((seg.name, os.stat(seg).st_size))
-        except FileNotFoundError:
-            continue  # removed since the listing: the summary will not match, the reader recomputes
-    return out
+    return generations.visible_sizes(paths.table_dir(run_dir, table))
 
 
 def compute(run: Run, previous: dict | None = None) -> dict:
@@ -70,6 +63,7 @@ def compute(run: Run, previous: dict | None = None) -> dict:
         "tables": tables,
         "final": {k: _finite(v) for k, v in final.items()},
         "buckets": _last_buckets(run, tables["branch"]),
+        "extent": shape_extent(run),  # largest layer and head of the first and last heads segments
     }
 
 
@@ -165,6 +159,11 @@ def _well_formed(data) -> bool:
         and all(isinstance(b, list) and len(b) == 2 and type(b[0]) is int and type(b[1]) is float for b in buckets)
     ):
         return False
+    extent = data.get("extent", {})  # absent in summaries written before it: the reader reads the footers
+    if not isinstance(extent, dict) or not set(extent) <= {"layer", "head"}:
+        return False
+    if not all(type(v) is int for v in extent.values()):
+        return False
     for table in TABLES:
         rows = tables.get(table)
         if not isinstance(rows, list):
@@ -205,6 +204,11 @@ def summary(run: Run) -> tuple[dict, bool]:
     if stored is not None:
         return stored, True
     return compute(run), False
+
+
+def extent(data: dict | None) -> dict[str, int] | None:
+    """The ``heads`` footers' largest layer and head (``reader.check_shape``); None when not kept."""
+    return None if data is None or "extent" not in data else dict(data["extent"])
 
 
 def heads_bounds(data: dict) -> list[tuple[int, int]]:
@@ -251,9 +255,11 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
         computed = compute(load_run(run_dir))
     except AAHVizError:  # a run that cannot be opened: validate reports why
         return []
+    if "extent" not in stored:  # written before the summary kept it
+        computed.pop("extent")
     if computed == stored:
         return []
-    wrong = [k for k in ("tables", "final", "buckets") if computed[k] != stored.get(k)]
+    wrong = [k for k in ("tables", "final", "buckets", "extent") if computed.get(k) != stored.get(k)]
     return [
         f"{SUMMARY_NAME} disagrees with the tables ({', '.join(wrong)}): the Runs page would show wrong "
         "figures; delete it (readers then compute the summary from the tables)"

@@ -27,15 +27,18 @@ METRIC_NAMES = {
 }
 
 
-def per_run_frame(root: str, keys: list[str], token: int) -> pd.DataFrame:
+def per_run_frame(root: str, keys: list[str], token_of=lambda key: 0, views: dict | None = None) -> pd.DataFrame:
+    """One row per run from its overview (its summary): ``views`` when the caller has them (the session's
+    overviews), else read with ``token_of(key)``, the run's cache token."""
     rows = []
     for k in keys:
-        o = cache.overview(root, k, token)
+        o = (views or {}).get(k) or cache.overview(root, k, token_of(k))
         if "error" in o:
             continue
         row = {"key": k, "regime": o.get("regime"), "seed": o.get("seed"), "status": o.get("status")}
         row.update({m: o.get(m) for m in METRICS})
-        buckets = cache.run_buckets(root, k, token)
+        kept = o.get("buckets")  # from the run's summary; None: the branch table is read (older runs)
+        buckets = dict(kept) if kept is not None else cache.run_buckets(root, k, token_of(k))
         row["windows"] = ", ".join(str(w) for w in sorted(buckets))
         row.update({f"frac_{w}": v for w, v in buckets.items()})
         rows.append(row)
@@ -78,7 +81,7 @@ def render() -> None:
         label="Head groups against syntactic and coreference probes (aah-viz compare): the Probes page",
         icon=":material/arrow_forward:",
     )
-    root, token = session.logs_root(), session.token()
+    root = session.logs_root()
     keys, probe_only = session.trained_keys(selection.selected_keys())
     say_left_out(probe_only, "probe-only: a model probed, not trained; its probes are on the Probes page")
     views = session.overviews()
@@ -90,7 +93,7 @@ def render() -> None:
         return
     keys = one_configuration(keys, "cmp_config")
     page_head.show_selection_warnings(keys)
-    ours = per_run_frame(root, keys, token)
+    ours = per_run_frame(root, keys, session.token, views)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
     st.caption(
@@ -119,7 +122,7 @@ def render() -> None:
     paper_keys = [k for k in ref_keys if k.startswith("paper-")]
     qwen_keys = [k for k in ref_keys if k.startswith("qwen")]
     if paper_keys:
-        reference = per_run_frame(ref_root, paper_keys, 0)
+        reference = per_run_frame(ref_root, paper_keys)
     chart(
         cfig.regime_metric_figure(ours, metrics, None, "regimes: our runs (mean ± sd over seeds)"),
         key="cmp_metrics",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
@@ -14,6 +16,7 @@ from aah_viz.export.runs import config_label, split_by_config
 from aah_viz.export.tables import build_table
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 from aah_viz.figures.tabular import figure_frame
+from aah_viz.runlog.reader import Run
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 MIME = {
@@ -38,6 +41,10 @@ SINGLE_RUN_KINDS = {
 }
 
 
+BUILD_AT_ONCE = 100  # more selected runs than this: the table is built when asked for
+BUILT = "exp_table_built"
+
+
 @st.cache_data(show_spinner="Building the table ...")
 def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str, fmt: str) -> tuple[str, object]:
     runs = [cache.open_run(root, k) for k in keys]
@@ -45,21 +52,31 @@ def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str,
     return render_table(table, fmt), table.df
 
 
-@st.cache_data(show_spinner=False)
-def config_groups(root: str, keys: tuple[str, ...], token: int) -> list[tuple[str, list[str]]]:
-    """(configuration label, run keys) of the runs that can share one table, largest group first."""
-    runs = [cache.open_run(root, k) for k in keys]
+def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """(configuration label, run keys) of the runs that can share one table, largest group first; from
+    the manifests that came with the runs' overviews (no run opened)."""
+    views = session.overviews()
+    runs = [
+        Run(Path(root) / k, views[k]["manifest"], (0, 0)) if "manifest" in views.get(k, {}) else cache.open_run(root, k)
+        for k in keys
+    ]
     key_of = {id(run): k for run, k in zip(runs, keys)}
     # baselines join every group of their sequence length
     groups = sorted(split_by_config(runs).items(), key=lambda group: -len(group[1]))
     return [(config_label(cfg), [key_of[id(r)] for r in members]) for cfg, members in groups]
 
 
+@st.cache_data(show_spinner="Building the figure ...", max_entries=32)
+def figure(root: str, keys: tuple[str, ...], token: int, kind: str, opts: tuple):
+    """The figure of ``kind`` from the runs (a redraw of the page builds it once)."""
+    return FIGURE_KINDS[kind]([cache.open_run(root, k) for k in keys], **dict(opts))
+
+
 def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]:
     """The selected runs of one configuration (a table or a figure of several runs never mixes
     sequence lengths or window sets):
     the largest group by default, a picker when there are several, the others named."""
-    groups = config_groups(root, keys, token)
+    groups = config_groups(root, keys)
     if len(groups) <= 1:
         return keys
     labels = [label for label, _ in groups]
@@ -92,6 +109,12 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime",
     )
     fmt = c3.radio("Format", tuple(FORMATS), horizontal=True, key="exp_table_fmt")
+    if len(keys) > BUILD_AT_ONCE and not st.session_state.get(BUILT):
+        # a table reads every selected run's tables: with many runs the rest of the page comes first
+        st.caption(f"The table reads the tables of all {len(keys)} selected runs.")
+        if not st.button(f"Build the table of {len(keys)} runs", key="exp_table_build"):
+            return
+        st.session_state[BUILT] = True  # built once: kept on every later draw of the page
     try:
         text, df = table_text(root, keys, token, name, by, fmt)
     except AAHVizError as err:
@@ -149,8 +172,7 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
             value = _option_value(text)
             if value is not None:
                 opts[name] = value
-    runs = [cache.open_run(root, k) for k in use]
-    fig = FIGURE_KINDS[kind](runs, **opts)
+    fig = figure(root, tuple(use), session.tokens(use), kind, tuple(sorted(opts.items())))
     chart(fig, key="exp_fig_preview", name=kind)
     suffix = "-".join(f"{k}{v}" for k, v in opts.items())
     stem = f"{kind}-{suffix}" if suffix else kind
@@ -184,6 +206,7 @@ def render() -> None:
         "show; those of several runs from one configuration at a time."
     )
     keys = _table_runs(root, keys, token)
+    token = session.tokens(keys)  # each run's own stamp: a live run's new segments rebuild its tables
     try:
         _tables(root, keys, token)
     except ImportError as err:

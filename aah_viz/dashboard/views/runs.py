@@ -31,6 +31,8 @@ COLUMNS = {
 TABLE = "runs_table"
 SHOWN = "runs_shown"  # the run keys of the table's rows, in order, as last drawn
 TICKED = "runs_ticked"  # the row numbers this page ticked when it last drew the table
+PAGE_ROWS = 500  # rows the table holds at a time (a sweep's thousands are pages of it)
+DIFF_MAX = 50  # runs the table of differing settings shows side by side
 
 
 def _progress(o: dict, total) -> float | None:
@@ -45,7 +47,7 @@ def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, di
     rows, fields = [], {}
     for k, o in good.items():  # the manifest came with the overview: no cache call per run
         total = o["manifest"].get("steps")
-        fields[k] = manifest_fields.flat_fields(o["manifest"])
+        fields[k] = o["fields"] if "fields" in o else manifest_fields.flat_fields(o["manifest"])
         row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
         row.update({f: v for f, v in fields[k].items() if f not in COLUMNS and f not in row})
         rows.append(row)
@@ -53,6 +55,19 @@ def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, di
     base = [c for c in COLUMNS.values() if c in frame]
     extra = manifest_fields.field_order(c for c in frame.columns if c not in base)
     return frame[base + extra], fields
+
+
+def _page(view: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one page, sorted over every matching run (a click on a header sorts the page only)."""
+    if len(view) <= PAGE_ROWS:
+        return view
+    c1, c2, c3 = st.columns([2, 1, 2])
+    by = c1.selectbox("Sort by", list(view.columns), key="runs_sort", help="Sorts every run the filter shows.")
+    descending = c2.toggle("Descending", key="runs_sort_desc")
+    pages = -(-len(view) // PAGE_ROWS)
+    page = int(c3.number_input(f"Page (of {pages})", 1, pages, 1, key="runs_page"))
+    order = view.sort_values(by, ascending=not descending, kind="stable", na_position="last")
+    return order.iloc[(page - 1) * PAGE_ROWS : page * PAGE_ROWS].reset_index(drop=True)
 
 
 def _take_ticks(keys: list[str]) -> None:
@@ -131,6 +146,8 @@ def render() -> None:
     )
     mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
     view = frame[mask.to_numpy()].reset_index(drop=True)
+    matching = view["run"].tolist()
+    view = _page(view)
     shown = view["run"].tolist()
     selected = selection.selected_keys()
     ticked = [i for i, k in enumerate(shown) if k in selected]
@@ -159,15 +176,16 @@ def render() -> None:
             ),
         },
     )
-    hidden = len(frame) - len(view)
+    hidden = len(frame) - len(matching)
     st.caption(
         f"{len(selected)} of {len(keys)} runs selected"
         + (f"; the filter hides {hidden} (their selection is kept)" if hidden else "")
+        + (f"; this page holds {len(shown)} of the {len(matching)} shown" if len(shown) < len(matching) else "")
         + ". Tick a row's box to select it, the header's box for every shown row."
     )
     b1, b2, _ = st.columns([2, 2, 3])
     if b1.button("Select only shown", key="runs_select_shown", help="Tick the runs the filter shows, no others"):
-        selection.set_selected(shown)
+        selection.set_selected(matching)
         st.rerun()
     if b2.button("Select all", key="runs_select_all", help="Tick every run (also when none is ticked)"):
         selection.set_selected(keys)
@@ -189,6 +207,15 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
     differ = [f for f in manifest_fields.differing(chosen) if f != "run_id"]
     if not differ:
         st.caption("The selected runs have the same settings in every manifest field.")
+        return
+    if len(chosen) > DIFF_MAX:
+        st.caption(
+            plain(
+                f"{len(differ)} fields differ between the {len(chosen)} selected runs: "
+                + ", ".join(differ)[:600]
+                + f". Select {DIFF_MAX} runs or fewer to see their values side by side."
+            )
+        )
         return
     diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in differ] for k in chosen}, index=differ)
     diff.index.name = "field"
