@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from aah_viz.errors import UnsafePathError
 from aah_viz.runlog import generations, paths
 from aah_viz.schema import ALL_TABLES, MANIFEST
 
@@ -76,3 +77,12 @@ def escapes(run_dir: str | os.PathLike) -> list[str]:
         if foreign:
             found.append(generations.foreign_message(directory, foreign))
     return found
+
+
+def refuse_escapes(run_dir: str | os.PathLike, doing: str = "read") -> None:
+    """Raise :class:`UnsafePathError` naming the first of :func:`escapes` (a reader's gate: the writers'
+    is their lock), so that a command neither reads nor writes through a link out of the run."""
+    found = escapes(run_dir)
+    if found:
+        more = f" (and {len(found) - 1} more: aah-viz validate lists them)" if len(found) > 1 else ""
+        raise UnsafePathError(f"run {run_dir} is not {doing}: {found[0]}{more}")
