@@ -151,3 +151,56 @@ def test_import_gguf_into_an_out_linked_to_an_empty_folder_follows_it(tiny_gguf,
     assert main(["import-gguf", str(tiny_gguf), str(out), "--no-progress"]) == 0
     assert out.is_symlink() and (target / "config.json").is_file()
     assert sorted(p.name for p in (tmp_path / "big-disk").iterdir()) == ["model"]  # no partial folder left
+
+
+# ---------------------------------------------------------------------------------------------- retrofit
+@pytest.fixture(scope="module")
+def retrofitted(tmp_path_factory, tiny_causal_lm) -> tuple[list[str], Path]:
+    """A tiny random Llama folder and a one-step retrofit run of it (the command line, the run)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    root = tmp_path_factory.mktemp("retrofit")
+    model = tiny_causal_lm(root / "llama")
+    text = root / "text.txt"
+    text.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(200)))
+    argv = ["retrofit", str(model), "--data", str(text), "--steps", "1", "--seq-len", "16", "--windows", "4,8,16"]
+    argv += ["--no-progress", "--threads", "1"]
+    assert main([*argv, "--out", str(root / "run")]) == 0
+    return argv, root / "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["dangling", "to a file", "to a folder"])
+def test_retrofit_into_an_out_that_is_a_link(retrofitted, tmp_path, kind, capsys):
+    """A link to a folder is followed (the user's choice of disk); to nothing or to a file: one line."""
+    argv, _ = retrofitted
+    elsewhere = tmp_path / "elsewhere"
+    if kind == "to a file":
+        elsewhere.write_text("not a folder")
+    if kind == "to a folder":
+        elsewhere.mkdir()
+    out = tmp_path / "out"
+    out.symlink_to(elsewhere)
+    if kind == "to a folder":
+        assert main([*argv, "--out", str(out)]) == 0
+        assert out.is_symlink() and (elsewhere / "manifest.json").is_file() and any((elsewhere / "adapters").iterdir())
+        return
+    err = one_line(capsys, [*argv, "--out", str(out)])
+    assert str(out) in err and ("does not exist" in err if kind == "dangling" else "not a folder" in err), err
+    assert not elsewhere.exists() if kind == "dangling" else elsewhere.read_text() == "not a folder"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["tensorboard", "manifest.json", "summary.json", "heads", "adapters"])
+def test_retrofit_resume_over_a_linked_entry_is_one_line(retrofitted, tmp_path, entry, capsys):
+    pytest.importorskip("tensorboard")
+    argv, trained = retrofitted
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    outside = tmp_path / "outside"
+    link_out(run, entry, outside)
+    before = snapshot(outside)
+    resume = [*argv, "--out", str(run), "--resume", "--steps", "2", "--report-to", "tensorboard"]
+    err = one_line(capsys, resume)
+    assert entry in err and "symbolic link" in err, err
+    assert snapshot(outside) == before
