@@ -158,7 +158,7 @@ def run_cases(p: dict) -> list[Case]:
             ("compact", ["compact", str(run)], False),
             ("compact --force", ["compact", str(run), "--force"], False),
             ("export", ["export", str(run), "--table", "training", "--out", str(out / "export")], False),
-            ("figure", ["figure", str(run), "--out", str(out / "figure.svg")], False),
+            ("figure", ["figure", str(run), "--kind", "window_heatmap", "--out", str(out / "figure.svg")], False),
             (
                 "export tensorboard",
                 ["export", "tensorboard", str(run), "--out", str(out / "tb"), "--no-progress"],

@@ -81,6 +81,27 @@ def test_compare_refuses_before_writing_any_run(probed, tmp_path, capsys):
     assert not (first / "comparisons").exists()
 
 
+# ---------------------------------------------------------------------------------------------- readers
+@pytest.mark.parametrize("command", ["export", "figure", "export tensorboard"])
+@pytest.mark.parametrize("entry", ["manifest.json", "summary.json", "heads"])
+def test_readers_of_a_run_with_a_linked_entry_are_one_line(probed, tmp_path, entry, command, capsys):
+    """Before: export, figure and export tensorboard read the run's tables through the link, exit 0."""
+    run = tmp_path / "run"
+    shutil.copytree(probed, run)
+    outside = tmp_path / "outside"
+    link_out(run, entry, outside)
+    before = snapshot(outside)
+    out = tmp_path / "out"
+    argv = {
+        "export": ["export", str(run), "--table", "training", "--out", str(out)],
+        "figure": ["figure", str(run), "--kind", "window_heatmap", "--out", str(tmp_path / "fig.svg")],
+        "export tensorboard": ["export", "tensorboard", str(run), "--out", str(out), "--no-progress"],
+    }[command]
+    err = one_line(capsys, argv)
+    assert entry in err and "symbolic link" in err, err
+    assert snapshot(outside) == before and not out.exists() and not (tmp_path / "fig.svg").exists()
+
+
 # ---------------------------------------------------------------------------------------------- benches
 def test_bench_dashboard_on_logs_holding_a_run_with_a_linked_entry_is_one_line(probed, tmp_path, capsys):
     logs = tmp_path / "logs"

@@ -21,6 +21,7 @@ from aah_viz.reporting import from_run
 from aah_viz.reporting.scalars import routing_scalars, scalars_at
 from aah_viz.reporting.sinks import TensorBoardSink
 from aah_viz.runlog import load_run, run_dirs
+from aah_viz.runlog.containment import refuse_escapes
 from aah_viz.runlog.validate import damage
 
 MAX_REASONS = 5
@@ -83,6 +84,8 @@ def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool =
     from tqdm.auto import tqdm
 
     runs = run_dirs(paths)
+    for run in runs:  # a link out of a run: its tables are not read through it
+        refuse_escapes(run, "exported")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
