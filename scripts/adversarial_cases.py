@@ -159,7 +159,19 @@ TRAINED_DAMAGE = {
     "deep-manifest": (deep, "manifest.json", ("manifest.json",)),
 }
 # damage whose refusal by a reader is not required: a careful reader may also go on (with a warning)
-READABLE = {"crafted-lock", "crafted-summary", "deep-summary", "huge-top", "crafted-probe-progress", "deep-probe-meta"}
+READABLE = {
+    "hard-segment",
+    "crafted-lock",
+    "crafted-summary",
+    "deep-summary",
+    "huge-top",
+    "crafted-probe-progress",
+    "deep-probe-meta",
+}
+
+
+# damage of an entry that only its own command reads: the others may go on
+USERS = {"file-probe-progress": {"probe"}, "file-lens-progress": {"lens"}, "crafted-probe-progress": {"probe"}}
 
 
 def damaged_copies(base: Path, damage: dict, root: Path) -> dict[str, Path]:

@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from adversarial_cases import LONG, READABLE, SYNTHETIC_DAMAGE, TRAINED_DAMAGE, Case, damaged_copies  # noqa: E402
+from adversarial_cases import LONG, READABLE, SYNTHETIC_DAMAGE, TRAINED_DAMAGE, USERS, Case, damaged_copies  # noqa: E402
 from adversarial_web import dashboard_cases  # noqa: E402
 
 OUTCOMES = ["clear", "unclear", "silent", "data loss", "traceback", "hang", "page exception", "security"]
@@ -82,6 +82,20 @@ def tree_state(root: Path) -> dict[str, tuple]:
         for name in dirs + files:
             st = os.lstat(Path(folder) / name)
             out[os.path.relpath(Path(folder) / name, root)] = (st.st_mode >> 12, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def visible(run: Path) -> dict[str, int]:
+    """The run's top-level names, each with its count of visible files (a table's segments): a name gone, or
+    a table left empty, is data lost (a compaction renames segments, which is not)."""
+    out = {}
+    for entry in os.scandir(run):
+        if entry.name.startswith((".", "_")):
+            continue
+        try:
+            out[entry.name] = sum(1 for e in os.scandir(entry.path) if not e.name.startswith((".", "_")))
+        except OSError:
+            out[entry.name] = 1
     return out
 
 
@@ -166,19 +180,20 @@ def run_cases(p: dict) -> list[Case]:
             ),
             ("compare", ["compare", str(run), "--no-write", "--permutations", "5", "--bootstrap", "5"], False),
         ]:
-            validate_want = "refuse" if cmd == "validate" and name not in READABLE else want
+            validate_want = "refuse" if cmd in ("validate", "compact") and name not in READABLE else want
             cases.append(Case("hostile runs: light commands", f"{cmd} / {name}", argv, validate_want, words, multi))
     for name, run in p["model_runs"].items():
         words = TRAINED_DAMAGE[name][2]
-        want = "either" if name in READABLE else "refuse"
         text = str(p["text"])
         small = ["--no-progress", "--threads", "1"]
         for cmd, argv in [
             ("train --resume", ["train", "--out", str(run), "--resume", "--steps", "3", *small]),
             ("probe", ["probe", str(run), "--max-docs", "1", *small]),
-            ("evaluate", ["evaluate", str(run), "--data", text, "--seq-len", "16", "--batches", "1", *small]),
+            ("evaluate", ["evaluate", str(run), "--data", text, "--out", str(run), "--seq-len", "16", *small]),
             ("lens", ["lens", str(run), "--text", text, "--max-tokens", "16", *small]),
         ]:
+            users = USERS.get(name)  # damage that only the commands using the entry must refuse
+            want = "either" if name in READABLE or (users and cmd not in users) else "refuse"
             cases.append(Case("hostile runs: model commands", f"{cmd} / {name}", argv, want, words))
     return cases
 
@@ -294,11 +309,11 @@ def main() -> int:
     for i, case in enumerate(cases, 1):
         before = [tree_state(w) for w in watched]
         run_dir = next((Path(a) for a in case.argv if Path(a).parent in (p["logs"], work / "trained-damaged")), None)
-        inside = tree_state(run_dir) if run_dir and run_dir.is_dir() and not run_dir.is_symlink() else {}
+        inside = visible(run_dir) if run_dir and run_dir.is_dir() and not run_dir.is_symlink() else {}
         code, text, seconds = run_argv(case.argv, work, args.case_timeout)
         changed = [tree_state(w) for w in watched] != before
-        after = tree_state(run_dir) if inside else {}
-        lost = sorted(k for k in inside if k not in after and not Path(k).name.startswith((".", "_")))
+        after = visible(run_dir) if inside else {}
+        lost = sorted(k for k, n in inside.items() if n and not after.get(k))
         outcome, why = classify(case, code, text, changed, lost)
         results.append(
             dict(family=case.family, case=case.name, code=code, outcome=outcome, why=why, seconds=round(seconds, 2))
@@ -308,6 +323,8 @@ def main() -> int:
             file=sys.stderr,
             flush=True,
         )
+        if args.json:  # after every case: an interrupted pass keeps what it found
+            args.json.write_text(json.dumps({"cases": results}, indent=1))
     if "dashboard" in chosen and not args.no_browser:
         results += dashboard_cases(p, watched, tree_state)
     table = summarise(results)

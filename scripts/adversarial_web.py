@@ -21,19 +21,10 @@ REPO = Path(aah_viz.__file__).resolve().parents[1]  # the checkout whose code is
 CHROMIUM = "/usr/bin/chromium"
 PAGES = ["runs", "frontier", "training", "hierarchy", "windows", "stability", "probes", "lens", "compare"]
 PAGES += ["export", "glossary", "guide"]
-QUERIES = [
-    "",
-    "run=unknown-run",
-    "run=../../../../etc/passwd",
-    "run=%2Fetc%2Fpasswd",
-    "run=outside/decoy-heads",
-    "range=inf,5",
-    "range=1e400,2",
-    "range=-inf,inf",
-    "layer=-1&head=99999999999999999999999",
-    "step=nan&sel=..~..%2F..%2Fetc~good",
-    "doc=-1&lens_doc=1e400&query=999999999&level=-5&smooth=inf",
-]
+# every bound parameter at once, each with a value it cannot take (one address per page)
+HOSTILE = "run=../../../../etc/passwd&range=inf,5&layer=-1&head=99999999999999999999999&step=nan"
+HOSTILE += "&sel=..~..%2F..%2Fetc~good&doc=-1&lens_doc=1e400&query=999999999&level=-5&smooth=inf&x=%3Cscript%3E"
+TRAVERSAL = ["run=%2Fetc%2Fpasswd", "run=outside/decoy-heads", "run=unknown-run", "range=1e400,2", "range=-inf,inf"]
 PAGE_DEADLINE_S = 120  # a page whose script run has not finished by then counts as a hang
 
 
@@ -90,9 +81,9 @@ def _visit(page, url: str) -> tuple[str, str]:
 
 
 def addresses(p: dict) -> list[str]:
-    out = [f"{page}?{q}" if q else page for page in PAGES for q in QUERIES]
-    for name in p["synthetic"]:
-        out += [f"training?run={name}", f"windows?run={name}"]
+    out = [address for page in PAGES for address in (page, f"{page}?{HOSTILE}")]
+    out += [f"training?{q}" for q in TRAVERSAL]
+    out += [f"training?run={name}" for name in p["synthetic"]]
     out.append("compare?sel=" + "~".join(["good", *p["synthetic"]]))
     return out
 

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 
 import pytest
 
@@ -80,3 +81,62 @@ def test_conformance_of_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
     with contextlib.redirect_stdout(io.StringIO()):
         said = refused(["conformance", str(deep)], capsys)
     assert str(deep) in said and "nest" in said, said
+
+
+# ---------------------------------------------------------------------------------- a run's entries
+@pytest.fixture
+def synthetic_run(tmp_path):
+    from aah_viz.samples import make_synthetic_run
+
+    return make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=6, flush_every=3)
+
+
+@pytest.mark.parametrize(
+    "entry, make",
+    [
+        ("checkpoints", "file"),
+        (".probe-progress", "file"),
+        (".lens-progress", "file"),
+        ("tensorboard", "fifo"),
+        ("summary.json", "fifo"),
+        ("summary.json", "folder"),
+    ],
+)
+def test_something_else_at_a_declared_entrys_name_is_damage_and_writers_refuse(synthetic_run, entry, make):
+    """Before: a FIFO named summary.json, or a file named .probe-progress, passed validate; train --resume over
+    a file named checkpoints appended steps to the run and then failed with "File exists"."""
+    from aah_viz.errors import UnsafePathError
+    from aah_viz.runlog import RunWriter, paths, validate_run
+
+    path = synthetic_run / entry
+    path.unlink(missing_ok=True)
+    {"file": lambda: path.write_text("x"), "fifo": lambda: os.mkfifo(path), "folder": path.mkdir}[make]()
+    kind = paths.RUN_ENTRIES[entry]
+    said = [p for p in validate_run(synthetic_run) if entry in p and f"is not a {kind}" in p]
+    assert len(said) == 1, validate_run(synthetic_run)
+    with pytest.raises(UnsafePathError, match=f"is not a {kind}"):
+        RunWriter.resume(synthetic_run)
+    with pytest.raises(UnsafePathError, match=f"is not a {kind}"):
+        paths.run_entry(synthetic_run, entry)
+
+
+def test_train_resume_over_a_file_named_checkpoints_is_one_line_and_the_run_is_unchanged(tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = tmp_path / "run"
+    argv = ["train", "--out", str(run), "--preset", "tiny", "--steps", "2", "--n-docs", "20", "--no-progress"]
+    assert main([*argv, "--threads", "1"]) == 0
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)
+    (run / "checkpoints").write_text("not a folder")
+    before = sorted(p.name for p in (run / "heads").iterdir())
+    said = refused(["train", "--out", str(run), "--resume", "--steps", "4", "--no-progress", "--threads", "1"], capsys)
+    assert "checkpoints" in said and "is not a folder" in said, said
+    assert sorted(p.name for p in (run / "heads").iterdir()) == before
+
+
+def test_a_table_name_that_is_a_link_to_itself_is_one_line_not_a_traceback(synthetic_run, capsys):
+    """Before: validate and compact ended in RuntimeError: Symlink loop (Path.resolve)."""
+    shutil.rmtree(synthetic_run / "heads")
+    (synthetic_run / "heads").symlink_to("heads")
+    for argv in (["validate", str(synthetic_run)], ["compact", str(synthetic_run)]):
+        said = refused(argv, capsys)
+        assert "heads" in said, said

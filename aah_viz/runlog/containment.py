@@ -19,7 +19,10 @@ from aah_viz.schema import ALL_TABLES, MANIFEST
 
 def _outside(link: Path, root: Path) -> str | None:
     """Where ``link`` (a symbolic link) leads when that is outside ``root``; None when it stays inside."""
-    target = link.resolve()  # a dangling link resolves to where a write through it would create a file
+    try:
+        target = link.resolve()  # a dangling link resolves to where a write through it would create a file
+    except (RuntimeError, OSError):  # a loop of links (RuntimeError before Python 3.13)
+        return paths.LINK_LOOP
     if target == root or root in target.parents:
         return None
     return str(target)
