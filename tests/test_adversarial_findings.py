@@ -140,3 +140,16 @@ def test_a_table_name_that_is_a_link_to_itself_is_one_line_not_a_traceback(synth
     for argv in (["validate", str(synthetic_run)], ["compact", str(synthetic_run)]):
         said = refused(argv, capsys)
         assert "heads" in said, said
+
+
+@pytest.mark.parametrize("command", ["sweep", "effects"])
+def test_a_design_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, command, capsys):
+    """Before: ``sweep FIFO`` and ``effects LOGS --design FIFO`` waited for a writer forever."""
+    fifo = tmp_path / "design.toml"
+    os.mkfifo(fifo)
+    argv = {
+        "sweep": ["sweep", str(fifo), "--logs", str(tmp_path / "logs")],
+        "effects": ["effects", str(tmp_path), "--design", str(fifo)],
+    }[command]
+    said = refused(argv, capsys)
+    assert str(fifo) in said and "not a regular file" in said, said
