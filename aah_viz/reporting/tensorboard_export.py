@@ -24,7 +24,6 @@ from aah_viz.runlog import load_run, run_dirs
 from aah_viz.runlog.containment import refuse_escapes
 from aah_viz.runlog.validate import damage
 
-MAX_REASONS = 5
 PARTIAL = ".partial-"
 
 
@@ -43,16 +42,13 @@ def folder_names(runs: list[Path]) -> list[str]:
 
 
 def refuse_damaged(runs: list[Path]) -> None:
-    reasons = []
-    for run_dir in runs:
-        problems = damage(run_dir)
-        if problems:
-            shown = problems[:MAX_REASONS] + (
-                [f"... {len(problems) - MAX_REASONS} more"] if len(problems) > MAX_REASONS else []
-            )
-            reasons.append(f"{run_dir}:\n  " + "\n  ".join(shown))
-    if reasons:
-        raise RunLogError("damaged runs, nothing written (aah-viz validate says more):\n" + "\n".join(reasons))
+    """One line naming the first damaged run and its first problem (the CLI's errors are one line)."""
+    damaged = [(run_dir, problems) for run_dir in runs if (problems := damage(run_dir))]
+    if damaged:
+        run_dir, problems = damaged[0]
+        more = len(problems) - 1 + sum(len(p) for _, p in damaged[1:])
+        also = f" (and {more} more problems: aah-viz validate lists them)" if more else ""
+        raise RunLogError(f"run {run_dir} is damaged, nothing written: {problems[0]}{also}")
 
 
 def write_run(run_dir: Path, logdir: Path, *, per_layer: bool = False, bar=None) -> int:
