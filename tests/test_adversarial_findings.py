@@ -153,3 +153,24 @@ def test_a_design_that_is_a_fifo_is_one_line_not_a_hang(tmp_path, command, capsy
     }[command]
     said = refused(argv, capsys)
     assert str(fifo) in said and "not a regular file" in said, said
+
+
+def test_imports_into_the_same_out_at_once_leave_one_import_and_one_line_each(tmp_path):
+    """Three ``import-reference --out OUT`` at once: one writes every run, each other says in one line that a
+    run is there (no traceback, no half-written run)."""
+    import subprocess
+    import sys
+
+    from aah_viz.runlog import validate_run
+
+    out = tmp_path / "ref"
+    argv = [sys.executable, "-m", "aah_viz", "import-reference", "--out", str(out)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    done = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
+    assert all(code in (0, 2) for code, _ in done) and any(code == 0 for code, _ in done), done
+    for code, err in done:
+        assert "Traceback" not in err and (code == 0 or len([x for x in err.splitlines() if "error:" in x]) == 1), err
+    runs = sorted(p for p in out.iterdir() if not p.name.startswith("."))
+    assert main(["import-reference", "--out", str(tmp_path / "alone")]) == 0  # the same import, by itself
+    assert [r.name for r in runs] == sorted(p.name for p in (tmp_path / "alone").iterdir())
+    assert all(validate_run(r) == [] for r in runs), [validate_run(r) for r in runs]
