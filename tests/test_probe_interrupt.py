@@ -103,11 +103,11 @@ def test_threads_are_honoured_by_every_pool(runs, capsys):
 
 def test_a_progress_entry_that_is_not_a_folder_or_not_a_file_is_refused_in_one_line(tmp_path):
     """A plain file named .probe-progress, or a FIFO named meta.json in it: refused at once, never read."""
-    from aah_viz.errors import InputFormatError
+    from aah_viz.errors import InputFormatError, UnsafePathError
     from aah_viz.probes.progress import FOLDER, META, ProbeProgress
 
     (tmp_path / FOLDER).write_text("not a folder")
-    with pytest.raises(InputFormatError, match="is not a folder"):
+    with pytest.raises(UnsafePathError, match="is not a folder"):  # the run-entry gate's refusal
         ProbeProgress(tmp_path, "digest")
     (tmp_path / FOLDER).unlink()
     (tmp_path / FOLDER).mkdir()

@@ -95,6 +95,7 @@ def test_a_damaged_run_is_refused_with_its_reasons_and_nothing_is_written(tmp_pa
     assert export(good, bad, "--out", out) == 2
     err = capsys.readouterr().err
     assert "damaged" in err and str(bad) in err and segment.name in err
+    assert len(err.strip().splitlines()) == 1, err  # before: a header line, then the run and its reasons below
     assert not out.exists() or not any(out.iterdir())
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from aah_viz._version import __version__
+from aah_viz.cli._options import count_options
 from aah_viz.errors import AAHVizError
 from aah_viz.torch_import import missing_extra
 
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH")
     for name in BENCHES:
         importlib.import_module(f"aah_viz.cli.bench_{name}").register(bench_sub)
+    for bench_parser in bench_sub.choices.values():
+        count_options(bench_parser)
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
     return parser
 

@@ -175,6 +175,11 @@ def run(args) -> int:
     if args.logs is not None:
         if not Path(args.logs).is_dir():
             raise ConfigError(f"--logs {args.logs} is not a folder; give a folder holding runs")
+        from aah_viz.runlog import run_dirs
+        from aah_viz.runlog.containment import refuse_escapes
+
+        for run in run_dirs([args.logs]):  # a run with a link out is refused, not timed through the link
+            refuse_escapes(run, "timed")
         return _pages(args, Path(args.logs), None)
     if args.runs is not None:
         return _many_runs_pages(args)

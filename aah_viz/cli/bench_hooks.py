@@ -63,6 +63,8 @@ def run(args) -> int:
 
     if args.report_every < 0:
         raise ConfigError(f"--report-every must be >= 0, got {args.report_every}")
+    if not 0 <= args.skip < args.steps:  # the medians need at least one timed step
+        raise ConfigError(f"--skip {args.skip}: must be from 0 to --steps - 1 ({args.steps - 1})")
     if args.report_every and args.report_to != "none":
         from aah_viz.reporting.options import check_installed
 

@@ -26,7 +26,11 @@ def register(subparsers) -> None:
     p.add_argument("--seq-len", type=int, default=1024, help="sequence length T (default 1024)")
     add_random_model_arguments(p, "Qwen3")
     p.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
-    p.add_argument("--windows", default=None, help="comma-separated candidate windows (default T/8,T/4,T/2,T)")
+    from aah_viz.cli.evaluate import windows_arg
+
+    p.add_argument(
+        "--windows", type=windows_arg, default=None, help="comma-separated candidate windows (default T/8,T/4,T/2,T)"
+    )
     p.add_argument("--backend", default="banded", help="attention backend of the patched model (default banded)")
     p.add_argument(
         "--sink-tokens",
@@ -43,10 +47,9 @@ def run(args) -> int:
     from aah_viz.torch_import import limit_threads
 
     limit_threads(args.threads)
-    from aah_viz.cli.evaluate import windows_arg
     from instrumentation import bench_retrofit
 
-    windows = windows_arg(args.windows) if args.windows else None
+    windows = args.windows
     with pairs_bar("retrofit", args.pairs) as (pairs, bar):
         doc = bench_retrofit(
             seq_len=args.seq_len,

@@ -66,6 +66,8 @@ def run(args) -> int:
         heads = [int(h) for h in str(args.heads).split(",") if h.strip()]
     except ValueError as err:
         raise ConfigError(f"--heads: expected comma-separated integers, got {args.heads!r}") from err
+    if not heads or min(heads) < 1:
+        raise ConfigError(f"--heads {args.heads!r}: give positive head counts, e.g. 8,16")
     if args.seq_len is not None and args.seq_len < 2:
         raise ConfigError(f"--seq-len {args.seq_len}: must be at least 2")
     result = bench_routing(

@@ -48,9 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from aah_viz.probes.partition_agreement import SHOWN_COMPARISON_COLUMNS
     from aah_viz.probes.store import write_probe_tables
     from aah_viz.runlog import load_run
+    from aah_viz.runlog.containment import refuse_escapes
 
     if args.permutations < 1 or args.bootstrap < 1:
         raise InputFormatError("--permutations and --bootstrap must be at least 1")
+    for path in args.runs:  # a link out of any run: refused before anything is read or written
+        refuse_escapes(path, "read" if args.no_write else "compared")
     results = []
     for path in args.runs:  # compute every run before writing any
         opened = load_run(path)

@@ -18,6 +18,8 @@ def windows_arg(text: str) -> tuple[int, ...]:
         ) from None
     if not values:
         raise argparse.ArgumentTypeError("--windows needs at least one window")
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--windows expects positive windows in tokens; got {text!r}")
     return values
 
 

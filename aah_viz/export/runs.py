@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from aah_viz.errors import AAHVizError, RunLogError
 from aah_viz.regimes import paper_rank
 from aah_viz.runlog import load_run, run_dirs
+from aah_viz.runlog.containment import refuse_escapes
 
 
 class MixedConfigError(AAHVizError):
@@ -22,7 +23,10 @@ class MixedConfigError(AAHVizError):
 
 def collect_runs(paths: Iterable[str | os.PathLike]) -> list:
     """Open every run named: a run directory itself, or a folder holding run directories."""
-    runs = [load_run(run_dir) for run_dir in run_dirs(paths)]
+    found = run_dirs(paths)
+    for run_dir in found:  # a link out of a run: its tables are not read through it
+        refuse_escapes(run_dir, "read")
+    runs = [load_run(run_dir) for run_dir in found]
     if not runs:
         raise RunLogError("no runs given; name at least one run directory or folder of runs")
     return runs

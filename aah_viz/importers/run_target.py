@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aah_viz.errors import AAHVizError
 from aah_viz.runlog import read_manifest
+from aah_viz.runlog.containment import refuse_escapes
 from aah_viz.runlog.paths import resolve_under
 
 
@@ -20,6 +21,7 @@ def import_target(out_dir: Path, run_id: str, overwrite: bool) -> Path:
             f"replace imported runs, or choose another --out folder"
         )
     if path.exists() and overwrite:
+        refuse_escapes(path, "replaced")  # a link out of it: neither its manifest read nor anything deleted
         try:
             manifest = read_manifest(path)
         except (OSError, ValueError, AAHVizError):

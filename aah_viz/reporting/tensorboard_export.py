@@ -23,9 +23,9 @@ from aah_viz.reporting import from_run
 from aah_viz.reporting.scalars import routing_scalars, scalars_at
 from aah_viz.reporting.sinks import TensorBoardSink
 from aah_viz.runlog import load_run, run_dirs
+from aah_viz.runlog.containment import refuse_escapes
 from aah_viz.runlog.validate import damage
 
-MAX_REASONS = 5
 PARTIAL = ".partial-"
 
 
@@ -44,16 +44,13 @@ def folder_names(runs: list[Path]) -> list[str]:
 
 
 def refuse_damaged(runs: list[Path]) -> None:
-    reasons = []
-    for run_dir in runs:
-        problems = damage(run_dir)
-        if problems:
-            shown = problems[:MAX_REASONS] + (
-                [f"... {len(problems) - MAX_REASONS} more"] if len(problems) > MAX_REASONS else []
-            )
-            reasons.append(f"{run_dir}:\n  " + "\n  ".join(shown))
-    if reasons:
-        raise RunLogError("damaged runs, nothing written (aah-viz validate says more):\n" + "\n".join(reasons))
+    """One line naming the first damaged run and its first problem (the CLI's errors are one line)."""
+    damaged = [(run_dir, problems) for run_dir in runs if (problems := damage(run_dir))]
+    if damaged:
+        run_dir, problems = damaged[0]
+        more = len(problems) - 1 + sum(len(p) for _, p in damaged[1:])
+        also = f" (and {more} more problems: aah-viz validate lists them)" if more else ""
+        raise RunLogError(f"run {run_dir} is damaged, nothing written: {problems[0]}{also}")
 
 
 def wall_clock(manifest: dict, scalars: dict):
@@ -101,6 +98,8 @@ def export_tensorboard(paths, out, *, overwrite: bool = False, per_layer: bool =
     from tqdm.auto import tqdm
 
     runs = run_dirs(paths)
+    for run in runs:  # a link out of a run: its tables are not read through it
+        refuse_escapes(run, "exported")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")

@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from aah_viz.errors import UnsafePathError
 from aah_viz.runlog import generations, paths
 from aah_viz.schema import ALL_TABLES, MANIFEST
 
 
 def _outside(link: Path, root: Path) -> str | None:
     """Where ``link`` (a symbolic link) leads when that is outside ``root``; None when it stays inside."""
-    target = link.resolve()  # a dangling link resolves to where a write through it would create a file
+    try:
+        target = link.resolve()  # a dangling link resolves to where a write through it would create a file
+    except (RuntimeError, OSError):  # a loop of links (RuntimeError before Python 3.13)
+        return paths.LINK_LOOP
     if target == root or root in target.parents:
         return None
     return str(target)
@@ -76,3 +80,12 @@ def escapes(run_dir: str | os.PathLike) -> list[str]:
         if foreign:
             found.append(generations.foreign_message(directory, foreign))
     return found
+
+
+def refuse_escapes(run_dir: str | os.PathLike, doing: str = "read") -> None:
+    """Raise :class:`UnsafePathError` naming the first of :func:`escapes` (a reader's gate: the writers'
+    is their lock), so that a command neither reads nor writes through a link out of the run."""
+    found = escapes(run_dir)
+    if found:
+        more = f" (and {len(found) - 1} more: aah-viz validate lists them)" if len(found) > 1 else ""
+        raise UnsafePathError(f"run {run_dir} is not {doing}: {found[0]}{more}")

@@ -63,8 +63,8 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
             st = os.lstat(folder)
         except OSError:
             continue
-        if paths.entry_problem(folder, run_dir):
-            continue  # a link out of the run: the gate's line says it
+        if paths.entry_problem(folder, run_dir, paths.RUN_ENTRIES[name]):
+            continue  # a link out of the run, or a file or FIFO at its name: the gate's line says it
         if stat.S_ISLNK(st.st_mode):
             found.append(
                 f"{run_dir}/{name} is a symbolic link (to {os.readlink(folder)}): the run is damaged (aah-viz "

@@ -74,15 +74,23 @@ RUN_ENTRIES: dict[str, str] = {
 }
 
 
+LINK_LOOP = "a loop of links that leads nowhere"  # where a link points when following it never ends
+
+
 def _leads_out(path: Path, root: Path) -> str | None:
-    target = path.resolve()
+    try:
+        target = path.resolve()
+    except (RuntimeError, OSError):  # a loop of links (RuntimeError before Python 3.13)
+        return LINK_LOOP
     root = root.resolve()
     return None if target == root or root in target.parents else str(target)
 
 
-def entry_problem(path: Path, run_dir: str | os.PathLike) -> str | None:
+def entry_problem(path: Path, run_dir: str | os.PathLike, kind: str | None = None) -> str | None:
     """Why ``path`` (an entry of the run, or a file in one) must not be used: a symbolic link leading out
-    of the run, or a file with other names (a hard link: writing it writes them). None when it may."""
+    of the run, a file with other names (a hard link: writing it writes them), or (``kind``: the declared
+    entry's "file" or "folder") something else standing at its name, such as a file where a folder is kept
+    or a FIFO, which would block its reader. None when it may."""
     root = Path(run_dir)
     try:
         st = os.lstat(path)
@@ -106,6 +114,9 @@ def entry_problem(path: Path, run_dir: str | os.PathLike) -> str | None:
             f"{root}/{shown} is a hard-linked file ({st.st_nlink} names): the run is damaged (writing it would "
             "change a file elsewhere); nothing reads or writes it: replace it by a copy"
         )
+    elif kind is not None and not (stat.S_ISDIR if kind == "folder" else stat.S_ISREG)(st.st_mode):
+        found = "a folder" if stat.S_ISDIR(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode) else "a FIFO or device"
+        return f"{root}/{shown} is not a {kind} ({found}): the run is damaged; nothing reads or writes it: move it away"
     return None
 
 
@@ -115,8 +126,10 @@ def run_entry(run_dir: str | os.PathLike, name: str, *inside: str) -> Path:
     if name not in RUN_ENTRIES:
         raise ValueError(f"{name!r} is not a declared entry of a run (runlog.paths.RUN_ENTRIES)")
     path = Path(run_dir) / name
-    for part in (path, path.joinpath(*inside)) if inside else (path,):
-        problem = entry_problem(part, run_dir)
+    for part, kind in (
+        ((path, RUN_ENTRIES[name]), (path.joinpath(*inside), None)) if inside else ((path, RUN_ENTRIES[name]),)
+    ):
+        problem = entry_problem(part, run_dir, kind)
         if problem:
             raise UnsafePathError(problem)
     return path.joinpath(*inside)
@@ -137,7 +150,7 @@ def entry_problems(run_dir: str | os.PathLike) -> list[str]:
     found = []
     for name, kind in RUN_ENTRIES.items():
         path = Path(run_dir) / name
-        problem = entry_problem(path, run_dir)
+        problem = entry_problem(path, run_dir, kind)
         if problem:
             found.append(problem)
             continue

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aah_viz.errors import ConfigError
+from aah_viz.runlog.bounded_json import read_regular
 from aah_viz.sweep.vocabulary import COMMAND_FLAGS, NAMED_FACTORS, OTHER_VALUES, REQUIRED, RESERVED, TRAIN_VALUES, Level
 
 if sys.version_info >= (3, 11):
@@ -152,7 +153,7 @@ def parse_run_name(name: str) -> tuple[dict[str, str], int] | None:
 def load_design(path) -> Design:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path).decode("utf-8")  # a FIFO given as the design: refused, not waited on
     except FileNotFoundError:
         raise DesignError(f"design file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -174,15 +175,28 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def _check_out_dir(out_dir: Path) -> Path:
+    """The folder to write: ``out_dir``, or where it leads when it is a link to a folder (the user's choice,
+    as for every OUT); a link to nothing or to a file is refused in one line."""
+    if out_dir.is_symlink():
+        target = Path(os.path.realpath(out_dir))
+        if not target.exists():
+            raise ConfigError(
+                f"{out_dir}: a symbolic link to {target}, which does not exist: create that folder, or give "
+                "another path"
+            )
+        if not target.is_dir():
+            raise ConfigError(f"{out_dir}: a symbolic link to {target}, which is not a folder; give a new folder")
+        out_dir = target
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ConfigError(f"{out_dir} exists and is not an empty folder; give a new folder for the model")
+    return out_dir
 
 
 def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = True) -> dict:
     """Write the model of ``gguf_file`` as a Hugging Face folder at ``out_dir``; returns a summary."""
     gguf_file, out_dir = Path(gguf_file), Path(out_dir)
-    _check_out_dir(out_dir)
+    out_dir = _check_out_dir(out_dir)
     summary = read_summary(gguf_file)
     check_architecture(summary, gguf_file)
 
@@ -193,8 +207,7 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = Tru
 
     stages = tqdm(total=4, desc="import-gguf", unit="stage", disable=not progress or None)
     started = time.perf_counter()
-    partial = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
+    partial = None
     verbosity = hf_logging.get_verbosity()
     try:
         hf_logging.set_verbosity_error()  # transformers warns about every dequantised tensor type
@@ -222,7 +235,9 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = Tru
             ) from None
         del loaded
         stages.set_postfix_str("saving")
-        partial.mkdir(parents=True)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)  # a fresh name of its own: nothing there to follow
+        partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+        os.chmod(partial, 0o755)  # mkdtemp's 0700 would keep the model from other users
         model.save_pretrained(str(partial))
         tokenizer.save_pretrained(str(partial))
         record = {
@@ -241,7 +256,8 @@ def import_gguf(gguf_file: str | Path, out_dir: str | Path, progress: bool = Tru
         os.replace(partial, out_dir)
         stages.update()
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
         raise
     finally:
         hf_logging.set_verbosity(verbosity)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from aah_viz.errors import InputFormatError
+from aah_viz.runlog import bounded_json
 from instrumentation.routing.clustering import METRICS, cluster
 from instrumentation.routing.hierarchy import build_hierarchy
 
@@ -101,12 +102,14 @@ def load_cases(path: str | Path) -> list[dict]:
     """Read and validate a conformance file; InputFormatError names the file and the bad case."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded_json.read_regular(path).decode("utf-8")  # a FIFO named as the file: refused, not waited on
     except (OSError, UnicodeDecodeError) as err:
         raise InputFormatError(f"{path}: cannot read the conformance file ({err}); pass a readable JSON file") from err
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
+        data = bounded_json.loads(text)
+    except ValueError as err:
+        if not isinstance(err, json.JSONDecodeError):  # nested deeper than any conformance file
+            raise InputFormatError(f"{path}: {err}") from None
         raise InputFormatError(
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
             "expected the conformance format of docs/internals.md"
