@@ -429,3 +429,32 @@ def test_compare_says_which_regimes_have_fewer_than_three_runs(three_runs, monke
     few = [c for c in captions(at) if c.startswith("Fewer than 3 runs")]
     assert len(few) == 1, captions(at)
     assert "full_adaptive (n = 2)" in few[0] and "shallow_freeze (n = 1)" in few[0]
+
+
+def test_compare_leaves_unfinished_runs_out_and_names_repeated_seeds(monkeypatch, tmp_path):
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.dashboard.app import PAGE_FILES
+    from aah_viz.samples import make_synthetic_run
+
+    logs = tmp_path / "logs"
+    for name, seed, status in (
+        ("a", 0, "finished"),
+        ("b", 0, "finished"),
+        ("c", 1, "finished"),
+        ("live", 2, "running"),
+    ):
+        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=60, seed=seed, status=status)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(PAGE_FILES["compare"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    summary = at.dataframe[0].value
+    assert summary["n"].tolist() == [3]  # a, b and c; the live run left out
+    assert any("Left out of the means (unfinished" in c.value and "live (running)" in c.value for c in at.caption)
+    assert any("repeats, not independent seeds" in w.value and "seed 0 x2" in w.value for w in at.warning)
+    at.checkbox(key="cmp_unfinished").check().run()
+    assert at.dataframe[0].value["n"].tolist() == [4]

@@ -72,6 +72,40 @@ def few_runs_note(ours: pd.DataFrame) -> None:
         )
 
 
+FINAL = ("finished", "imported")  # statuses whose last values are final
+
+
+def unfinished_left_out(ours: pd.DataFrame) -> pd.DataFrame:
+    """Runs still training, stopped or failed have last values, not final ones: left out of the means
+    unless the user includes them, and named either way."""
+    if ours.empty or "status" not in ours:
+        return ours
+    unfinished = ours[~ours["status"].isin(FINAL)]
+    if unfinished.empty:
+        return ours
+    named = ", ".join(f"{k} ({s})" for k, s in zip(unfinished["key"], unfinished["status"]))
+    if st.checkbox(
+        "Include unfinished runs",
+        key="cmp_unfinished",
+        help="Runs still training, stopped or failed: their values are the last recorded, not final ones.",
+    ):
+        st.caption(plain(f"Unfinished, their last values averaged in: {named}."))
+        return ours
+    st.caption(plain(f"Left out of the means (unfinished; tick above to include them): {named}."))
+    return ours[ours["status"].isin(FINAL)]
+
+
+def repeated_seeds_note(ours: pd.DataFrame) -> None:
+    """Runs of one regime with the same seed are repeats, not independent seeds: say so."""
+    if ours.empty or "seed" not in ours:
+        return
+    counts = ours.groupby(["regime", "seed"]).size()
+    repeats = counts[counts > 1]
+    if len(repeats):
+        named = "; ".join(f"{regime}: seed {seed} x{n}" for (regime, seed), n in repeats.items())
+        st.warning(plain(f"Runs sharing a seed are repeats, not independent seeds, in their mean and spread: {named}."))
+
+
 @guarded
 def render() -> None:
     st.title("Compare")
@@ -93,7 +127,8 @@ def render() -> None:
         return
     keys = one_configuration(keys, "cmp_config")
     page_head.show_selection_warnings(keys)
-    ours = per_run_frame(root, keys, session.token, views)
+    ours = unfinished_left_out(per_run_frame(root, keys, session.token, views))
+    repeated_seeds_note(ours)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
     st.subheader("Our runs by regime")
     st.caption(
