@@ -491,3 +491,37 @@ def test_the_smollm2_sample_holds_full_attention_beside_the_adapted_windows_in_3
     # the toy sample keeps the lens scripts/make_sample_logs.sh records
     toy = lens.lens_tables(load_run(REPO / "sample_logs" / "full_adaptive_seed0"))
     assert set(toy["lens_tokens"]["source"]) == {"syntax", "coref"}
+
+
+def test_a_relation_picked_on_the_lens_page_draws_its_arcs_and_counts_the_heads_reading(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.dashboard.app import PAGE_FILES
+    from aah_viz.figures.payload import figure_data
+    from aah_viz.runlog import load_run
+    from aah_viz.samples import add_synthetic_lens, make_synthetic_run
+
+    logs = tmp_path / "logs"
+    run = make_synthetic_run(logs / "toy", n_layer=2, n_head=3, steps=20, seed=0)
+    add_synthetic_lens(run, 19, 2, 3)  # one nsubj arc, from token 9 to token 5
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(PAGE_FILES["lens"]).run()
+    at.selectbox(key="layer_picker").set_value(1).run()
+    at.selectbox(key="head_picker").set_value(2).run()
+    at.selectbox(key="lens_relation").set_value("nsubj").run()
+    assert not at.exception, [e.value for e in at.exception]
+    samples = load_run(run).table("attention_samples")
+    at9 = samples[(samples["layer"] == 1) & (samples["head"] == 2) & (samples["query"] == 9)]
+    strongest = int(at9["keys"].iloc[0][0])  # the head's largest weight from token 9, read from the table
+    hits = int(strongest == 5)
+    assert any(f"nsubj: 1 gold arcs in this document; from the later end of {hits} of 1, L1H2" in c.value
+               for c in at.caption), [c.value for c in at.caption]  # fmt: skip
+    figs = [figure_data(c.proto.spec) for c in at.get("plotly_chart")]
+    (tokens_fig,) = [f for f in figs if str(f["layout"].get("title", {}).get("text", "")).startswith("L1H2 from")]
+    (arc,) = [t for t in tokens_fig["data"] if t.get("name") == "nsubj: every gold arc"]
+    assert [v for v in arc["x"] if v is not None][0] == 9 % 16  # the arc starts at token 9
+    assert at.query_params.get("rel") in ("nsubj", ["nsubj"])

@@ -156,3 +156,22 @@ def query_row(samples: pd.DataFrame, doc: int, layer: int, head: int, query: int
         (samples["doc"] == doc) & (samples["layer"] == layer) & (samples["head"] == head) & (samples["query"] == query)
     ]
     return None if sel.empty else sel.iloc[0].to_dict()
+
+
+def relation_arcs(links: pd.DataFrame, relation: str) -> pd.DataFrame:
+    """The gold links of one relation (a dependency label, or ``coref``: a pronoun and its antecedent)."""
+    if links is None or not len(links):
+        return pd.DataFrame(columns=["query", "key", "label", "kind"])
+    if relation == "coref":
+        chosen = links[(links["kind"] == "coref") & links["gold"].astype(bool)]
+    else:
+        chosen = links[(links["kind"] == "dep") & (links["label"] == relation)]
+    return chosen.reset_index(drop=True)
+
+
+def arc_agreement(rows: pd.DataFrame, arcs: pd.DataFrame) -> tuple[int, int]:
+    """(arcs whose query puts its largest recorded weight on the arc's key, arcs whose query was recorded):
+    how often a head reads along a relation on this document."""
+    first = {int(q): int(keys[0]) for q, keys in zip(rows["query"], rows["keys"]) if len(keys)}
+    seen = [(int(q), int(k)) for q, k in zip(arcs["query"], arcs["key"]) if int(q) in first]
+    return sum(first[q] == k for q, k in seen), len(seen)

@@ -37,10 +37,13 @@ def tokens_figure(
     title: str,
     per_row: int = TOKENS_PER_ROW,
     kept: int = 0,
+    arcs: pd.DataFrame | None = None,
+    arcs_name: str = "",
 ) -> go.Figure:
     """The document's tokens in reading order, coloured by the weight ``row`` (one query's
     ``attention_samples`` row) puts on each; keys the executed window cuts crossed out, the sink
-    outlined, the query framed, and the gold links of this query drawn as arcs to their keys."""
+    outlined, the query framed, and the gold links of this query drawn as arcs to their keys; with
+    ``arcs`` (``lens.relation_arcs``), every arc of that relation in the document too, named ``arcs_name``."""
     n = len(tokens)
     q = int(row["query"])
     weights = np.zeros(n)
@@ -116,6 +119,23 @@ def tokens_figure(
                 line=dict(shape="spline", color="#2ca02c" if link.gold else "#7f7f7f", width=2),
                 name=f"{html.escape(str(link.kind))} {html.escape(str(link.label))}"
                 + ("" if link.gold else " (not gold)"),
+                hoverinfo="name",
+            )
+        )
+    if arcs is not None and len(arcs):
+        ax, ay = [], []
+        for a, b in zip(arcs["query"], arcs["key"]):
+            a, b = int(a), int(b)
+            if 0 <= a < n and 0 <= b < n:
+                ax += [x[a], (x[a] + x[b]) / 2, x[b], None]
+                ay += [y[a] + 0.3, max(y[a], y[b]) + 0.8, y[b] + 0.3, None]
+        fig.add_trace(
+            go.Scatter(
+                x=ax,
+                y=ay,
+                mode="lines",
+                line=dict(shape="spline", color="#9467bd", width=1.5, dash="dot"),
+                name=html.escape(arcs_name or "arcs"),
                 hoverinfo="name",
             )
         )

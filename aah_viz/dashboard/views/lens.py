@@ -141,6 +141,37 @@ def _pick_other(root: str, key: str, texts: tuple[str, ...]) -> str | None:
     return None if pick == "none" else pick
 
 
+def _relation(links: pd.DataFrame, rows: pd.DataFrame, layer: int, head: int) -> tuple[pd.DataFrame | None, str]:
+    """A picker of the document's gold relations; the chosen one's arcs, and how often the head reads along them."""
+    if links is None or not len(links):
+        return None, ""
+    deps = sorted({str(v) for v in links.loc[links["kind"] == "dep", "label"]})
+    options = ["none", *deps, *(["coref"] if (links["kind"] == "coref").any() else [])]
+    relation = address.choose(
+        st.selectbox,
+        "rel",
+        "lens_relation",
+        options,
+        label="Relation arcs",
+        format_func=lambda r: {"none": "only the pinned query's", "coref": "coreference (pronoun to antecedent)"}.get(
+            r, r
+        ),
+        help="Draw every gold arc of one relation in this document over the tokens (below), and count how "
+        "often the head's strongest key from the arc's later end is its other end.",
+    )
+    if relation == "none":
+        return None, ""
+    arcs = lens.relation_arcs(links, relation)
+    hits, seen = lens.arc_agreement(rows, arcs)
+    st.caption(
+        plain(
+            f"{relation}: {len(arcs)} gold arcs in this document; from the later end of {hits} of {seen}, "
+            f"L{layer}H{head}'s strongest key is the other end."
+        )
+    )
+    return arcs, f"{relation}: every gold arc"
+
+
 @guarded
 def render() -> None:
     opened = page_head.begin_run_page("Lens", summary_header=False)
@@ -200,11 +231,20 @@ def render() -> None:
                 _token_view(side_parts, side_rows, query, height, kept)
                 _head_caption(side_parts["summary"], layer, head, len(tokens), f"{session.label(k)}: ")
     _probe_scores(root, key, tok, layer, head, str(tokens["source"].iloc[0]))
+    arcs, arcs_name = _relation(parts["links"], rows, layer, head)
     at_query = rows[rows["query"] == query]
     if len(at_query):
         row = at_query.iloc[0].to_dict()
         chart(
-            tokens_figure(tokens, row, parts["links"], f"L{layer}H{head} from token {query}", kept=_kept(m)),
+            tokens_figure(
+                tokens,
+                row,
+                parts["links"],
+                f"L{layer}H{head} from token {query}",
+                kept=_kept(m),
+                arcs=arcs,
+                arcs_name=arcs_name,
+            ),
             key="lens_tokens_fig",
             name=f"tokens-doc{doc}-L{layer}H{head}-q{query}",
         )
