@@ -136,3 +136,16 @@ def test_a_head_clicked_on_a_probe_heatmap_opens_in_the_lens(server, browser):
     _click_head(page, "probe_headline", 0, 2)
     _follow_to_lens(page, 0, 2)
     page.close()
+
+
+def test_a_head_clicked_on_the_lens_distance_map_is_the_head_looked_through(server, browser, logs):
+    from aah_viz.runlog import load_run
+
+    n_head = int(load_run(logs / "toy").manifest["n_head"])
+    page = new_page(browser, 1500, 1400)
+    open_page(page, f"{server}/lens?run=toy&layer=0&head=0&doc=0", "Lens")
+    _click_cell(page, "lens_map", 0, 1 * n_head + 2)  # the row of L1H2, the first distance bin
+    with waiting_for("the Lens on L1H2 after the click on the distance map"):
+        page.get_by_role("heading", name="L1H2", exact=True).first.wait_for(timeout=PATIENCE_MS)
+    until(lambda: "layer=1" in page.url and "head=2" in page.url, "the clicked head in the address")
+    page.close()

@@ -166,6 +166,23 @@ def distance_map_figure(matrix: np.ndarray, labels: list[str], n_head: int, titl
             hovertemplate="%{y}, distance %{x}: %{z:.3f}<extra></extra>",
         )
     )
+    # invisible markers on every cell: Plotly selects points, not heatmap cells, so a click on a row lands on
+    # a marker carrying [layer, head] (a marker no taller than a row, or a click would take the next head)
+    fig.data[0].hoverinfo = "skip"
+    fig.add_trace(
+        go.Scatter(
+            x=np.tile(np.asarray(labels, dtype=object), n_rows),
+            y=np.repeat(np.asarray(names, dtype=object), len(labels)),
+            mode="markers",
+            marker=dict(size=10, opacity=0.0, symbol="square"),
+            customdata=np.stack([np.repeat(layer, len(labels)), np.repeat(head, len(labels)), matrix.ravel()], axis=1),
+            hovertemplate="L%{customdata[0]}H%{customdata[1]}, distance %{x}: %{customdata[2]:.3f}<extra></extra>",
+            showlegend=False,
+            name="click to select a head",
+            meta="helper",
+        )
+    )
+    fig.update_layout(clickmode="event+select", dragmode=False)
     if selected is not None:
         r = int(selected[0]) * n_head + int(selected[1])
         fig.add_shape(type="rect", x0=-0.5, x1=len(labels) - 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#d62728"))
