@@ -17,10 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DEADLINE_S = 600  # waits are for a condition; this is only how long before saying which one never came
 
 
-def interrupt_after_progress(cmd: list[str], command: str, item: str) -> tuple[int, str]:
+def interrupt_after_progress(cmd: list[str], command: str, item: str, desc: str = "") -> tuple[int, str]:
     """Start ``cmd``, send SIGINT once its progress bar shows a finished ``item``, return (code, stderr).
 
-    ``command`` and ``item`` name them in a failure ("the lens", "document")."""
+    ``command`` and ``item`` name them in a failure ("the lens", "document"); ``desc``, the bar's own name,
+    tells it from other bars the command shows first (a model's loading)."""
+    finished = re.escape(desc.encode()) + rb"[^\r\n]*?\| *[1-9]\d*/\d+ \["
     proc = subprocess.Popen(
         cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
@@ -33,7 +35,7 @@ def interrupt_after_progress(cmd: list[str], command: str, item: str) -> tuple[i
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     deadline = time.monotonic() + DEADLINE_S
-    while not re.search(rb"\| *[1-9]\d*/\d+ \[", bytes(seen)):
+    while not re.search(finished, bytes(seen)):
         if proc.poll() is not None:
             pytest.fail(f"{command} ended (code {proc.returncode}) before a finished {item}: {seen[-500:]!r}")
         if time.monotonic() > deadline:

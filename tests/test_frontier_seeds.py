@@ -122,3 +122,31 @@ def test_further_seeds_adapt_again_record_their_curves_and_show_on_the_page(tmp_
     assert "of 3 adapted rows had stopped improving" in text
     ppl = [math.exp(sum(nll[n]) / (len(nll[n]) * 32)) for n in seeds]
     assert f"{statistics.mean(ppl):.2f} ± {statistics.stdev(ppl):.2f}" in text
+
+
+@pytest.mark.slow  # a tiny frontier interrupted, then continued (about a minute)
+def test_an_interrupted_frontier_says_stopped_and_the_same_command_finishes_it(tmp_path, tiny_causal_lm):
+    pytest.importorskip("torch")
+    from interrupting import interrupt_after_progress
+
+    from aah_viz.runlog import load_run, validate_run
+
+    llama = tiny_causal_lm(tmp_path / "llama")
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    out = tmp_path / "fr"
+    args = ["frontier", str(llama), "--data", str(data), "--out", str(out), "--seq-len", "32", "--eval-blocks", "2"]
+    args += ["--profile-blocks", "1", "--timing-pairs", "2", "--threads", "1", "--regimes", "full_adaptive"]
+    args += ["--windows", "8,16,32"]
+    code, err = interrupt_after_progress(
+        [sys.executable, "-m", "aah_viz", *args], "the frontier", "configuration", desc="frontier:"
+    )
+    assert code == 130 and "interrupted" in err
+    assert load_run(out).manifest["status"] == "stopped" and validate_run(out) == []
+    done = len(load_run(out).events("inference"))
+    assert done >= 1
+    again = subprocess.run([sys.executable, "-m", "aah_viz", *args, "--no-progress"], cwd=REPO, capture_output=True)
+    assert again.returncode == 0, again.stderr
+    assert load_run(out).manifest["status"] == "finished"
+    names = [json.loads(d)["configuration"] for d in load_run(out).events("inference")["detail"]]
+    assert len(names) == len(set(names)) and len(names) > done

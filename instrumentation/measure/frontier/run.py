@@ -221,6 +221,9 @@ def run_frontier(fc: FrontierConfig) -> dict:
         finally:
             bar.close()
         status = "finished"
+    except KeyboardInterrupt:
+        status = "stopped"  # Ctrl-C (or SIGINT): what is written stays; the same command continues it
+        raise
     finally:
         run.close(status)
     if status == "finished":
