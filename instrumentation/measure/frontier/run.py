@@ -58,6 +58,7 @@ from instrumentation.measure.frontier.plan import (
 from instrumentation.measure.frontier.record import FrontierRun
 from instrumentation.measure.inference import eval_batches, inference_pass
 from instrumentation.measure.retrieval import passkey_retrieval
+from instrumentation.training.loop import StoppedBySignal
 
 
 def passkey_questions(fc: FrontierConfig, encode) -> list:
@@ -221,8 +222,10 @@ def run_frontier(fc: FrontierConfig) -> dict:
         finally:
             bar.close()
         status = "finished"
-    except KeyboardInterrupt:
-        status = "stopped"  # Ctrl-C (or SIGINT): what is written stays; the same command continues it
+    except (KeyboardInterrupt, StoppedBySignal):
+        # Ctrl-C, or SIGTERM during an adaptation (which stops after a whole step): what is written stays,
+        # and the same command continues it
+        status = "stopped"
         raise
     finally:
         run.close(status)
