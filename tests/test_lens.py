@@ -525,3 +525,22 @@ def test_a_relation_picked_on_the_lens_page_draws_its_arcs_and_counts_the_heads_
     (arc,) = [t for t in tokens_fig["data"] if t.get("name") == "nsubj: every gold arc"]
     assert [v for v in arc["x"] if v is not None][0] == 9 % 16  # the arc starts at token 9
     assert at.query_params.get("rel") in ("nsubj", ["nsubj"])
+
+
+def test_the_tokens_figure_marks_the_sink_the_query_and_the_cut_keys():
+    import pandas as pd
+
+    from aah_viz.figures.lens import tokens_figure
+
+    tokens = pd.DataFrame({"token": list("abcdefghij")})
+    row = {"query": 7, "keys": [0, 6, 2], "weights": [0.5, 0.3, 0.2], "window": 3, "mass_outside": 0.7}
+    fig = tokens_figure(tokens, row, pd.DataFrame(columns=["query", "key", "kind", "label", "gold"]), "t", kept=1)
+    marks = fig.data[0].marker
+    colours, widths = list(marks.line.color), list(marks.line.width)
+    assert colours[0] == "#ff7f0e" and widths[0] == 3  # the sink: the first token outlined
+    assert colours[7] == "#d62728" and widths[7] == 3  # the query framed
+    assert all(c == "#cccccc" for j, c in enumerate(colours) if j not in (0, 7))
+    (cut,) = [t for t in fig.data if str(t.name).startswith("cut by the 3-token window")]
+    # keys 1..4 lie beyond the window (distance >= 3 from query 7); key 0 is kept as a sink
+    assert list(cut.x) == [1, 2, 3, 4] and "70.0% of the mass" in cut.name
+    assert list(marks.color) == [0.5, 0, 0.2, 0, 0, 0, 0.3, 0, 0, 0]
