@@ -84,6 +84,9 @@ def unfinished_left_out(ours: pd.DataFrame) -> pd.DataFrame:
     if unfinished.empty:
         return ours
     named = ", ".join(f"{k} ({s})" for k, s in zip(unfinished["key"], unfinished["status"]))
+    if len(unfinished) == len(ours):  # nothing finished to compare: show what there is, and say so
+        st.caption(plain(f"No run here has finished; these are last values, not final ones: {named}."))
+        return ours
     if st.checkbox(
         "Include unfinished runs",
         key="cmp_unfinished",
