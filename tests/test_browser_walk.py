@@ -132,7 +132,11 @@ def _final_loss(logs: Path, key: str) -> float:
 def test_compare_never_averages_runs_of_different_models(server, browser, logs):
     # what this root holds, read from the manifests here: trained runs by sequence length (the byte-level
     # model at T = 128, SmolLM2's adaptations at T = 512); frontier evaluations and probes are not trained
-    trained = {k: m for k, m in _manifests(logs).items() if m["regime"] not in ("frontier", "external")}
+    trained = {
+        k: m
+        for k, m in _manifests(logs).items()
+        if m["regime"] not in ("frontier", "external") and not m.get("evaluation_of")  # not trained here
+    }
     by_t: dict[int, list[str]] = {}
     for k, m in trained.items():
         by_t.setdefault(m["seq_len"], []).append(k)
@@ -193,12 +197,14 @@ def _frontier_numbers(logs: Path, key: str) -> dict:
         )
     ]
     static = [d for d in rows if d["configuration"].startswith("sliding_window_")]
-    routed = [d for d in rows if d["configuration"].endswith(("_zero_shot", "_adapted"))]
+    routed = [d for d in rows if d.get("family") in ("zero_shot", "adapted")]
     n = len(rows[0]["block_nll"])
     picks = np.random.default_rng(0).integers(0, n, size=(2000, n))  # the resamples, shared by every pair
     compared = []
     for d in routed:
-        near = sorted(static, key=lambda s: (abs(s["acr"] - d["acr"]), s["acr"]))[0]
+        # among the static windows keeping as many sink tokens, when there are any
+        alike = [s for s in static if s.get("sink_tokens", 0) == d.get("sink_tokens", 0)] or static
+        near = sorted(alike, key=lambda s: (abs(s["acr"] - d["acr"]), s["acr"]))[0]
         a, b = np.array(d["block_nll"]), np.array(near["block_nll"])
         tokens = n * d["tokens_per_block"]
         ratios = np.exp(a[picks].sum(axis=1) / tokens) / np.exp(b[picks].sum(axis=1) / tokens)

@@ -58,8 +58,10 @@ def overview(root: str, key: str, token: int) -> dict:
         check_shape(run, run_summary.extent(stored))
         summary = stored if stored is not None else run_summary.compute(run)
         row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
-        # a model probed, not trained here (aah-viz probe --out on a Hugging Face model): nothing to compare
-        row["probe_only"] = run.status == STATUS_IMPORTED or bool(run.manifest.get("probed_model"))
+        # a model probed or evaluated, not trained here (aah-viz probe --out on a Hugging Face model; evaluate,
+        # profile or lens --out: a one-step run of another run or model folder): nothing to compare over training
+        m = run.manifest
+        row["probe_only"] = run.status == STATUS_IMPORTED or bool(m.get("probed_model") or m.get("evaluation_of"))
         row["warnings"] = list(run.warnings) + damage_warnings(run, run_summary.heads_bounds(summary))
         row["tables"] = run.tables()
         # None: read the table (older runs)
