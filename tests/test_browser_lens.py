@@ -138,6 +138,7 @@ def test_a_head_clicked_on_a_probe_heatmap_opens_in_the_lens(server, browser):
     page.close()
 
 
+@pytest.mark.slow  # the click path is the Windows heatmap's (default run); this, the lens's own map
 def test_a_head_clicked_on_the_lens_distance_map_is_the_head_looked_through(server, browser, logs):
     from aah_viz.runlog import load_run
 

@@ -72,7 +72,8 @@ def _independent(folder: Path, items, window: int, sinks: int):
     return out
 
 
-@pytest.mark.parametrize("sinks", [0, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow  # 9 x 5 forwards of 384 tokens, twice (about half a minute each)
+@pytest.mark.parametrize("sinks", [0, 2])
 def test_each_head_cut_alone_equals_an_explicit_band_mask(tmp_path, tiny_causal_lm, sinks):
     folder = tiny_causal_lm(tmp_path / "llama", **SHAPE)
     loaded = load_for_evaluation(folder, windows=(16, 64, 128, 384))
@@ -97,6 +98,7 @@ def test_each_head_cut_alone_equals_an_explicit_band_mask(tmp_path, tiny_causal_
     assert not np.allclose(rows["answer_nll"], base_nll.mean(), rtol=1e-6)
 
 
+@pytest.mark.slow  # a profile and 45 forwards of a tiny model (about 20 s); the page test below runs it too
 def test_profile_retrieval_writes_the_table_and_says_what_it_found(tmp_path, tiny_causal_lm, capsys):
     folder = tiny_causal_lm(tmp_path / "llama", **SHAPE)
     data = tmp_path / "t.txt"
