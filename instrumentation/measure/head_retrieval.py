@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from aah_viz.corpus.passkey import PasskeyItem, passkey_items
 from aah_viz.errors import ConfigError
 from instrumentation.measure.profile import dense_attention
+from instrumentation.measure.retrieval import answer_logits
 from instrumentation.model import model_logits
 
 
@@ -40,9 +41,8 @@ def answer_scores(
     """Per question: whether every answer token is the model's argmax, and the answer's mean NLL (nats)."""
     hits, nll = [], []
     for item in items:
-        prompt, answer = encode(item.prompt), encode(item.answer)
-        x = torch.tensor([prompt + answer], dtype=torch.long, device=device)
-        logits = logits_fn(model, x)[0, len(prompt) - 1 : len(prompt) - 1 + len(answer)].double()
+        logits, answer = answer_logits(model, item, encode, device, logits_fn)
+        logits = logits.double()
         target = torch.tensor(answer, device=logits.device)
         hits.append(logits.argmax(dim=-1).tolist() == answer)
         nll.append(float(torch.nn.functional.cross_entropy(logits, target)))

@@ -25,10 +25,21 @@ def retrieved(
     logits_fn: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = model_logits,
 ) -> bool:
     """Whether ``model`` writes ``item.answer`` after ``item.prompt`` (every answer token its argmax)."""
+    logits, answer = answer_logits(model, item, encode, device, logits_fn)
+    return logits.argmax(dim=-1).tolist() == answer
+
+
+def answer_logits(
+    model: torch.nn.Module,
+    item: PasskeyItem,
+    encode: Callable[[str], list[int]],
+    device: torch.device,
+    logits_fn: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = model_logits,
+) -> tuple[torch.Tensor, list[int]]:
+    """The logits that predict each answer token (teacher forcing, one forward) and the answer's tokens."""
     prompt, answer = encode(item.prompt), encode(item.answer)
     x = torch.tensor([prompt + answer], dtype=torch.long, device=device)
-    logits = logits_fn(model, x)[0, len(prompt) - 1 : len(prompt) - 1 + len(answer)]
-    return logits.argmax(dim=-1).tolist() == answer
+    return logits_fn(model, x)[0, len(prompt) - 1 : len(prompt) - 1 + len(answer)], answer
 
 
 def passkey_retrieval(
