@@ -60,6 +60,24 @@ def test_the_packaged_reference_is_the_default_and_imports(tmp_path, monkeypatch
     assert len(written) == len(methods) + len(heatmaps) and len(heatmaps) == 4
 
 
+def test_the_dashboards_private_reference_copy_goes_with_its_process(tmp_path):
+    """The reference is imported into a temporary folder per process; it must not outlive the process."""
+    script = (
+        "import sys\n"
+        "from aah_viz.dashboard import cache, config\n"
+        "ref = str(config.reference_dir([]))\n"
+        "root, keys = cache.reference_runs(ref, cache.reference_stamp(ref))\n"
+        "print(root, len(keys))\n"
+    )
+    res = waiting.run(
+        [sys.executable, "-c", script], "the reference import", capture_output=True, text=True, cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    root, n = res.stdout.split()[-2:]
+    assert int(n) > 0 and Path(root).name.startswith("aah-viz-reference-")
+    assert not Path(root).exists()
+
+
 def test_dashboard_refuses_a_missing_logs_root(tmp_path, capsys):
     assert main(["dashboard", "--logs", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err

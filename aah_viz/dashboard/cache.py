@@ -7,6 +7,8 @@ one step, one layer, sampled or binned steps before returning.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -213,6 +215,7 @@ def reference_runs(reference_dir: str, stamp: float) -> tuple[str, list[str]]:
     from aah_viz.importers import import_reference  # the importer (and the export package) load on first use only
 
     out = tempfile.mkdtemp(prefix="aah-viz-reference-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)  # a private copy: gone with the process
     written = list(import_reference(reference_dir, out, overwrite=True))
     base = Path(out).resolve()
     return out, [Path(p).resolve().relative_to(base).as_posix() for p in written]
