@@ -21,7 +21,7 @@ from aah_viz.dashboard.app import PAGE_FILES
 from aah_viz.export.effects import ALIASED, ONE_SEED, TOO_FEW_SEEDS
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import load_run
-from aah_viz.samples import make_synthetic_run
+from aah_viz.samples import make_synthetic_frontier_run, make_synthetic_run
 from aah_viz.sweep.design import parse_design, run_name
 from aah_viz.sweep.plan import recorded_design, write_design_record
 
@@ -67,6 +67,14 @@ def logs(tmp_path_factory):
             root / "three" / run_name(cell, seed), n_layer=2, n_head=4, steps=40, eval_interval=10, seed=50 + i
         )
     write_design_record(three, root / "three")
+    # a frontier sweep: each run's table of configurations, its metrics named COLUMN@CONFIGURATION
+    frontier = parse_design(
+        {"name": "frontier", "command": "frontier", "seeds": [0, 1], "fixed": {"model": "m", "data": "t.txt"},
+         "factors": {"grouping": ["feature", "random"]}}
+    )  # fmt: skip
+    for i, (cell, seed) in enumerate(frontier.trials()):
+        make_synthetic_frontier_run(root / "frontier" / run_name(cell, seed), seed=90 + i)
+    write_design_record(frontier, root / "frontier")
     make_synthetic_run(root / "loose-run", n_layer=2, n_head=4, steps=20, seed=1)
     return root
 
@@ -141,7 +149,7 @@ def choose_sweep(at: AppTest, name: str) -> AppTest:
 
 
 def test_the_page_lists_the_sweeps_and_draws_the_commands_numbers(app, logs, capsys):
-    assert app.selectbox(key="effects_sweep").options == ["ablation", "full", "oneseed", "three"]  # not loose-run
+    assert app.selectbox(key="effects_sweep").options == ["ablation", "frontier", "full", "oneseed", "three"]  # not loose-run
     cli = cli_table(logs / "ablation", capsys)
     shown = app.dataframe[0].value
     pd.testing.assert_frame_equal(
@@ -243,6 +251,22 @@ def test_a_full_factorial_shows_its_interaction_as_a_difference_of_differences(a
     for g, a in itertools.product(["joint", "independent"], ["feature", "random"]):
         assert lines[f"scoring = {g}"][a] == pytest.approx(m[a, g], rel=1e-12)
     assert np.isfinite(points["ci_low"]).all()
+
+
+def test_a_frontier_sweep_offers_its_configurations_and_draws_the_commands_numbers(app, logs, capsys):
+    from aah_viz.cli import main
+
+    choose_sweep(app, "frontier")
+    box = app.multiselect(key="effects_metrics")
+    table = load_run(logs / "frontier" / "grouping-feature__seed-0").events("inference")
+    names = [json.loads(d)["configuration"] for d in table["detail"]]
+    assert box.options == [f"ppl@{n}" for n in names] and box.value == box.options[:2]
+    metric = "ppl@sliding_window_8"
+    box.set_value([metric]).run()
+    assert main(["effects", str(logs / "frontier"), "--metric", metric, "--format", "csv"]) == 0
+    cli = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
+    point = forest_points(forests(app)[metric]).iloc[0]
+    assert point["effect"] == pytest.approx(cli["effect"].iloc[0], rel=1e-9)
 
 
 def test_a_copied_address_opens_its_sweep_and_metrics(logs, monkeypatch, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -192,3 +193,48 @@ def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(caps
         assert row.se == pytest.approx(se, rel=1e-6)
         assert row.df == dof
     assert out.loc[out["term"] == "interaction", "effect"].isna().all()  # aliased in the fraction
+
+
+def test_a_frontier_sweeps_effects_read_one_configurations_row_of_each_run(tmp_path, capsys):
+    """``ppl@CONFIGURATION``: each run's perplexity of that configuration (exp of its blocks' mean loss,
+    recomputed here from the events); the main effect is a difference of cell means averaged over the
+    other factor, as in the 2 x 2 hand computation above."""
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from aah_viz.samples import make_synthetic_frontier_run
+    from aah_viz.sweep.design import load_design, run_name
+
+    path = tmp_path / "design.toml"
+    path.write_text(
+        'command = "frontier"\nseeds = [0, 1, 2]\n[fixed]\nmodel = "m"\ndata = "t.txt"\n'
+        '[factors]\ngrouping = ["feature", "random"]\nadapt_steps = { key = "adapt_steps", levels = [2, 4] }\n'
+    )
+    design = load_design(path)
+    logs = tmp_path / "logs"
+    ppl = {}
+    for k, (cell, seed) in enumerate(design.trials()):
+        run = load_run(make_synthetic_frontier_run(logs / run_name(cell, seed), seed=k))
+        for detail in run.events("inference")["detail"]:
+            d = json.loads(detail)
+            if d["configuration"] == "sliding_window_8":
+                nll = sum(d["block_nll"]) / (d["tokens_per_block"] * len(d["block_nll"]))
+                ppl[(cell.as_dict()["grouping"], str(cell.as_dict()["adapt_steps"]), seed)] = math.exp(nll)
+    # a frontier sweep names its configuration; a plain training metric is refused with what it offers
+    assert main(["effects", str(logs), "--design", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ppl@sliding_window_8" in err and "ppl@full_adaptive_adapted" in err
+    assert main(["effects", str(logs), "--design", str(path), "--metric", "ppl@unpatched,bogus@x"]) == 2
+    assert "bogus@x" in capsys.readouterr().err
+
+    args = ["effects", str(logs), "--design", str(path), "--metric", "ppl@sliding_window_8", "--format", "csv"]
+    assert main(args) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
+    cell = {(g, a): np.mean([ppl[(g, a, s)] for s in range(3)]) for g in ("feature", "random") for a in ("2", "4")}
+    want = np.mean([cell["random", a] - cell["feature", a] for a in ("2", "4")])
+    got = out[(out["term"] == "main") & (out["factors"] == "grouping")]
+    assert len(got) == 1 and got["metric"].iloc[0] == "ppl@sliding_window_8"
+    assert got["effect"].iloc[0] == pytest.approx(want, rel=1e-9)
+    # a configuration no run has: one line naming what they have
+    assert main(args[:4] + ["--metric", "ppl@nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ppl@nowhere" in err and "ppl@unpatched" in err

@@ -20,9 +20,11 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--metric",
-        default="val_loss",
+        default=None,
         help="final metrics, comma-separated: val_loss, val_ppl, acr, acr_causal, flops_ratio_est, "
-        "tokens_per_s, peak_mem_mb (default: val_loss)",
+        "tokens_per_s, peak_mem_mb (default: val_loss); in a frontier sweep COLUMN@CONFIGURATION, a column "
+        "(ppl, retrieval, acr, acr_causal, realised_work, speed_vs_unpatched) of one configuration's row of "
+        "each run's frontier table, e.g. ppl@sliding_window_128",
     )
     p.add_argument(
         "--table",
@@ -43,18 +45,33 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from aah_viz.errors import AAHVizError
-    from aah_viz.export.design_effects import cells_table, check_metrics, design_runs_frame, effects_table
+    from aah_viz.export.design_effects import (
+        cells_table,
+        check_metrics,
+        design_runs_frame,
+        effects_table,
+        metric_choices,
+    )
     from aah_viz.export.formats import render
     from aah_viz.sweep.design import load_design
     from aah_viz.sweep.plan import recorded_design
 
-    metrics = check_metrics(args.metric.split(","))
+    metrics = check_metrics(args.metric.split(",")) if args.metric else None
     if not Path(args.logs).is_dir():
         raise AAHVizError(f"{args.logs} is not a folder; give the logs root aah-viz sweep wrote")
     design = load_design(args.design) if args.design else recorded_design(Path(args.logs))
+    if metrics is None:
+        if design.command == "frontier":  # no default: which configuration is the question
+            offered = ", ".join(metric_choices(args.logs, design)) or "none yet (no finished run)"
+            raise AAHVizError(f"a frontier sweep needs --metric COLUMN@CONFIGURATION; its runs offer {offered}")
+        metrics = ["val_loss"]
     frame, notes = design_runs_frame(args.logs, design, metrics)
     if frame.empty:
         raise AAHVizError(f"no finished run of the design {design.name} under {args.logs}; run aah-viz sweep first")
+    absent = [m for m in metrics if frame[m].isna().all()]
+    if absent:
+        offered = ", ".join(metric_choices(args.logs, design))
+        raise AAHVizError(f"the finished runs have no value of {', '.join(absent)}; they offer {offered}")
     build = effects_table if args.table == "effects" else cells_table
     text = render(build(frame, design, metrics, notes=notes), args.fmt)
     if args.out:

@@ -96,11 +96,12 @@ def choose(widget, param: str, key: str, options, default=None, **kwargs):
 
 def choose_some(widget, param: str, key: str, options, default, **kwargs):
     """A multiselect bound to ``param`` (options joined by ``~``): values that are no longer options are
-    dropped from a kept choice."""
+    dropped from a kept choice, and a choice left with none of them falls back to ``default``."""
     options = list(options)
 
     def kept(value) -> list:
-        return [o for o in value if o in options]
+        still = [o for o in value if o in options]
+        return still if still or not value else [o for o in default if o in options]
 
     return bound(widget, param, key, default, parse=some_of(options), dump=join, fix=kept, options=options, **kwargs)
 

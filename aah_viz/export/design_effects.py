@@ -2,7 +2,9 @@
 ``aah-viz effects`` (effects with intervals and Holm-corrected p-values; the cells' means over seeds).
 
 A run belongs to the design when its directory's name is one of the design's trials (``CELL__seed-S``, as
-``aah-viz sweep`` names them); runs that did not finish are left out and named in the notes.
+``aah-viz sweep`` names them); runs that did not finish are left out and named in the notes. A metric is a
+training run's final value (``val_loss``) or, for a frontier sweep, a column of one configuration's row of
+each run's frontier table (``ppl@sliding_window_128``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from aah_viz.analysis.frontier import run_frontier_table
 from aah_viz.errors import AAHVizError
 from aah_viz.export import effects, records
 from aah_viz.export.table import Table, blank_like, label_slug
@@ -19,14 +22,59 @@ from aah_viz.runlog import discover_runs, load_run
 from aah_viz.sweep.design import Design, run_name
 
 METRICS = ("val_loss", "val_ppl", "acr", "acr_causal", "flops_ratio_est", "tokens_per_s", "peak_mem_mb")
+# Columns of a frontier run's table a metric COLUMN@CONFIGURATION reads (docs/real-model.md).
+FRONTIER_METRICS = ("ppl", "retrieval", "acr", "acr_causal", "realised_work", "speed_vs_unpatched")
+
+
+def is_known(metric: str) -> bool:
+    column, at, configuration = metric.partition("@")
+    return column in FRONTIER_METRICS and bool(configuration) if at else metric in METRICS
 
 
 def check_metrics(metrics) -> list[str]:
     metrics = [m.strip() for m in metrics if m.strip()]
-    unknown = [m for m in metrics if m not in METRICS]
+    unknown = [m for m in metrics if not is_known(m)]
     if unknown or not metrics:
-        raise AAHVizError(f"unknown metric(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METRICS)}")
+        raise AAHVizError(
+            f"unknown metric(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METRICS)}, or for a "
+            f"frontier sweep COLUMN@CONFIGURATION with COLUMN one of {', '.join(FRONTIER_METRICS)}"
+        )
     return metrics
+
+
+def run_metrics(run, metrics) -> dict[str, float]:
+    """The run's final training metrics and its frontier table's values (NaN where it has none)."""
+    out: dict[str, float] = {}
+    plain = [m for m in metrics if "@" not in m]
+    if plain:
+        rec = records.training_record(run, run.windows)
+        out.update({m: rec.get(m, math.nan) for m in plain})
+    if len(plain) < len(metrics):
+        table = run_frontier_table(run).set_index("configuration")
+        for m in metrics:
+            column, _, configuration = m.partition("@")
+            if "@" in m:
+                value = table.at[configuration, column] if configuration in table.index else None
+                out[m] = math.nan if value is None or pd.isna(value) else float(value)
+    return out
+
+
+def metric_choices(logs, design: Design) -> list[str]:
+    """The metrics a sweep's runs can answer: the training metrics, or for a frontier sweep each
+    configuration's perplexity (and passkey accuracy where asked) from its first finished run."""
+    if design.command != "frontier":
+        return list(METRICS)
+    for cell, seed in design.trials():
+        run_dir = Path(logs) / run_name(cell, seed)
+        if not run_dir.is_dir():
+            continue
+        run = load_run(run_dir)
+        if run.status != "finished":
+            continue
+        table = run_frontier_table(run)
+        asked = table["retrieval"].notna()
+        return [f"ppl@{c}" for c in table["configuration"]] + [f"retrieval@{c}" for c in table["configuration"][asked]]
+    return []
 
 
 def design_runs_frame(logs, design: Design, metrics) -> tuple[pd.DataFrame, list[str]]:
@@ -43,8 +91,7 @@ def design_runs_frame(logs, design: Design, metrics) -> tuple[pd.DataFrame, list
             unfinished.append(name)
             continue
         cell, seed = trials[name]
-        rec = records.training_record(run, run.windows)
-        rows.append({**cell.as_dict(), "seed": seed, "run": name, **{m: rec.get(m, math.nan) for m in metrics}})
+        rows.append({**cell.as_dict(), "seed": seed, "run": name, **run_metrics(run, metrics)})
     order = {name: i for i, name in enumerate(trials)}
     rows.sort(key=lambda row: order[row["run"]])  # the design's order, not the folder listing's
     columns = [*design.factor_names, "seed", "run", *metrics]
@@ -54,6 +101,10 @@ def design_runs_frame(logs, design: Design, metrics) -> tuple[pd.DataFrame, list
         notes.append(f"Left out, not finished: {', '.join(sorted(unfinished))}.")
     if missing:
         notes.append(f"{missing} of the design's {len(trials)} trials have no run under {logs}.")
+    for m in metrics:
+        if rows and all(math.isnan(row[m]) for row in rows):
+            where = "no frontier configuration of that name" if "@" in m else "no final value of it"
+            notes.append(f"{m}: the finished runs have {where}.")
     return pd.DataFrame(rows, columns=columns), notes
 
 

@@ -16,7 +16,7 @@ from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.errors import AAHVizError
 from aah_viz.export import effects as fx
-from aah_viz.export.design_effects import METRICS, cells_table, design_runs_frame, effects_table
+from aah_viz.export.design_effects import cells_table, design_runs_frame, effects_table, metric_choices
 from aah_viz.figures.effects import forest_figure, forest_rows, interaction_figure
 from aah_viz.runlog import resolve_under
 from aah_viz.sweep.design import Design
@@ -45,6 +45,13 @@ def sweep_folders(root: str, keys) -> list[str]:
     """The folders under the root that hold a sweep's runs and its recorded design, in name order."""
     parents = sorted({posixpath.dirname(k) for k in keys})
     return [p for p in parents if record_path(root, p) is not None]
+
+
+@st.cache_data(show_spinner=False)
+def offered_metrics(root: str, folder: str, token: int, stamp: int) -> list[str]:
+    """What the sweep's runs can answer: training metrics, or a frontier sweep's configurations."""
+    logs = resolve_under(root, folder) if folder else Path(root)
+    return metric_choices(logs, recorded_design(logs))
 
 
 @st.cache_data(show_spinner=False)
@@ -157,20 +164,22 @@ def render() -> None:
         format_func=lambda f: names[f],
         help="A folder of runs that aah-viz sweep wrote (its design is recorded in .sweep/design.json)",
     )
+    members = [k for k in keys if posixpath.dirname(k) == folder]
+    stamp = os.stat(record_path(root, folder)).st_mtime_ns
+    offered = offered_metrics(root, folder, session.tokens(members), stamp)
     metrics = address.choose_some(
         c2.multiselect,
         "emetric",
         "effects_metrics",
-        list(METRICS),
-        DEFAULT_METRICS,
+        offered,
+        [m for m in DEFAULT_METRICS if m in offered] or offered[:2],
         label="Final metrics",
-        help="Each run's final value of these (the training table's definitions: docs/export.md)",
+        help="Each run's final value of these (the training table's definitions: docs/export.md); in a frontier "
+        "sweep, a configuration's perplexity (ppl@NAME) or passkey accuracy (retrieval@NAME)",
     )
     if not metrics:
         st.info("Choose at least one metric.")
         return
-    members = [k for k in keys if posixpath.dirname(k) == folder]
-    stamp = os.stat(record_path(root, folder)).st_mtime_ns
     tables = sweep_tables(root, folder, tuple(metrics), session.tokens(members), stamp)
     design: Design = tables["design"]
     st.markdown(design_caption(design, len(tables["frame"])))
