@@ -149,7 +149,8 @@ def choose_sweep(at: AppTest, name: str) -> AppTest:
 
 
 def test_the_page_lists_the_sweeps_and_draws_the_commands_numbers(app, logs, capsys):
-    assert app.selectbox(key="effects_sweep").options == ["ablation", "frontier", "full", "oneseed", "three"]  # not loose-run
+    # the sweeps, and not loose-run
+    assert app.selectbox(key="effects_sweep").options == ["ablation", "frontier", "full", "oneseed", "three"]
     cli = cli_table(logs / "ablation", capsys)
     shown = app.dataframe[0].value
     pd.testing.assert_frame_equal(
