@@ -107,6 +107,47 @@ feature_ema = ["on", "off"]
     assert sorted(p.name for p in logs.iterdir() if not p.name.startswith(".")) == sorted([victim.name, other.name])
 
 
+# The trial training into $SWEEP_VICTIM sends SIGTERM to the sweep (its parent) once step 4's rows are on disk,
+# as `kill` of the sweep from a shell or a scheduler would.
+TERM_THE_SWEEP = KILL_ONCE.replace("os.kill(os.getpid(), signal.SIGKILL)", "os.kill(os.getppid(), signal.SIGTERM)")
+
+
+def test_a_sweep_stopped_by_sigterm_stops_its_trials_and_starts_no_more(tmp_path):
+    """A kill of the sweep alone reaches its running trial (closed as stopped, not left running unowned) and
+    starts no other; the next call resumes the stopped one and runs the rest, every step once."""
+    steps = 8
+    design = tmp_path / "design.toml"
+    design.write_text(
+        f'seeds = [0]\n[fixed]\npreset = "tiny"\nsteps = {steps}\ncheckpoint_interval = 2\neval_interval = {steps}\n'
+        'eval_batches = 1\ndetail = "minimal"\nwarmup_steps = 1\n[factors]\nfeature_ema = ["on", "off"]\n',
+        encoding="utf-8",
+    )
+    logs = tmp_path / "logs"
+    d = load_design(design)
+    victim, later = (logs / run_name(cell, 0) for cell in d.cells)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(TERM_THE_SWEEP, encoding="utf-8")
+    mark = tmp_path / "termed"
+    env = dict(os.environ, PYTHONPATH=str(hook), SWEEP_VICTIM=str(victim.resolve()), SWEEP_VICTIM_MARK=str(mark))
+    first = run(
+        sweep_cmd(design, logs, "--workers", "1", "--threads", "1"), "the sweep that is sent SIGTERM",
+        capture_output=True, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert mark.exists(), first.stderr
+    assert first.returncode == 2, first.stderr
+    stopped = load_run(victim)
+    assert stopped.status == "stopped" and 4 <= stopped.manifest["last_step"] < steps - 1
+    assert not later.exists()  # not started once the sweep was asked to stop
+
+    again = run(sweep_cmd(design, logs, "--json"), "the rerun of the sweep", capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["done"], summary["ran"], summary["unfinished"]) == (2, 2, [])
+    for run_dir in (victim, later):
+        steps_once(run_dir, steps)
+
+
 # --- the same design through every executor (slow: three sweeps of eight trials) ----------------------
 
 TIMING = {"step_time_s", "tokens_per_s", "peak_mem_mb", "peak_reserved_mb"}

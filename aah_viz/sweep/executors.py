@@ -14,8 +14,10 @@ imported only inside their executor: nothing else of the light side needs them.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,34 +44,66 @@ def trial_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def run_trial(argv: Sequence[str], log_path: str, threads: int | None = None) -> int:
+def run_trial(argv: Sequence[str], log_path: str, threads: int | None = None, running: set | None = None) -> int:
     """Run one trial to its end; its console output goes to ``log_path``. Returns the exit code.
 
-    A plain function of plain arguments: Ray and submitit ship it to their workers as it is.
+    A plain function of plain arguments: Ray and submitit ship it to their workers as it is. ``running``
+    (local only) holds the trial's process while it runs, for a stop of the sweep to reach it.
     """
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ aah-viz {' '.join(argv)}\n")
         log.flush()
-        proc = subprocess.run(trial_command(argv), stdout=log, stderr=subprocess.STDOUT, env=trial_env(threads))
-    return proc.returncode
+        proc = subprocess.Popen(trial_command(argv), stdout=log, stderr=subprocess.STDOUT, env=trial_env(threads))
+        if running is not None:
+            running.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            if running is not None:
+                running.discard(proc)
 
 
 OnEvent = Callable[[str, object, "int | None"], None]
 
 
 def run_local(trials, *, workers: int, threads: int | None, on_event: OnEvent) -> None:
+    """The trials on ``workers`` threads. A SIGTERM or SIGHUP to the sweep (or Ctrl+C in its thread) starts no
+    further trial and passes SIGTERM to the running ones, which stop after their step as a kill of each would;
+    it returns once they have closed their runs (the next ``aah-viz sweep`` resumes them)."""
+    running: set = set()
+    stopping = threading.Event()
+
     def one(trial):
+        if stopping.is_set():
+            return  # never started: the next sweep call runs it
         on_event("start", trial, None)
         try:
-            code = run_trial(trial.argv, str(trial.log_path), threads)
+            code = run_trial(trial.argv, str(trial.log_path), threads, running)
         except OSError:
             code = None
         on_event("end", trial, code)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep-worker") as pool:
-        for future in [pool.submit(one, t) for t in trials]:
-            future.result()
+    def stop(signum=None, frame=None) -> None:
+        stopping.set()
+        for proc in list(running):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep-worker") as pool:
+            futures = [pool.submit(one, t) for t in trials]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                stop()  # the pool's exit waits for the running trials to close their runs
+                raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_ray(trials, *, workers: int, threads: int | None, gpus: float, address: str | None, on_event: OnEvent) -> None:
