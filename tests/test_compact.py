@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -104,16 +105,19 @@ def _names(directory):
     return [e.name for e in os.scandir(directory)]
 
 
-def test_a_crash_at_any_point_loses_nothing_and_compacting_again_finishes(tmp_path, monkeypatch):
-    base = make_synthetic_run(tmp_path / "base", n_layer=2, n_head=4, steps=6, flush_every=1)
+def crash_at(tmp_path, monkeypatch, which) -> None:
+    """Compaction killed before its k-th file operation, for each k ``which(n)`` picks of the n it makes:
+    a reader sees every row right after the crash, and compacting again finishes the job."""
+    pristine = make_synthetic_run(tmp_path / "pristine", n_layer=2, n_head=4, steps=6, flush_every=1)
+    base = shutil.copytree(pristine, tmp_path / "base")
     before = all_rows(base)
     total = mutation_points(monkeypatch, lambda n, op, args: None)
     compact_run(base)
     monkeypatch.undo()
     n_points = total[0]
     assert n_points > 20
-    for k in range(1, n_points + 1):
-        run = make_synthetic_run(tmp_path / f"crash{k}", n_layer=2, n_head=4, steps=6, flush_every=1)
+    for k in which(n_points):
+        run = shutil.copytree(pristine, tmp_path / f"crash{k}")  # the same run, uncompacted
 
         def crash(n, op, args, k=k):
             if n == k:
@@ -132,6 +136,15 @@ def test_a_crash_at_any_point_loses_nothing_and_compacting_again_finishes(tmp_pa
         for name in TABLES:
             assert len(paths.list_segments(run / name)) == 1
             pd.testing.assert_frame_equal(pd.read_parquet(run / name), before[name], check_dtype=False)
+
+
+def test_a_crash_at_the_first_last_and_every_seventh_point_loses_nothing(tmp_path, monkeypatch):
+    crash_at(tmp_path, monkeypatch, lambda n: sorted({1, n, *range(4, n, 7)}))
+
+
+@pytest.mark.slow
+def test_a_crash_at_any_point_loses_nothing_and_compacting_again_finishes(tmp_path, monkeypatch):
+    crash_at(tmp_path, monkeypatch, lambda n: range(1, n + 1))
 
 
 def test_a_loaded_run_survives_a_compaction_between_its_listing_and_its_read(small_run):
