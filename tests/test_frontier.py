@@ -188,6 +188,7 @@ def test_bad_input_is_one_line_and_leaves_no_run(llama, tmp_path):
         assert not out.exists()
 
 
+@pytest.mark.slow  # the first test continues a frontier too; the default run keeps that
 def test_a_second_call_adds_regimes_and_refuses_other_settings(llama, tmp_path):
     """Further --regimes add their configurations, the ones done are not evaluated again; any other
     setting (here the window set) is refused with nothing written."""
@@ -296,6 +297,7 @@ def _rows_without_timing(run: Path) -> dict[str, dict]:
     return {name: {k: v for k, v in d.items() if k not in drop} for name, d in _details(run).items()}
 
 
+@pytest.mark.slow  # two whole frontiers compared row by row
 def test_the_same_command_gives_the_same_rows(llama, tmp_path):
     """Two frontiers of the same command: every row equal, the zero-shot routing included (its untrained
     AAH parameters are drawn from --seed, not from whatever the process drew before)."""
