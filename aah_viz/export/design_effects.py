@@ -28,7 +28,9 @@ FRONTIER_METRICS = ("ppl", "retrieval", "acr", "acr_causal", "realised_work", "s
 
 def is_known(metric: str) -> bool:
     column, at, configuration = metric.partition("@")
-    return column in FRONTIER_METRICS and bool(configuration) if at else metric in METRICS
+    if at:
+        return column in FRONTIER_METRICS and bool(configuration)
+    return metric in METRICS
 
 
 def check_metrics(metrics) -> list[str]:
@@ -49,13 +51,13 @@ def run_metrics(run, metrics) -> dict[str, float]:
     if plain:
         rec = records.training_record(run, run.windows)
         out.update({m: rec.get(m, math.nan) for m in plain})
-    if len(plain) < len(metrics):
+    rows = [m for m in metrics if "@" in m]
+    if rows:
         table = run_frontier_table(run).set_index("configuration")
-        for m in metrics:
+        for m in rows:
             column, _, configuration = m.partition("@")
-            if "@" in m:
-                value = table.at[configuration, column] if configuration in table.index else None
-                out[m] = math.nan if value is None or pd.isna(value) else float(value)
+            value = table.at[configuration, column] if configuration in table.index else None
+            out[m] = math.nan if value is None or pd.isna(value) else float(value)
     return out
 
 
