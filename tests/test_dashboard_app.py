@@ -630,11 +630,20 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
     np.testing.assert_allclose(np.asarray(shown["y"], float), want, rtol=1e-9)
     np.testing.assert_allclose(np.asarray(raw["y"], float), values, rtol=1e-9)
     assert raw["opacity"] < 0.5 and raw["showlegend"] is False
-    # overlay a second run: same regime, same colour, another dash
+    # overlay a second run of the same regime: each run its own colour (W&B's way) ...
     app.multiselect(key="tr_runs").set_value(["adaptive-s0", "adaptive-s1"]).run()
-    lines = {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
-    a, b = lines["full_adaptive s0 (adaptive-s0)"], lines["full_adaptive s1 (adaptive-s1)"]
+
+    def lines():
+        return {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
+
+    a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]
+    assert a["color"] != b["color"]
+    # ... or, asked for, the regime's colour with a dash a seed, kept in the address
+    app.selectbox(key="tr_colour").set_value("regime").run()
+    a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]
     assert a["color"] == b["color"] and a["dash"] != b["dash"]
+    assert app.query_params.get("colour") in ("regime", ["regime"])
+    app.selectbox(key="tr_colour").set_value("run").run()
     # against tokens: the running total of tokens/s x step time, computed here from the run's own rows
     app.slider(key="tr_smoothing").set_value(0.0).run()
     app.radio(key="tr_x").set_value("tokens").run()
@@ -834,7 +843,8 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
 
 def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypatch, tmp_path):
     logs = tmp_path / "logs"
-    for name, seq_len, steps, seed in (("a0", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3)):
+    runs = (("a0", 64, 60, 0), ("a0-again", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3))
+    for name, seq_len, steps, seed in runs:
         make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seq_len=seq_len, seed=seed)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
@@ -844,8 +854,13 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     at.selectbox(key="run_picker").set_value("a0").run()
     assert not at.exception, [e.value for e in at.exception]
     pick = at.multiselect(key="win_compare_pick")
-    assert sorted(pick.value) == ["a0", "a1"]  # another T or another length of training is not a seed
+    assert sorted(pick.value) == ["a0", "a0-again", "a1"]  # another T or another length of training is not a seed
     assert not [w for w in at.warning if "configurations" in w.value]
+    # two runs of one regime and seed: each its own colour and name in the coverage figure, the small multiples
+    coverage = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("ACR, causal-pair"))
+    named = {t["name"]: t["line"]["color"] for t in coverage["data"] if t.get("showlegend") is not False}
+    assert len(named) == 3 and len(set(named.values())) == 3, named
+    assert {"a0", "a0-again", "a1"} <= set(chart_titles(at))
     pick.set_value(["a0", "t128"]).run()
     (said,) = [w.value for w in at.warning if "configurations" in w.value]
     assert "These runs are of 2 configurations" in said and "T = 128" in said

@@ -104,7 +104,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         label="Runs to compare",
         format_func=labels.__getitem__,
         help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
-        "(colour by regime, dash by seed).",
+        "(each run its own colour).",
     )
     keys = tuple(chosen)
     if not keys:
@@ -172,9 +172,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
                 d = cache.heatmap(root, k, session.token(k), None)
                 with cols[j]:
                     chart(
-                        wfig.window_heatmap_figure(
-                            d["matrix"], mk["windows"], session.label(k).split(" · ")[0], clickable=False, compact=True
-                        ),
+                        wfig.window_heatmap_figure(d["matrix"], mk["windows"], k, clickable=False, compact=True),
                         key=f"win_side_{start + j}",
                         name=f"final-windows-{k}",
                     )
