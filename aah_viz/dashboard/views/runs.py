@@ -108,7 +108,7 @@ def render() -> None:
             st.warning(f"Run {plain(key)}: {plain(w)}")
     if not good:
         return
-    page_head.show_selection_banners(list(good))
+    banners = st.container()  # filled once the filter is known: the box speaks of the runs it shows
     keys = list(good)
     _take_ticks(keys)
     frame, fields = _table(root, good)
@@ -147,6 +147,8 @@ def render() -> None:
     mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
     view = frame[mask.to_numpy()].reset_index(drop=True)
     matching = view["run"].tolist()
+    with banners:
+        page_head.show_selection_banners(matching)
     view = _page(view)
     shown = view["run"].tolist()
     selected = selection.selected_keys()
