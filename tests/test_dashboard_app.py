@@ -91,6 +91,11 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     assert any("broken" in e and "not valid JSON" in e for e in errors)
     assert any("from-the-future" in e and "99.0" in e for e in errors)
     assert app.session_state["runs_ticked"] == [0, 1, 2]  # every run ticked when none was picked
+    # short headers on screen (every standard column fits 1500 px), the full name in the tooltip
+    shown = json.loads(app.dataframe[0].proto.columns)
+    assert shown["causal-pair coverage"]["label"] == "coverage"
+    assert shown["causal-pair coverage"]["help"].startswith("causal-pair coverage: ")
+    assert shown["last-batch train loss"]["label"] == "train loss"
 
 
 def tick(at: AppTest, *rows: int) -> AppTest:

@@ -33,6 +33,17 @@ SHOWN = "runs_shown"  # the run keys of the table's rows, in order, as last draw
 TICKED = "runs_ticked"  # the row numbers this page ticked when it last drew the table
 PAGE_ROWS = 500  # rows the table holds at a time (a sweep's thousands are pages of it)
 DIFF_MAX = 50  # runs the table of differing settings shows side by side
+# rows the table shows before it scrolls in its own box (Streamlit's default is 10: 10 of 34 runs)
+TALL_ROWS = 40
+ROW_PX, HEADER_PX = 35, 38
+# short headers on screen, so every standard column fits 1500 px; the data keeps the full names and the
+# tooltip says what each is
+SHORT = {
+    "last-batch train loss": ("train loss", "training_loss"),
+    "val loss": ("val loss", "val_loss"),
+    "ACR": ("ACR", "acr"),
+    "causal-pair coverage": ("coverage", "causal_coverage"),
+}
 
 
 def _progress(o: dict, total) -> float | None:
@@ -159,6 +170,7 @@ def render() -> None:
         view[standard + list(extra)],
         hide_index=True,
         width="stretch",
+        height=HEADER_PX + ROW_PX * min(max(len(view), 1), TALL_ROWS) + 2,
         key=TABLE,
         on_select="rerun",
         selection_mode="multi-row",
@@ -168,14 +180,12 @@ def render() -> None:
                 "progress", help="steps recorded / steps planned", min_value=0.0, max_value=1.0, format="percent"
             ),
             "status": st.column_config.TextColumn("status", help=TERMS["status"][1]),
-            "last-batch train loss": st.column_config.NumberColumn(
-                "last-batch train loss", help=TERMS["training_loss"][1], format="%.3f"
-            ),
-            "val loss": st.column_config.NumberColumn("val loss", help=TERMS["val_loss"][1], format="%.3f"),
-            "ACR": st.column_config.NumberColumn("ACR", help=TERMS["acr"][1], format="%.3f"),
-            "causal-pair coverage": st.column_config.NumberColumn(
-                "causal-pair coverage", help=TERMS["causal_coverage"][1], format="%.3f"
-            ),
+            "T (tokens)": st.column_config.Column("T", help="sequence length (tokens)"),
+            "candidate windows (tokens)": st.column_config.Column("windows", help="candidate windows (tokens)"),
+        }
+        | {
+            column: st.column_config.NumberColumn(short, help=f"{column}: {TERMS[term][1]}", format="%.3f")
+            for column, (short, term) in SHORT.items()
         },
     )
     hidden = len(frame) - len(matching)
