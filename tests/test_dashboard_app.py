@@ -169,7 +169,9 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     assert tl["data"][0]["customdata"].shape[0] == N_HEAD
     titles = chart_titles(app)
     assert "ACR, causal-pair coverage and realised work" in titles
-    assert "final selected-window distribution" in titles
+    # the heatmap of the runs that share this run's windows says how many; the side-by-side caption its own count
+    assert "final selected-window distribution of the 3 runs" in titles
+    assert any(c.value.startswith("The final layer × head windows of each of the 3 chosen runs") for c in app.caption)
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
     assert not app.exception
@@ -288,7 +290,8 @@ def test_compare_page_groups_by_regime(app):
     assert "±" not in summary.loc["shallow_freeze", "final loss (nats)"]
     titles = chart_titles(app)
     assert any(t.startswith("regimes:") for t in titles)
-    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("selected-window distribution"))
+    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by regime"))
+    assert "<br>" not in buckets["layout"]["title"]["text"]  # one line: "tokens" never left alone on a second
     np.testing.assert_allclose(np.asarray(buckets["data"][0]["z"]).sum(axis=1), 100.0, rtol=1e-5)
     assert any("No reference folder" in i.value for i in app.info)
 

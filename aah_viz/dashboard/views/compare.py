@@ -182,7 +182,10 @@ def render() -> None:
     for i, (wset, grid) in enumerate(sorted(buckets.items())):
         chart(
             wfig.bucket_heatmap_figure(
-                grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"
+                # short enough for one line: a wrapped title left "tokens" alone under the windows
+                grid.fillna(0.0),
+                f"final windows by regime; candidates {wset} tokens",
+                row_title="regime",
             ),
             key=f"cmp_buckets_{i}",
             name=f"window-distribution-{wset.replace(', ', '-')}",

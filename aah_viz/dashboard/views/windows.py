@@ -156,14 +156,16 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     )
     table = cache.bucket_table(root, same, session.tokens(same))
     if not table.empty:
+        of = f"{len(table)} of the {len(keys)} chosen runs" if len(table) < len(keys) else f"the {len(table)} runs"
         chart(
-            wfig.bucket_heatmap_figure(table, "final selected-window distribution"),
+            wfig.bucket_heatmap_figure(table, f"final selected-window distribution of {of}"),
             key="win_buckets",
             name="final-window-distribution",
         )
     side = list(keys[:MAX_SIDE_BY_SIDE])
     if len(side) > 1:
-        st.caption(f"Final windows of {len(side)} chosen runs.")
+        shown = f"the first {len(side)} of the {len(keys)}" if len(side) < len(keys) else f"each of the {len(side)}"
+        st.caption(f"The final layer × head windows of {shown} chosen runs, side by side:")
         per_row = 3
         for start in range(0, len(side), per_row):
             cols = st.columns(per_row)
