@@ -461,8 +461,13 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     for key in listed:
         run = load_run(SAMPLE_LOGS / key)
         assert run.status in STATUSES
-    for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+    tables = 0
+    for page in ("runs", "hierarchy", "windows", "stability", "probes", "compare", "export"):
         goto(at, page)
+        # a missing value reads "–" in every table, never the word "None" (Streamlit's own placeholder)
+        assert [df.proto.placeholder for df in at.dataframe] == ["–"] * len(at.dataframe), page
+        tables += len(at.dataframe)
+    assert tables >= 7
     goto(at, "windows")
     run = load_run(SAMPLE_LOGS / at.selectbox(key="run_picker").value)
     heat = next(f for f in charts(at) if f["layout"]["title"]["text"].startswith("executed windows at step"))

@@ -8,7 +8,7 @@ import streamlit as st
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.dashboard import cache, session
-from aah_viz.dashboard.common import chart, plain
+from aah_viz.dashboard.common import chart, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
 from aah_viz.figures import validity as vfig
@@ -120,7 +120,7 @@ def section(root: str, key: str, token: int) -> None:
         help=help_text("cluster_validity"),
     )
     shares = cv.shares_by_layer(v)  # the real share is nan where nothing was assessed: unknown, not zero
-    st.dataframe(
+    show_table(
         shares.rename(columns=LAYER_COLUMNS),
         hide_index=True,
         width="stretch",

@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
-from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out, show_table
 from aah_viz.errors import AAHVizError
 from aah_viz.export.formats import EXTENSIONS, FORMATS
 from aah_viz.export.formats import render as render_table
@@ -120,7 +120,7 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     except AAHVizError as err:
         st.error(plain(f"Table {name!r} cannot be built from the selected runs: {err}"))
         return
-    st.dataframe(df, hide_index=True, width="stretch", key="exp_table_preview")
+    show_table(df, hide_index=True, width="stretch", key="exp_table_preview")
     st.download_button(
         f"Download {name}.{EXTENSIONS.get(fmt, fmt)}",
         data=text,

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, selection
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, guarded, plain, show_table
 from aah_viz.dashboard.labels import readable, scalar_label
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
@@ -99,7 +99,7 @@ def _claims_section(claims) -> None:
         return
     st.subheader("Best heads, selection-aware")
     chart(pr.claims_figure(claims), key="probe_claims_chart")
-    st.dataframe(pr.claims_view(claims), hide_index=True, width="stretch", key="probe_claims")
+    show_table(pr.claims_view(claims), hide_index=True, width="stretch", key="probe_claims")
     st.caption(
         "The best of many heads is optimistic. Split-half: the head chosen on half of the sentences (documents "
         "for coreference) and scored on the other half. Adjusted p: against the best of all heads when each "
@@ -167,11 +167,11 @@ def _comparison_section(tables) -> None:
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]
     shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
-    st.dataframe(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
+    show_table(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
     assoc = tables.get("window_association")
     if assoc is not None and not assoc.empty:
         st.markdown("**Window against probe score, within layers** (Spearman's rho; pooled row: no layer)")
-        st.dataframe(
+        show_table(
             _grey_degenerate(readable(assoc.reset_index(drop=True))),
             hide_index=True,
             width="stretch",
@@ -203,7 +203,7 @@ def render() -> None:
     if rel is not None and not rel.empty:
         st.subheader("Syntactic relations: best head against the best fixed-offset baseline")
         chart(pr.relation_delta_figure(rel), key="probe_relation_deltas")
-        st.dataframe(pr.relations_view(rel), hide_index=True, width="stretch", key="probe_relations")
+        show_table(pr.relations_view(rel), hide_index=True, width="stretch", key="probe_relations")
     coref = tables.get("probe_coref")
     if coref is not None and not coref.empty:
         st.subheader("Coreference by antecedent distance")

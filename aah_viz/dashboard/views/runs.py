@@ -9,7 +9,7 @@ import streamlit as st
 
 from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, page_head, selection, session
-from aah_viz.dashboard.common import data_downloads, guarded, plain
+from aah_viz.dashboard.common import data_downloads, guarded, plain, show_table
 from aah_viz.dashboard.glossary import TERMS
 
 COLUMNS = {
@@ -166,7 +166,7 @@ def render() -> None:
     ticked = [i for i, k in enumerate(shown) if k in selected]
     st.session_state[TABLE] = {"selection": {"rows": ticked, "columns": [], "cells": []}}
     st.session_state[TICKED], st.session_state[SHOWN] = ticked, shown
-    st.dataframe(
+    show_table(
         view[standard + list(extra)],
         hide_index=True,
         width="stretch",
@@ -231,7 +231,7 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
         return
     diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in differ] for k in chosen}, index=differ)
     diff.index.name = "field"
-    st.dataframe(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
+    show_table(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
     same = len({f for row in chosen.values() for f in row}) - len(differ)
     st.caption(f"{len(differ)} fields differ; {same} are the same in every selected run and are not shown.")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, configuration, page_head, pickers, selection, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import windows as wfig
@@ -134,7 +134,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         help=help_text("realised_work"),
     )
     if not cost.empty:
-        st.dataframe(
+        show_table(
             cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
             hide_index=True,
             width="stretch",
