@@ -205,9 +205,13 @@ def test_stability_page(app):
     assert any(f["layout"]["title"]["text"].startswith("controller gradient norm") for f in figs)
 
 
-def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app):
+def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app, logs):
     goto(app, "probes")
-    assert any("aah-viz probe" in i.value for i in app.info)
+    (said,) = [i.value for i in app.info if "aah-viz probe" in i.value]
+    assert "bundled synthetic probe set" in said and "keeps no checkpoint" in said  # no files needed; one is
+    # the commands name this run's own path, ready to paste (not a placeholder RUN)
+    key = app.selectbox(key="run_picker").value
+    assert app.code[0].value == f"aah-viz probe {logs / key}\naah-viz compare {logs / key}"
     assert not app.get("plotly_chart")
 
 

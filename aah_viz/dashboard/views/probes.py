@@ -3,6 +3,8 @@ they look) beside their windows, and whether the head groups line up with it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -19,11 +21,28 @@ from aah_viz.probes.coref_reach import reach_note
 from aah_viz.probes.distance import needed_windows
 from aah_viz.probes.partition_agreement import SHOWN_COMPARISON_COLUMNS, flag_without_groups
 
-HOW_TO = (
-    "No probe results in this run yet. Produce them with\n\n"
-    "`aah-viz probe RUN --syntax FILE.conllu --coref FILE.jsonl` (per-head scores, relations, coreference)\n\n"
-    "and `aah-viz compare RUN` (head groups against probe clusters, window vs score)."
-)
+
+def how_to(root: str, key: str) -> tuple[str, str]:
+    """What to run to probe this run: (the words, the commands with the run's own path, ready for a shell)."""
+    import shlex
+
+    from aah_viz.runlog.paths import list_adapters, list_checkpoints
+
+    run = Path(root) / key
+    path = shlex.quote(str(run))
+    words = (
+        "No probe results in this run yet. `aah-viz probe` scores every head (relations, coreference), on the "
+        "bundled synthetic probe set unless given your own data (`--syntax FILE.conllu --coref FILE.jsonl`); "
+        "`aah-viz compare` then sets head groups against probe clusters and windows against scores."
+    )
+    if not (list_checkpoints(run) or list_adapters(run)):
+        words += (
+            " This run keeps no checkpoint for the probe to read: train with the end-of-run checkpoint kept "
+            "(`--keep-checkpoints` above 0, the default) or `--checkpoint-interval N`."
+        )
+    return words, f"aah-viz probe {path}\naah-viz compare {path}"
+
+
 COMPARISON_COLUMNS = SHOWN_COMPARISON_COLUMNS
 
 
@@ -190,7 +209,9 @@ def render() -> None:
     key, root, token, m = opened
     tables = cache.probe_tables(root, key, token)
     if not any(not t.empty for t in tables.values()):
-        st.info(HOW_TO)
+        words, commands = how_to(root, key)
+        st.info(words)
+        st.code(commands, language="bash")
         return
     ph = tables.get("probe_heads")
     rel = tables.get("probe_relations")
