@@ -652,6 +652,12 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
 
     a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]
     assert a["color"] != b["color"]
+    # the stacked charts' plot areas line up (one step, one x position): the same left margin whatever the
+    # tick labels, and the legend under each chart, never beside it
+    app.multiselect(key="tr_scalars").set_value(["loss", "val_loss", "lr"]).run()
+    looks = {(c["layout"]["margin"]["l"], c["layout"]["margin"]["r"], c["layout"]["legend"]["orientation"],
+              c["layout"]["yaxis"]["automargin"]) for c in charts(app)}  # fmt: skip
+    assert len(charts(app)) == 3 and len(looks) == 1 and next(iter(looks))[2:] == ("h", False), looks
     # ... or, asked for, the regime's colour with a dash a seed, kept in the address
     app.selectbox(key="tr_colour").set_value("regime").run()
     a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]

@@ -41,6 +41,7 @@ def value_domain(name: str) -> tuple[float, float] | None:
 
 
 DEFAULT_SCALARS = ("loss", "val_loss")
+PLOT_LEFT = 84  # px left of every chart's plot area: the widest tick labels and the y title fit
 GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
 
@@ -243,10 +244,15 @@ def curves_figure(
             fig.update_yaxes(range=list(yr))
     style.base_layout(fig, title or f"{name} against {X_NAMES[x]}", height=380)
     key = "colour: regime, dash: seed" if groups is None and color_by == "regime" else None
+    # one left margin whatever the tick labels ("12" or "0.00025"): stacked charts' plot areas line up
+    fig.update_yaxes(automargin=False, title_standoff=6)
     return fig.update_layout(
         hovermode="x unified",
-        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11), title_text=key),
-        margin=dict(r=10),
+        # the legend under the chart, shown even for one line: a legend beside it narrowed some charts of a page
+        # and not others, so one step sat at different x positions in charts stacked on one x range
+        showlegend=True,
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=11), title_text=key),
+        margin=dict(l=PLOT_LEFT, r=10),
     )
 
 
