@@ -18,7 +18,7 @@ import numpy as np
 
 from aah_viz.errors import AAHVizError
 from aah_viz.export import latex_layout
-from aah_viz.export.headers import SHORT_HEADERS
+from aah_viz.export.headers import SHORT_HEADERS, plain_header
 from aah_viz.export.stats import NO_VARIANCE
 
 FORMATS = ("csv", "md", "latex")
@@ -216,7 +216,9 @@ def to_markdown(table) -> str:
         lines.append(f"_{_md_escape(table.empty_message or 'no rows')}_")
         return "\n".join(lines) + "\n"
     cols = list(table.df.columns)
-    lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+    # headers in words, as the LaTeX table's (val. loss, cov., w=8), each short one spelled out below
+    heads = [plain_header(c) for c in cols]
+    lines.append("| " + " | ".join(_md_escape(h) for h, _ in heads) + " |")
     lines.append("|" + "|".join("---:" if c in table.value_columns else "---" for c in cols) + "|")
     for i, row in enumerate(_display_rows(table, pm=" ± ")):
         cells = []
@@ -224,9 +226,13 @@ def to_markdown(table) -> str:
             text = _md_escape(text)
             cells.append(f"**{text}**" if _is_best(table, i, col) else text)
         lines.append("| " + " | ".join(cells) + " |")
-    if table.notes:
+    legend = [entry for _, entry in heads if entry]
+    if any(c.startswith("window_frac_") for c in cols):
+        legend.append("w=W: share of heads at window W (tokens)")
+    notes = [*table.notes, *(["; ".join(legend) + "."] if legend else [])]
+    if notes:
         lines.append("")
-        lines.extend(f"- {_md_escape(n)}" for n in table.notes)
+        lines.extend(f"- {_md_escape(n)}" for n in notes)
     return "\n".join(lines) + "\n"
 
 
