@@ -626,7 +626,7 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
     loss = run.scalar("loss").sort_values("step")
 
     def loss_chart():
-        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against step")
+        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "training loss against step")
 
     # smoothing 0: the raw values, one line
     app.slider(key="tr_smoothing").set_value(0.0).run()
@@ -667,7 +667,7 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
     # against tokens: the running total of tokens/s x step time, computed here from the run's own rows
     app.slider(key="tr_smoothing").set_value(0.0).run()
     app.radio(key="tr_x").set_value("tokens").run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against tokens")
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training loss against tokens")
     line = next(t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)")
     rate = run.scalar("tokens_per_s").sort_values("step")["value"].to_numpy()
     secs = run.scalar("step_time_s").sort_values("step")["value"].to_numpy()

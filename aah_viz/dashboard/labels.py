@@ -47,6 +47,14 @@ SCALAR_LABELS = {
 POOLED = "pooled"
 
 
+def scalar_words(name: str) -> str:
+    """``validation loss`` for ``val_loss``, ``ACR, layer 3`` for ``acr/layer_3`` (a chart's title, whose y axis
+    names the tag); a name without words of its own stays as it is."""
+    base, _, layer = str(name).partition("/layer_")
+    words = SCALAR_LABELS.get(base)
+    return str(name) if words is None else f"{words}{f', layer {layer}' if layer else ''}"
+
+
 def scalar_label(name: str) -> str:
     """``validation loss (val_loss)``; a per-layer name ``acr/layer_3`` as ``ACR, layer 3 (acr/layer_3)``;
     a name without words of its own stays as it is."""

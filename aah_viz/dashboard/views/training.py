@@ -16,7 +16,7 @@ from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
-from aah_viz.dashboard.labels import scalar_label
+from aah_viz.dashboard.labels import scalar_label, scalar_words
 from aah_viz.figures import curves as cfig
 from aah_viz.figures import style
 
@@ -219,6 +219,7 @@ def render() -> None:
             log_y=log_y,
             x_range=None if x_range == full else x_range,
             color_by=colour_by,
+            title=f"{scalar_words(name)} against {cfig.X_NAMES[x]}",  # words; the y axis names the tag
         )
         chart(
             fig,
