@@ -202,7 +202,8 @@ def test_stability_page(app):
     stab = figs[0]
     ari = np.asarray(stab["data"][0]["y"], dtype=float)
     assert ari.size and np.nanmax(ari) <= 1.0
-    assert any(f["layout"]["title"]["text"].startswith("controller gradient norm") for f in figs)
+    health = next(f for f in figs if f["layout"]["title"]["text"].startswith("controller gradient norm"))
+    assert [t["name"] for t in health["data"]][:2] == ["gradient norm", "weight drift"]  # words, not scalar names
 
 
 def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app, logs):

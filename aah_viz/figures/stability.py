@@ -126,20 +126,20 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
     rows = 3 if margins is not None and not margins.empty else 2
     titles = ["controller gradient norm", "controller weight drift", "decision margin"][:rows]
     fig = style.stacked_panels(titles, spacing=0.08)
-    for r, (name, ytitle, color) in enumerate(
+    for r, (name, words, ytitle, color) in enumerate(
         (
-            ("controller_grad_norm", style.GRAD_NORM, "#ff7f0e"),
-            ("controller_weight_drift", style.WEIGHT_DRIFT, "#8c564b"),
+            ("controller_grad_norm", "gradient norm", style.GRAD_NORM, "#ff7f0e"),
+            ("controller_weight_drift", "weight drift", style.WEIGHT_DRIFT, "#8c564b"),
         ),
         start=1,
     ):
         part = series[series["name"] == name] if not series.empty else series
         if not part.empty:
             x, y = (part[c].to_numpy(dtype=np.float64) for c in ("step", "value"))
-            style.add_line(fig, x, y, name, r, color=color)
+            style.add_line(fig, x, y, words, r, color=color)  # words in the legend, not the scalar's name
         else:
             fig.add_annotation(
-                text=f"no {name} logged",
+                text=f"no controller {words} logged ({name})",
                 showarrow=False,
                 xref=f"x{r if r > 1 else ''} domain",
                 yref=f"y{r if r > 1 else ''} domain",
