@@ -202,6 +202,8 @@ def test_stability_page(app):
     stab = figs[0]
     ari = np.asarray(stab["data"][0]["y"], dtype=float)
     assert ari.size and np.nanmax(ari) <= 1.0
+    # the switch-rate title fits its half of the page (the definition is on the colour bar)
+    assert "window switches per update, per head" in [f["layout"]["title"]["text"] for f in figs]
     health = next(f for f in figs if f["layout"]["title"]["text"].startswith("controller gradient norm"))
     assert [t["name"] for t in health["data"]][:2] == ["gradient norm", "weight drift"]  # words, not scalar names
 

@@ -114,6 +114,8 @@ def test_the_stability_section_tabulates_the_recorded_shares(logs, monkeypatch):
     )
     forced = next(t for t in fig["data"] if t.get("name") == "forced split")
     assert np.allclose(forced["y"], 1.0)
+    colours = {t.get("name"): t["line"]["color"] for t in fig["data"] if t.get("line", {}).get("color")}
+    assert colours["silhouette − chance"] != colours["real (beats both nulls)"], colours  # two meanings, two colours
 
 
 def test_the_hierarchy_says_what_the_level_0_partition_is(logs, monkeypatch):

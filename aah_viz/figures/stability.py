@@ -94,7 +94,7 @@ def switch_rate_figure(
             colorscale=style.named_scale("Blues"),
             zmin=0,
             zmax=max(float(np.nanmax(z)) if np.isfinite(z).any() else 1.0, 1e-6),
-            colorbar=dict(title=dict(text="switches / update")),
+            colorbar=dict(title=dict(text="switches /<br>(updates − 1)")),
             hovertemplate="L%{y}H%{x}<br>switch rate %{z:.3f}<br>mean dwell %{customdata:.0f} steps<extra></extra>",
             xgap=1,
             ygap=1,
@@ -114,7 +114,9 @@ def switch_rate_figure(
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
     fig.update_yaxes(title=style.LAYER, range=[n_layer - 0.5, -0.5], dtick=1 if n_layer <= 32 else None)
     fig.update_layout(clickmode="event+select", dragmode=False)
-    return style.base_layout(fig, title or f"per-head {style.SWITCH_RATE}", height=max(320, 22 * n_layer + 140))
+    # a short title: the chart sits in half the page, where the definition (switches / updates − 1) was cut
+    # off; the colour bar and the hover carry the unit
+    return style.base_layout(fig, title or "window switches per update, per head", height=max(320, 22 * n_layer + 140))
 
 
 def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None = None, title: str = "") -> go.Figure:
