@@ -143,6 +143,7 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
     assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
     # group by seed instead: seed 0 holds two runs of two regimes
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}

@@ -246,6 +246,8 @@ def render() -> None:
             + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
         few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
+        if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {', '.join(few)}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
