@@ -345,6 +345,29 @@ def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(
         assert at.slider(key="tr_range").value == full, text
 
 
+def test_a_layer_head_or_step_the_run_lacks_is_said_not_corrected_silently(logs, monkeypatch, tmp_path):
+    """/windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
+    can (layer 0, no head, the last update) and says so, one notice each."""
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.switch_page(PAGE_FILES["windows"])
+    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    steps = [int(s) for s in at.select_slider(key="step_picker").options]  # the run's routing updates
+    first, last = min(steps), max(steps)
+    said = sorted(t.value for t in at.toast)
+    assert said == [
+        f"This run has no head 99; showing no head selected (its heads are 0-{N_HEAD - 1}).",
+        f"This run has no layer 9; showing layer 0 (its layers are 0-{N_LAYER - 1}).",
+        f"This run has no step 99999; showing step {last} (its steps here run {first}-{last}).",
+    ], said
+    assert (at.selectbox(key="layer_picker").value, at.selectbox(key="head_picker").value) == (0, -1)
+    at.run()  # said once: the page now shows what it named
+    assert not at.toast
+
+
 def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_path, monkeypatch):
     root = tmp_path / "live"
     run_dir = make_synthetic_run(root / "live-run", n_layer=2, n_head=4, steps=60, status="running")
