@@ -239,6 +239,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     np.testing.assert_allclose(head["z"], want, rtol=1e-6)
     assert head["zmin"] == pytest.approx(-head["zmax"]) and head["zmax"] == pytest.approx(np.abs(want).max())
     assert head["colorscale"][0][1] != head["colorscale"][-1][1]
+    layout = figs["syntax: best relation score minus its offset baseline"]["layout"]
+    assert layout["xaxis"]["range"] == [-0.5, N_HEAD - 0.5]  # the heads' cells, not -1..N_HEAD
+    assert head["colorbar"]["title"]["text"].replace("<br>", " ") == "score minus offset baseline"  # words
     # any metric: small accuracies span their own range, not black on a fixed 0-1 scale
     at.selectbox(key="probe_name").set_value("syntax").run()
     at.selectbox(key="probe_metric_syntax").set_value("uas").run()
@@ -249,6 +252,10 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     deltas = figs["relations: best head against the offset baseline"]["data"][0]
     assert dict(zip(deltas["y"], deltas["x"])) == {"amod": -0.02, "det": 0.3}
     assert list(deltas["marker"]["symbol"]) == ["circle-open", "circle"]
+    # coloured as the heatmaps read (det's interval is above 0: blue), with a key for colours and hollow marks
+    assert deltas["marker"]["color"][1] == "#1f77b4"
+    key = [t["name"] for t in figs["relations: best head against the offset baseline"]["data"][1:]]
+    assert "above the baseline (interval above 0)" in key and "hollow: the best head is positional" in key
     relations = at.dataframe[0].value.set_index("relation")
     assert relations.loc["det", "best head"] == "L1H2" and relations.loc["det", "95% interval"] == "[+0.250, +0.350]"
     assert relations.loc["amod", "positional"] == "yes (+1, 90%)"
@@ -259,6 +266,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     np.testing.assert_allclose(coref["nearest mention (baseline)"]["y"], [0.7, 0.5, 0.3])
     # needed window: head (l, h) has all its attention in bucket (l + h) % 10
     needed = figs["needed window against executed window"]["data"][0]
+    # whole layers on the colour bar; the legend below the chart, clear of the bar's title
+    assert needed["marker"]["colorbar"]["dtick"] == 1
+    assert figs["needed window against executed window"]["layout"]["legend"]["orientation"] == "h"
     by_head = dict(zip(needed["text"], np.asarray(needed["customdata"])[:, 1]))
     for layer in range(N_LAYER):
         for h in range(N_HEAD):
@@ -269,6 +279,8 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     # head groups against probes: ARI per layer and pooled, the null band, degenerate rows grey
     comp_fig = figs["head groups against probe clusters, level 0"]["data"]
     band, points = comp_fig[0], comp_fig[1]
+    assert {t["name"] for t in comp_fig[1:]} <= {"k-means of probe profiles", "Ward clusters of probe profiles",
+                                                "clusters of attention (JS distance)"}  # fmt: skip
     assert list(points["x"]) == [f"layer {i}" for i in range(N_LAYER)] + ["pooled"]
     np.testing.assert_allclose(points["y"], [0.1 * i for i in range(N_LAYER)] + [0.2])
     assert points["marker"]["color"][0] == "#b0b0b0" and points["marker"]["color"][1] != "#b0b0b0"

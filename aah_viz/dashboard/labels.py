@@ -43,6 +43,11 @@ SCALAR_LABELS = {
     "peak_mem_mb": "peak memory (MiB)",
     "lr": "learning rate",
     "score_minus_baseline": "score minus offset baseline",
+    "syntax_beyond": "share of syntax links beyond the window",
+    "coref_beyond": "share of coreference links beyond the window",
+    "all_beyond": "share of all gold links beyond the window",
+    "syntax_links": "syntax links",
+    "coref_links": "coreference links",
 }
 POOLED = "pooled"
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, selection
 from aah_viz.dashboard.common import chart, guarded, plain, show_table
-from aah_viz.dashboard.labels import readable, scalar_label
+from aah_viz.dashboard.labels import readable, scalar_label, scalar_words
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -72,7 +72,7 @@ def _heads_section(ph, m, root, key, token) -> None:
                 "syntax: best relation score minus its offset baseline" if headline == "score_minus_baseline" else ""
             )
             chart(
-                pfig.probe_heatmap_figure(z, "syntax", headline, title, selected=at),
+                pfig.probe_heatmap_figure(z, "syntax", headline, title, selected=at, label=scalar_words(headline)),
                 key="probe_headline",
                 on_select=selection.head_clicked,
             )
@@ -100,7 +100,9 @@ def _heads_section(ph, m, root, key, token) -> None:
         metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}", format_func=scalar_label)
         z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
         chart(
-            pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head", selected=at),
+            pfig.probe_heatmap_figure(
+                z, probe, metric, f"{probe}: {scalar_words(metric)} per head", selected=at, label=scalar_words(metric)
+            ),
             key="probe_heatmap",
             on_select=selection.head_clicked,
         )
@@ -151,10 +153,12 @@ def _windows_section(ph, m) -> None:
             "probe_suff_metric",
             s_metrics,
             label="Gold links beyond the window",
+            format_func=scalar_label,
         )
         zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
+        words = scalar_words(s_metric)
         chart(
-            pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
+            pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"{words}, per head", label=words),
             key="probe_sufficiency",
         )
 
