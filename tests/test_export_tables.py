@@ -794,6 +794,7 @@ def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_pa
         assert raw not in text, (raw, text[:800])
     for meaning in ("Welch's t-test p-value", "permutation test p-value", "seed-matched pairs"):
         assert meaning in text.replace("’", "'"), (meaning, text[-1200:])
+    assert "Final validation loss (nats) of each regime against full_attention" in text, text[:400]  # not val_loss
 
 
 def test_difference_and_stability_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):
