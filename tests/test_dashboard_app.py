@@ -322,6 +322,18 @@ def test_export_page_offers_tables_and_figures(app):
     app.selectbox(key="exp_fig_kind").set_value("stability").run()
     assert not app.exception
     assert charts(app)[-1]["layout"]["title"]["text"].startswith("routing stability")
+    # a figure of the Training page's charts starts from what that page shows; options named in words
+    goto(app, "training")
+    app.slider(key="tr_smoothing").set_value(0.3).run()
+    app.radio(key="tr_x").set_value("tokens").run()
+    goto(app, "export")
+    app.selectbox(key="exp_fig_kind").set_value("curves").run()
+    assert app.text_input(key="exp_opt_curves_smoothing").value == "0.3"
+    assert app.text_input(key="exp_opt_curves_x").value == "tokens"
+    assert app.text_input(key="exp_opt_curves_scalar").value == "loss"
+    assert app.text_input(key="exp_opt_curves_log_y").label == "log y axis"
+    preview = charts(app)[-1]
+    assert preview["layout"]["xaxis"]["title"]["text"].startswith("tokens processed")
 
 
 def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_path):
