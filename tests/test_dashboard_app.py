@@ -318,6 +318,12 @@ def test_compare_page_groups_by_regime(app):
 def test_export_page_offers_tables_and_figures(app):
     goto(app, "export")
     assert app.selectbox(key="exp_table").options
+    # the preview is the table as the text prints it: plain headers, one number format a column
+    app.selectbox(key="exp_table").set_value("training").run()
+    preview = app.dataframe[0].value
+    assert "val. loss" in preview.columns and not [c for c in preview.columns if "_" in c], list(preview.columns)
+    places = {len(v.split(".")[1]) for v in preview["val. loss"] if "." in v}
+    assert len(places) == 1, preview["val. loss"].tolist()
     assert app.get("download_button")
     app.selectbox(key="exp_fig_kind").set_value("stability").run()
     assert not app.exception

@@ -165,6 +165,16 @@ def _display_rows(table, *, pm: str) -> list[list[str]]:
     return rows
 
 
+def display_frame(table):
+    """The table as Markdown and LaTeX print it (one number format a column, ``mean ± sd``, "–" where a
+    value is missing) under its plain headers: what a preview on screen shows."""
+    import pandas as pd
+
+    heads = [plain_header(c)[0] for c in table.df.columns]
+    heads = [h if heads.count(h) == 1 else f"{h} ({c})" for h, c in zip(heads, table.df.columns)]
+    return pd.DataFrame(_display_rows(table, pm=" ± ") if not table.is_empty else [], columns=heads)
+
+
 # ------------------------------------------------------------------------------ CSV
 
 

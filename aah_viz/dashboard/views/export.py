@@ -9,7 +9,7 @@ import streamlit as st
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out, show_table
 from aah_viz.errors import AAHVizError
-from aah_viz.export.formats import EXTENSIONS, FORMATS
+from aah_viz.export.formats import EXTENSIONS, FORMATS, display_frame
 from aah_viz.export.formats import render as render_table
 from aah_viz.export.kinds import TABLE_NAMES
 from aah_viz.export.runs import config_label, split_by_config
@@ -74,7 +74,7 @@ BUILT = "exp_table_built"
 def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str, fmt: str) -> tuple[str, object]:
     runs = [cache.open_run(root, k) for k in keys]
     table = build_table(name, runs, by=by)
-    return render_table(table, fmt), table.df
+    return render_table(table, fmt), display_frame(table)  # the preview as the text prints it
 
 
 def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, list[str]]]:
