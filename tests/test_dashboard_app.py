@@ -518,6 +518,17 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"
+    # the settings diff of every run: values every run has first, no field repeating another (config.regime)
+    diff = next(df.value for df in at.dataframe if list(df.value.columns)[:1] == ["field"])
+    fields = diff["field"].tolist()
+    assert "regime" in fields and "config.regime" not in fields and "train.regime" not in fields, fields
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    flat = [flat_fields(load_run(SAMPLE_LOGS / key).manifest) for key in listed]
+    assert all(f in run for f in fields for run in flat), fields  # every run has each field shown
+    at.toggle(key="runs_diff_partial").set_value(True).run()  # then the fields only some runs have
+    more = next(df.value for df in at.dataframe if list(df.value.columns)[:1] == ["field"])["field"].tolist()
+    assert set(more) > set(fields) and all(any(f not in run for run in flat) for f in set(more) - set(fields))
     for key in listed:
         run = load_run(SAMPLE_LOGS / key)
         assert run.status in STATUSES

@@ -216,7 +216,12 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
         st.caption("Select two runs or more to see the settings that differ between them.")
         return
     chosen = {k: fields[k] for k in selected if k in fields}
-    differ = [f for f in manifest_fields.differing(chosen) if f != "run_id"]
+    # the fields a reader compares first: values that differ where every run has the field; a field some runs
+    # lack (runs of other kinds) on request; a field repeating another run by run (config.seed) named once
+    summary = manifest_fields.diff_summary(chosen)
+    values, partial = ([f for f in summary[part] if f != "run_id"] for part in ("values", "partial"))
+    mirrors = {f: same for f, same in summary["same_as"].items() if "run_id" not in (f, same)}
+    differ = values + partial
     if not differ:
         st.caption("The selected runs have the same settings in every manifest field.")
         return
@@ -229,11 +234,26 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
             )
         )
         return
-    diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in differ] for k in chosen}, index=differ)
+    with_partial = bool(partial) and st.toggle(
+        f"Also the {len(partial)} fields only some of these runs have",
+        value=not values,
+        key="runs_diff_partial",
+        help="Runs of other kinds (a frontier, a probe, an import) or older versions lack some fields.",
+    )
+    shown = values + (partial if with_partial else [])
+    diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in shown] for k in chosen}, index=shown)
     diff.index.name = "field"
     show_table(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
-    same = len({f for row in chosen.values() for f in row}) - len(differ)
-    st.caption(f"{len(differ)} fields differ; {same} are the same in every selected run and are not shown.")
+    same = len({f for row in chosen.values() for f in row}) - len(differ) - len(mirrors)
+    repeats = ", ".join(f"{f} = {other}" for f, other in mirrors.items())
+    st.caption(
+        plain(
+            f"{len(values)} fields differ in value between runs that all have them"
+            + (f"; {len(partial)} only some runs have ({'shown' if with_partial else 'not shown'})" if partial else "")
+            + (f"; {len(mirrors)} repeat a field shown, value for value ({repeats[:300]})" if mirrors else "")
+            + f"; {same} are the same in every selected run and are not shown."
+        )
+    )
 
 
 def _cell(value) -> str:
