@@ -190,6 +190,9 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     }
     assert len({line["color"] for line in lines.values()}) == 3  # each run its own colour
     assert cov["layout"]["yaxis"]["title"]["text"] == "ACR"  # the long definition is the panel title
+    cost = next(df for df in app.dataframe if "ACR" in df.value.columns)  # one number format a column
+    formats = {c: v.get("type_config", {}).get("format") for c, v in json.loads(cost.proto.columns).items()}
+    assert (formats["ACR"], formats["coverage"], formats["tokens/s"]) == ("%.3f", "%.3f", "%.0f")
     assert cov["layout"]["xaxis3"]["title"]["text"] == "training step"  # the panels share the bottom step axis
 
 

@@ -13,14 +13,15 @@ from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
 
 MAX_SIDE_BY_SIDE = 6
-# the cost table's columns, shortened so the whole table fits; the long names are the tooltips
+# the cost table's columns, shortened so the whole table fits (the long names are the tooltips), each with
+# one number format for every row (not 1 beside 0.458)
 COST_COLUMNS = {
-    "ACR": ("ACR", "acr"),
-    "causal-pair coverage": ("coverage", "causal_coverage"),
-    "realised work": ("realised work", "realised_work"),
-    "FLOPs ratio (analytic estimate)": ("FLOPs ratio (est.)", "flops_ratio"),
-    "step time, median (s, measured)": ("step time (s)", "step_time"),
-    "tokens/s, median (measured)": ("tokens/s", "tokens_per_s"),
+    "ACR": ("ACR", "acr", "%.3f"),
+    "causal-pair coverage": ("coverage", "causal_coverage", "%.3f"),
+    "realised work": ("realised work", "realised_work", "%.3f"),
+    "FLOPs ratio (analytic estimate)": ("FLOPs ratio (est.)", "flops_ratio", "%.3f"),
+    "step time, median (s, measured)": ("step time (s)", "step_time", "%.3f"),
+    "tokens/s, median (measured)": ("tokens/s", "tokens_per_s", "%.0f"),
 }
 
 
@@ -135,13 +136,13 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     )
     if not cost.empty:
         show_table(
-            cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
+            cost.rename(columns={c: short for c, (short, _, _) in COST_COLUMNS.items()}),
             hide_index=True,
             width="stretch",
             height=38 + 35 * len(cost),
             column_config={
-                short: st.column_config.NumberColumn(short, help=f"{c}. {help_text(term)}", format="%.3g")
-                for c, (short, term) in COST_COLUMNS.items()
+                short: st.column_config.NumberColumn(short, help=f"{c}. {help_text(term)}", format=fmt)
+                for c, (short, term, fmt) in COST_COLUMNS.items()
                 if c in cost
             }
             | {"run": st.column_config.TextColumn("run", width="large")},
