@@ -378,6 +378,35 @@ def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(
         assert at.slider(key="tr_range").value == full, text
 
 
+def test_every_parameter_a_page_keeps_in_the_address_is_known_to_the_unknown_parameter_check():
+    """Each address.bound / choose / choose_some call of the dashboard names its parameter with a literal that
+    address.PAGE_PARAMS holds (else a page's own setting would be refused as unknown)."""
+    import ast
+
+    from aah_viz.dashboard import address
+
+    found = set()
+    for path in (REPO / "aah_viz" / "dashboard").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("bound", "choose", "choose_some")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "address"):  # fmt: skip
+                param = node.args[1]
+                if isinstance(param, ast.Constant):
+                    found.add(param.value)
+                else:  # a parameter passed through (configuration.one_configuration's): its default
+                    assert isinstance(param, ast.Name) and param.id == "param", (path, ast.dump(param))
+    found.add(inspect_default("aah_viz.dashboard.configuration", "one_configuration", "param"))
+    assert len(found) > 20 and found <= address.PAGE_PARAMS, sorted(found - address.PAGE_PARAMS)
+
+
+def inspect_default(module: str, function: str, name: str):
+    import importlib
+    import inspect
+
+    return inspect.signature(getattr(importlib.import_module(module), function)).parameters[name].default
+
+
 def test_a_layer_head_or_step_the_run_lacks_is_said_not_corrected_silently(logs, monkeypatch, tmp_path):
     """/windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
     can (layer 0, no head, the last update) and says so, one notice each."""
@@ -385,12 +414,15 @@ def test_a_layer_head_or_step_the_run_lacks_is_said_not_corrected_silently(logs,
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.switch_page(PAGE_FILES["windows"])
-    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999")
+    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999", frun="x")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    # a parameter no page takes (a typo) is said and taken out of the address, not carried along
+    (typo,) = [t.value for t in at.toast if "frun" in t.value]
+    assert typo == "The address's frun=x is not a setting of any page; ignored." and "frun" not in at.query_params
     steps = [int(s) for s in at.select_slider(key="step_picker").options]  # the run's routing updates
     first, last = min(steps), max(steps)
-    said = sorted(t.value for t in at.toast)
+    said = sorted(t.value for t in at.toast if "frun" not in t.value)
     assert said == [
         f"This run has no head 99; showing no head selected (its heads are 0-{N_HEAD - 1}).",
         f"This run has no layer 9; showing layer 0 (its layers are 0-{N_LAYER - 1}).",
