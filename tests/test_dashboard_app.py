@@ -363,7 +363,7 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
-def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(logs, monkeypatch, tmp_path):
+def test_a_value_in_the_address_a_page_cannot_take_is_dropped_and_said(logs, monkeypatch, tmp_path):
     """/training?range=inf,5 (also 1e400,2 and -inf,inf): the page draws the full x range, no exception."""
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
@@ -376,6 +376,27 @@ def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(
         at.run()
         assert not at.exception, (text, [e.value for e in at.exception])
         assert at.slider(key="tr_range").value == full, text
+    # /windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
+    # can (layer 0, no head, the last update) and says so, one notice each; a parameter no page takes (a
+    # typo) is said and taken out of the address, not carried along
+    at.switch_page(PAGE_FILES["windows"])
+    at.query_params.clear()
+    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999", frun="x")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (typo,) = [t.value for t in at.toast if "frun" in t.value]
+    assert typo == "The address's frun=x is not a setting of any page; ignored." and "frun" not in at.query_params
+    steps = [int(s) for s in at.select_slider(key="step_picker").options]  # the run's routing updates
+    first, last = min(steps), max(steps)
+    said = sorted(t.value for t in at.toast if "frun" not in t.value)
+    assert said == [
+        f"This run has no head 99; showing no head selected (its heads are 0-{N_HEAD - 1}).",
+        f"This run has no layer 9; showing layer 0 (its layers are 0-{N_LAYER - 1}).",
+        f"This run has no step 99999; showing step {last} (its steps here run {first}-{last}).",
+    ], said
+    assert (at.selectbox(key="layer_picker").value, at.selectbox(key="head_picker").value) == (0, -1)
+    at.run()  # said once: the page now shows what it named
+    assert not at.toast
 
 
 def test_every_parameter_a_page_keeps_in_the_address_is_known_to_the_unknown_parameter_check():
@@ -405,32 +426,6 @@ def inspect_default(module: str, function: str, name: str):
     import inspect
 
     return inspect.signature(getattr(importlib.import_module(module), function)).parameters[name].default
-
-
-def test_a_layer_head_or_step_the_run_lacks_is_said_not_corrected_silently(logs, monkeypatch, tmp_path):
-    """/windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
-    can (layer 0, no head, the last update) and says so, one notice each."""
-    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
-    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
-    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
-    at.switch_page(PAGE_FILES["windows"])
-    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999", frun="x")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    # a parameter no page takes (a typo) is said and taken out of the address, not carried along
-    (typo,) = [t.value for t in at.toast if "frun" in t.value]
-    assert typo == "The address's frun=x is not a setting of any page; ignored." and "frun" not in at.query_params
-    steps = [int(s) for s in at.select_slider(key="step_picker").options]  # the run's routing updates
-    first, last = min(steps), max(steps)
-    said = sorted(t.value for t in at.toast if "frun" not in t.value)
-    assert said == [
-        f"This run has no head 99; showing no head selected (its heads are 0-{N_HEAD - 1}).",
-        f"This run has no layer 9; showing layer 0 (its layers are 0-{N_LAYER - 1}).",
-        f"This run has no step 99999; showing step {last} (its steps here run {first}-{last}).",
-    ], said
-    assert (at.selectbox(key="layer_picker").value, at.selectbox(key="head_picker").value) == (0, -1)
-    at.run()  # said once: the page now shows what it named
-    assert not at.toast
 
 
 def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_path, monkeypatch):
