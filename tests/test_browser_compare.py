@@ -149,7 +149,7 @@ def test_a_scalar_against_tokens_with_one_hover_for_every_run(server, browser):
     open_page(page, f"{server}/training?{view}", "Training")
     wait_selector(page, ".st-key-tr_fig_lr .js-plotly-plot .legendtext", "the learning-rate chart's legend")
     title = _chart(page, "tr_fig_lr").locator(".gtitle").first.text_content()
-    assert title == "lr against tokens"
+    assert title == "learning rate against tokens"
     assert "tokens processed" in _chart(page, "tr_fig_lr").locator(".xtitle").first.text_content()
     plot = _chart(page, "tr_fig_loss").locator(".nsewdrag").first
     plot.scroll_into_view_if_needed()

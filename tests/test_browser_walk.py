@@ -306,8 +306,17 @@ def test_bands_of_two_runs_stay_in_the_metrics_domain_and_say_n_is_small(server,
     page.close()
 
 
-def test_runs_ticked_on_the_runs_page_drive_the_other_pages_and_the_address(server, browser):
+def test_runs_ticked_on_the_runs_page_drive_the_other_pages_and_the_address(server, browser, logs):
+    from aah_viz.runlog.discovery import discover_runs
+
     page = new_page(browser, 1500, 1200)
+    # every run a row of the page, not 10 in a box that scrolls on its own (the walk's "10 of 34 rows")
+    open_page(page, f"{server}/runs", "Runs")
+    wait_selector(page, '.st-key-runs_table [data-testid="stDataFrame"] canvas', "the runs table")
+    n = len(discover_runs(logs))
+    assert n > 10
+    height = page.locator('.st-key-runs_table [data-testid="stDataFrame"]').first.bounding_box()["height"]
+    assert height >= 35 * (n + 1), (height, n)
     open_page(page, f"{server}/runs?filter=run&q=full_adaptive_seed", "Runs")
     page.get_by_role("button", name="Select only shown").first.click()
     want = "full_adaptive_seed0~full_adaptive_seed1"

@@ -165,3 +165,34 @@ def test_step_bins_keep_each_step_until_there_are_too_many():
     assert np.all(np.diff(bins) >= 0)  # bins follow the steps
     widths = np.bincount(bins)
     assert widths.max() - widths.min() <= 4  # equal-width bins over evenly spaced steps hold (almost) equal rows
+
+
+def test_two_copies_of_one_run_are_two_lines_of_their_own_colour_and_name(tmp_path):
+    """The same run id, regime and seed in two folders (a copied run, a rerun): ``aah-viz figure --kind
+    curves`` draws two lines told apart by colour and by name; by regime they share the colour and the dash."""
+    import shutil
+    from pathlib import Path
+
+    from aah_viz.errors import AAHVizError
+    from aah_viz.figures import FIGURE_KINDS
+    from aah_viz.runlog import load_run
+
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "sweep_ablation_tiny"
+    source = next(sample.glob("*seed-0"))
+    runs = []
+    for folder in ("a", "b"):
+        shutil.copytree(source, tmp_path / folder / source.name)
+        runs.append(load_run(tmp_path / folder / source.name))
+    assert runs[0].run_id == runs[1].run_id and runs[0].seed == runs[1].seed
+
+    def lines(**opts):
+        fig = FIGURE_KINDS["curves"](runs, scalar="loss", smoothing=0, **opts)
+        return [(t.name, t.line.color, t.line.dash) for t in fig.data if t.showlegend is not False]
+
+    (a, b) = lines()
+    assert a[0] != b[0] and a[1] != b[1]
+    assert str(tmp_path / "a") in a[0] and str(tmp_path / "b") in b[0]  # the folder tells them apart
+    (a, b) = lines(color_by="regime")
+    assert a[1:] == b[1:]
+    with pytest.raises(AAHVizError, match="color_by"):
+        lines(color_by="seed")

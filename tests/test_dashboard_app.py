@@ -91,6 +91,11 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     assert any("broken" in e and "not valid JSON" in e for e in errors)
     assert any("from-the-future" in e and "99.0" in e for e in errors)
     assert app.session_state["runs_ticked"] == [0, 1, 2]  # every run ticked when none was picked
+    # short headers on screen (every standard column fits 1500 px), the full name in the tooltip
+    shown = json.loads(app.dataframe[0].proto.columns)
+    assert shown["causal-pair coverage"]["label"] == "coverage"
+    assert shown["causal-pair coverage"]["help"].startswith("causal-pair coverage: ")
+    assert shown["last-batch train loss"]["label"] == "train loss"
 
 
 def tick(at: AppTest, *rows: int) -> AppTest:
@@ -106,7 +111,7 @@ def test_picking_runs_limits_the_other_pages(app):
     goto(app, "windows")
     assert app.selectbox(key="run_picker").options == ["shallow_freeze s0 · nested/freeze-s0"]
     cov = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("ACR, causal-pair coverage"))
-    assert {tr["name"] for tr in cov["data"] if tr.get("name")} == {"shallow_freeze s0 (freeze-s0)"}
+    assert {tr["name"] for tr in cov["data"] if tr.get("name")} == {"shallow_freeze s0 (nested/freeze-s0)"}
 
 
 def test_hierarchy_page_slider_and_layer_picker(app, logs):
@@ -164,7 +169,9 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     assert tl["data"][0]["customdata"].shape[0] == N_HEAD
     titles = chart_titles(app)
     assert "ACR, causal-pair coverage and realised work" in titles
-    assert "final selected-window distribution" in titles
+    # the heatmap of the runs that share this run's windows says how many; the side-by-side caption its own count
+    assert "final selected-window distribution of the 3 runs" in titles
+    assert any(c.value.startswith("The final layer × head windows of each of the 3 chosen runs") for c in app.caption)
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
     assert not app.exception
@@ -179,13 +186,13 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     assert set(lines) == {
         "full_adaptive s0 (adaptive-s0)",
         "full_adaptive s1 (adaptive-s1)",
-        "shallow_freeze s0 (freeze-s0)",
+        "shallow_freeze s0 (nested/freeze-s0)",  # the run's name under the logs root
     }
-    # colour by regime, dash by seed
-    assert lines["full_adaptive s0 (adaptive-s0)"]["color"] == lines["full_adaptive s1 (adaptive-s1)"]["color"]
-    assert lines["full_adaptive s0 (adaptive-s0)"]["color"] != lines["shallow_freeze s0 (freeze-s0)"]["color"]
-    assert lines["full_adaptive s0 (adaptive-s0)"]["dash"] != lines["full_adaptive s1 (adaptive-s1)"]["dash"]
+    assert len({line["color"] for line in lines.values()}) == 3  # each run its own colour
     assert cov["layout"]["yaxis"]["title"]["text"] == "ACR"  # the long definition is the panel title
+    cost = next(df for df in app.dataframe if "ACR" in df.value.columns)  # one number format a column
+    formats = {c: v.get("type_config", {}).get("format") for c, v in json.loads(cost.proto.columns).items()}
+    assert (formats["ACR"], formats["coverage"], formats["tokens/s"]) == ("%.3f", "%.3f", "%.0f")
     assert cov["layout"]["xaxis3"]["title"]["text"] == "training step"  # the panels share the bottom step axis
 
 
@@ -198,12 +205,19 @@ def test_stability_page(app):
     stab = figs[0]
     ari = np.asarray(stab["data"][0]["y"], dtype=float)
     assert ari.size and np.nanmax(ari) <= 1.0
-    assert any(f["layout"]["title"]["text"].startswith("controller gradient norm") for f in figs)
+    # the switch-rate title fits its half of the page (the definition is on the colour bar)
+    assert "window switches per update, per head" in [f["layout"]["title"]["text"] for f in figs]
+    health = next(f for f in figs if f["layout"]["title"]["text"].startswith("controller gradient norm"))
+    assert [t["name"] for t in health["data"]][:2] == ["gradient norm", "weight drift"]  # words, not scalar names
 
 
-def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app):
+def test_probes_page_explains_how_to_probe_when_nothing_was_probed(app, logs):
     goto(app, "probes")
-    assert any("aah-viz probe" in i.value for i in app.info)
+    (said,) = [i.value for i in app.info if "aah-viz probe" in i.value]
+    assert "bundled synthetic probe set" in said and "keeps no checkpoint" in said  # no files needed; one is
+    # the commands name this run's own path, ready to paste (not a placeholder RUN)
+    key = app.selectbox(key="run_picker").value
+    assert app.code[0].value == f"aah-viz probe {logs / key}\naah-viz compare {logs / key}"
     assert not app.get("plotly_chart")
 
 
@@ -228,6 +242,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     np.testing.assert_allclose(head["z"], want, rtol=1e-6)
     assert head["zmin"] == pytest.approx(-head["zmax"]) and head["zmax"] == pytest.approx(np.abs(want).max())
     assert head["colorscale"][0][1] != head["colorscale"][-1][1]
+    layout = figs["syntax: best relation score minus its offset baseline"]["layout"]
+    assert layout["xaxis"]["range"] == [-0.5, N_HEAD - 0.5]  # the heads' cells, not -1..N_HEAD
+    assert head["colorbar"]["title"]["text"].replace("<br>", " ") == "score minus offset baseline"  # words
     # any metric: small accuracies span their own range, not black on a fixed 0-1 scale
     at.selectbox(key="probe_name").set_value("syntax").run()
     at.selectbox(key="probe_metric_syntax").set_value("uas").run()
@@ -238,6 +255,10 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     deltas = figs["relations: best head against the offset baseline"]["data"][0]
     assert dict(zip(deltas["y"], deltas["x"])) == {"amod": -0.02, "det": 0.3}
     assert list(deltas["marker"]["symbol"]) == ["circle-open", "circle"]
+    # coloured as the heatmaps read (det's interval is above 0: blue), with a key for colours and hollow marks
+    assert deltas["marker"]["color"][1] == "#1f77b4"
+    key = [t["name"] for t in figs["relations: best head against the offset baseline"]["data"][1:]]
+    assert "above the baseline (interval above 0)" in key and "hollow: the best head is positional" in key
     relations = at.dataframe[0].value.set_index("relation")
     assert relations.loc["det", "best head"] == "L1H2" and relations.loc["det", "95% interval"] == "[+0.250, +0.350]"
     assert relations.loc["amod", "positional"] == "yes (+1, 90%)"
@@ -248,6 +269,9 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     np.testing.assert_allclose(coref["nearest mention (baseline)"]["y"], [0.7, 0.5, 0.3])
     # needed window: head (l, h) has all its attention in bucket (l + h) % 10
     needed = figs["needed window against executed window"]["data"][0]
+    # whole layers on the colour bar; the legend below the chart, clear of the bar's title
+    assert needed["marker"]["colorbar"]["dtick"] == 1
+    assert figs["needed window against executed window"]["layout"]["legend"]["orientation"] == "h"
     by_head = dict(zip(needed["text"], np.asarray(needed["customdata"])[:, 1]))
     for layer in range(N_LAYER):
         for h in range(N_HEAD):
@@ -258,6 +282,8 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     # head groups against probes: ARI per layer and pooled, the null band, degenerate rows grey
     comp_fig = figs["head groups against probe clusters, level 0"]["data"]
     band, points = comp_fig[0], comp_fig[1]
+    assert {t["name"] for t in comp_fig[1:]} <= {"k-means of probe profiles", "Ward clusters of probe profiles",
+                                                "clusters of attention (JS distance)"}  # fmt: skip
     assert list(points["x"]) == [f"layer {i}" for i in range(N_LAYER)] + ["pooled"]
     np.testing.assert_allclose(points["y"], [0.1 * i for i in range(N_LAYER)] + [0.2])
     assert points["marker"]["color"][0] == "#b0b0b0" and points["marker"]["color"][1] != "#b0b0b0"
@@ -286,7 +312,8 @@ def test_compare_page_groups_by_regime(app):
     assert "±" not in summary.loc["shallow_freeze", "final loss (nats)"]
     titles = chart_titles(app)
     assert any(t.startswith("regimes:") for t in titles)
-    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("selected-window distribution"))
+    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by regime"))
+    assert "<br>" not in buckets["layout"]["title"]["text"]  # one line: "tokens" never left alone on a second
     np.testing.assert_allclose(np.asarray(buckets["data"][0]["z"]).sum(axis=1), 100.0, rtol=1e-5)
     assert any("No reference folder" in i.value for i in app.info)
 
@@ -294,10 +321,28 @@ def test_compare_page_groups_by_regime(app):
 def test_export_page_offers_tables_and_figures(app):
     goto(app, "export")
     assert app.selectbox(key="exp_table").options
+    # the preview is the table as the text prints it: plain headers, one number format a column
+    app.selectbox(key="exp_table").set_value("training").run()
+    preview = app.dataframe[0].value
+    assert "val. loss" in preview.columns and not [c for c in preview.columns if "_" in c], list(preview.columns)
+    places = {len(v.split(".")[1]) for v in preview["val. loss"] if "." in v}
+    assert len(places) == 1, preview["val. loss"].tolist()
     assert app.get("download_button")
     app.selectbox(key="exp_fig_kind").set_value("stability").run()
     assert not app.exception
     assert charts(app)[-1]["layout"]["title"]["text"].startswith("routing stability")
+    # a figure of the Training page's charts starts from what that page shows; options named in words
+    goto(app, "training")
+    app.slider(key="tr_smoothing").set_value(0.3).run()
+    app.radio(key="tr_x").set_value("tokens").run()
+    goto(app, "export")
+    app.selectbox(key="exp_fig_kind").set_value("curves").run()
+    assert app.text_input(key="exp_opt_curves_smoothing").value == "0.3"
+    assert app.text_input(key="exp_opt_curves_x").value == "tokens"
+    assert app.text_input(key="exp_opt_curves_scalar").value == "loss"
+    assert app.text_input(key="exp_opt_curves_log_y").label == "log y axis"
+    preview = charts(app)[-1]
+    assert preview["layout"]["xaxis"]["title"]["text"].startswith("tokens processed")
 
 
 def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_path):
@@ -318,7 +363,7 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
 
 
-def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(logs, monkeypatch, tmp_path):
+def test_a_value_in_the_address_a_page_cannot_take_is_dropped_and_said(logs, monkeypatch, tmp_path):
     """/training?range=inf,5 (also 1e400,2 and -inf,inf): the page draws the full x range, no exception."""
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
@@ -331,6 +376,56 @@ def test_an_infinite_or_huge_range_in_the_address_is_dropped_for_the_full_range(
         at.run()
         assert not at.exception, (text, [e.value for e in at.exception])
         assert at.slider(key="tr_range").value == full, text
+    # /windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
+    # can (layer 0, no head, the last update) and says so, one notice each; a parameter no page takes (a
+    # typo) is said and taken out of the address, not carried along
+    at.switch_page(PAGE_FILES["windows"])
+    at.query_params.clear()
+    at.query_params.update(run="adaptive-s0", layer="9", head="99", step="99999", frun="x")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (typo,) = [t.value for t in at.toast if "frun" in t.value]
+    assert typo == "The address's frun=x is not a setting of any page; ignored." and "frun" not in at.query_params
+    steps = [int(s) for s in at.select_slider(key="step_picker").options]  # the run's routing updates
+    first, last = min(steps), max(steps)
+    said = sorted(t.value for t in at.toast if "frun" not in t.value)
+    assert said == [
+        f"This run has no head 99; showing no head selected (its heads are 0-{N_HEAD - 1}).",
+        f"This run has no layer 9; showing layer 0 (its layers are 0-{N_LAYER - 1}).",
+        f"This run has no step 99999; showing step {last} (its steps here run {first}-{last}).",
+    ], said
+    assert (at.selectbox(key="layer_picker").value, at.selectbox(key="head_picker").value) == (0, -1)
+    at.run()  # said once: the page now shows what it named
+    assert not at.toast
+
+
+def test_every_parameter_a_page_keeps_in_the_address_is_known_to_the_unknown_parameter_check():
+    """Each address.bound / choose / choose_some call of the dashboard names its parameter with a literal that
+    address.PAGE_PARAMS holds (else a page's own setting would be refused as unknown)."""
+    import ast
+
+    from aah_viz.dashboard import address
+
+    found = set()
+    for path in (REPO / "aah_viz" / "dashboard").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("bound", "choose", "choose_some")
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "address"):  # fmt: skip
+                param = node.args[1]
+                if isinstance(param, ast.Constant):
+                    found.add(param.value)
+                else:  # a parameter passed through (configuration.one_configuration's): its default
+                    assert isinstance(param, ast.Name) and param.id == "param", (path, ast.dump(param))
+    found.add(inspect_default("aah_viz.dashboard.configuration", "one_configuration", "param"))
+    assert len(found) > 20 and found <= address.PAGE_PARAMS, sorted(found - address.PAGE_PARAMS)
+
+
+def inspect_default(module: str, function: str, name: str):
+    import importlib
+    import inspect
+
+    return inspect.signature(getattr(importlib.import_module(module), function)).parameters[name].default
 
 
 def test_a_run_being_written_shows_new_rows_and_status_without_a_refresh(tmp_path, monkeypatch):
@@ -453,11 +548,27 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"
+    # the settings diff of every run: values every run has first, no field repeating another (config.regime)
+    diff = next(df.value for df in at.dataframe if list(df.value.columns)[:1] == ["field"])
+    fields = diff["field"].tolist()
+    assert "regime" in fields and "config.regime" not in fields and "train.regime" not in fields, fields
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    flat = [flat_fields(load_run(SAMPLE_LOGS / key).manifest) for key in listed]
+    assert all(f in run for f in fields for run in flat), fields  # every run has each field shown
+    at.toggle(key="runs_diff_partial").set_value(True).run()  # then the fields only some runs have
+    more = next(df.value for df in at.dataframe if list(df.value.columns)[:1] == ["field"])["field"].tolist()
+    assert set(more) > set(fields) and all(any(f not in run for run in flat) for f in set(more) - set(fields))
     for key in listed:
         run = load_run(SAMPLE_LOGS / key)
         assert run.status in STATUSES
-    for page in ("hierarchy", "windows", "stability", "probes", "compare", "export"):
+    tables = 0
+    for page in ("runs", "hierarchy", "windows", "stability", "probes", "compare", "export"):
         goto(at, page)
+        # a missing value reads "–" in every table, never the word "None" (Streamlit's own placeholder)
+        assert [df.proto.placeholder for df in at.dataframe] == ["–"] * len(at.dataframe), page
+        tables += len(at.dataframe)
+    assert tables >= 7
     goto(at, "windows")
     run = load_run(SAMPLE_LOGS / at.selectbox(key="run_picker").value)
     heat = next(f for f in charts(at) if f["layout"]["title"]["text"].startswith("executed windows at step"))
@@ -612,7 +723,7 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
     loss = run.scalar("loss").sort_values("step")
 
     def loss_chart():
-        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against step")
+        return next(f for f in charts(app) if f["layout"]["title"]["text"] == "training loss against step")
 
     # smoothing 0: the raw values, one line
     app.slider(key="tr_smoothing").set_value(0.0).run()
@@ -630,15 +741,30 @@ def test_training_page_draws_the_logged_curves_with_tensorboard_smoothing(app, l
     np.testing.assert_allclose(np.asarray(shown["y"], float), want, rtol=1e-9)
     np.testing.assert_allclose(np.asarray(raw["y"], float), values, rtol=1e-9)
     assert raw["opacity"] < 0.5 and raw["showlegend"] is False
-    # overlay a second run: same regime, same colour, another dash
+    # overlay a second run of the same regime: each run its own colour (W&B's way) ...
     app.multiselect(key="tr_runs").set_value(["adaptive-s0", "adaptive-s1"]).run()
-    lines = {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
-    a, b = lines["full_adaptive s0 (adaptive-s0)"], lines["full_adaptive s1 (adaptive-s1)"]
+
+    def lines():
+        return {t["name"]: t["line"] for t in loss_chart()["data"] if t.get("showlegend") is not False}
+
+    a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]
+    assert a["color"] != b["color"]
+    # the stacked charts' plot areas line up (one step, one x position): the same left margin whatever the
+    # tick labels, and the legend under each chart, never beside it
+    app.multiselect(key="tr_scalars").set_value(["loss", "val_loss", "lr"]).run()
+    looks = {(c["layout"]["margin"]["l"], c["layout"]["margin"]["r"], c["layout"]["legend"]["orientation"],
+              c["layout"]["yaxis"]["automargin"]) for c in charts(app)}  # fmt: skip
+    assert len(charts(app)) == 3 and len(looks) == 1 and next(iter(looks))[2:] == ("h", False), looks
+    # ... or, asked for, the regime's colour with a dash a seed, kept in the address
+    app.selectbox(key="tr_colour").set_value("regime").run()
+    a, b = lines()["full_adaptive s0 (adaptive-s0)"], lines()["full_adaptive s1 (adaptive-s1)"]
     assert a["color"] == b["color"] and a["dash"] != b["dash"]
+    assert app.query_params.get("colour") in ("regime", ["regime"])
+    app.selectbox(key="tr_colour").set_value("run").run()
     # against tokens: the running total of tokens/s x step time, computed here from the run's own rows
     app.slider(key="tr_smoothing").set_value(0.0).run()
     app.radio(key="tr_x").set_value("tokens").run()
-    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "loss against tokens")
+    fig = next(f for f in charts(app) if f["layout"]["title"]["text"] == "training loss against tokens")
     line = next(t for t in fig["data"] if t["name"] == "full_adaptive s0 (adaptive-s0)")
     rate = run.scalar("tokens_per_s").sort_values("step")["value"].to_numpy()
     secs = run.scalar("step_time_s").sort_values("step")["value"].to_numpy()
@@ -652,7 +778,7 @@ def test_glossary_defines_every_term_the_tooltips_link_to(app):
     heads = [h.value for h in app.subheader]
     assert heads == [name for name, _ in TERMS.values()]
     # the words the pages print without a definition beside them (issue 42's walk) have an entry
-    for words in ("% of slots", "offset baseline", "needed window", "NMI and V-measure"):
+    for words in ("% of slots", "offset baseline", "needed window", "NMI and V-measure", "Pareto front", "sink tokens"):
         assert words in heads, words
 
 
@@ -834,7 +960,8 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
 
 def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypatch, tmp_path):
     logs = tmp_path / "logs"
-    for name, seq_len, steps, seed in (("a0", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3)):
+    runs = (("a0", 64, 60, 0), ("a0-again", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3))
+    for name, seq_len, steps, seed in runs:
         make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seq_len=seq_len, seed=seed)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
@@ -844,8 +971,13 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     at.selectbox(key="run_picker").set_value("a0").run()
     assert not at.exception, [e.value for e in at.exception]
     pick = at.multiselect(key="win_compare_pick")
-    assert sorted(pick.value) == ["a0", "a1"]  # another T or another length of training is not a seed
+    assert sorted(pick.value) == ["a0", "a0-again", "a1"]  # another T or another length of training is not a seed
     assert not [w for w in at.warning if "configurations" in w.value]
+    # two runs of one regime and seed: each its own colour and name in the coverage figure, the small multiples
+    coverage = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("ACR, causal-pair"))
+    named = {t["name"]: t["line"]["color"] for t in coverage["data"] if t.get("showlegend") is not False}
+    assert len(named) == 3 and len(set(named.values())) == 3, named
+    assert {"a0", "a0-again", "a1"} <= set(chart_titles(at))
     pick.set_value(["a0", "t128"]).run()
     (said,) = [w.value for w in at.warning if "configurations" in w.value]
     assert "These runs are of 2 configurations" in said and "T = 128" in said

@@ -122,7 +122,7 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
     at.slider(key="tr_smoothing").set_value(0.0).run()
     at.selectbox(key="tr_group").set_value("regime").run()
-    fig = figures(at)["loss against step"]
+    fig = figures(at)["training loss against step"]
     means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
     assert set(means) == {"regime=full_adaptive (n=2)", "regime=shallow_freeze (n=1)"}
     band = next(t for t in fig["data"] if t.get("fill") == "toself")
@@ -143,9 +143,10 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
     assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
     # group by seed instead: seed 0 holds two runs of two regimes
     at.selectbox(key="tr_group").set_value("seed").run()
-    names = {t["name"] for t in figures(at)["loss against step"]["data"] if t.get("showlegend") is not False}
+    names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}
     assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
 
 
@@ -169,7 +170,8 @@ def _command_block_builds_the_charts_shown(at: AppTest) -> None:
         assert words[words.index("--kind") + 1] == "curves"
         opts = dict(part.split("=", 1) for part in words[words.index("--opt") + 1].split(","))
         built = figure_data(build_figure("curves", runs, **opts).to_json())
-        screen = shown[built["layout"]["title"]["text"]]
+        tag = built["layout"]["yaxis"]["title"]["text"]  # the scalar's name (the page's title is in words)
+        (screen,) = [f for f in shown.values() if f["layout"]["yaxis"]["title"]["text"] == tag]
         assert [t.get("name") for t in screen["data"]] == [t.get("name") for t in built["data"]]
         for a, b in zip(screen["data"], built["data"]):
             np.testing.assert_allclose(np.asarray(a["y"], float), np.asarray(b["y"], float), rtol=1e-9)
@@ -185,12 +187,12 @@ def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_
     run = at.selectbox(key="run_picker").value
     loss = load_run(SAMPLE_LOGS / run).scalar("loss").sort_values("step")["value"].to_numpy()
     at.slider(key="tr_smoothing").set_value(0.0).run()
-    fig = figures(at)["loss against step"]
+    fig = figures(at)["training loss against step"]
     lo, hi = fig["layout"]["yaxis"]["range"]
     assert loss[0] > 100 and hi < loss[0] / 5  # the ~115-nat start is off the axis ...
     assert lo <= loss.min() and hi >= np.quantile(loss, 0.85)  # ... while the rest of training is on it
     at.toggle(key="tr_robust").set_value(False).run()
-    assert "range" not in figures(at)["loss against step"]["layout"]["yaxis"]
+    assert "range" not in figures(at)["training loss against step"]["layout"]["yaxis"]
     # one x range, chosen once, on every chart and in the address
     at.multiselect(key="tr_scalars").set_value(["loss", "val_loss", "lr"]).run()
     at.slider(key="tr_range").set_value((50, 200)).run()
@@ -220,7 +222,7 @@ def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, 
     assert (again.radio(key="tr_x").value, again.selectbox(key="tr_group").value) == ("wall_s", "regime")
     assert again.selectbox(key="tr_band").value == "ci95" and again.slider(key="tr_smoothing").value == 0.3
     after = figures(again)
-    assert set(after) == set(before) == {"loss against wall time", "acr against wall time"}
+    assert set(after) == set(before) == {"training loss against wall time", "ACR against wall time"}
     for title in before:
         assert [t["name"] for t in after[title]["data"]] == [t["name"] for t in before[title]["data"]]
         assert after[title]["layout"]["yaxis"]["type"] == "log"
@@ -391,7 +393,7 @@ def test_a_per_layer_scalar_is_drawn_as_the_run_logged_it_for_that_layer(three_r
     assert options.index(want[0]) > max(options.index(o) for o in options if "/layer_" not in o)
     at.multiselect(key="tr_scalars").set_value(["acr/layer_1"]).run()
     assert not at.exception and at.query_params["scalars"] == "acr/layer_1"
-    fig = figures(at)["acr/layer_1 against step"]
+    fig = figures(at)["ACR, layer 1 against step"]
     drawn = next(t for t in fig["data"] if t.get("showlegend") is not False)
     rows = per_layer[(per_layer["name"] == "acr") & (per_layer["layer"] == 1)].sort_values("step")
     assert len(rows) <= 500  # unbinned here: every logged value is drawn

@@ -86,11 +86,15 @@ def test_the_banner_shows_on_every_page_of_the_run_and_only_when_its_groups_are_
 
 
 def test_pages_of_several_runs_name_the_runs_whose_groups_are_in_doubt(logs, monkeypatch):
+    """One line saying how many of the runs shown; the runs, each with its reason, on demand."""
     n = len(logs[1]["forced"])
     for page in ("runs", "compare", "export"):
-        (banner,) = _banners(_open(logs, monkeypatch, "real", page))
-        assert f"in 1 of the runs shown: forced ({n} partitions: 100% forced, 0% beat their nulls)" in banner, page
-        assert "real (" not in banner, page
+        at = _open(logs, monkeypatch, "real", page)
+        (banner,) = _banners(at)
+        assert "in 1 of the 2 runs shown" in banner and "forced" not in banner, page
+        (details,) = [m.value for m in at.markdown if m.value.startswith("Runs whose head groups")]
+        assert f"forced ({n} partitions: 100% forced, 0% beat their nulls)" in details, page
+        assert "real (" not in details, page
 
 
 def test_the_stability_section_tabulates_the_recorded_shares(logs, monkeypatch):
@@ -110,6 +114,8 @@ def test_the_stability_section_tabulates_the_recorded_shares(logs, monkeypatch):
     )
     forced = next(t for t in fig["data"] if t.get("name") == "forced split")
     assert np.allclose(forced["y"], 1.0)
+    colours = {t.get("name"): t["line"]["color"] for t in fig["data"] if t.get("line", {}).get("color")}
+    assert colours["silhouette − chance"] != colours["real (beats both nulls)"], colours  # two meanings, two colours
 
 
 def test_the_hierarchy_says_what_the_level_0_partition_is(logs, monkeypatch):

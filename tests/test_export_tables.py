@@ -202,7 +202,9 @@ def test_rounding_follows_uncertainty_and_is_one_format_a_column(by_regime):
     u = table.uncertainty.loc[i, "val_loss"]  # 0.01 (seeds 0, 1, 2 add 0.01 each)
     assert f"{table.df.loc[i, 'val_loss']:.{d}f} ± {u:.{d}f}" in md
     header = next(line for line in md.splitlines() if line.startswith("| regime"))
-    col = [c.strip() for c in header.split("|")].index("val_loss")
+    # the LaTeX table's headers in plain words, never a raw column name; each short one spelled out in a note
+    assert "_" not in header and "val. loss: final validation loss (nats)" in md, header
+    col = [c.strip() for c in header.split("|")].index("val. loss")
     cells = [line.split("|")[col].strip() for line in md.splitlines() if line.startswith("| ") and "---" not in line]
     numbers = [c.split(" ± ")[0].strip("*") for c in cells[1:]]
     assert {len(n.split(".")[1]) for n in numbers} == {d}, numbers  # the one-seed row too
@@ -741,7 +743,7 @@ def test_a_new_table_kind_is_one_entry_of_the_registry(runs_root, runs, monkeypa
     per_regime = build_table("last_steps", runs, by="regime")
     assert list(per_regime.df["regime"]) == list(SEEDS)  # the paper's order
     assert list(per_regime.df["n"]) == [len(s) for s in SEEDS.values()]
-    assert per_regime.label == "tab:aah-last_steps" and "| last_step |" in render(per_regime, "md")
+    assert per_regime.label == "tab:aah-last_steps" and "| last step |" in render(per_regime, "md")
 
 
 def test_the_cli_offers_every_table_kind():
@@ -792,6 +794,7 @@ def test_comparison_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_pa
         assert raw not in text, (raw, text[:800])
     for meaning in ("Welch's t-test p-value", "permutation test p-value", "seed-matched pairs"):
         assert meaning in text.replace("’", "'"), (meaning, text[-1200:])
+    assert "Final validation loss (nats) of each regime against full_attention" in text, text[:400]  # not val_loss
 
 
 def test_difference_and_stability_headers_are_words_in_the_text_pdflatex_extracts(runs, tmp_path):

@@ -133,6 +133,14 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     assert any("aah-viz head-similarity RUN" in i.value for i in bare.info)
 
 
+def _selection_banner(at: AppTest) -> list[str]:
+    """The box about several runs: its one line, then its details (the runs named, where to read more)."""
+    lines = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters**" in w.value]
+    details = [m.value.replace("\\", "") for m in at.markdown if m.value.startswith("Runs whose head groups")]
+    assert len(lines) == len(details) <= 1, (lines, details)
+    return [f"{line} {text}" for line, text in zip(lines, details)]
+
+
 def test_the_banner_of_several_runs_points_to_the_similarity_section_only_for_runs_that_have_one(logs, monkeypatch):
     """Runs page, both copies selected: each named as in doubt; the head-similarity section offered for
     "run" (its table written above) and not for "bare", whose section would be empty."""
@@ -140,27 +148,32 @@ def test_the_banner_of_several_runs_points_to_the_similarity_section_only_for_ru
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
-    assert "in 2 of the runs shown" in banner and "bare (" in banner and "run (" in banner, banner
+    (banner,) = _selection_banner(at)
+    assert "in 2 of the 2 runs shown" in banner and "bare (" in banner and "run (" in banner, banner
     pointer = banner.split("do head groups mean anything?", 1)
     assert len(pointer) == 2, banner
     assert "for run (the runs with a head-similarity table)" in pointer[1], banner
     assert "bare" not in pointer[1], banner
+    # a filter that hides "run": the box speaks of the runs the table shows
+    at.text_input(key="runs_filter").set_value("=bare").run()
+    at.selectbox(key="runs_filter_field").set_value("run").run()
+    (banner,) = _selection_banner(at)
+    assert "in 1 of the 1 runs shown" in banner and "bare (" in banner and "run (" not in banner, banner
     # "bare" alone on Compare: the banner sends nobody to a section that would be empty
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["sel"] = "bare"
     at.run()
     at.switch_page(PAGE_FILES["compare"]).run()
     assert not at.exception, [e.value for e in at.exception]
-    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
-    assert "in 1 of the runs shown" in banner and "mean anything" not in banner, banner
+    (banner,) = _selection_banner(at)
+    assert "in 1 of the 1 runs shown" in banner and "mean anything" not in banner, banner
     assert banner.endswith("See Stability → are the head groups real?."), banner
     # every run named has a table (the trained samples): the pointer says so in a word, not a second list
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.query_params["sel"] = "run"
     at.run()
     at.switch_page(PAGE_FILES["compare"]).run()
-    (banner,) = [w.value.replace("\\", "") for w in at.warning if "mostly not clusters in" in w.value]
+    (banner,) = _selection_banner(at)
     assert banner.endswith("do head groups mean anything? shows which similarities do give real groups, for each."), (
         banner
     )

@@ -544,3 +544,42 @@ def test_the_tokens_figure_marks_the_sink_the_query_and_the_cut_keys():
     # keys 1..4 lie beyond the window (distance >= 3 from query 7); key 0 is kept as a sink
     assert list(cut.x) == [1, 2, 3, 4] and "70.0% of the mass" in cut.name
     assert list(marks.color) == [0.5, 0, 0.2, 0, 0, 0, 0.3, 0, 0, 0]
+
+
+def test_a_large_models_distance_map_shows_the_block_of_layers_of_the_selected_one(tmp_path, monkeypatch):
+    """10 layers of 8 heads (80 rows, more than a screen): the block of 9 layers holding the selected layer,
+    every layer when asked (kept in the address); the rows are the map's own rows of those layers."""
+    from streamlit.testing.v1 import AppTest
+    from waiting import PATIENCE_S
+
+    from aah_viz.dashboard.app import PAGE_FILES
+    from aah_viz.figures.payload import figure_data
+    from aah_viz.runlog import load_run
+    from aah_viz.samples import add_synthetic_lens, make_synthetic_run
+
+    logs = tmp_path / "logs"
+    run = make_synthetic_run(logs / "wide", n_layer=10, n_head=8, steps=20, seed=0)
+    add_synthetic_lens(run, 19, 10, 8)
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=PATIENCE_S)
+    at.run()
+    at.switch_page(PAGE_FILES["lens"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+
+    def the_map():
+        figs = [figure_data(c.proto.spec) for c in at.get("plotly_chart")]
+        fig = next(f for f in figs if f["layout"]["title"]["text"].startswith("mean weight of each head"))
+        return fig["data"][0]["y"], np.asarray(fig["data"][0]["z"], float), fig["layout"]["title"]["text"]
+
+    full, _ = lens.distance_map(load_run(run).table("attention_samples"), 0, 10, 8)
+    names, z, title = the_map()
+    assert (names[0], len(names), title.endswith("(layers 0-8)")) == ("L0H0", 72, True)
+    np.testing.assert_allclose(z, full[:72], rtol=1e-9)
+    at.selectbox(key="layer_picker").set_value(9).run()  # the selected layer's block
+    names, z, title = the_map()
+    assert (names[0], len(names), title.endswith("(layer 9)")) == ("L9H0", 8, True)
+    np.testing.assert_allclose(z, full[72:], rtol=1e-9)
+    at.toggle(key="lens_map_all").set_value(True).run()
+    names, z, _ = the_map()
+    assert len(names) == 80 and at.query_params.get("mapall") in ("1", ["1"], "true", ["true"])

@@ -50,6 +50,21 @@ def differing(rows: dict[str, dict]) -> list[str]:
     return [k for k in keys if len({repr(row.get(k)) for row in rows.values()}) > 1]
 
 
+def diff_summary(rows: dict[str, dict]) -> dict[str, list]:
+    """The differing fields of runs sorted for a reader: ``values`` (every run has the field, the values
+    differ), ``partial`` (some runs lack it: runs of other kinds, older versions), and ``same_as`` (field ->
+    the first field shown whose values agree run by run: ``config.regime`` beside ``regime``), left out."""
+    values, partial, same_as, seen = [], [], {}, {}
+    for field in differing(rows):
+        column = tuple(repr(row.get(field)) for row in rows.values())
+        if column in seen:
+            same_as[field] = seen[column]
+            continue
+        seen[column] = field
+        (values if all(field in row for row in rows.values()) else partial).append(field)
+    return {"values": values, "partial": partial, "same_as": same_as}
+
+
 OPERATORS = ("<=", ">=", "!=", "<", ">", "=")
 
 

@@ -22,6 +22,30 @@ SEEN = "address_seen"  # {param: the text this session last read from or wrote t
 KEEP = "address_keep_"  # session copy of each bound widget's value (Streamlit forgets widgets off the page)
 
 
+# every parameter a page keeps in the address beside the selection's (run, layer, head, step, sel); a test
+# reads every address.bound / choose / choose_some call of the dashboard and checks its name is here
+PAGE_PARAMS = frozenset(
+    ("band", "colour", "cols", "compare", "config", "doc", "emetric", "filter", "frontier", "group", "lens_vs",
+     "level", "links", "logy", "mapall", "outliers", "procedure", "q", "query", "qwen", "range", "rel", "runs",
+     "scalars", "smooth", "sweep", "x")
+)  # fmt: skip
+SAID = "address_said"  # the unknown parameters already said (each once)
+
+
+def say_unknown(known) -> None:
+    """A parameter no page takes (a typo: ``frun=``): said once in a notice and taken out of the address,
+    never carried along silently."""
+    said = st.session_state.setdefault(SAID, set())
+    for param in [p for p in st.query_params if p not in known]:
+        text = st.query_params.get(param) or ""
+        if (param, text) not in said:
+            said.add((param, text))
+            shown = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+            st.toast(plain(f"The address's {param}={shown} is not a setting of any page; ignored."),
+                     icon=":material/link_off:")  # fmt: skip
+        del st.query_params[param]
+
+
 def arrived(param: str) -> str | None:
     """The parameter's text when the address says something this session has not read or written (a
     pasted link, a fresh tab), else None: a sidebar page switch drops the query and keeps the session's."""

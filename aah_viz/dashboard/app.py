@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from aah_viz.dashboard import config, live, selection, session
+from aah_viz.dashboard import address, config, live, selection, session
 from aah_viz.dashboard.common import plain
 from aah_viz.dashboard.views import frontier
 from aah_viz.errors import AAHVizError
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         ):
             session.refresh()
     if page is not start_page:  # the page it goes to reads the address (and says what it ignored)
+        address.say_unknown(address.PAGE_PARAMS | set(selection.PARAMS) | {selection.TICKED_PARAM})
         selection.read_address()
     page.run()
 

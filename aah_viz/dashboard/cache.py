@@ -146,12 +146,12 @@ def coverage(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
 @st.cache_data(show_spinner="Reading coverage and cost ...")
 def coverage_cost(root: str, keys: tuple[str, ...], token: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Coverage over training and the cost table from one read of each run's scalars."""
-    return data.coverage_and_cost([open_run(root, k) for k in keys])
+    return data.coverage_and_cost([open_run(root, k) for k in keys], keys=list(keys))
 
 
 @st.cache_data(show_spinner=False)
 def bucket_table(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
-    return data.bucket_table([open_run(root, k) for k in keys])
+    return data.bucket_table([open_run(root, k) for k in keys], keys=list(keys))
 
 
 @st.cache_data(show_spinner="Reading cluster validity ...")

@@ -17,6 +17,15 @@ EXPORT_WIDTH = 1100  # px of a downloaded figure: wide enough for every title an
 FIGURE_MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 
 
+MISSING = "–"  # a missing value in every table (Streamlit's own is the word "None", read as a value)
+
+
+def show_table(data, **options):
+    """``st.dataframe`` with missing values shown as "–", the one way every page shows a table."""
+    options.setdefault("placeholder", MISSING)
+    return st.dataframe(data, **options)
+
+
 def guarded(fn):
     """Run a page (or a section); a toolkit error becomes an error box instead of a traceback."""
 

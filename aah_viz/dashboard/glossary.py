@@ -157,6 +157,18 @@ TERMS: dict[str, tuple[str, str]] = {
         "homogeneity and completeness, equal to NMI with the arithmetic mean. Both reward many small groups: "
         "every head alone scores high, which is why the ARI against a permutation null is the headline.",
     ),
+    "pareto_front": (
+        "Pareto front",
+        "The configurations no other configuration beats on both axes at once (lower perplexity and lower ACR): "
+        "the Frontier page draws a line through them. A configuration off the front is bettered by one on it "
+        "in quality at no more compute, or in compute at no worse quality.",
+    ),
+    "sink_tokens": (
+        "sink tokens",
+        "The first tokens of a sequence, on which many heads put a large share of their attention whatever "
+        "they read (an attention sink). A window that cuts them off changes what the head computes, so a "
+        "configuration with N sink tokens lets every head see the first N tokens besides its window.",
+    ),
     "single_seed": (
         "single seed",
         "A regime with one run has no spread over seeds: its values are shown without ± and are never "

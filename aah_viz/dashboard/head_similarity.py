@@ -9,7 +9,7 @@ import streamlit as st
 from aah_viz.analysis import head_similarity as hs
 from aah_viz.analysis.similarity_measures import SIMILARITIES
 from aah_viz.dashboard import address, cache
-from aah_viz.dashboard.common import chart
+from aah_viz.dashboard.common import chart, show_table
 from aah_viz.figures import head_similarity as hfig
 
 TITLE = "Do head groups mean anything?"
@@ -105,12 +105,12 @@ def section(root: str, key: str, token: int) -> None:
     )
     chart(hfig.agreement_figure(t, procedure, "do they agree with what heads do?"), key="hsim_agree",
           name="head-similarity-agreement")  # fmt: skip
-    st.dataframe(hs.summary(t, procedure).rename(columns=SUMMARY_COLUMNS)[list(SUMMARY_COLUMNS.values())],
+    show_table(hs.summary(t, procedure).rename(columns=SUMMARY_COLUMNS)[list(SUMMARY_COLUMNS.values())],
                  hide_index=True, width="stretch", key="hsim_summary")  # fmt: skip
     mantel = hs.mantel_view(t, procedure)
     if len(mantel):
         st.markdown("**Similar heads, similar probe profiles? Within-layer Mantel tests**")
-        st.dataframe(mantel, hide_index=True, width="stretch", key="hsim_mantel")
+        show_table(mantel, hide_index=True, width="stretch", key="hsim_mantel")
         st.caption(
             "Spearman's rho between two similarities' distances over each layer's pairs of heads, against the "
             "heads relabelled at random (exact: every relabelling); Holm's adjustment across the layers. No "

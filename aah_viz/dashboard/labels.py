@@ -43,8 +43,21 @@ SCALAR_LABELS = {
     "peak_mem_mb": "peak memory (MiB)",
     "lr": "learning rate",
     "score_minus_baseline": "score minus offset baseline",
+    "syntax_beyond": "share of syntax links beyond the window",
+    "coref_beyond": "share of coreference links beyond the window",
+    "all_beyond": "share of all gold links beyond the window",
+    "syntax_links": "syntax links",
+    "coref_links": "coreference links",
 }
 POOLED = "pooled"
+
+
+def scalar_words(name: str) -> str:
+    """``validation loss`` for ``val_loss``, ``ACR, layer 3`` for ``acr/layer_3`` (a chart's title, whose y axis
+    names the tag); a name without words of its own stays as it is."""
+    base, _, layer = str(name).partition("/layer_")
+    words = SCALAR_LABELS.get(base)
+    return str(name) if words is None else f"{words}{f', layer {layer}' if layer else ''}"
 
 
 def scalar_label(name: str) -> str:

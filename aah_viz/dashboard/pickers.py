@@ -64,11 +64,19 @@ def pick_run(where=None) -> str | None:
     return key
 
 
+def _not_here(what: str, value, shown) -> None:
+    """A layer, head or step the run does not have (a pasted address, another run's choice): said, not
+    corrected silently."""
+    st.toast(plain(f"This run has no {what} {value}; showing {shown}."), icon=":material/link_off:")
+
+
 def pick_layer(n_layer: int, where=None) -> int:
     """The selected layer (shared by every page), with a picker."""
     n = max(1, int(n_layer or 1))
     sel = selection.current()
     layer = sel.get("layer") if isinstance(sel.get("layer"), int) and 0 <= sel["layer"] < n else 0
+    if isinstance(sel.get("layer"), int) and sel["layer"] != layer:
+        _not_here("layer", sel["layer"], f"layer {layer} (its layers are 0-{n - 1})")
     selection.select(layer=layer)
     st.session_state["layer_picker"] = layer
     target = where or st
@@ -88,6 +96,8 @@ def pick_head(n_head: int, where=None) -> int | None:
     sel = selection.current()
     layer = sel.get("layer") or 0
     head = sel.get("head") if isinstance(sel.get("head"), int) and 0 <= sel["head"] < n else None
+    if isinstance(sel.get("head"), int) and head is None:
+        _not_here("head", sel["head"], f"no head selected (its heads are 0-{n - 1})")
     selection.select(head=head)
     options = [-1, *range(n)]  # -1: no head selected (a None option would show as an empty box)
     st.session_state["head_picker"] = -1 if head is None else head
@@ -118,6 +128,8 @@ def pick_step(steps, label: str, where=None, help: str | None = None) -> int | N
     wanted = selection.current().get("step")
     following = wanted is None
     value = int(steps[-1]) if following else nearest(steps, int(wanted))
+    if not following and not int(steps[0]) <= int(wanted) <= int(steps[-1]):  # inside: snapped to an update
+        _not_here("step", wanted, f"step {value} (its steps here run {int(steps[0])}-{int(steps[-1])})")
     if len(steps) == 1:
         target.caption(f"{label}: {value} (the only one recorded)")
     else:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.dashboard import cache, session
-from aah_viz.dashboard.common import chart, plain
+from aah_viz.dashboard.common import chart, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
 from aah_viz.figures import validity as vfig
@@ -75,12 +75,19 @@ def groups_in_doubt_selection(keys) -> None:
             if "head_similarity" in listed:
                 with_similarity.append(key)
     if named:
-        st.warning(
-            plain(f"Head groups are mostly not clusters in {len(named)} of the runs shown: " + "; ".join(named))
-            + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
-            "structure." + similarity_pointer(with_similarity, len(named)),
+        # one line with the runs on demand (a paragraph naming 24 runs pushed the table below the fold)
+        c1, c2 = st.columns([6, 1], vertical_alignment="center")
+        c1.warning(
+            f"**Head groups mostly not clusters** in {len(named)} of the {len(keys)} runs shown: read their groups "
+            "as an artefact of the method, not as structure.",
             icon="⚠️",
         )
+        with c2.popover("Details", width="stretch"):
+            st.markdown(
+                plain("Runs whose head groups are mostly not clusters: " + "; ".join(named))
+                + ". Read their groups (and comparisons of them with probes) as an artefact of the method, not as "
+                "structure." + similarity_pointer(with_similarity, len(named))
+            )
 
 
 def similarity_pointer(with_similarity: list[str], named: int | None = None) -> str:
@@ -113,7 +120,7 @@ def section(root: str, key: str, token: int) -> None:
         help=help_text("cluster_validity"),
     )
     shares = cv.shares_by_layer(v)  # the real share is nan where nothing was assessed: unknown, not zero
-    st.dataframe(
+    show_table(
         shares.rename(columns=LAYER_COLUMNS),
         hide_index=True,
         width="stretch",

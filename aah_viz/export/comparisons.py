@@ -15,6 +15,7 @@ import pandas as pd
 
 from aah_viz.errors import AAHVizError
 from aah_viz.export import records, stats
+from aah_viz.export.headers import SHORT_HEADERS
 from aah_viz.export.runs import check_same_config, open_runs
 from aah_viz.export.table import Table, blank_like, label_slug
 from aah_viz.regimes import paper_rank
@@ -108,6 +109,12 @@ def val_loss_curves(runs) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def _final_words(metric: str) -> str:
+    """ "Final validation loss (nats)" for val_loss: a caption's words, not the column name ("Final val\\_loss")."""
+    words = SHORT_HEADERS[metric][1] if metric in SHORT_HEADERS else metric.replace("_", " ")
+    return words[0].upper() + words[1:] if words.startswith("final") else f"Final {words}"
+
+
 def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int = stats.DEFAULT_SEED) -> Table:
     """Regimes against ``baseline`` on the final ``metric``: difference, Welch's t, permutation p."""
     finals = finals_frame(runs)
@@ -138,8 +145,8 @@ def comparison_table(runs, baseline: str, *, metric: str = "val_loss", seed: int
     cmp = cmp.sort_values("regime", key=lambda col: col.map(paper_rank), kind="stable").reset_index(drop=True)
     df = cmp[["regime", "baseline"] + values + ["perm_method", "note"]]
     caption = (
-        f"Final {metric} of each regime against {baseline}: difference of means, Welch's t-test, a permutation "
-        "test relabelling runs, and a sign-flip test over the seeds both regimes ran."
+        f"{_final_words(metric)} of each regime against {baseline}: difference of means, Welch's t-test, a "
+        "permutation test relabelling runs, and a sign-flip test over the seeds both regimes ran."
     )
     t = Table(
         "comparison",

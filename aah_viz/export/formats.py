@@ -18,7 +18,7 @@ import numpy as np
 
 from aah_viz.errors import AAHVizError
 from aah_viz.export import latex_layout
-from aah_viz.export.headers import SHORT_HEADERS
+from aah_viz.export.headers import SHORT_HEADERS, plain_header
 from aah_viz.export.stats import NO_VARIANCE
 
 FORMATS = ("csv", "md", "latex")
@@ -165,6 +165,16 @@ def _display_rows(table, *, pm: str) -> list[list[str]]:
     return rows
 
 
+def display_frame(table):
+    """The table as Markdown and LaTeX print it (one number format a column, ``mean ± sd``, "–" where a
+    value is missing) under its plain headers: what a preview on screen shows."""
+    import pandas as pd
+
+    heads = [plain_header(c)[0] for c in table.df.columns]
+    heads = [h if heads.count(h) == 1 else f"{h} ({c})" for h, c in zip(heads, table.df.columns)]
+    return pd.DataFrame(_display_rows(table, pm=" ± ") if not table.is_empty else [], columns=heads)
+
+
 # ------------------------------------------------------------------------------ CSV
 
 
@@ -216,7 +226,9 @@ def to_markdown(table) -> str:
         lines.append(f"_{_md_escape(table.empty_message or 'no rows')}_")
         return "\n".join(lines) + "\n"
     cols = list(table.df.columns)
-    lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+    # headers in words, as the LaTeX table's (val. loss, cov., w=8), each short one spelled out below
+    heads = [plain_header(c) for c in cols]
+    lines.append("| " + " | ".join(_md_escape(h) for h, _ in heads) + " |")
     lines.append("|" + "|".join("---:" if c in table.value_columns else "---" for c in cols) + "|")
     for i, row in enumerate(_display_rows(table, pm=" ± ")):
         cells = []
@@ -224,9 +236,13 @@ def to_markdown(table) -> str:
             text = _md_escape(text)
             cells.append(f"**{text}**" if _is_best(table, i, col) else text)
         lines.append("| " + " | ".join(cells) + " |")
-    if table.notes:
+    legend = [entry for _, entry in heads if entry]
+    if any(c.startswith("window_frac_") for c in cols):
+        legend.append("w=W: share of heads at window W (tokens)")
+    notes = [*table.notes, *(["; ".join(legend) + "."] if legend else [])]
+    if notes:
         lines.append("")
-        lines.extend(f"- {_md_escape(n)}" for n in table.notes)
+        lines.extend(f"- {_md_escape(n)}" for n in notes)
     return "\n".join(lines) + "\n"
 
 

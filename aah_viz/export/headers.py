@@ -51,3 +51,28 @@ SHORT_HEADERS = {
     "forced_share": ("forced", "share of level-0 partitions that are forced splits"),
     "real_share": ("real", "share of level-0 partitions whose silhouette beats both nulls"),
 }
+
+# Markdown headers where the LaTeX one is markup ($n_b$, \%): the same words in plain text
+PLAIN_HEADERS = {
+    "n_baseline": "n (baseline)",
+    "mean_baseline": "mean (baseline)",
+    "welch_t": "t",
+    "welch_p": "p (Welch)",
+    "perm_p": "p (permutation)",
+    "paired_perm_p": "p (paired permutation)",
+    "flops_reduction_pct": "FLOPs red. (%)",
+    "flops_reduction_percent": "FLOPs red. (%)",
+}
+WINDOW_PREFIX = "window_frac_"
+
+
+def plain_header(col: str) -> tuple[str, str | None]:
+    """(a column's Markdown header, its legend entry or None): the LaTeX table's short header in plain
+    text, ``w=W`` for a window share, else the name with spaces for underscores (never a raw name)."""
+    if col in SHORT_HEADERS:
+        short, meaning = SHORT_HEADERS[col]
+        shown = PLAIN_HEADERS.get(col, short)
+        return shown, f"{shown}: {meaning}"
+    if col.startswith(WINDOW_PREFIX) and col[len(WINDOW_PREFIX) :].isdigit():
+        return f"w={col[len(WINDOW_PREFIX) :]}", None
+    return col.replace("_", " "), None

@@ -35,6 +35,7 @@ FIGURE_OPTIONS: dict[str, dict[str, str]] = {
         "smoothing": "debiased EMA weight 0-0.99 (default 0.6)",
         "robust": "the first losses do not set the y axis (default true)",
         "log_y": "log-scale y axis (default false)",
+        "color_by": "run (each run its own colour) or regime (colour by regime, dash by seed; default run)",
     },
     "window_heatmap": {"step": "training step (default: last recorded)"},
     "head_timeline": {"layer": "layer (default 0)", "max_columns": "most sampled steps (default 400)"},
@@ -238,11 +239,11 @@ def build_training_curves(runs, smoothing: float = 0.0, log_step: bool = False, 
 
 
 def build_curves(runs, scalar: str = "val_loss", x: str = "step", group: str | None = None, band: str = "minmax",
-                 smoothing: float = 0.6, robust=True, log_y=False, **_) -> go.Figure:  # fmt: skip
+                 smoothing: float = 0.6, robust=True, log_y=False, color_by="run", **_) -> go.Figure:  # fmt: skip
     from aah_viz.figures import curves
 
     return curves.runs_chart(runs, str(scalar), str(x), group if group is None else str(group), str(band),
-                             float(smoothing), robust, log_y)  # fmt: skip
+                             float(smoothing), robust, log_y, str(color_by))  # fmt: skip
 
 
 def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr", **_) -> go.Figure:

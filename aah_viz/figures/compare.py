@@ -117,7 +117,11 @@ def regime_metric_figure(
                 name="one seed (shape: seed)",
                 showlegend=legend("seeds"),
                 legendgroup="seeds",
-                hovertemplate="%{x}<br>%{y:.4f}<extra></extra>",
+                # the run's own name: two runs of one regime and seed are two points, each named
+                text=[str(k).replace("&", "&amp;").replace("<", "&lt;") for k in per_run["key"]]
+                if "key" in per_run
+                else None,
+                hovertemplate="%{x}" + ("<br>%{text}" if "key" in per_run else "") + "<br>%{y:.4f}<extra></extra>",
             ),
             row=row,
             col=col,

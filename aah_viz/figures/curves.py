@@ -41,6 +41,7 @@ def value_domain(name: str) -> tuple[float, float] | None:
 
 
 DEFAULT_SCALARS = ("loss", "val_loss")
+PLOT_LEFT = 84  # px left of every chart's plot area: the widest tick labels and the y title fit
 GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
 
@@ -106,7 +107,7 @@ def curve_data(runs, names, keys=None, max_points: int = MAX_SERIES_POINTS) -> p
             b["wall_s"] = np.interp(b["step"], steps, wall)
         b.insert(0, "seed", run.seed)
         b.insert(0, "regime", run.regime)
-        b.insert(0, "label", run_label(run))
+        b.insert(0, "label", run_label(run, key))
         b.insert(0, "run", key)
         parts.append(b)
     if not parts:
@@ -143,12 +144,14 @@ def curves_figure(
     log_y: bool = False,
     x_range: tuple[float, float] | None = None,
     title: str | None = None,
+    color_by: str = "run",
 ) -> go.Figure:
     """One scalar of several runs. ``frame``: :func:`curve_data`'s rows. ``groups``: run -> group
     value (runs grouped into one mean line with a band each); None draws every run.
 
     ``robust``: values beyond Tukey's far-out fences (the first losses) do not set the y range, the
     lines still run beyond it; ``x_range`` limits the x axis (the page shares it across charts).
+    ``color_by``: ``run`` (each run its own colour) or ``regime`` (colour by regime, dash by seed).
     """
     part = frame[frame["name"] == name] if not frame.empty else frame
     sparse = name in SPARSE
@@ -164,8 +167,8 @@ def curves_figure(
         lines[run] = (r.iloc[0], xs[ok], raw[ok], curves.smooth(raw[ok], weight))
     inside = _inside(x_range)
     if groups is None:
-        for run, (first, xs, raw, ys) in lines.items():
-            line = style.run_line(first["regime"], first["seed"])
+        looks = style.run_lines([(first["regime"], first["seed"]) for first, *_ in lines.values()], color_by)
+        for (run, (first, xs, raw, ys)), line in zip(lines.items(), looks):
             if weight > 0:
                 fig.add_trace(style.raw_line(xs, raw, line["color"], run, _text(f"{first['label']} raw")))
             fig.add_trace(
@@ -240,10 +243,16 @@ def curves_figure(
         if yr is not None:
             fig.update_yaxes(range=list(yr))
     style.base_layout(fig, title or f"{name} against {X_NAMES[x]}", height=380)
+    key = "colour: regime, dash: seed" if groups is None and color_by == "regime" else None
+    # one left margin whatever the tick labels ("12" or "0.00025"): stacked charts' plot areas line up
+    fig.update_yaxes(automargin=False, title_standoff=6)
     return fig.update_layout(
         hovermode="x unified",
-        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
-        margin=dict(r=10),
+        # the legend under the chart, shown even for one line: a legend beside it narrowed some charts of a page
+        # and not others, so one step sat at different x positions in charts stacked on one x range
+        showlegend=True,
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=11), title_text=key),
+        margin=dict(l=PLOT_LEFT, r=10),
     )
 
 
@@ -308,7 +317,7 @@ def _flag(value) -> bool:
 
 
 def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | None = None, band: str = "minmax",
-               smoothing: float = 0.6, robust=True, log_y=False) -> go.Figure:  # fmt: skip
+               smoothing: float = 0.6, robust=True, log_y=False, color_by: str = "run") -> go.Figure:  # fmt: skip
     """One chart of the Training page as a figure of its own (``aah-viz figure --kind curves``): the
     scalar of the runs against ``x``, grouped by a manifest field with a band, smoothed, robust y."""
     runs = list(runs)
@@ -320,6 +329,8 @@ def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | Non
         raise AAHVizError(f"band must be one of {', '.join(curves.BANDS)}, got {band!r}")
     if not 0.0 <= float(smoothing) <= 0.99:
         raise AAHVizError(f"smoothing must be between 0 and 0.99, got {smoothing}")
+    if color_by not in style.COLOUR_BY:
+        raise AAHVizError(f"color_by must be one of {', '.join(style.COLOUR_BY)}, got {color_by!r}")
     keys = [str(r.run_id) for r in runs]
     if len(set(keys)) < len(keys):  # the same run name in two folders: their paths tell them apart
         keys = [str(r.path) for r in runs]
@@ -343,4 +354,5 @@ def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | Non
         band=band,
         robust=_flag(robust),
         log_y=_flag(log_y),
+        color_by=color_by,
     )

@@ -19,9 +19,11 @@ MAX_TIMELINE_COLUMNS = 400
 MAX_SERIES_POINTS = 1000
 
 
-def run_label(run) -> str:
+def run_label(run, key: str | None = None) -> str:
+    """ "regime sS (name)": the name is the run's key under the logs root where one is given (two runs
+    of the same regime and seed, even of the same run id in two folders, never share a label)."""
     seed = "" if run.seed is None else f" s{run.seed}"
-    return f"{run.regime}{seed} ({run.run_id})"
+    return f"{run.regime}{seed} ({run.run_id if key is None else key})"
 
 
 def run_backend(run) -> str | None:
@@ -225,11 +227,11 @@ def cost_table(runs) -> pd.DataFrame:
     return coverage_and_cost(runs)[1]
 
 
-def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS):
+def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS, keys=None):
     """(:func:`coverage_data`, :func:`cost_table`) from one read of each run's scalars (a page that
-    shows both reads the run once)."""
+    shows both reads the run once); ``keys``: the runs' names in labels (default their run ids)."""
     parts, rows = [], []
-    for run in runs:
+    for run, key in zip(runs, keys or [None] * len(runs)):
         s = queries.scalar_frame(run, names, model_wide=True)  # the layer filter read with the rows
         if s.empty:
             continue
@@ -239,13 +241,13 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
             b.insert(0, "backend", run_backend(run))
             b.insert(0, "seed", run.seed)
             b.insert(0, "regime", run.regime)
-            b.insert(0, "label", run_label(run))
+            b.insert(0, "label", run_label(run, key))
             parts.append(b)
         last = s.sort_values("step", kind="stable").groupby("name")["value"].last()
         median = s.groupby("name")["value"].median()
         rows.append(
             {
-                "run": run_label(run),
+                "run": run_label(run, key),
                 "ACR": last.get("acr"),
                 "causal-pair coverage": last.get("acr_causal"),
                 "realised work": last.get("realised_work"),
@@ -258,13 +260,14 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
     return coverage, pd.DataFrame(rows)
 
 
-def bucket_table(runs, step: int | None = None) -> pd.DataFrame:
-    """Run label x candidate window: share of (layer, head) slots at the final (or given) step."""
+def bucket_table(runs, step: int | None = None, keys=None) -> pd.DataFrame:
+    """Run label x candidate window: share of (layer, head) slots at the final (or given) step;
+    ``keys``: the runs' names in labels (default their run ids)."""
     rows = {}
     all_windows: list[int] = []
-    for run in runs:
+    for run, key in zip(runs, keys or [None] * len(runs)):
         per_layer = branch_data(run, step)["per_layer"]
-        rows[run_label(run)] = windows.run_bucket_fractions(per_layer)
+        rows[run_label(run, key)] = windows.run_bucket_fractions(per_layer)
         all_windows = sorted(set(all_windows) | set(run.windows))
     if not rows:
         return pd.DataFrame()

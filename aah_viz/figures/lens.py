@@ -147,11 +147,14 @@ def tokens_figure(
     return fig
 
 
-def distance_map_figure(matrix: np.ndarray, labels: list[str], n_head: int, title: str, selected=None) -> go.Figure:
+def distance_map_figure(
+    matrix: np.ndarray, labels: list[str], n_head: int, title: str, selected=None, first_layer: int = 0
+) -> go.Figure:
     """Heads (rows, layer by layer) x distance bins: the mean weight of the stored keys at each distance.
-    Each cell carries [layer, head] so that a click selects the head."""
+    Each cell carries [layer, head] so that a click selects the head. ``matrix`` may hold some layers
+    only, the first of them ``first_layer``."""
     n_rows = matrix.shape[0]
-    layer = np.arange(n_rows) // max(n_head, 1)
+    layer = first_layer + np.arange(n_rows) // max(n_head, 1)
     head = np.arange(n_rows) % max(n_head, 1)
     names = [f"L{lay}H{h}" for lay, h in zip(layer, head)]
     custom = np.stack([np.repeat(layer[:, None], matrix.shape[1], 1), np.repeat(head[:, None], matrix.shape[1], 1)], -1)
@@ -183,8 +186,8 @@ def distance_map_figure(matrix: np.ndarray, labels: list[str], n_head: int, titl
         )
     )
     fig.update_layout(clickmode="event+select", dragmode=False)
-    if selected is not None:
-        r = int(selected[0]) * n_head + int(selected[1])
+    r = None if selected is None else (int(selected[0]) - first_layer) * n_head + int(selected[1])
+    if r is not None and 0 <= r < n_rows:
         fig.add_shape(type="rect", x0=-0.5, x1=len(labels) - 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#d62728"))
     fig.update_yaxes(autorange="reversed", title="head")
     fig.update_xaxes(title="distance from the query (tokens)")

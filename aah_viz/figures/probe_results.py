@@ -11,6 +11,14 @@ from aah_viz.figures import style
 
 GREY = "#b0b0b0"
 TARGET_COLORS = {"kmeans:profile": "#1f77b4", "agglomerative:profile": "#2ca02c", "js_agglomerative": "#9467bd"}
+# the clusterings a legend names in words (the table keeps the names aah-viz compare writes)
+TARGET_WORDS = {
+    "kmeans:profile": "k-means of probe profiles",
+    "agglomerative:profile": "Ward clusters of probe profiles",
+    "js_agglomerative": "clusters of attention (JS distance)",
+}
+# the relation chart's colours, as the diverging heatmaps read: blue above the baseline, red below, grey unsure
+ABOVE, BELOW, UNSURE = "#1f77b4", "#d62728", "#9a9a9a"
 BASELINE_COLORS = {
     "nearest_mention": "#d62728",
     "same_head": "#ff7f0e",
@@ -167,8 +175,13 @@ def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure
             marker=dict(
                 size=9,
                 symbol=np.where(positional, "circle-open", "circle"),
-                color=np.where(rel["delta_ci_low"].to_numpy() > 0, "#1f77b4", "#d62728"),
+                color=np.where(
+                    rel["delta_ci_low"].to_numpy() > 0,
+                    ABOVE,
+                    np.where(rel["delta_ci_high"].to_numpy() < 0, BELOW, UNSURE),
+                ),
             ),
+            showlegend=False,
             customdata=np.stack(
                 [
                     rel["count"].to_numpy(dtype=float),
@@ -187,7 +200,16 @@ def relation_delta_figure(relations: pd.DataFrame, title: str = "") -> go.Figure
             name="relations",
         )
     )
+    for name, symbol, colour in (  # the key: a legend entry per kind of mark
+        ("above the baseline (interval above 0)", "circle", ABOVE),
+        ("interval reaches 0", "circle", UNSURE),
+        ("below the baseline (interval below 0)", "circle", BELOW),
+        ("hollow: the best head is positional", "circle-open", "#333"),
+    ):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(size=9, symbol=symbol, color=colour)))  # fmt: skip
     fig.add_vline(x=0, line=dict(color="#333", width=1))
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.15, yanchor="top"))
     fig.update_xaxes(title="best head − best fixed-offset baseline (accuracy; 95% bootstrap interval)")
     fig.update_yaxes(title="relation")
     return style.base_layout(
@@ -269,7 +291,14 @@ def needed_window_figure(needed: np.ndarray, executed: np.ndarray, windows: list
             x=x * np.exp(rng.uniform(-0.06, 0.06, x.size)),
             y=y * np.exp(rng.uniform(-0.06, 0.06, y.size)),
             mode="markers",
-            marker=dict(size=8, color=layer[ok], colorscale="Viridis", colorbar=dict(title="layer"), opacity=0.85),
+            marker=dict(
+                size=8,
+                color=layer[ok],
+                colorscale="Viridis",
+                # whole layers on the bar (not 0.5 steps), its title clear of the legend below the chart
+                colorbar=dict(title="layer", dtick=1 if n_layer <= 16 else None, tick0=0),
+                opacity=0.85,
+            ),
             text=[head_name(a, b) for a, b in zip(layer[ok], head[ok])],
             customdata=np.stack([x, np.where(np.isinf(needed[ok]), np.nan, needed[ok])], axis=1),
             hovertemplate="%{text}<br>executed window %{customdata[0]:.0f}<br>"
@@ -289,7 +318,8 @@ def needed_window_figure(needed: np.ndarray, executed: np.ndarray, windows: list
         tickvals=ticks + [beyond],
         ticktext=[str(t) for t in ticks] + ["beyond"],
     )
-    return style.base_layout(fig, title or "needed window against executed window", height=460)
+    fig.update_layout(legend=dict(orientation="h", x=0, y=-0.18, yanchor="top"))
+    return style.base_layout(fig, title or "needed window against executed window", height=480)
 
 
 def comparison_figure(comparisons: pd.DataFrame, level: int, title: str = "") -> go.Figure:
@@ -324,7 +354,7 @@ def comparison_figure(comparisons: pd.DataFrame, level: int, title: str = "") ->
                 x=part["where"],
                 y=part["ari"].fillna(0.0),
                 mode="markers",
-                name=target,
+                name=TARGET_WORDS.get(target, target),
                 marker=dict(
                     size=11,
                     symbol=symbols[i % len(symbols)],

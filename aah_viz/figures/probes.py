@@ -48,10 +48,16 @@ def heatmap_range(matrix: np.ndarray, metric: str) -> tuple[float, float, bool]:
 
 
 def probe_heatmap_figure(
-    matrix: np.ndarray, probe: str, metric: str, title: str = "", selected: tuple[int, int | None] | None = None
+    matrix: np.ndarray,
+    probe: str,
+    metric: str,
+    title: str = "",
+    selected: tuple[int, int | None] | None = None,
+    label: str | None = None,
 ) -> go.Figure:
     """Layers x heads coloured by a probe metric; a click on a cell selects that head (customdata
-    [layer, head, value] on invisible markers), and ``selected`` (layer, head) is outlined."""
+    [layer, head, value] on invisible markers), and ``selected`` (layer, head) is outlined. ``label``: the
+    metric in words for the colour bar and the hover (default its name)."""
     n_layer, n_head = matrix.shape
     zmin, zmax, diverging = heatmap_range(matrix, metric)
     fig = go.Figure(
@@ -62,19 +68,20 @@ def probe_heatmap_figure(
             colorscale=style.named_scale(style.DIVERGING_SCALE if diverging else "Viridis"),
             zmin=zmin,
             zmax=zmax,
-            colorbar=dict(title=dict(text=metric)),
+            colorbar=dict(title=dict(text=style.wrap_title(label or metric, 14))),
             hoverinfo="skip",  # the markers above carry the hover
             xgap=1,
             ygap=1,
         )
     )
-    hover = f"layer %{{y}}, head %{{x}}<br>{probe} {metric}: %{{customdata[2]:.3f}}<extra></extra>"
+    hover = f"layer %{{y}}, head %{{x}}<br>{probe} {label or metric}: %{{customdata[2]:.3f}}<extra></extra>"
     fig.add_trace(cell_overlay(n_layer, n_head, matrix, hover))
     if selected is not None and selected[1] is not None:
         outline_cell(fig, selected[1], selected[0])
-    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None)
-    fig.update_yaxes(title=style.LAYER, autorange="reversed", dtick=1 if n_layer <= 32 else None)
-    return style.base_layout(fig, title or f"{probe}: {metric} per head", height=max(320, 22 * n_layer + 140))
+    # the cells' own range: the invisible markers would pad the axes to -1..n_head
+    fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
+    fig.update_yaxes(title=style.LAYER, range=[n_layer - 0.5, -0.5], dtick=1 if n_layer <= 32 else None)
+    return style.base_layout(fig, title or f"{probe}: {label or metric} per head", height=max(320, 22 * n_layer + 140))
 
 
 def window_vs_probe_figure(

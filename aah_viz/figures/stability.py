@@ -94,7 +94,7 @@ def switch_rate_figure(
             colorscale=style.named_scale("Blues"),
             zmin=0,
             zmax=max(float(np.nanmax(z)) if np.isfinite(z).any() else 1.0, 1e-6),
-            colorbar=dict(title=dict(text="switches / update")),
+            colorbar=dict(title=dict(text="switches /<br>(updates − 1)")),
             hovertemplate="L%{y}H%{x}<br>switch rate %{z:.3f}<br>mean dwell %{customdata:.0f} steps<extra></extra>",
             xgap=1,
             ygap=1,
@@ -114,7 +114,9 @@ def switch_rate_figure(
     fig.update_xaxes(title=style.HEAD, dtick=1 if n_head <= 32 else None, range=[-0.5, n_head - 0.5])
     fig.update_yaxes(title=style.LAYER, range=[n_layer - 0.5, -0.5], dtick=1 if n_layer <= 32 else None)
     fig.update_layout(clickmode="event+select", dragmode=False)
-    return style.base_layout(fig, title or f"per-head {style.SWITCH_RATE}", height=max(320, 22 * n_layer + 140))
+    # a short title: the chart sits in half the page, where the definition (switches / updates − 1) was cut
+    # off; the colour bar and the hover carry the unit
+    return style.base_layout(fig, title or "window switches per update, per head", height=max(320, 22 * n_layer + 140))
 
 
 def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None = None, title: str = "") -> go.Figure:
@@ -126,20 +128,20 @@ def controller_health_figure(series: pd.DataFrame, margins: pd.DataFrame | None 
     rows = 3 if margins is not None and not margins.empty else 2
     titles = ["controller gradient norm", "controller weight drift", "decision margin"][:rows]
     fig = style.stacked_panels(titles, spacing=0.08)
-    for r, (name, ytitle, color) in enumerate(
+    for r, (name, words, ytitle, color) in enumerate(
         (
-            ("controller_grad_norm", style.GRAD_NORM, "#ff7f0e"),
-            ("controller_weight_drift", style.WEIGHT_DRIFT, "#8c564b"),
+            ("controller_grad_norm", "gradient norm", style.GRAD_NORM, "#ff7f0e"),
+            ("controller_weight_drift", "weight drift", style.WEIGHT_DRIFT, "#8c564b"),
         ),
         start=1,
     ):
         part = series[series["name"] == name] if not series.empty else series
         if not part.empty:
             x, y = (part[c].to_numpy(dtype=np.float64) for c in ("step", "value"))
-            style.add_line(fig, x, y, name, r, color=color)
+            style.add_line(fig, x, y, words, r, color=color)  # words in the legend, not the scalar's name
         else:
             fig.add_annotation(
-                text=f"no {name} logged",
+                text=f"no controller {words} logged ({name})",
                 showarrow=False,
                 xref=f"x{r if r > 1 else ''} domain",
                 yref=f"y{r if r > 1 else ''} domain",

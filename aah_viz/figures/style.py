@@ -188,6 +188,24 @@ def run_line(regime, seed) -> dict:
     return dict(color=regime_color(regime), dash=seed_dash(seed))
 
 
+# one colour a run where runs are drawn one line each (W&B's and TensorBoard's way): runs of the same
+# regime and seed stay apart; past the palette the colours repeat with the next dash
+RUN_PALETTE = tuple(dict.fromkeys(c.lower() for c in (*pcolors.qualitative.D3, *pcolors.qualitative.Dark24)))
+COLOUR_BY = {"run": "each run its own colour", "regime": "regime (colour) and seed (dash)"}
+
+
+def run_lines(runs, by: str = "run") -> list[dict]:
+    """Line styles of runs drawn together, in their order: ``runs`` is (regime, seed) pairs. ``by="run"``:
+    each run its own colour (no two alike for up to 6 x the palette's runs); ``by="regime"``: colour by
+    regime, dash by seed (runs sharing both look alike: their labels tell them apart)."""
+    if by == "regime":
+        return [run_line(regime, seed) for regime, seed in runs]
+    if by != "run":
+        raise ValueError(f"colour by run or regime, not {by!r}")
+    n = len(RUN_PALETTE)
+    return [dict(color=RUN_PALETTE[i % n], dash=SEED_DASHES[(i // n) % len(SEED_DASHES)]) for i in range(len(runs))]
+
+
 def raw_line(x, y, color: str, group: str, name: str) -> go.Scatter:
     """The unsmoothed series, faint behind its smoothed line (TensorBoard's look), out of the legend
     and the hover."""

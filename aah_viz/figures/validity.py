@@ -83,7 +83,7 @@ def validity_figure(validity: pd.DataFrame, threshold: float | None, title: str 
     style.add_line(fig, x, b["forced_share"].to_numpy(dtype=np.float64), "forced split", 3, color="#ff7f0e")
     real = b["real_share"].to_numpy(dtype=np.float64)
     if np.isfinite(real).any():
-        style.add_line(fig, x, real, "real (beats both nulls)", 3, color="#2ca02c")
+        style.add_line(fig, x, real, "real (beats both nulls)", 3, color="#9467bd")  # not the silhouette's green
     fig.update_yaxes(title="cosine", row=1, col=1, title_font=dict(size=12))
     fig.update_yaxes(title="silhouette", row=2, col=1, title_font=dict(size=12))
     fig.update_yaxes(title="layers / L", range=[0, 1.02], row=3, col=1, title_font=dict(size=12))

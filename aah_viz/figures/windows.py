@@ -184,23 +184,26 @@ COVERAGE_PANELS = (
 )
 
 
-def coverage_figure(series: pd.DataFrame, title: str = "", warmup: int | None = None) -> go.Figure:
+def coverage_figure(
+    series: pd.DataFrame, title: str = "", warmup: int | None = None, color_by: str = "run"
+) -> go.Figure:
     """The three coverage figures over training, stacked on one step axis, one line per run (``label``).
 
     ACR (the paper's key-length proxy), causal-pair coverage, and realised work (what the
     attention backend actually computed; dense masked computes every T² score, about 2).
     ``series`` has columns label, name (``acr`` / ``acr_causal`` / ``realised_work``), step,
-    value (already binned), and optionally regime, seed (line colour and dash) and backend.
+    value (already binned), and optionally regime, seed and backend. ``color_by``: ``run`` (each run its
+    own colour) or ``regime`` (colour by regime, dash by seed).
     The long definitions are the panel titles; the y axes carry short names, so nothing overlaps.
     """
     fig = make_subplots(
         rows=3, cols=1, shared_xaxes=True, subplot_titles=[t for _, t, _ in COVERAGE_PANELS], vertical_spacing=0.09
     )
     labels = list(dict.fromkeys(series["label"])) if not series.empty else []
-    for label in labels:
+    firsts = [series[series["label"] == label].iloc[0] for label in labels]
+    looks = style.run_lines([(r.get("regime"), r.get("seed")) for r in firsts], color_by)
+    for label, line in zip(labels, looks):
         run = series[series["label"] == label]
-        regime = run["regime"].iloc[0] if "regime" in run else None
-        seed = run["seed"].iloc[0] if "seed" in run else None
         backend = run["backend"].iloc[0] if "backend" in run and run["backend"].notna().any() else None
         shown = f"{label} [{backend}]" if backend else label
         for row, (name, _, _) in enumerate(COVERAGE_PANELS, start=1):
@@ -215,7 +218,7 @@ def coverage_figure(series: pd.DataFrame, title: str = "", warmup: int | None = 
                     name=shown,
                     legendgroup=label,
                     showlegend=row == 1,
-                    line=style.run_line(regime, seed),
+                    line=line,
                     hovertemplate=f"{shown}<br>step %{{x:.0f}}<br>%{{y:.3f}}<extra></extra>",
                 ),
                 row=row,
@@ -234,7 +237,12 @@ def coverage_figure(series: pd.DataFrame, title: str = "", warmup: int | None = 
     fig.update_annotations(font_size=12)
     style.base_layout(fig, title, height=880)
     return fig.update_layout(
-        legend=dict(title_text="run (colour: regime, dash: seed) [backend]", orientation="h", y=-0.07, yanchor="top")
+        legend=dict(
+            title_text="run [backend]" if color_by == "run" else "run (colour: regime, dash: seed) [backend]",
+            orientation="h",
+            y=-0.07,
+            yanchor="top",
+        )
     )
 
 

@@ -11,7 +11,7 @@ import streamlit as st
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.analysis.curves import FEW_RUNS
 from aah_viz.dashboard import address, cache, page_head, selection, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
 from aah_viz.export.stats import group_summaries
@@ -145,7 +145,7 @@ def render() -> None:
         columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
     with st.container(key="cmp_summary_box"):  # a handle for the browser tests
-        st.dataframe(shown, hide_index=True, width="stretch", key="cmp_summary")
+        show_table(shown, hide_index=True, width="stretch", key="cmp_summary")
     data_downloads(ours, "runs-by-regime", key="cmp_data")
 
     reference = None
@@ -182,7 +182,10 @@ def render() -> None:
     for i, (wset, grid) in enumerate(sorted(buckets.items())):
         chart(
             wfig.bucket_heatmap_figure(
-                grid.fillna(0.0), f"selected-window distribution by regime, windows {wset} tokens", row_title="regime"
+                # short enough for one line: a wrapped title left "tokens" alone under the windows
+                grid.fillna(0.0),
+                f"final windows by regime; candidates {wset} tokens",
+                row_title="regime",
             ),
             key=f"cmp_buckets_{i}",
             name=f"window-distribution-{wset.replace(', ', '-')}",
@@ -207,7 +210,7 @@ def render() -> None:
         except (OSError, ValueError):
             continue
         with st.expander(title, expanded=name.endswith("training.csv")):
-            st.dataframe(df, hide_index=True, width="stretch")
+            show_table(df, hide_index=True, width="stretch")
     if qwen_keys:
         labels = {k: k.replace("qwen3-4b-", "").replace("-", "_") for k in qwen_keys}
         q = address.choose(

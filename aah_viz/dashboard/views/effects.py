@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import address, guide, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.errors import AAHVizError
 from aah_viz.export import effects as fx
@@ -192,11 +192,11 @@ def render() -> None:
     for i, metric in enumerate(metrics):
         show_metric(tables, metric, key=f"effects_{i}")
     st.subheader("Effects table")
-    st.dataframe(tables["effects"].df, hide_index=True, width="stretch")
+    show_table(tables["effects"].df, hide_index=True, width="stretch")
     data_downloads(tables["effects"].df, f"effects-{design.name}", "effects_table")
     st.subheader("Cells")
     st.caption("Each cell's finished runs (n) and the mean and standard deviation over its seeds.")
-    st.dataframe(tables["cells"].df, hide_index=True, width="stretch")
+    show_table(tables["cells"].df, hide_index=True, width="stretch")
     data_downloads(tables["cells"].df, f"cells-{design.name}", "effects_cells")
 
 

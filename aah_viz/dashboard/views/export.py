@@ -7,9 +7,9 @@ from pathlib import Path
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
-from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out, show_table
 from aah_viz.errors import AAHVizError
-from aah_viz.export.formats import EXTENSIONS, FORMATS
+from aah_viz.export.formats import EXTENSIONS, FORMATS, display_frame
 from aah_viz.export.formats import render as render_table
 from aah_viz.export.kinds import TABLE_NAMES
 from aah_viz.export.runs import config_label, split_by_config
@@ -41,6 +41,31 @@ SINGLE_RUN_KINDS = {
 }
 
 
+# the figure options in words on the page (the help names the option as aah-viz figure --opt takes it)
+OPTION_WORDS = {
+    "log_step": "log step axis",
+    "log_y": "log y axis",
+    "robust": "ignore outliers",
+    "max_points": "points per line",
+    "max_columns": "most steps shown",
+    "color_by": "colour by",
+    "x": "x axis",
+    "group": "group by",
+    "doc": "document",
+}
+# an option of the Training page's charts -> its widget there: Export starts from what that page shows
+TRAINING_VIEW = {
+    "scalar": "tr_scalars",
+    "x": "tr_x",
+    "group": "tr_group",
+    "band": "tr_band",
+    "smoothing": "tr_smoothing",
+    "robust": "tr_robust",
+    "log_y": "tr_log_y",
+    "color_by": "tr_colour",
+}
+TRAINING_KINDS = ("curves", "training_curves")
+
 BUILD_AT_ONCE = 100  # more selected runs than this: the table is built when asked for
 BUILT = "exp_table_built"
 
@@ -49,7 +74,7 @@ BUILT = "exp_table_built"
 def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str, fmt: str) -> tuple[str, object]:
     runs = [cache.open_run(root, k) for k in keys]
     table = build_table(name, runs, by=by)
-    return render_table(table, fmt), table.df
+    return render_table(table, fmt), display_frame(table)  # the preview as the text prints it
 
 
 def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, list[str]]]:
@@ -120,7 +145,7 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
     except AAHVizError as err:
         st.error(plain(f"Table {name!r} cannot be built from the selected runs: {err}"))
         return
-    st.dataframe(df, hide_index=True, width="stretch", key="exp_table_preview")
+    show_table(df, hide_index=True, width="stretch", key="exp_table_preview")
     st.download_button(
         f"Download {name}.{EXTENSIONS.get(fmt, fmt)}",
         data=text,
@@ -162,11 +187,13 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
         cols = st.columns(len(opts_help))
         for col, (name, help_) in zip(cols, opts_help.items()):
             default = sel.get(name) if name in ("layer", "head", "step") else None
+            if kind in TRAINING_KINDS and name in TRAINING_VIEW:
+                default = _on_training(name)
             text = col.text_input(
-                name,
-                value="" if default is None else str(default),
+                OPTION_WORDS.get(name, name),
+                value="" if default is None else str(default).lower() if isinstance(default, bool) else str(default),
                 key=f"exp_opt_{kind}_{name}",
-                help=help_,
+                help=f"{help_} (aah-viz figure --opt {name}=...)",
                 placeholder="default",
             )
             value = _option_value(text)
@@ -190,6 +217,15 @@ def _figures(root: str, keys: tuple[str, ...], token: int) -> None:
         key="exp_fig_download",
         on_click="ignore",
     )
+
+
+def _on_training(name: str):
+    """What the Training page last showed for a figure option (None: it was never opened), so a figure of
+    its charts exports what is on screen there."""
+    value = st.session_state.get(address.KEEP + TRAINING_VIEW[name])
+    if name == "scalar":
+        return value[0] if value else None
+    return None if value in (None, "none") else value
 
 
 @guarded

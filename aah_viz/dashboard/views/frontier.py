@@ -22,7 +22,7 @@ from aah_viz.analysis.frontier import (
     window_shares,
 )
 from aah_viz.dashboard import address, cache, guide, session
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, guarded, plain, show_table
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_label
 from aah_viz.runlog import discover_runs, read_manifest
@@ -299,7 +299,7 @@ def render() -> None:
     if labelled["retrieval"].isna().all():  # no passkey questions asked in this frontier
         labelled = labelled.drop(columns="retrieval")
     shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
-    st.dataframe(
+    show_table(
         shown,
         hide_index=True,
         width="stretch",

@@ -7,7 +7,7 @@ import streamlit as st
 
 from aah_viz.analysis.hierarchy import tree_summary
 from aah_viz.dashboard import cache, page_head, pickers, selection, validity
-from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.common import chart, guarded, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.labels import tree_rows
 from aah_viz.figures.hierarchy import hierarchy_figure, tree_for, window_override
@@ -103,7 +103,7 @@ def _tree_view(key: str, root: str, token: int, m: dict, layer: int) -> None:
     with st.expander("Tree rows"):
         tree = d["tree"]
         shown = pd.DataFrame(tree[[c for c in TREE_COLUMNS if c in tree]])
-        st.dataframe(tree_rows(shown, m.get("windows")), hide_index=True, width="stretch", key="hier_tree_rows")
+        show_table(tree_rows(shown, m.get("windows")), hide_index=True, width="stretch", key="hier_tree_rows")
 
 
 @guarded

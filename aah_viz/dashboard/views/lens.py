@@ -54,6 +54,9 @@ def doc_parts(root: str, key: str, token: int, doc: int) -> dict[str, pd.DataFra
     }
 
 
+MAP_ROWS = 72  # heads the distance map shows at once (a row each): more, and it pages by layers
+
+
 @st.cache_data(show_spinner=False)
 def head_view(root: str, key: str, token: int, doc: int, layer: int, head: int) -> pd.DataFrame:
     """The selected head's rows of one document, by query."""
@@ -249,10 +252,18 @@ def render() -> None:
             name=f"tokens-doc{doc}-L{layer}H{head}-q{query}",
         )
     st.subheader("Heads × distance on this document")
-    matrix, labels = distances(root, key, tok, doc, int(m["n_layer"]), int(m["n_head"]))
+    n_layer, n_head = int(m["n_layer"]), int(m["n_head"])
+    matrix, labels = distances(root, key, tok, doc, n_layer, n_head)
+    lo, hi = _map_layers(n_layer, n_head, layer)
     chart(
         distance_map_figure(
-            matrix, labels, m["n_head"], "mean weight of each head's strongest keys by distance", selected=(layer, head)
+            matrix[lo * n_head : (hi + 1) * n_head],
+            labels,
+            n_head,
+            "mean weight of each head's strongest keys by distance"
+            + ("" if (lo, hi) == (0, n_layer - 1) else f" (layers {lo}-{hi})" if hi > lo else f" (layer {lo})"),
+            selected=(layer, head),
+            first_layer=lo,
         ),
         key="lens_map",
         name=f"lens-distance-doc{doc}",
@@ -262,6 +273,29 @@ def render() -> None:
         "Click a head to look through it above. Weights are those of each query's strongest keys as recorded "
         "(aah-viz lens --top-k), averaged over the document's queries."
     )
+
+
+def _map_layers(n_layer: int, n_head: int, layer: int) -> tuple[int, int]:
+    """The layers the heads x distance map shows: every layer of a small model; of a large one (SmolLM2's 270
+    heads made a 4,800 px map) the block of layers holding the selected layer (a click on the map stays in its
+    block; the layer picker moves it), or every layer when asked."""
+    per_map = max(1, MAP_ROWS // max(n_head, 1))
+    if n_layer <= per_map:
+        return 0, n_layer - 1
+    every = address.bound(
+        st.toggle,
+        "mapall",
+        "lens_map_all",
+        False,
+        parse=address.flag,
+        dump=address.flag_text,
+        label=f"All {n_layer} layers on the map",
+        help=f"{n_layer * n_head} heads; by default the map shows the {per_map} layers around the selected one.",
+    )
+    if every:
+        return 0, n_layer - 1
+    lo = (int(layer) // per_map) * per_map
+    return lo, min(lo + per_map, n_layer) - 1
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@ they look) beside their windows, and whether the head groups line up with it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, selection
-from aah_viz.dashboard.common import chart, guarded, plain
-from aah_viz.dashboard.labels import readable, scalar_label
+from aah_viz.dashboard.common import chart, guarded, plain, show_table
+from aah_viz.dashboard.labels import readable, scalar_label, scalar_words
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -19,11 +21,28 @@ from aah_viz.probes.coref_reach import reach_note
 from aah_viz.probes.distance import needed_windows
 from aah_viz.probes.partition_agreement import SHOWN_COMPARISON_COLUMNS, flag_without_groups
 
-HOW_TO = (
-    "No probe results in this run yet. Produce them with\n\n"
-    "`aah-viz probe RUN --syntax FILE.conllu --coref FILE.jsonl` (per-head scores, relations, coreference)\n\n"
-    "and `aah-viz compare RUN` (head groups against probe clusters, window vs score)."
-)
+
+def how_to(root: str, key: str) -> tuple[str, str]:
+    """What to run to probe this run: (the words, the commands with the run's own path, ready for a shell)."""
+    import shlex
+
+    from aah_viz.runlog.paths import list_adapters, list_checkpoints
+
+    run = Path(root) / key
+    path = shlex.quote(str(run))
+    words = (
+        "No probe results in this run yet. `aah-viz probe` scores every head (relations, coreference), on the "
+        "bundled synthetic probe set unless given your own data (`--syntax FILE.conllu --coref FILE.jsonl`); "
+        "`aah-viz compare` then sets head groups against probe clusters and windows against scores."
+    )
+    if not (list_checkpoints(run) or list_adapters(run)):
+        words += (
+            " This run keeps no checkpoint for the probe to read: train with the end-of-run checkpoint kept "
+            "(`--keep-checkpoints` above 0, the default) or `--checkpoint-interval N`."
+        )
+    return words, f"aah-viz probe {path}\naah-viz compare {path}"
+
+
 COMPARISON_COLUMNS = SHOWN_COMPARISON_COLUMNS
 
 
@@ -53,7 +72,7 @@ def _heads_section(ph, m, root, key, token) -> None:
                 "syntax: best relation score minus its offset baseline" if headline == "score_minus_baseline" else ""
             )
             chart(
-                pfig.probe_heatmap_figure(z, "syntax", headline, title, selected=at),
+                pfig.probe_heatmap_figure(z, "syntax", headline, title, selected=at, label=scalar_words(headline)),
                 key="probe_headline",
                 on_select=selection.head_clicked,
             )
@@ -81,7 +100,9 @@ def _heads_section(ph, m, root, key, token) -> None:
         metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}", format_func=scalar_label)
         z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
         chart(
-            pfig.probe_heatmap_figure(z, probe, metric, f"{probe}: {metric} per head", selected=at),
+            pfig.probe_heatmap_figure(
+                z, probe, metric, f"{probe}: {scalar_words(metric)} per head", selected=at, label=scalar_words(metric)
+            ),
             key="probe_heatmap",
             on_select=selection.head_clicked,
         )
@@ -99,7 +120,7 @@ def _claims_section(claims) -> None:
         return
     st.subheader("Best heads, selection-aware")
     chart(pr.claims_figure(claims), key="probe_claims_chart")
-    st.dataframe(pr.claims_view(claims), hide_index=True, width="stretch", key="probe_claims")
+    show_table(pr.claims_view(claims), hide_index=True, width="stretch", key="probe_claims")
     st.caption(
         "The best of many heads is optimistic. Split-half: the head chosen on half of the sentences (documents "
         "for coreference) and scored on the other half. Adjusted p: against the best of all heads when each "
@@ -132,10 +153,12 @@ def _windows_section(ph, m) -> None:
             "probe_suff_metric",
             s_metrics,
             label="Gold links beyond the window",
+            format_func=scalar_label,
         )
         zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
+        words = scalar_words(s_metric)
         chart(
-            pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"links beyond the window: {s_metric}"),
+            pfig.probe_heatmap_figure(zs, "sufficiency", s_metric, f"{words}, per head", label=words),
             key="probe_sufficiency",
         )
 
@@ -167,11 +190,11 @@ def _comparison_section(tables) -> None:
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]
     shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
-    st.dataframe(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
+    show_table(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
     assoc = tables.get("window_association")
     if assoc is not None and not assoc.empty:
         st.markdown("**Window against probe score, within layers** (Spearman's rho; pooled row: no layer)")
-        st.dataframe(
+        show_table(
             _grey_degenerate(readable(assoc.reset_index(drop=True))),
             hide_index=True,
             width="stretch",
@@ -190,7 +213,9 @@ def render() -> None:
     key, root, token, m = opened
     tables = cache.probe_tables(root, key, token)
     if not any(not t.empty for t in tables.values()):
-        st.info(HOW_TO)
+        words, commands = how_to(root, key)
+        st.info(words)
+        st.code(commands, language="bash")
         return
     ph = tables.get("probe_heads")
     rel = tables.get("probe_relations")
@@ -203,7 +228,7 @@ def render() -> None:
     if rel is not None and not rel.empty:
         st.subheader("Syntactic relations: best head against the best fixed-offset baseline")
         chart(pr.relation_delta_figure(rel), key="probe_relation_deltas")
-        st.dataframe(pr.relations_view(rel), hide_index=True, width="stretch", key="probe_relations")
+        show_table(pr.relations_view(rel), hide_index=True, width="stretch", key="probe_relations")
     coref = tables.get("probe_coref")
     if coref is not None and not coref.empty:
         st.subheader("Coreference by antecedent distance")

@@ -9,7 +9,7 @@ import streamlit as st
 
 from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, page_head, selection, session
-from aah_viz.dashboard.common import data_downloads, guarded, plain
+from aah_viz.dashboard.common import data_downloads, guarded, plain, show_table
 from aah_viz.dashboard.glossary import TERMS
 
 COLUMNS = {
@@ -33,6 +33,17 @@ SHOWN = "runs_shown"  # the run keys of the table's rows, in order, as last draw
 TICKED = "runs_ticked"  # the row numbers this page ticked when it last drew the table
 PAGE_ROWS = 500  # rows the table holds at a time (a sweep's thousands are pages of it)
 DIFF_MAX = 50  # runs the table of differing settings shows side by side
+# rows the table shows before it scrolls in its own box (Streamlit's default is 10: 10 of 34 runs)
+TALL_ROWS = 40
+ROW_PX, HEADER_PX = 35, 38
+# short headers on screen, so every standard column fits 1500 px; the data keeps the full names and the
+# tooltip says what each is
+SHORT = {
+    "last-batch train loss": ("train loss", "training_loss"),
+    "val loss": ("val loss", "val_loss"),
+    "ACR": ("ACR", "acr"),
+    "causal-pair coverage": ("coverage", "causal_coverage"),
+}
 
 
 def _progress(o: dict, total) -> float | None:
@@ -108,7 +119,7 @@ def render() -> None:
             st.warning(f"Run {plain(key)}: {plain(w)}")
     if not good:
         return
-    page_head.show_selection_banners(list(good))
+    banners = st.container()  # filled once the filter is known: the box speaks of the runs it shows
     keys = list(good)
     _take_ticks(keys)
     frame, fields = _table(root, good)
@@ -147,16 +158,19 @@ def render() -> None:
     mask = manifest_fields.matches(frame[column], expr) if column in frame else pd.Series(True, index=frame.index)
     view = frame[mask.to_numpy()].reset_index(drop=True)
     matching = view["run"].tolist()
+    with banners:
+        page_head.show_selection_banners(matching)
     view = _page(view)
     shown = view["run"].tolist()
     selected = selection.selected_keys()
     ticked = [i for i, k in enumerate(shown) if k in selected]
     st.session_state[TABLE] = {"selection": {"rows": ticked, "columns": [], "cells": []}}
     st.session_state[TICKED], st.session_state[SHOWN] = ticked, shown
-    st.dataframe(
+    show_table(
         view[standard + list(extra)],
         hide_index=True,
         width="stretch",
+        height=HEADER_PX + ROW_PX * min(max(len(view), 1), TALL_ROWS) + 2,
         key=TABLE,
         on_select="rerun",
         selection_mode="multi-row",
@@ -166,14 +180,12 @@ def render() -> None:
                 "progress", help="steps recorded / steps planned", min_value=0.0, max_value=1.0, format="percent"
             ),
             "status": st.column_config.TextColumn("status", help=TERMS["status"][1]),
-            "last-batch train loss": st.column_config.NumberColumn(
-                "last-batch train loss", help=TERMS["training_loss"][1], format="%.3f"
-            ),
-            "val loss": st.column_config.NumberColumn("val loss", help=TERMS["val_loss"][1], format="%.3f"),
-            "ACR": st.column_config.NumberColumn("ACR", help=TERMS["acr"][1], format="%.3f"),
-            "causal-pair coverage": st.column_config.NumberColumn(
-                "causal-pair coverage", help=TERMS["causal_coverage"][1], format="%.3f"
-            ),
+            "T (tokens)": st.column_config.Column("T", help="sequence length (tokens)"),
+            "candidate windows (tokens)": st.column_config.Column("windows", help="candidate windows (tokens)"),
+        }
+        | {
+            column: st.column_config.NumberColumn(short, help=f"{column}: {TERMS[term][1]}", format="%.3f")
+            for column, (short, term) in SHORT.items()
         },
     )
     hidden = len(frame) - len(matching)
@@ -204,7 +216,12 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
         st.caption("Select two runs or more to see the settings that differ between them.")
         return
     chosen = {k: fields[k] for k in selected if k in fields}
-    differ = [f for f in manifest_fields.differing(chosen) if f != "run_id"]
+    # the fields a reader compares first: values that differ where every run has the field; a field some runs
+    # lack (runs of other kinds) on request; a field repeating another run by run (config.seed) named once
+    summary = manifest_fields.diff_summary(chosen)
+    values, partial = ([f for f in summary[part] if f != "run_id"] for part in ("values", "partial"))
+    mirrors = {f: same for f, same in summary["same_as"].items() if "run_id" not in (f, same)}
+    differ = values + partial
     if not differ:
         st.caption("The selected runs have the same settings in every manifest field.")
         return
@@ -217,11 +234,26 @@ def _diff(selected: list[str], fields: dict[str, dict]) -> None:
             )
         )
         return
-    diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in differ] for k in chosen}, index=differ)
+    with_partial = bool(partial) and st.toggle(
+        f"Also the {len(partial)} fields only some of these runs have",
+        value=not values,
+        key="runs_diff_partial",
+        help="Runs of other kinds (a frontier, a probe, an import) or older versions lack some fields.",
+    )
+    shown = values + (partial if with_partial else [])
+    diff = pd.DataFrame({k: [_cell(chosen[k].get(f)) for f in shown] for k in chosen}, index=shown)
     diff.index.name = "field"
-    st.dataframe(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
-    same = len({f for row in chosen.values() for f in row}) - len(differ)
-    st.caption(f"{len(differ)} fields differ; {same} are the same in every selected run and are not shown.")
+    show_table(diff.reset_index(), hide_index=True, width="stretch", key="runs_diff")
+    same = len({f for row in chosen.values() for f in row}) - len(differ) - len(mirrors)
+    repeats = ", ".join(f"{f} = {other}" for f, other in mirrors.items())
+    st.caption(
+        plain(
+            f"{len(values)} fields differ in value between runs that all have them"
+            + (f"; {len(partial)} only some runs have ({'shown' if with_partial else 'not shown'})" if partial else "")
+            + (f"; {len(mirrors)} repeat a field shown, value for value ({repeats[:300]})" if mirrors else "")
+            + f"; {same} are the same in every selected run and are not shown."
+        )
+    )
 
 
 def _cell(value) -> str:

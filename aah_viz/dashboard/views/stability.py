@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import cache, head_similarity, page_head, selection, session, validity
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.summary import has_controller
 from aah_viz.figures import stability as sfig
@@ -46,7 +46,7 @@ def render() -> None:
         data_downloads(s["updates"], "stability-per-update", key="stab_data")
         c1, c2 = st.columns([1, 1])
         with c1:
-            st.dataframe(
+            show_table(
                 s["layers"].rename(columns=LAYER_COLUMNS),
                 hide_index=True,
                 width="stretch",

@@ -16,8 +16,9 @@ from aah_viz.analysis import manifest_fields
 from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
-from aah_viz.dashboard.labels import scalar_label
+from aah_viz.dashboard.labels import scalar_label, scalar_words
 from aah_viz.figures import curves as cfig
+from aah_viz.figures import style
 
 RANGE_KEY = "tr_range"
 # whether the x range is one the user chose (slider, box, address): only such a range stays put
@@ -82,7 +83,8 @@ def render() -> None:
         default_runs,
         label="Runs",
         format_func=labels.__getitem__,
-        help="Runs drawn together (the runs selected on the Runs page). Colour by regime, dash by seed.",
+        help="Runs drawn together (the runs selected on the Runs page), each in its own colour unless "
+        "coloured by regime below.",
     )
     keys = tuple(keys) or tuple(default_runs)
     names = sorted({n for k in keys for n in cache.scalar_names(root, k, session.token(k))}, key=cfig.scalar_order)
@@ -97,7 +99,7 @@ def render() -> None:
         format_func=scalar_label,
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
     )
-    c1, c2, c3, c4, c5 = st.columns([3, 2, 2, 3, 2])
+    c1, c2, c3, c6, c4, c5 = st.columns([3, 2, 2, 2, 3, 2])
     x = address.choose(
         c1.radio,
         "x",
@@ -128,6 +130,18 @@ def render() -> None:
         label="Band",
         format_func=curve_stats.BAND_NAMES.get,
         disabled=group == "none",
+    )
+    colour_by = address.choose(
+        c6.selectbox,
+        "colour",
+        "tr_colour",
+        list(style.COLOUR_BY),
+        "run",
+        label="Colour",
+        format_func=style.COLOUR_BY.get,
+        disabled=group != "none",
+        help="Each run its own colour (runs of one regime and seed stay apart), or the regime's colour "
+        "on every page with a dash a seed.",
     )
     smoothing = address.bound(
         c4.slider,
@@ -204,6 +218,8 @@ def render() -> None:
             robust=robust,
             log_y=log_y,
             x_range=None if x_range == full else x_range,
+            color_by=colour_by,
+            title=f"{scalar_words(name)} against {cfig.X_NAMES[x]}",  # words; the y axis names the tag
         )
         chart(
             fig,
@@ -230,6 +246,8 @@ def render() -> None:
             + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
         few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
+        if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {', '.join(few)}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
@@ -246,16 +264,20 @@ def render() -> None:
     )
     data_downloads(frame, f"training-{'-'.join(scalars)}", key="tr_data")
     with st.expander("These charts from the command line"):
-        st.code(figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y), language="bash")
+        st.code(
+            figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y, colour_by), language="bash"
+        )
 
 
-def figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y) -> str:
+def figure_command(root, keys, scalars, x, group, band, smoothing, robust, log_y, colour_by="run") -> str:
     """The ``aah-viz figure`` commands that write the charts shown, one file a scalar (what is on screen:
-    the x axis, grouping, band, smoothing, robust y and log y)."""
+    the x axis, grouping, band, smoothing, robust y, log y and the runs' colours)."""
     runs = " ".join(shlex.quote(str(Path(root) / k)) for k in keys)
     opts = f"x={x},band={band},smoothing={smoothing:g},robust={str(robust).lower()},log_y={str(log_y).lower()}"
     if group != "none":
         opts += f",group={group}"
+    elif colour_by != "run":
+        opts += f",color_by={colour_by}"
     return "\n".join(
         f"aah-viz figure {runs} --kind curves --opt {shlex.quote(f'scalar={name},{opts}')} "
         f"--out {shlex.quote(name.replace('/', '-') + '.pdf')}"

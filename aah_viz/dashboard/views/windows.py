@@ -6,21 +6,22 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, configuration, page_head, pickers, selection, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import windows as wfig
 from aah_viz.figures.data import warmup_steps
 
 MAX_SIDE_BY_SIDE = 6
-# the cost table's columns, shortened so the whole table fits; the long names are the tooltips
+# the cost table's columns, shortened so the whole table fits (the long names are the tooltips), each with
+# one number format for every row (not 1 beside 0.458)
 COST_COLUMNS = {
-    "ACR": ("ACR", "acr"),
-    "causal-pair coverage": ("coverage", "causal_coverage"),
-    "realised work": ("realised work", "realised_work"),
-    "FLOPs ratio (analytic estimate)": ("FLOPs ratio (est.)", "flops_ratio"),
-    "step time, median (s, measured)": ("step time (s)", "step_time"),
-    "tokens/s, median (measured)": ("tokens/s", "tokens_per_s"),
+    "ACR": ("ACR", "acr", "%.3f"),
+    "causal-pair coverage": ("coverage", "causal_coverage", "%.3f"),
+    "realised work": ("realised work", "realised_work", "%.3f"),
+    "FLOPs ratio (analytic estimate)": ("FLOPs ratio (est.)", "flops_ratio", "%.3f"),
+    "step time, median (s, measured)": ("step time (s)", "step_time", "%.3f"),
+    "tokens/s, median (measured)": ("tokens/s", "tokens_per_s", "%.0f"),
 }
 
 
@@ -104,7 +105,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         label="Runs to compare",
         format_func=labels.__getitem__,
         help="Pick the runs for the coverage figure, the cost table and the side-by-side heatmaps "
-        "(colour by regime, dash by seed).",
+        "(each run its own colour).",
     )
     keys = tuple(chosen)
     if not keys:
@@ -134,14 +135,14 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         help=help_text("realised_work"),
     )
     if not cost.empty:
-        st.dataframe(
-            cost.rename(columns={c: short for c, (short, _) in COST_COLUMNS.items()}),
+        show_table(
+            cost.rename(columns={c: short for c, (short, _, _) in COST_COLUMNS.items()}),
             hide_index=True,
             width="stretch",
             height=38 + 35 * len(cost),
             column_config={
-                short: st.column_config.NumberColumn(short, help=f"{c}. {help_text(term)}", format="%.3g")
-                for c, (short, term) in COST_COLUMNS.items()
+                short: st.column_config.NumberColumn(short, help=f"{c}. {help_text(term)}", format=fmt)
+                for c, (short, term, fmt) in COST_COLUMNS.items()
                 if c in cost
             }
             | {"run": st.column_config.TextColumn("run", width="large")},
@@ -156,14 +157,16 @@ def _across_runs(root: str, key: str, m: dict) -> None:
     )
     table = cache.bucket_table(root, same, session.tokens(same))
     if not table.empty:
+        of = f"{len(table)} of the {len(keys)} chosen runs" if len(table) < len(keys) else f"the {len(table)} runs"
         chart(
-            wfig.bucket_heatmap_figure(table, "final selected-window distribution"),
+            wfig.bucket_heatmap_figure(table, f"final selected-window distribution of {of}"),
             key="win_buckets",
             name="final-window-distribution",
         )
     side = list(keys[:MAX_SIDE_BY_SIDE])
     if len(side) > 1:
-        st.caption(f"Final windows of {len(side)} chosen runs.")
+        shown = f"the first {len(side)} of the {len(keys)}" if len(side) < len(keys) else f"each of the {len(side)}"
+        st.caption(f"The final layer × head windows of {shown} chosen runs, side by side:")
         per_row = 3
         for start in range(0, len(side), per_row):
             cols = st.columns(per_row)
@@ -172,9 +175,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
                 d = cache.heatmap(root, k, session.token(k), None)
                 with cols[j]:
                     chart(
-                        wfig.window_heatmap_figure(
-                            d["matrix"], mk["windows"], session.label(k).split(" · ")[0], clickable=False, compact=True
-                        ),
+                        wfig.window_heatmap_figure(d["matrix"], mk["windows"], k, clickable=False, compact=True),
                         key=f"win_side_{start + j}",
                         name=f"final-windows-{k}",
                     )
