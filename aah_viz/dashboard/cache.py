@@ -7,6 +7,7 @@ one step, one layer, sampled or binned steps before returning.
 
 from __future__ import annotations
 
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -50,6 +51,10 @@ def discover(root: str, token: int, folders_stamp: int = 0) -> tuple[list[str], 
 @st.cache_data(show_spinner=False)
 def overview(root: str, key: str, token: int) -> dict:
     """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
+    return _overview_row(root, key)
+
+
+def _overview_row(root: str, key: str) -> dict:
     try:
         run = load_run(resolve_under(root, key), check=False)
         # from the summary beside the run when it is current, else computed from the tables; the shape check
@@ -76,11 +81,31 @@ def overview(root: str, key: str, token: int) -> dict:
         return {"key": key, "error": f"run {key} could not be read: {type(err).__name__}: {err}"}
 
 
+@st.cache_resource(show_spinner=False)
+def _overview_memo(root: str) -> dict[str, tuple[int, bytes]]:
+    """run key -> (its token, its overview pickled): the overviews already computed, cleared with every cached
+    resource. One dictionary rather than a cache entry per run: a thousand ``st.cache_data`` calls cost a
+    quarter of a CPU second in hashing and storing alone. Pickled, so no caller shares a kept row."""
+    return {}
+
+
 @st.cache_data(show_spinner=False, max_entries=4)  # a live run's every flush makes a new one: keep few
 def overviews(root: str, tokens: tuple[tuple[str, int], ...]) -> dict[str, dict]:
     """Every run's overview in one cache entry (a page of many runs makes one cache call, not one per run);
-    keyed by each run's token, so a new or changed run recomputes only its own ``overview``."""
-    return {key: overview(root, key, token) for key, token in tokens}
+    keyed by each run's token, so a new or changed run recomputes only its own overview."""
+    memo = _overview_memo(root)
+    out = {}
+    for key, token in tokens:
+        kept = memo.get(key)
+        if kept is not None and kept[0] == token:
+            out[key] = pickle.loads(kept[1])
+        else:
+            out[key] = _overview_row(root, key)
+            memo[key] = (token, pickle.dumps(out[key]))
+    if len(memo) > 2 * len(tokens) + 64:  # runs deleted since: forget them
+        for key in set(memo) - {key for key, _ in tokens}:
+            memo.pop(key, None)
+    return out
 
 
 @st.cache_data(show_spinner=False)
