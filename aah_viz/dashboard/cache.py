@@ -61,7 +61,7 @@ def _overview_row(root: str, key: str) -> dict:
         # from the summary's figures of the heads footers when it has them
         stored = run_summary.read(run.path)
         check_shape(run, run_summary.extent(stored))
-        summary = stored if stored is not None else run_summary.compute(run)
+        summary = stored if stored is not None else run_summary.compute(run, gradient=False)
         row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
         # a model probed or evaluated, not trained here (aah-viz probe --out on a Hugging Face model; evaluate,
         # profile or lens --out: a one-step run of another run or model folder): nothing to compare over training
@@ -74,6 +74,7 @@ def _overview_row(root: str, key: str) -> dict:
         row["manifest"] = dict(run.manifest)
         row["fields"] = manifest_fields.flat_fields(run.manifest)  # the Runs table's columns, once per run
         row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
+        row["controller_grad"] = run_summary.controller_gradient(summary)  # None: read the scalars (controller_grad)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}
@@ -204,11 +205,12 @@ def stability_layers(root: str, key: str, token: int) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False)
-def controller_grad(root: str, key: str, token: int) -> tuple[int, float]:
-    """(logged values, largest |value|) of the controller's gradient norm: all the page header needs."""
-    s = queries.scalar_frame(open_run(root, key), ["controller_grad_norm"])
-    values = s["value"].dropna().abs()
-    return len(values), float(values.max()) if len(values) else 0.0
+def controller_grad(root: str, key: str, token: int) -> tuple[int, int]:
+    """(logged values, of them not zero) of the controller's gradient norm: all the page header needs (as
+    ``run_summary.controller_gradient`` keeps it; this reads the scalars of a run whose summary does not)."""
+    s = queries.scalar_frame(open_run(root, key), [run_summary.GRAD_SCALAR])
+    values = s["value"].dropna()
+    return len(values), int((values != 0).sum())
 
 
 @st.cache_data(show_spinner=False)
