@@ -361,3 +361,21 @@ def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_fron
     assert set(on_front.index) == {"unpatched", "sliding_window_8", "full_adaptive_adapted"}
     with pytest.raises(AAHVizError, match="holds no frontier"):
         build_figure("frontier", runs)  # a training run
+
+
+def test_the_unchecked_template_gives_the_figure_a_checked_assignment_gives():
+    """``style.with_template`` skips Plotly's copy-and-check of the registered template: the figure it gives is
+    the one ``update_layout(template=...)`` gives, template included, and the layout checks values again after."""
+    import plotly.graph_objects as go
+
+    from aah_viz.figures import style
+
+    def fig():
+        return go.Figure(go.Heatmap(z=np.arange(6.0).reshape(2, 3))).update_layout(height=300)
+
+    fast = style.with_template(fig())
+    checked = fig().update_layout(template=style.TEMPLATE)
+    assert fast.to_dict() == checked.to_dict()
+    assert fast.to_dict()["layout"]["template"]["layout"]["plot_bgcolor"] == "white"
+    with pytest.raises(ValueError):
+        fast.update_layout(height="tall")  # validation is back on

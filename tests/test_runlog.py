@@ -495,6 +495,40 @@ def test_discover_runs_follows_no_symlink_out(tmp_path):
     assert discover_runs(root / "r0") == [root / "r0"]
 
 
+def test_discovery_resolves_only_links_and_finds_what_resolving_every_folder_finds(tmp_path):
+    """Folders reached by no link are taken as resolved; links inside the root are followed once, a manifest
+    that is a link out of the root makes no run: the same runs as resolving every folder and manifest."""
+    root = tmp_path / "logs"
+    for name in ("a/r1", "b/r2", "c"):
+        RunWriter.create(root / name, manifest(run_id=name)).close()
+    (root / "via").symlink_to(root / "a")  # the same run again through a link inside: found once
+    outside = tmp_path / "elsewhere"
+    RunWriter.create(outside / "secret", manifest(run_id="secret")).close()
+    (root / "fake").mkdir()
+    (root / "fake" / "manifest.json").symlink_to(outside / "secret" / "manifest.json")  # a manifest leading out
+    (root / "b" / "inner").symlink_to(root / "c")  # a run reached first through a link
+
+    def by_resolving_every_path() -> list:
+        base = root.resolve()
+        found, seen = [], set()
+        for dirpath, dirnames, _ in os.walk(root, followlinks=True):
+            here = Path(dirpath)
+            real = here.resolve()
+            if real in seen or not (real == base or base in real.parents):
+                dirnames[:] = []
+                continue
+            seen.add(real)
+            m = here / "manifest.json"
+            if m.is_file() and (m.resolve() == base or base in m.resolve().parents):
+                found.append(real)
+                dirnames[:] = []
+        return sorted(found)
+
+    got = discover_runs(root)
+    assert sorted(p.resolve() for p in got) == by_resolving_every_path()
+    assert len(got) == 3 and root / "fake" not in got
+
+
 def test_run_dirs_takes_runs_and_folders_of_runs_each_run_once_and_names_what_is_neither(tmp_path):
     root = tmp_path / "logs"
     for name in ("a", "b/c"):

@@ -31,6 +31,7 @@ def independent(run_dir: Path) -> dict:
     value of each scalar from all its rows (model-wide rows where there are any)."""
     tables = {}
     values = []
+    gradient = []  # [name, size, controller gradient norms logged, of them not zero], every layer, nulls not logged
     for table in ("heads", "scalars", "branch"):
         rows = []
         for seg in sorted((run_dir / table).glob("*.parquet")):
@@ -38,7 +39,15 @@ def independent(run_dir: Path) -> dict:
                 data = pq.read_table(seg)
             except Exception:  # noqa: BLE001 - an unreadable segment holds no rows for a reader
                 rows.append([seg.name, seg.stat().st_size, None, None])
+                gradient += [[seg.name, seg.stat().st_size, 0, 0]] if table == "scalars" else []
                 continue
+            if table == "scalars":
+                norms = [
+                    r["value"]
+                    for r in data.to_pylist()
+                    if r["name"] == "controller_grad_norm" and r["value"] is not None and not math.isnan(r["value"])
+                ]
+                gradient.append([seg.name, seg.stat().st_size, len(norms), sum(v != 0 for v in norms)])
             steps = data.column("step")
             lo, hi = (pc.min(steps).as_py(), pc.max(steps).as_py()) if len(steps) else (None, None)
             rows.append([seg.name, seg.stat().st_size, lo, hi])
@@ -48,6 +57,7 @@ def independent(run_dir: Path) -> dict:
     tables["cluster_validity"] = [
         validity_counts(seg) for seg in sorted((run_dir / "cluster_validity").glob("*.parquet"))
     ]
+    tables["controller_grad"] = gradient
     final = {n: None for n in NAMES}
     if values:
         frame = pd.concat(values)
@@ -119,6 +129,9 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     if shares is not None:
         assert pd.Series(shares).equals(pd.Series(cv.run_shares(queries.cluster_validity(fresh))))
         assert cv.doubt_from_shares(shares) == cv.groups_in_doubt(queries.cluster_validity(fresh))
+    # the page header's controller state: the counts kept against the gradient norms read as the header read them
+    norms = queries.scalar_frame(fresh, ["controller_grad_norm"])["value"].dropna()
+    assert run_summary.controller_gradient(data) == (len(norms), int((norms != 0).sum()))
     return data
 
 
@@ -137,6 +150,8 @@ def test_the_writers_summary_equals_the_tables(tmp_path, case):
     assert json.loads((run_dir / "summary.json").read_text()) == data
     if case["regime"] != "full_attention":  # routed: level-0 partitions were assessed
         assert run_summary.validity_shares(data)["partitions"] > 0
+    if case["regime"] == "full_adaptive":  # a controller that learns: gradient norms logged, not all zero
+        assert run_summary.controller_gradient(data)[1] > 0
     assert validate_run(run_dir) == []
 
 
@@ -241,6 +256,10 @@ def test_the_shape_check_reads_the_summarys_extent_and_an_older_summary_without_
     del data["extent"]  # a summary written before it kept the extent
     (run_dir / "summary.json").write_text(json.dumps(data))
     assert run_summary.read(run_dir) == data and run_summary.extent(data) is None
+    assert validate_run(run_dir) == []
+    del data["tables"]["controller_grad"]  # nor the controller gradient's counts: trusted, the header reads the scalars
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert run_summary.read(run_dir) == data and run_summary.controller_gradient(data) is None
     assert validate_run(run_dir) == []
     data["extent"] = {"layer": 1, "head": 9}  # one that disagrees with the footers is damage
     (run_dir / "summary.json").write_text(json.dumps(data))

@@ -8,6 +8,7 @@ one step, one layer, sampled or binned steps before returning.
 from __future__ import annotations
 
 import atexit
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -52,13 +53,17 @@ def discover(root: str, token: int, folders_stamp: int = 0) -> tuple[list[str], 
 @st.cache_data(show_spinner=False)
 def overview(root: str, key: str, token: int) -> dict:
     """Run-table row, or ``{"error": message}`` when the run cannot be read (this run only)."""
+    return _overview_row(root, key)
+
+
+def _overview_row(root: str, key: str) -> dict:
     try:
         run = load_run(resolve_under(root, key), check=False)
         # from the summary beside the run when it is current, else computed from the tables; the shape check
         # from the summary's figures of the heads footers when it has them
         stored = run_summary.read(run.path)
         check_shape(run, run_summary.extent(stored))
-        summary = stored if stored is not None else run_summary.compute(run)
+        summary = stored if stored is not None else run_summary.compute(run, gradient=False)
         row = queries.run_overview(run, summary["final"], run_summary.last_scalar_step(summary))
         # a model probed or evaluated, not trained here (aah-viz probe --out on a Hugging Face model; evaluate,
         # profile or lens --out: a one-step run of another run or model folder): nothing to compare over training
@@ -71,6 +76,7 @@ def overview(root: str, key: str, token: int) -> dict:
         row["manifest"] = dict(run.manifest)
         row["fields"] = manifest_fields.flat_fields(run.manifest)  # the Runs table's columns, once per run
         row["buckets"] = run_summary.buckets(summary)  # None: read the branch table (run_buckets)
+        row["controller_grad"] = run_summary.controller_gradient(summary)  # None: read the scalars (controller_grad)
         return row
     except AAHVizError as err:
         return {"key": key, "error": str(err)}
@@ -78,11 +84,31 @@ def overview(root: str, key: str, token: int) -> dict:
         return {"key": key, "error": f"run {key} could not be read: {type(err).__name__}: {err}"}
 
 
+@st.cache_resource(show_spinner=False)
+def _overview_memo(root: str) -> dict[str, tuple[int, bytes]]:
+    """run key -> (its token, its overview pickled): the overviews already computed, cleared with every cached
+    resource. One dictionary rather than a cache entry per run: a thousand ``st.cache_data`` calls cost a
+    quarter of a CPU second in hashing and storing alone. Pickled, so no caller shares a kept row."""
+    return {}
+
+
 @st.cache_data(show_spinner=False, max_entries=4)  # a live run's every flush makes a new one: keep few
 def overviews(root: str, tokens: tuple[tuple[str, int], ...]) -> dict[str, dict]:
     """Every run's overview in one cache entry (a page of many runs makes one cache call, not one per run);
-    keyed by each run's token, so a new or changed run recomputes only its own ``overview``."""
-    return {key: overview(root, key, token) for key, token in tokens}
+    keyed by each run's token, so a new or changed run recomputes only its own overview."""
+    memo = _overview_memo(root)
+    out = {}
+    for key, token in tokens:
+        kept = memo.get(key)
+        if kept is not None and kept[0] == token:
+            out[key] = pickle.loads(kept[1])
+        else:
+            out[key] = _overview_row(root, key)
+            memo[key] = (token, pickle.dumps(out[key]))
+    if len(memo) > 2 * len(tokens) + 64:  # runs deleted since: forget them
+        for key in set(memo) - {key for key, _ in tokens}:
+            memo.pop(key, None)
+    return out
 
 
 @st.cache_data(show_spinner=False)
@@ -181,11 +207,12 @@ def stability_layers(root: str, key: str, token: int) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False)
-def controller_grad(root: str, key: str, token: int) -> tuple[int, float]:
-    """(logged values, largest |value|) of the controller's gradient norm: all the page header needs."""
-    s = queries.scalar_frame(open_run(root, key), ["controller_grad_norm"])
-    values = s["value"].dropna().abs()
-    return len(values), float(values.max()) if len(values) else 0.0
+def controller_grad(root: str, key: str, token: int) -> tuple[int, int]:
+    """(logged values, of them not zero) of the controller's gradient norm: all the page header needs (as
+    ``run_summary.controller_gradient`` keeps it; this reads the scalars of a run whose summary does not)."""
+    s = queries.scalar_frame(open_run(root, key), [run_summary.GRAD_SCALAR])
+    values = s["value"].dropna()
+    return len(values), int((values != 0).sum())
 
 
 @st.cache_data(show_spinner=False)

@@ -72,15 +72,18 @@ def downloads(fig, key: str, name: str, data: pd.DataFrame | None = None, where=
                 key=f"{key}_dl_{fmt}",
                 on_click="ignore",
             )
-        frame = data if data is not None else figure_frame(fig)
         st.download_button(
             "CSV (data)",
-            data=frame.to_csv(index=False),
+            data=functools.partial(_csv_text, fig, data),  # built on click only: a redraw skips the figure's table
             file_name=f"{stem}.csv",
             mime="text/csv",
             key=f"{key}_dl_csv",
             on_click="ignore",
         )
+
+
+def _csv_text(fig, data: pd.DataFrame | None) -> str:
+    return (data if data is not None else figure_frame(fig)).to_csv(index=False)
 
 
 def data_downloads(frame: pd.DataFrame, stem: str, key: str, where=None) -> None:

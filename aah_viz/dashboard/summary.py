@@ -39,12 +39,13 @@ def controller_state(root: str, key: str, token: int, manifest: dict, full: bool
     if full:  # the page reads the controller's series anyway: no second read
         series = cache.controller(root, key, token)["series"]
         grad = series[series["name"] == "controller_grad_norm"]["value"].abs() if not series.empty else series
-        logged, largest = len(grad), float(grad.max()) if len(grad) else 0.0
-    else:
-        logged, largest = cache.controller_grad(root, key, token)
+        logged, moved = len(grad), bool(len(grad)) and float(grad.max()) != 0.0
+    else:  # the run's summary keeps the counts (no scalar read); older summaries: read the scalars
+        counts = cache.overview(root, key, token).get("controller_grad")
+        logged, moved = counts if counts is not None else cache.controller_grad(root, key, token)
     if logged == 0:
         return "unlogged"
-    return "zero" if largest == 0.0 else "learning"
+    return "learning" if moved else "zero"
 
 
 def zero_gradient_note(root: str, key: str, token: int, manifest: dict, full: bool = False) -> tuple[str, str] | None:

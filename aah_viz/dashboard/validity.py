@@ -42,11 +42,10 @@ def groups_in_doubt_banner(root: str, key: str, token: int, manifest: dict) -> t
     """Every page of one run: its groups colour the windows, the training and the probes too, so the
     doubt is said wherever the run is shown; it points to the head-similarity section only where the
     run has one to see."""
-    v = cache.validity(root, key, token)["validity"]
-    text = cv.groups_in_doubt(v)
+    shares = run_shares(root, key, token)  # from the run's summary: no validity rows read
+    text = cv.doubt_from_shares(shares)
     if not text:
         return None
-    shares = cv.run_shares(v)
     similarity = has_head_similarity(root, key, token)
     # the line stays one line (the trained samples all have the section): the section is named in the details
     short = f"**Head groups mostly not clusters** ({cv.doubt_in_brief(shares)}; see Stability)"

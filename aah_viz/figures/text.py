@@ -47,7 +47,15 @@ def _unlink(value):
 def without_links(fig: go.Figure) -> go.Figure:
     """``fig`` itself when none of its strings holds an anchor tag (the usual case: one walk, no copy),
     else a copy whose anchor tags are shown as text."""
-    spec = fig.to_dict()
-    if not _has_link(spec):
+    if not _has_link(_spec_in_place(fig)):
         return fig
-    return go.Figure(_unlink(spec))
+    return go.Figure(_unlink(fig.to_dict()))
+
+
+def _spec_in_place(fig: go.Figure):
+    """The figure's data and layout as Plotly keeps them (``to_dict`` less its deep copy, which costs a page of ten
+    charts more than the walk itself: only read here); ``to_dict`` where a Plotly keeps them otherwise."""
+    data, layout = getattr(fig, "_data", None), getattr(fig, "_layout", None)
+    if isinstance(data, list) and isinstance(layout, dict):
+        return [data, layout]
+    return fig.to_dict()

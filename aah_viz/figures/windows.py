@@ -300,8 +300,8 @@ def needed_vs_executed_figure(spans: pd.DataFrame, windows: list[int], title: st
         title=title,
         xaxis=dict(title="window keeping 95% of the mass (tokens)", type="log"),
         yaxis=dict(title="executed window (tokens)", type="log", tickvals=list(windows)),
-        template=style.TEMPLATE,
     )
+    style.with_template(fig)
     return fig
 
 
@@ -427,5 +427,5 @@ def _layer_head_panels(fig: go.Figure, title: str, n_layer: int) -> go.Figure:
     fig.update_xaxes(title=style.HEAD)
     fig.update_yaxes(autorange="reversed")
     fig.update_yaxes(title=style.LAYER, row=1, col=1)
-    fig.update_layout(template=style.TEMPLATE, title=title or None, height=max(360, 18 * n_layer + 160))
+    style.with_template(fig).update_layout(title=title or None, height=max(360, 18 * n_layer + 160))
     return fig

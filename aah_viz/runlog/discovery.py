@@ -44,14 +44,13 @@ def discover_runs(root: str | os.PathLike, folders: list[Path] | None = None) ->
     root_resolved = root.resolve()
     found: list[Path] = []
     seen: set[Path] = set()
-    stack = [root]
+    stack = [(root, root_resolved)]  # (folder, its resolved path: a folder reached by no link needs no resolve)
     while stack:
-        current = stack.pop()
-        real = current.resolve()
+        current, real = stack.pop()
         if real in seen or not is_within(real, root_resolved):
             continue
         seen.add(real)
-        if is_run(current) and is_within(manifest_path(current).resolve(), root_resolved):
+        if is_run(current) and _manifest_inside(current, root_resolved):
             found.append(current)
             continue
         if folders is not None:
@@ -65,10 +64,18 @@ def discover_runs(root: str | os.PathLike, folders: list[Path] | None = None) ->
                 continue
             try:
                 if entry.is_dir(follow_symlinks=True):
-                    stack.append(current / entry.name)
+                    child = current / entry.name
+                    stack.append((child, child.resolve() if entry.is_symlink() else real / entry.name))
             except OSError:
                 continue
     return sorted(found)
+
+
+def _manifest_inside(run_dir: Path, root_resolved: Path) -> bool:
+    """Whether the run's manifest is inside ``root``: a plain file in a folder already inside it is (no
+    resolve: a thousand runs' manifests are a thousand path walks), a link is resolved."""
+    manifest = manifest_path(run_dir)
+    return not manifest.is_symlink() or is_within(manifest.resolve(), root_resolved)
 
 
 def runs_below(folder: str | os.PathLike, *, depth: int = 3, limit: int = 6) -> list[Path]:

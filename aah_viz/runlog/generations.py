@@ -115,9 +115,13 @@ def visible_segments(directory: str | os.PathLike) -> tuple[list[Path], str | No
 
 
 def visible_sizes(directory: str | os.PathLike) -> list[tuple[str, int]]:
-    """(name, size) of ``visible_segments``, in the same order: a listing and a ``stat`` each, no paths built."""
-    listed = paths.segment_entries(directory)
-    generations, _ = read_record(directory)
+    """(name, size) of ``visible_segments``, in the same order: a listing and a ``stat`` each, no paths built.
+    The record is read only when the listing holds one (most folders never swapped segments: a dashboard of a
+    thousand runs saves four failed opens a run). A first swap's record written while the folder is listed may
+    be missed; a caller comparing against names it keeps (``run_summary.read``) then sees a difference."""
+    others: set[str] = set()
+    listed = paths.segment_entries(directory, others)
+    generations = read_record(directory)[0] if RECORD in others else []
     hidden = hidden_names({e.name for e in listed}, generations) if generations else set()
     out = []
     for entry in listed:

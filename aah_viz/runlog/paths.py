@@ -190,12 +190,18 @@ def is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def segment_entries(directory: str | os.PathLike) -> list[os.DirEntry]:
+def segment_entries(directory: str | os.PathLike, others: set[str] | None = None) -> list[os.DirEntry]:
     """The directory entries of ``list_segments``, in the same order (a caller that needs only names and
-    sizes builds no paths: a dashboard of a thousand runs lists tens of thousands of segments)."""
+    sizes builds no paths: a dashboard of a thousand runs lists tens of thousands of segments). ``others``:
+    a set that gets the names of every other entry of the same listing."""
+    entries = []
     try:
         with os.scandir(directory) as listing:
-            entries = [e for e in listing if e.name.endswith(".parquet") and not is_hidden(e.name) and e.is_file()]
+            for e in listing:
+                if e.name.endswith(".parquet") and not is_hidden(e.name) and e.is_file():
+                    entries.append(e)
+                elif others is not None:
+                    others.add(e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(entries, key=lambda e: _segment_order(e.name))

@@ -32,6 +32,12 @@ VERSION = 1
 BOUND_TABLES = ("heads", "scalars", "branch")  # rows: [segment, size, smallest step, largest step]
 VALIDITY = "cluster_validity"  # rows: [segment, size, partitions, forced, assessed, real]
 TABLES = (*BOUND_TABLES, VALIDITY)
+# rows: [segment, size, values logged, values not zero] of the ``scalars`` segments' controller gradient norm (every
+# page's header says whether the controller learns: a scan of a long run's every scalar otherwise). Absent from
+# summaries written before it: readers then read the scalars.
+GRAD = "controller_grad"
+GRAD_SCALAR = "controller_grad_norm"
+FACT_ROWS = {**{t: t for t in TABLES}, GRAD: "scalars"}  # each list of rows and the table folder it lists
 FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
 
 
@@ -40,21 +46,22 @@ def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
     return generations.visible_sizes(paths.table_dir(run_dir, table))
 
 
-def compute(run: Run, previous: dict | None = None) -> dict:
+def compute(run: Run, previous: dict | None = None, gradient: bool = True) -> dict:
     """The summary of ``run`` from its tables. Segment bounds already in ``previous`` (same name and size)
-    are kept rather than read again: a writer's flush reads only its new segments' footers."""
+    are kept rather than read again: a writer's flush reads only its new segments' footers. ``gradient``:
+    also the controller gradient's counts (a reader that needs only the Runs page's figures skips them)."""
     known: dict[tuple, list] = {}
     if previous is not None:
-        for table in TABLES:
+        for table in FACT_ROWS:
             for name, size, *facts in previous["tables"].get(table, []):
                 known[(table, name, size)] = facts
     tables = {}
-    for table in TABLES:
+    for table in FACT_ROWS if gradient else TABLES:
         rows = []
-        for name, size in _listing(run.path, table):
+        for name, size in _listing(run.path, FACT_ROWS[table]):
             facts = known.get((table, name, size))
             if facts is None:
-                facts = _segment_facts(paths.table_dir(run.path, table) / name, table)
+                facts = _segment_facts(paths.table_dir(run.path, FACT_ROWS[table]) / name, table)
             rows.append([name, size, *facts])
         tables[table] = rows
     final = _final_values(run, tables["scalars"])
@@ -119,6 +126,8 @@ def _last_buckets(run: Run, branch_rows: list) -> list | None:
 def _segment_facts(seg: Path, table: str) -> list:
     """What the summary keeps of one segment: its step bounds, or its level-0 partitions' counts
     (``analysis.cluster_validity.run_shares`` over the rows: forced splits, assessed, beating the null)."""
+    if table == GRAD:
+        return _gradient_facts(seg)
     if table != VALIDITY:
         bounds = file_step_bounds(seg)
         return list(bounds) if bounds is not None else [None, None]
@@ -131,6 +140,17 @@ def _segment_facts(seg: Path, table: str) -> list:
     verdict = data.column("verdict").to_pandas() if "verdict" in data.column_names else pd.Series([None] * n)
     assessed = verdict != cv.UNDEFINED  # as run_shares: a missing verdict counts as assessed, not real
     return [n, int((origin == cv.FORCED).sum()), int(assessed.sum()), int((verdict[assessed] == cv.REAL).sum())]
+
+
+def _gradient_facts(seg: Path) -> list:
+    """[values logged, values not zero] of the controller gradient norm in one ``scalars`` segment (every layer,
+    as ``queries.scalar_frame``; a null value is not logged)."""
+    try:
+        data = pq.read_table(seg, columns=["name", "value"], filters=[("name", "==", GRAD_SCALAR)])
+    except Exception:  # noqa: BLE001 - an unreadable segment holds no rows for a reader
+        return [0, 0]
+    values = data.column("value").to_pandas().dropna()
+    return [int(len(values)), int((values != 0).sum())]
 
 
 def _finite(value):
@@ -164,11 +184,13 @@ def _well_formed(data) -> bool:
         return False
     if not all(type(v) is int for v in extent.values()):
         return False
-    for table in TABLES:
+    for table in FACT_ROWS:
         rows = tables.get(table)
+        if table == GRAD and rows is None:  # written before it
+            continue
         if not isinstance(rows, list):
             return False
-        width = 4 if table in BOUND_TABLES else 6
+        width = 4 if table in (*BOUND_TABLES, GRAD) else 6
         for row in rows:
             if not (isinstance(row, list) and len(row) == width and isinstance(row[0], str) and type(row[1]) is int):
                 return False
@@ -192,8 +214,14 @@ def read(run_dir: str | os.PathLike) -> dict | None:
         return None
     if not _well_formed(data):
         return None
-    for table in TABLES:
-        if [(row[0], row[1]) for row in data["tables"][table]] != _listing(run_dir, table):
+    listings = {}
+    for table in FACT_ROWS:
+        if table not in data["tables"]:
+            continue
+        folder = FACT_ROWS[table]
+        if folder not in listings:
+            listings[folder] = _listing(run_dir, folder)
+        if [(row[0], row[1]) for row in data["tables"][table]] != listings[folder]:
             return None
     return data
 
@@ -240,6 +268,13 @@ def buckets(data: dict) -> dict[int, float] | None:
     return None if data.get("buckets") is None else {w: v for w, v in data["buckets"]}
 
 
+def controller_gradient(data: dict) -> tuple[int, int] | None:
+    """(values of the controller gradient norm logged, of them not zero); None when the summary does not keep
+    them (written before it, or computed without them): the caller reads the scalars."""
+    rows = data["tables"].get(GRAD)
+    return None if rows is None else (sum(r[2] for r in rows), sum(r[3] for r in rows))
+
+
 def last_scalar_step(data: dict) -> int | None:
     his = [hi for _, _, _, hi in data["tables"]["scalars"] if hi is not None]
     return max(his) if his else None
@@ -257,6 +292,8 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
         return []
     if "extent" not in stored:  # written before the summary kept it
         computed.pop("extent")
+    if GRAD not in stored["tables"]:  # the same
+        computed["tables"].pop(GRAD)
     if computed == stored:
         return []
     wrong = [k for k in ("tables", "final", "buckets", "extent") if computed.get(k) != stored.get(k)]
