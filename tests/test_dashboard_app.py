@@ -293,7 +293,7 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     # words for the table's names, and the pooled row's layer a word, not 0.000000
     assert comp["layer"].tolist() == [str(i) for i in range(N_LAYER)] + ["pooled"]
     assert comp[["target", "ARI", "null mean", "p", "partition validity"]].values.tolist()[-1] == [
-        "kmeans:profile",
+        "k-means of probe profiles",  # the chart's words for kmeans:profile
         0.2,
         0.0,
         0.04,

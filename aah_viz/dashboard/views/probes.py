@@ -190,6 +190,8 @@ def _comparison_section(tables) -> None:
     chart(pr.comparison_figure(comp, level), key="probe_comparison_chart")
     shown = comp[comp["level"] == level]
     shown = shown[[c for c in COMPARISON_COLUMNS if c in shown]].reset_index(drop=True)
+    if "target" in shown:  # the clusterings in the chart's words (the CSV keeps aah-viz compare's names)
+        shown["target"] = [pr.TARGET_WORDS.get(t, t) for t in shown["target"]]
     show_table(_grey_degenerate(readable(shown)), hide_index=True, width="stretch", key="probe_comparisons")
     assoc = tables.get("window_association")
     if assoc is not None and not assoc.empty:
