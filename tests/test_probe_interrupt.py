@@ -34,7 +34,7 @@ def runs(tmp_path_factory):
     shutil.copytree(root / "a", root / "b")
     bundled = (Path(str(resources.files("aah_viz") / "data")) / "synthetic_probe.conllu").read_text()
     big = root / "big.conllu"
-    big.write_text("".join(bundled.replace("syn-987654-", f"copy{k}-") for k in range(4)))  # unique ids
+    big.write_text("".join(bundled.replace("syn-987654-", f"copy{k}-") for k in range(2)))  # unique ids
     return root
 
 
