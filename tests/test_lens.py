@@ -404,6 +404,7 @@ def test_figure_options_take_comma_separated_pairs_and_keep_commas_in_a_value():
 
 
 @torch_needed
+@pytest.mark.slow  # a model folder's lens twice (about a minute); the toy lens tests cover the lens itself
 def test_a_model_folders_lens_is_the_full_attention_beside_the_adapted_windows(retrofit_run, monkeypatch):
     """``aah-viz lens MODEL_DIR --out DIR``: the unpatched model's attention on the same document, in a run
     of its own; the Lens page offers it side by side with the adapted run's lens of that document."""
