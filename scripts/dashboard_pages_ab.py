@@ -25,17 +25,20 @@ from pathlib import Path
 CHILD = """
 import json, resource, sys
 from pathlib import Path
+import aah_viz
 from aah_viz.dashboard import page_bench
 pages = page_bench.measure_pages(Path(sys.argv[1]), warm_rounds=int(sys.argv[2]), pages=sys.argv[3].split(","))
-print(json.dumps({"pages": pages, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"pages": pages, "peak_rss_mb": peak, "package": str(Path(aah_viz.__file__).resolve().parent)}))
 """
 
 
 def one_side(tree: Path, logs: Path, warm_rounds: int, pages: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(logs), str(warm_rounds), ",".join(pages)],
+    out = subprocess.run(  # run in the tree: ``python -c`` puts its folder first on the path
+        [sys.executable, "-c", CHILD, str(logs.resolve()), str(warm_rounds), ",".join(pages)],
         env=env,
+        cwd=tree,
         capture_output=True,
         text=True,
         check=False,
@@ -43,7 +46,10 @@ def one_side(tree: Path, logs: Path, warm_rounds: int, pages: list[str]) -> dict
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         sys.exit(f"dashboard_pages_ab: error: the pages did not draw with {tree}: {out.stderr.strip()[-300:]}")
-    return json.loads(lines[-1])
+    result = json.loads(lines[-1])
+    if Path(result["package"]) != (tree / "aah_viz").resolve():
+        sys.exit(f"dashboard_pages_ab: error: {tree} was given but aah_viz came from {result['package']}")
+    return result
 
 
 def main() -> int:
