@@ -65,6 +65,11 @@ def regime_metric_figure(
     if reference is not None and not reference.empty:
         regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
     shown: set[str] = set()
+    # each run's regime and seed mark once for every panel, as object arrays: Plotly checks a list's every
+    # element against its allowed symbols in Python, an array's against the set of them (1,000 runs, 4 panels)
+    run_regimes = per_run["regime"].astype(str).to_numpy(dtype=object)
+    seeds = per_run.get("seed", pd.Series([0] * len(per_run)))
+    seed_marks = np.array([style.seed_symbol(sd) for sd in seeds], dtype=object)
 
     def legend(group: str) -> bool:  # one legend entry per kind of mark, wherever it first appears
         if group in shown:
@@ -106,14 +111,10 @@ def regime_metric_figure(
         )
         fig.add_trace(
             go.Scatter(
-                x=per_run["regime"].astype(str),
+                x=run_regimes,
                 y=per_run[metric].to_numpy(dtype=np.float64),
                 mode="markers",
-                marker=dict(
-                    color="#333",
-                    size=7,
-                    symbol=[style.seed_symbol(sd) for sd in per_run.get("seed", pd.Series([0] * len(per_run)))],
-                ),
+                marker=dict(color="#333", size=7, symbol=seed_marks),
                 name="one seed (shape: seed)",
                 showlegend=legend("seeds"),
                 legendgroup="seeds",
