@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.dashboard.app import PAGE_FILES
+from aah_viz.dashboard.views import runs as runs_view
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import RunWriter, load_run
 from aah_viz.runlog.manifest import STATUSES
@@ -548,7 +549,15 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"
-    # the settings diff of every run: values every run has first, no field repeating another (config.regime)
+    if len(listed) > runs_view.DIFF_MAX:  # too many to set side by side: said, and the short runs ticked instead
+        assert any(f"Select {runs_view.DIFF_MAX} runs or fewer" in c.value for c in at.caption)
+        at.selectbox(key="runs_filter_field").set_value("last step").run()
+        at.text_input(key="runs_filter").set_value("<1000").run()
+        at.button(key="runs_select_shown").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        listed = str(at.query_params["sel"]).strip("[]'").split("~")
+        assert 2 <= len(listed) <= runs_view.DIFF_MAX, listed
+    # the settings diff of the ticked runs: values every run has first, no field repeating another (config.regime)
     diff = next(df.value for df in at.dataframe if list(df.value.columns)[:1] == ["field"])
     fields = diff["field"].tolist()
     assert "regime" in fields and "config.regime" not in fields and "train.regime" not in fields, fields

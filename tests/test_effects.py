@@ -195,6 +195,44 @@ def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(caps
     assert out.loc[out["term"] == "interaction", "effect"].isna().all()  # aliased in the fraction
 
 
+SMALL = Path(__file__).resolve().parents[1] / "sample_logs" / "sweep_ablation_small"
+SMALL_DESIGN = Path(__file__).resolve().parents[1] / "scripts" / "ablation_small.toml"
+
+
+@pytest.mark.skipif(not (SMALL / ".sweep" / "design.json").is_file(), reason="the small sample sweep is not here")
+def test_effects_of_the_full_factorial_sample_equal_contrasts_of_its_cell_means(capsys):
+    """The 2 x 2 x 2 sample over three seeds: in a balanced full factorial each main effect is the
+    difference of the two halves' means and each interaction the mean over the third factor of a
+    difference of differences, whatever the model leaves out (the three-way term is orthogonal)."""
+    from aah_viz.cli import main
+    from aah_viz.runlog import load_run
+    from aah_viz.sweep.design import load_design, run_name
+
+    design = load_design(SMALL_DESIGN)
+    assert main(["effects", str(SMALL), "--design", str(SMALL_DESIGN), "--format", "csv"]) == 0
+    out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
+    rows = []
+    for cell, seed in design.trials():
+        sc = load_run(SMALL / run_name(cell, seed)).scalar("val_loss").sort_values("step")
+        rows.append({**cell.as_dict(), "y": float(sc["value"].iloc[-1])})
+    df = pd.DataFrame(rows)
+    assert len(df) == 24
+    names = [f.name for f in design.factors]
+    levels = {f.name: f.levels for f in design.factors}
+    got = {(r.factors, r.levels): r for r in out.itertuples()}
+    for f in names:
+        lo, hi = levels[f]
+        want = df.loc[df[f] == hi, "y"].mean() - df.loc[df[f] == lo, "y"].mean()
+        row = got[(f, f"{hi} vs {lo}")]
+        assert row.effect == pytest.approx(want, abs=1e-9) and row.df == 24 - 7
+    for f, g in itertools.combinations(names, 2):
+        (h,) = set(names) - {f, g}
+        m = df.groupby([f, g, h])["y"].mean()
+        (f0, f1), (g0, g1) = levels[f], levels[g]
+        want = np.mean([m[f1, g1, x] - m[f1, g0, x] - m[f0, g1, x] + m[f0, g0, x] for x in levels[h]])
+        assert got[(f"{f} x {g}", f"{f1} x {g1}")].effect == pytest.approx(want, abs=1e-9)
+
+
 def test_a_frontier_sweeps_effects_read_one_configurations_row_of_each_run(tmp_path, capsys):
     """``ppl@CONFIGURATION``: each run's perplexity of that configuration (exp of its blocks' mean loss,
     recomputed here from the events); the main effect is a difference of cell means averaged over the
