@@ -39,6 +39,38 @@ def steps_once(run_dir, steps: int) -> None:
     assert per_step.nunique() == 1 and not heads.duplicated(["step", "layer", "head"]).any()
 
 
+def rerun_finishes(design, logs, ran: int, run_dirs, steps: int) -> None:
+    """The same sweep again: every trial done, ``ran`` of them run by this call, every step's rows once."""
+    again = run(sweep_cmd(design, logs, "--json"), "the rerun of the sweep", capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert (summary["done"], summary["ran"], summary["unfinished"]) == (len(run_dirs), ran, [])
+    for run_dir in run_dirs:
+        steps_once(run_dir, steps)
+
+
+def tiny_design(tmp_path, steps: int):
+    """Two cells (feature EMA on, off) of the tiny preset, one seed, a checkpoint every 2 steps."""
+    design = tmp_path / "design.toml"
+    design.write_text(
+        f"""
+seeds = [0]
+[fixed]
+preset = "tiny"
+steps = {steps}
+checkpoint_interval = 2
+eval_interval = {steps}
+eval_batches = 1
+detail = "minimal"
+warmup_steps = 1
+[factors]
+feature_ema = ["on", "off"]
+""",
+        encoding="utf-8",
+    )
+    return design
+
+
 # Put on PYTHONPATH as sitecustomize: the trial training into $SWEEP_VICTIM kills itself (SIGKILL) right after
 # the rows of step 4 reach the disk, past the checkpoint of step 3, once (a marker file says it happened).
 # The kill lands at the same point on any machine, as a lost worker's would.
@@ -59,34 +91,24 @@ if victim and victim in sys.argv and not os.path.exists(mark):
 """
 
 
+def hooked_env(tmp_path, hook_text: str, victim):
+    """The environment that puts ``hook_text`` on the path as sitecustomize for the trial training into
+    ``victim``, and the marker file it leaves when it has acted."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(hook_text, encoding="utf-8")
+    mark = tmp_path / "hook-acted"
+    return dict(os.environ, PYTHONPATH=str(hook), SWEEP_VICTIM=str(victim.resolve()), SWEEP_VICTIM_MARK=str(mark)), mark
+
+
 def test_a_worker_killed_mid_sweep_loses_only_its_trial_and_the_rerun_resumes_it(tmp_path):
     steps = 8
-    design = tmp_path / "design.toml"
-    design.write_text(
-        f"""
-seeds = [0]
-[fixed]
-preset = "tiny"
-steps = {steps}
-checkpoint_interval = 2
-eval_interval = {steps}
-eval_batches = 1
-detail = "minimal"
-warmup_steps = 1
-[factors]
-feature_ema = ["on", "off"]
-""",
-        encoding="utf-8",
-    )
+    design = tiny_design(tmp_path, steps)
     logs = tmp_path / "logs"
     d = load_design(design)
     victim = logs / run_name(d.cells[0], 0)
     other = logs / run_name(d.cells[1], 0)
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(KILL_ONCE, encoding="utf-8")
-    mark = tmp_path / "killed"
-    env = dict(os.environ, PYTHONPATH=str(hook), SWEEP_VICTIM=str(victim.resolve()), SWEEP_VICTIM_MARK=str(mark))
+    env, mark = hooked_env(tmp_path, KILL_ONCE, victim)
     cmd = sweep_cmd(design, logs, "--workers", "2", "--threads", "1")
     first = run(cmd, "the sweep whose worker is killed", capture_output=True, text=True, cwd=ROOT, env=env)
     assert mark.exists(), first.stderr  # the victim died at step 4
@@ -96,12 +118,7 @@ feature_ema = ["on", "off"]
     assert load_run(victim).status != "finished"
     steps_once(other, steps)  # the other trial went on and finished
 
-    again = run(sweep_cmd(design, logs, "--json"), "the rerun of the sweep", capture_output=True, text=True, cwd=ROOT)
-    assert again.returncode == 0, again.stderr
-    summary = json.loads(again.stdout)
-    assert (summary["done"], summary["ran"], summary["unfinished"]) == (2, 1, [])
-    for run_dir in (victim, other):
-        steps_once(run_dir, steps)
+    rerun_finishes(design, logs, 1, (victim, other), steps)
     resumed = load_run(victim).events("resume")
     assert len(resumed) == 1 and len(load_run(other).events("resume")) == 0
     assert sorted(p.name for p in logs.iterdir() if not p.name.startswith(".")) == sorted([victim.name, other.name])
@@ -116,20 +133,11 @@ def test_a_sweep_stopped_by_sigterm_stops_its_trials_and_starts_no_more(tmp_path
     """A kill of the sweep alone reaches its running trial (closed as stopped, not left running unowned) and
     starts no other; the next call resumes the stopped one and runs the rest, every step once."""
     steps = 8
-    design = tmp_path / "design.toml"
-    design.write_text(
-        f'seeds = [0]\n[fixed]\npreset = "tiny"\nsteps = {steps}\ncheckpoint_interval = 2\neval_interval = {steps}\n'
-        'eval_batches = 1\ndetail = "minimal"\nwarmup_steps = 1\n[factors]\nfeature_ema = ["on", "off"]\n',
-        encoding="utf-8",
-    )
+    design = tiny_design(tmp_path, steps)
     logs = tmp_path / "logs"
     d = load_design(design)
     victim, later = (logs / run_name(cell, 0) for cell in d.cells)
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(TERM_THE_SWEEP, encoding="utf-8")
-    mark = tmp_path / "termed"
-    env = dict(os.environ, PYTHONPATH=str(hook), SWEEP_VICTIM=str(victim.resolve()), SWEEP_VICTIM_MARK=str(mark))
+    env, mark = hooked_env(tmp_path, TERM_THE_SWEEP, victim)
     first = run(
         sweep_cmd(design, logs, "--workers", "1", "--threads", "1"), "the sweep that is sent SIGTERM",
         capture_output=True, text=True, cwd=ROOT, env=env,
@@ -140,12 +148,7 @@ def test_a_sweep_stopped_by_sigterm_stops_its_trials_and_starts_no_more(tmp_path
     assert stopped.status == "stopped" and 4 <= stopped.manifest["last_step"] < steps - 1
     assert not later.exists()  # not started once the sweep was asked to stop
 
-    again = run(sweep_cmd(design, logs, "--json"), "the rerun of the sweep", capture_output=True, text=True, cwd=ROOT)
-    assert again.returncode == 0, again.stderr
-    summary = json.loads(again.stdout)
-    assert (summary["done"], summary["ran"], summary["unfinished"]) == (2, 2, [])
-    for run_dir in (victim, later):
-        steps_once(run_dir, steps)
+    rerun_finishes(design, logs, 2, (victim, later), steps)
 
 
 # --- the same design through every executor (slow: three sweeps of eight trials) ----------------------
