@@ -160,22 +160,28 @@ SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "sweep_ablation_t
 SAMPLE_DESIGN = Path(__file__).resolve().parents[1] / "scripts" / "ablation_sample.toml"
 
 
-@pytest.mark.skipif(not (SAMPLE / ".sweep" / "design.json").is_file(), reason="the sample sweep is not here")
-def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(capsys):
-    """The recorded half fraction: each main effect is a difference of means (the columns are orthogonal),
-    its standard error the additive model's residual variance over 6 + 6 runs."""
+def effects_and_final_losses(folder: Path, design_file: Path, capsys):
+    """A sample sweep's design, ``aah-viz effects``'s CSV of it, and each trial's final validation loss
+    (``y``) read from its run, one row per trial with its levels."""
     from aah_viz.cli import main
     from aah_viz.runlog import load_run
     from aah_viz.sweep.design import load_design, run_name
 
-    design = load_design(SAMPLE_DESIGN)
-    assert main(["effects", str(SAMPLE), "--design", str(SAMPLE_DESIGN), "--format", "csv"]) == 0
+    design = load_design(design_file)
+    assert main(["effects", str(folder), "--design", str(design_file), "--format", "csv"]) == 0
     out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
     rows = []
     for cell, seed in design.trials():
-        sc = load_run(SAMPLE / run_name(cell, seed)).scalar("val_loss").sort_values("step")
+        sc = load_run(folder / run_name(cell, seed)).scalar("val_loss").sort_values("step")
         rows.append({**cell.as_dict(), "y": float(sc["value"].iloc[-1])})
-    df = pd.DataFrame(rows)
+    return design, out, pd.DataFrame(rows)
+
+
+@pytest.mark.skipif(not (SAMPLE / ".sweep" / "design.json").is_file(), reason="the sample sweep is not here")
+def test_effects_of_the_sample_sweep_equal_a_hand_computation_from_its_runs(capsys):
+    """The recorded half fraction: each main effect is a difference of means (the columns are orthogonal),
+    its standard error the additive model's residual variance over 6 + 6 runs."""
+    design, out, df = effects_and_final_losses(SAMPLE, SAMPLE_DESIGN, capsys)
     y = df["y"].to_numpy()
     fitted = np.full(len(df), y.mean())
     hand = {}
@@ -204,18 +210,7 @@ def test_effects_of_the_full_factorial_sample_equal_contrasts_of_its_cell_means(
     """The 2 x 2 x 2 sample over three seeds: in a balanced full factorial each main effect is the
     difference of the two halves' means and each interaction the mean over the third factor of a
     difference of differences, whatever the model leaves out (the three-way term is orthogonal)."""
-    from aah_viz.cli import main
-    from aah_viz.runlog import load_run
-    from aah_viz.sweep.design import load_design, run_name
-
-    design = load_design(SMALL_DESIGN)
-    assert main(["effects", str(SMALL), "--design", str(SMALL_DESIGN), "--format", "csv"]) == 0
-    out = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0]))
-    rows = []
-    for cell, seed in design.trials():
-        sc = load_run(SMALL / run_name(cell, seed)).scalar("val_loss").sort_values("step")
-        rows.append({**cell.as_dict(), "y": float(sc["value"].iloc[-1])})
-    df = pd.DataFrame(rows)
+    design, out, df = effects_and_final_losses(SMALL, SMALL_DESIGN, capsys)
     assert len(df) == 24
     names = [f.name for f in design.factors]
     levels = {f.name: f.levels for f in design.factors}
