@@ -306,13 +306,13 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
 def test_compare_page_groups_by_regime(app):
     goto(app, "compare")
     assert "Probes page" in app.get("page_link")[0].proto.label
-    summary = app.dataframe[0].value.set_index("regime")
+    summary = app.dataframe[0].value.set_index("setup")
     assert summary.loc["full_adaptive", "n"] == 2 and summary.loc["shallow_freeze", "n"] == 1
     assert "±" in summary.loc["full_adaptive", "final loss (nats)"]
     assert "±" not in summary.loc["shallow_freeze", "final loss (nats)"]
     titles = chart_titles(app)
-    assert any(t.startswith("regimes:") for t in titles)
-    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by regime"))
+    assert any(t.startswith("setups:") for t in titles)
+    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by setup"))
     assert "<br>" not in buckets["layout"]["title"]["text"]  # one line: "tokens" never left alone on a second
     np.testing.assert_allclose(np.asarray(buckets["data"][0]["z"]).sum(axis=1), 100.0, rtol=1e-5)
     assert any("No reference folder" in i.value for i in app.info)

@@ -58,7 +58,7 @@ def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(
 
 def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     at = goto(samples, "compare")
-    regimes = at.dataframe[0].value["regime"].tolist()
+    regimes = at.dataframe[0].value["setup"].tolist()
     assert "external" not in regimes and "full_adaptive" in regimes
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
     at = goto(at, "windows")
@@ -279,7 +279,7 @@ def test_the_runs_table_filters_by_any_field_and_ticks_select_runs(three_runs, m
     tick(at, "a-s0", "f-s0")
     assert at.session_state["selected_runs"] == ["a-s0", "f-s0"]
     goto(at, "compare")
-    assert sorted(at.dataframe[0].value["regime"]) == ["full_adaptive", "shallow_freeze"]
+    assert sorted(at.dataframe[0].value["setup"]) == ["full_adaptive", "shallow_freeze"]
     goto(at, "runs")
     assert at.session_state["runs_ticked"] == [0, 2]  # the table shows the selection it made
     # a filter that hides a selected run keeps it selected
@@ -448,17 +448,29 @@ def test_compare_leaves_unfinished_runs_out_and_names_repeated_seeds(monkeypatch
         ("b", 0, "finished"),
         ("c", 1, "finished"),
         ("live", 2, "running"),
+        ("sinks", 0, "finished"),  # the same regime and seed as a and b, but 4 sink tokens: not a repeat
+        ("longer", 0, "finished"),  # another length of training: another configuration
     ):
-        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=60, seed=seed, status=status)
+        steps = 80 if name == "longer" else 60
+        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seed=seed, status=status)
+    manifest = json.loads((logs / "sinks" / "manifest.json").read_text())
+    manifest["config"]["sink_tokens"] = 4
+    (logs / "sinks" / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=PATIENCE_S)
+    at.query_params["run"] = "longer"  # the run open: Compare shows its configuration, not the largest
     at.run()
     at.switch_page(PAGE_FILES["compare"]).run()
     assert not at.exception, [e.value for e in at.exception]
+    picker = at.selectbox(key="cmp_config")
+    assert picker.value.endswith("80 steps") and at.dataframe[0].value["n"].tolist() == [1]
+    picker.set_value(next(o.rsplit(" (", 1)[0] for o in picker.options if "60 steps (" in o)).run()
     summary = at.dataframe[0].value
-    assert summary["n"].tolist() == [3]  # a, b and c; the live run left out
+    # a, b and c one setup; the run with sinks a row of its own, named by what differs; the live run left out
+    assert dict(zip(summary["setup"], summary["n"])) == {"full_adaptive": 3, "full_adaptive, sink_tokens=4": 1}
     assert any("Left out of the means (unfinished" in c.value and "live (running)" in c.value for c in at.caption)
-    assert any("repeats, not independent seeds" in w.value and "seed 0 x2" in w.value for w in at.warning)
+    repeats = [w.value.replace("\\", "") for w in at.warning if "repeats, not independent seeds" in w.value]
+    assert len(repeats) == 1 and "full_adaptive: seed 0 x2" in repeats[0] and "x3" not in repeats[0]
     at.checkbox(key="cmp_unfinished").check().run()
-    assert at.dataframe[0].value["n"].tolist() == [4]
+    assert at.dataframe[0].value["n"].tolist() == [4, 1]

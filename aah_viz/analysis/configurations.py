@@ -73,3 +73,68 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
             groups.setdefault(cfg, []).append(key)
     out = [(configuration_label(cfg), keys) for cfg, keys in groups.items()]
     return sorted(out, key=lambda g: (-len(g[1]), g[0]))
+
+
+# Settings that are not part of what a run computes (where it ran, what it recorded, how it is named) or
+# that the configuration above already names (model, T, windows, steps): never a reason to split runs.
+_NOT_SETTINGS = {
+    "regime", "preset", "seed", "model_dir", "source", "kind", "head_groups", "windows", "block_size", "n_layer",
+    "n_head", "n_embd", "n_ff", "vocab_size", "diagnostic_detail", "mask_cache_size", "attention_backend",
+    "device", "threads", "steps",
+}  # fmt: skip
+_RETROFIT_SETTINGS = ("lr", "weight_decay", "grad_clip", "lr_warmup_steps", "batch_size")
+
+
+def settings_of(manifest: Mapping) -> dict[str, object]:
+    """The settings a run computed with, as ``name -> value``: the model config's keys (``sink_tokens``),
+    the training's (``train.lr``) and an adaptation's overrides and hyperparameters, beside the regime."""
+    out: dict[str, object] = {}
+    config = manifest.get("config") if isinstance(manifest.get("config"), Mapping) else {}
+    out.update({k: v for k, v in config.items() if k not in _NOT_SETTINGS and not isinstance(v, Mapping)})
+    for section in ("train", "retrofit"):
+        part = manifest.get(section) if isinstance(manifest.get(section), Mapping) else {}
+        wanted = _RETROFIT_SETTINGS if section == "retrofit" else [k for k in part if k not in _NOT_SETTINGS]
+        out.update({f"train.{k}": part[k] for k in wanted if k in part and not isinstance(part[k], Mapping)})
+        overrides = part.get("overrides") if section == "retrofit" else None
+        if isinstance(overrides, Mapping):
+            out.update({k: v for k, v in overrides.items() if k not in _NOT_SETTINGS})
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
+    """``{key: manifest}`` -> ``{key: name of its setup}``: its regime (or its value of the flat field ``by``),
+    then each setting telling it apart from the other runs of that regime: ``full_adaptive, sink_tokens=4``.
+    Runs with the same name differ in nothing but their seed, so only they are repeats or seeds of one
+    setup; a setting one manifest records and another lacks (an older version) counts as a difference.
+    A setting's value shared by most runs of the regime (on a tie, an unset one) is left out of the names
+    (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``)."""
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    values = {k: (m.get(by) if by == "regime" else flat_fields(m).get(by)) for k, m in manifests.items()}
+    settings = {k: settings_of(m) for k, m in manifests.items()}
+    names: dict[str, str] = {}
+    for value in dict.fromkeys(values.values()):
+        members = [k for k in manifests if values[k] == value]
+        fields = set().union(*(settings[k] for k in members)) - {by, by.removeprefix("config.")}
+        differ = sorted(f for f in fields if len({repr(settings[k].get(f)) for k in members}) > 1)
+        setups = {k: tuple(repr(settings[k].get(f)) for f in differ) for k in members}
+        shown = {}
+        for i, f in enumerate(differ):  # the value most runs share is left out; on a tie, an unset one
+            counts: dict[str, int] = {}
+            for k in members:
+                counts[setups[k][i]] = counts.get(setups[k][i], 0) + 1
+            top = [v for v, n in counts.items() if n == max(counts.values())]
+            shown[f] = top[0] if len(top) == 1 else ("None" if "None" in top else None)
+        for k in members:
+            extra = [
+                f"{f}={_text(settings[k].get(f, _UNSET))}" for i, f in enumerate(differ) if setups[k][i] != shown[f]
+            ]
+            names[k] = ", ".join([str(value), *extra])
+    return names
+
+
+_UNSET = "unrecorded"  # a manifest without the key: written by a version that did not have it
+
+
+def _text(value) -> str:
+    return "/".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
