@@ -478,7 +478,7 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     at.run()
     goto(at, "compare")
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
-    ours = next(f for t, f in figs.items() if t.startswith("regimes:"))
+    ours = next(f for t, f in figs.items() if t.startswith("setups:"))
     assert not [tr for tr in ours["data"] if tr.get("name") == "reference (published)"], "never on our axes"
     metrics = next(f for t, f in figs.items() if t.startswith("the reference's published values"))
     ref = [tr for tr in metrics["data"] if tr.get("name") == "reference (published)"]
