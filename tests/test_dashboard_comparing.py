@@ -116,15 +116,29 @@ def figures(at: AppTest) -> dict[str, dict]:
 
 
 def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three_runs, monkeypatch, tmp_path):
-    from aah_viz.runlog import load_run
+    import shutil
 
-    at = open_training(three_runs, monkeypatch, tmp_path)
-    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    from aah_viz.runlog import load_run
+    from aah_viz.samples import make_synthetic_run
+
+    logs = tmp_path / "logs"  # the three runs and one more of a-s0's regime and seed, with 4 sink tokens
+    shutil.copytree(three_runs, logs)
+    make_synthetic_run(logs / "a-sinks", regime="full_adaptive", seed=0, n_layer=2, n_head=4, steps=120)
+    manifest = json.loads((logs / "a-sinks" / "manifest.json").read_text())
+    manifest["config"]["sink_tokens"] = 4
+    (logs / "a-sinks" / "manifest.json").write_text(json.dumps(manifest))
+    at = open_training(logs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0", "a-sinks"]).run()
     at.slider(key="tr_smoothing").set_value(0.0).run()
     at.selectbox(key="tr_group").set_value("regime").run()
     fig = figures(at)["training loss against step"]
     means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
-    assert set(means) == {"regime=full_adaptive (n=2)", "regime=shallow_freeze (n=1)"}
+    # the run with sinks is another setup of the regime: a line of its own, named by what differs
+    assert set(means) == {
+        "regime=full_adaptive (n=2)",
+        "regime=full_adaptive, sink_tokens=4 (n=1)",
+        "regime=shallow_freeze (n=1)",
+    }
     band = next(t for t in fig["data"] if t.get("fill") == "toself")
     assert "full_adaptive" in band["name"]
     # the mean and the band, computed here from the two runs' rows on the figure's own x values
@@ -132,7 +146,7 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     x = np.asarray(mean["x"], float)
     ys = []
     for key in ("a-s0", "a-s1"):
-        loss = load_run(three_runs / key).scalar("loss").sort_values("step")
+        loss = load_run(logs / key).scalar("loss").sort_values("step")
         ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
     np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
     # both runs behind every point: the name's "(n=2)" says it once, the hover adds nothing; its header
@@ -142,12 +156,17 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
-    assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    assert any("3 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
     assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
-    # group by seed instead: seed 0 holds two runs of two regimes
+    # group by seed instead: seed 0 holds runs of two regimes and two setups, never averaged together
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}
-    assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+    assert names == {
+        "seed=0 (n=1)",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
+        "seed=0, sink_tokens=4 (n=1)",
+        "seed=0, regime=shallow_freeze (n=1)",
+        "seed=1 (n=1)",
+    }
 
 
 def _command_block_builds_the_charts_shown(at: AppTest) -> None:

@@ -107,30 +107,43 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
     Runs with the same name differ in nothing but their seed, so only they are repeats or seeds of one
     setup; a setting one manifest records and another lacks (an older version) counts as a difference.
     A setting's value shared by most runs of the regime (on a tie, an unset one) is left out of the names
-    (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``)."""
+    (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``). Grouped by another field (a seed), runs of
+    different regimes are named apart by their regime, not by the settings their regimes set."""
     from aah_viz.analysis.manifest_fields import flat_fields
 
     values = {k: (m.get(by) if by == "regime" else flat_fields(m).get(by)) for k, m in manifests.items()}
+    regimes = {k: {"regime": m.get("regime")} for k, m in manifests.items()}
     settings = {k: settings_of(m) for k, m in manifests.items()}
-    names: dict[str, str] = {}
+    skip = {by, by.removeprefix("config.")}
+    extra: dict[str, list[str]] = {k: [] for k in manifests}
     for value in dict.fromkeys(values.values()):
         members = [k for k in manifests if values[k] == value]
-        fields = set().union(*(settings[k] for k in members)) - {by, by.removeprefix("config.")}
-        differ = sorted(f for f in fields if len({repr(settings[k].get(f)) for k in members}) > 1)
-        setups = {k: tuple(repr(settings[k].get(f)) for f in differ) for k in members}
-        shown = {}
-        for i, f in enumerate(differ):  # the value most runs share is left out; on a tie, an unset one
-            counts: dict[str, int] = {}
-            for k in members:
-                counts[setups[k][i]] = counts.get(setups[k][i], 0) + 1
-            top = [v for v, n in counts.items() if n == max(counts.values())]
-            shown[f] = top[0] if len(top) == 1 else ("None" if "None" in top else None)
+        if by != "regime":
+            for k, said in _telling_apart(members, regimes, skip).items():
+                extra[k] += said
+        for regime in dict.fromkeys(regimes[k]["regime"] for k in members):
+            alike = [k for k in members if regimes[k]["regime"] == regime]
+            for k, said in _telling_apart(alike, settings, skip).items():
+                extra[k] += said
+    return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+
+
+def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:
+    """run -> ``name=value`` of each setting whose values differ among ``members``, but for the value most
+    of them share (on a tie, an unset one)."""
+    fields = set().union(*(settings[k] for k in members)) - set(skip)
+    differ = sorted(f for f in fields if len({repr(settings[k].get(f)) for k in members}) > 1)
+    out: dict[str, list[str]] = {k: [] for k in members}
+    for f in differ:
+        counts: dict[str, int] = {}
         for k in members:
-            extra = [
-                f"{f}={_text(settings[k].get(f, _UNSET))}" for i, f in enumerate(differ) if setups[k][i] != shown[f]
-            ]
-            names[k] = ", ".join([str(value), *extra])
-    return names
+            counts[repr(settings[k].get(f))] = counts.get(repr(settings[k].get(f)), 0) + 1
+        top = [v for v, n in counts.items() if n == max(counts.values())]
+        common = top[0] if len(top) == 1 else ("None" if "None" in top else None)
+        for k in members:
+            if repr(settings[k].get(f)) != common:
+                out[k].append(f"{f}={_text(settings[k].get(f, _UNSET))}")
+    return out
 
 
 _UNSET = "unrecorded"  # a manifest without the key: written by a version that did not have it
