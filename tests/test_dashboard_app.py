@@ -925,9 +925,11 @@ def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monk
 
 def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp_path):
     """A live run's Windows page shows its newest routing update, and keeps no step in the address, until
-    the user picks one: then that step stays, in the address too, while the run grows."""
+    the user picks one: then that step stays, in the address too, while the run grows. Training's scalars
+    likewise: opened before the first evaluation, they take the validation loss in once it is logged."""
     logs = tmp_path / "logs"
-    run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running")
+    evals = dict(eval_interval=50)  # no validation loss in the first 40 steps; at step 49 and 99 later
+    run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running", **evals)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
@@ -944,8 +946,11 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
 
     first = updates()
     assert heat_step() == first[-1] and "step" not in at.query_params
+    goto(at, "training")  # before the first evaluation: training loss only, and nothing in the address
+    assert at.multiselect(key="tr_scalars").value == ["loss"] and "scalars" not in at.query_params
+    goto(at, "windows")
     # the run grows: the page follows it
-    make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True)
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True, **evals)
     at.run()
     assert updates()[-1] > first[-1]
     assert heat_step() == updates()[-1] and "step" not in at.query_params
@@ -953,9 +958,17 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
     chosen = updates()[1]
     at.select_slider(key="step_picker").set_value(chosen).run()
     assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
-    make_synthetic_run(run, n_layer=2, n_head=4, steps=140, seed=3, status="running", overwrite=True)
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=140, seed=3, status="running", overwrite=True, **evals)
     at.run()
     assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
+    # Training again, evaluated by now: the default takes the validation loss in, still out of the address
+    goto(at, "training")
+    assert at.multiselect(key="tr_scalars").value == ["loss", "val_loss"] and "scalars" not in at.query_params
+    at.multiselect(key="tr_scalars").set_value(["val_loss"]).run()  # the user's choice: kept, in the address
+    assert at.query_params.get("scalars") in ("val_loss", ["val_loss"])
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=160, seed=3, status="running", overwrite=True, **evals)
+    at.run()
+    assert at.multiselect(key="tr_scalars").value == ["val_loss"]
 
 
 def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypatch, tmp_path):
