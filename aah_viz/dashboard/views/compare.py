@@ -67,7 +67,7 @@ def few_runs_note(ours: pd.DataFrame) -> None:
     sizes = ours.groupby(SETUP).size() if not ours.empty else pd.Series(dtype=int)
     few = sizes[sizes < FEW_RUNS]
     if len(few):
-        named = ", ".join(f"{setup} (n = {n})" for setup, n in few.items())
+        named = "; ".join(f"{setup} (n = {n})" for setup, n in few.items())  # a setup's name holds commas
         st.caption(
             plain(f"Fewer than {FEW_RUNS} runs in {named}: a spread from 2 runs says little, from 1 it is none.")
         )

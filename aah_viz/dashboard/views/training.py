@@ -266,16 +266,17 @@ def render() -> None:
             counts[value] = counts.get(value, 0) + 1
         notes.append(
             f"{len(counts)} groups by {group} ("
-            + ", ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+            # "; " between groups: a setup's name holds commas (full_adaptive, sink_tokens=4)
+            + "; ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
             + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
         few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
         if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
-            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {', '.join(few)}: their band is those runs")
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {'; '.join(few)}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
-                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({', '.join(few)}): a "
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({'; '.join(few)}): a "
                     f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
                     "12.7 standard errors wide). Min-max shows the runs themselves."
                 ),
