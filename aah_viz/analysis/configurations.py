@@ -5,7 +5,9 @@ A mean over seeds means something only over runs of one configuration. Runs of a
 at T = 128 and adaptations of a pretrained model at T = 512 share regime names, not results, so
 every page that pools runs splits them by :func:`configuration_of` first (pure, from manifests).
 The plain-attention baseline executes no candidate window, so it joins every group of its model
-and sequence length (as the export's tables do).
+and sequence length (as the export's tables do). Within a configuration, runs of one regime set up
+differently (sink tokens, a sweep's cell) are not seeds of one experiment either: :func:`setup_names`
+names each setup by the settings that tell its runs apart.
 """
 
 from __future__ import annotations
