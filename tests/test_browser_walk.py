@@ -130,6 +130,8 @@ def _final_loss(logs: Path, key: str) -> float:
 
 
 def test_compare_never_averages_runs_of_different_models(server, browser, logs):
+    from aah_viz.analysis.configurations import setup_names
+
     # what this root holds, read from the manifests here: trained runs by sequence length (the byte-level
     # model at T = 128, SmolLM2's adaptations at T = 512); frontier evaluations and probes are not trained
     trained = {
@@ -148,10 +150,11 @@ def test_compare_never_averages_runs_of_different_models(server, browser, logs):
     def counts() -> dict[str, int]:
         return {r[0]: int(r[1]) for r in _table_rows(page, "cmp_summary_box") if len(r) >= 2}  # a row mid-redraw: skip
 
-    def want(keys) -> dict[str, int]:
+    def want(keys) -> dict[str, int]:  # runs per setup: a regime and the settings telling its runs apart
+        names = setup_names({k: trained[k] for k in keys})
         out: dict[str, int] = {}
         for k in keys:
-            out[trained[k]["regime"]] = out.get(trained[k]["regime"], 0) + 1
+            out[names[k]] = out.get(names[k], 0) + 1
         return out
 
     largest = max(by_t, key=lambda t: len(by_t[t]))
@@ -170,7 +173,9 @@ def test_compare_never_averages_runs_of_different_models(server, browser, logs):
           sleep=lambda s: page.wait_for_timeout(s * 1000), detail=lambda: str(counts()))  # fmt: skip
     settle(page)
     assert "config" in _query(page)
-    adaptive = [k for k in by_t[other] if trained[k]["regime"] == "full_adaptive"]
+    # the plain full_adaptive setup only: its runs with sink tokens or z-scored features are rows of their own
+    names = setup_names({k: trained[k] for k in by_t[other]})
+    adaptive = [k for k in by_t[other] if names[k] == "full_adaptive"]
     losses = [_final_loss(logs, k) for k in adaptive]
     row = next(r for r in _table_rows(page, "cmp_summary_box") if r[0] == "full_adaptive")
     mean = float(row[2].split("±")[0])

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from aah_viz.analysis.configurations import configuration_of, split_by_configuration
+from aah_viz.analysis.configurations import configuration_of, setup_names, split_by_configuration
 from aah_viz.analysis.frontier import against_nearest_static, paired_ratio
 
 BYTE = {"preset": "small", "seq_len": 128, "windows": [16, 32, 64, 128]}
@@ -35,6 +35,40 @@ def test_runs_of_other_models_lengths_or_windows_never_share_a_group():
     }
     assert [len(k) for _, k in split_by_configuration(manifests)] == [3, 2, 2, 1]  # the largest first
     assert configuration_of({"regime": "frontier", "seq_len": 512, "config": {"model_dir": "m/smol"}})[0] == "smol"
+
+
+def _sample_manifests(pattern: str) -> dict[str, dict]:
+    import json
+    from pathlib import Path
+
+    found = sorted((Path(__file__).resolve().parents[1] / "sample_logs").glob(pattern + "/manifest.json"))
+    if not found:
+        pytest.skip("the bundled sample logs are not in this checkout")
+    return {p.parent.name: json.loads(p.read_text()) for p in found}
+
+
+def test_setups_of_one_regime_are_told_apart_by_the_settings_that_differ():
+    # the sweep's cells, as its folder names spell them (grouping, scoring, feature EMA), against the names
+    sweep = _sample_manifests("sweep_ablation_tiny/*")
+    names = setup_names(sweep)
+    cells = {k: k.rsplit("__seed-", 1)[0] for k in sweep}
+    assert len(set(cells.values())) == 4 and len(sweep) == 12
+    assert all((names[a] == names[b]) == (cells[a] == cells[b]) for a in sweep for b in sweep)
+    assert all(n.startswith("full_adaptive, ") and "hierarchy_ablation_mode=" in n for n in names.values())
+    # SmolLM2's adaptations: sinks and z-scored features are setups of their own, named by what differs
+    smol = _sample_manifests("smollm2_wikitext/frontier-*")
+    smol = {k: m for k, m in smol.items() if m.get("regime") != "frontier"}
+    assert setup_names(smol) == {
+        "frontier-fixed_random_grouping": "fixed_random_grouping",
+        "frontier-full_adaptive": "full_adaptive",
+        "frontier-full_adaptive-sink4": "full_adaptive, sink_tokens=4",
+        "frontier-grouping_off": "grouping_off",
+        "frontier-zscore-full_adaptive": "full_adaptive, feature_normalization=zscore",
+    }
+    # seeds of one setup share a name; the seed and where a run ran are no setting
+    seeds = {"a0": {"regime": "r", "seed": 0, "config": {"seed": 0, "lr": 1}, "train": {"device": "cpu"}},
+             "a1": {"regime": "r", "seed": 1, "config": {"seed": 1, "lr": 1}, "train": {"device": "cuda"}}}  # fmt: skip
+    assert setup_names(seeds) == {"a0": "r", "a1": "r"}
 
 
 def test_a_baseline_alone_is_its_own_group():

@@ -307,13 +307,13 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
 def test_compare_page_groups_by_regime(app):
     goto(app, "compare")
     assert "Probes page" in app.get("page_link")[0].proto.label
-    summary = app.dataframe[0].value.set_index("regime")
+    summary = app.dataframe[0].value.set_index("setup")
     assert summary.loc["full_adaptive", "n"] == 2 and summary.loc["shallow_freeze", "n"] == 1
     assert "±" in summary.loc["full_adaptive", "final loss (nats)"]
     assert "±" not in summary.loc["shallow_freeze", "final loss (nats)"]
     titles = chart_titles(app)
-    assert any(t.startswith("regimes:") for t in titles)
-    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by regime"))
+    assert any(t.startswith("setups:") for t in titles)
+    buckets = next(f for f in charts(app) if f["layout"]["title"]["text"].startswith("final windows by setup"))
     assert "<br>" not in buckets["layout"]["title"]["text"]  # one line: "tokens" never left alone on a second
     np.testing.assert_allclose(np.asarray(buckets["data"][0]["z"]).sum(axis=1), 100.0, rtol=1e-5)
     assert any("No reference folder" in i.value for i in app.info)
@@ -479,7 +479,7 @@ def test_compare_page_shows_the_reference_beside_our_runs(logs, monkeypatch):
     at.run()
     goto(at, "compare")
     figs = {f["layout"]["title"]["text"]: f for f in charts(at)}
-    ours = next(f for t, f in figs.items() if t.startswith("regimes:"))
+    ours = next(f for t, f in figs.items() if t.startswith("setups:"))
     assert not [tr for tr in ours["data"] if tr.get("name") == "reference (published)"], "never on our axes"
     metrics = next(f for t, f in figs.items() if t.startswith("the reference's published values"))
     ref = [tr for tr in metrics["data"] if tr.get("name") == "reference (published)"]
@@ -934,9 +934,11 @@ def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monk
 
 def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp_path):
     """A live run's Windows page shows its newest routing update, and keeps no step in the address, until
-    the user picks one: then that step stays, in the address too, while the run grows."""
+    the user picks one: then that step stays, in the address too, while the run grows. Training's scalars
+    likewise: opened before the first evaluation, they take the validation loss in once it is logged."""
     logs = tmp_path / "logs"
-    run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running")
+    evals = dict(eval_interval=50)  # no validation loss in the first 40 steps; at step 49 and 99 later
+    run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running", **evals)
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
@@ -953,8 +955,11 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
 
     first = updates()
     assert heat_step() == first[-1] and "step" not in at.query_params
+    goto(at, "training")  # before the first evaluation: training loss only, and nothing in the address
+    assert at.multiselect(key="tr_scalars").value == ["loss"] and "scalars" not in at.query_params
+    goto(at, "windows")
     # the run grows: the page follows it
-    make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True)
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True, **evals)
     at.run()
     assert updates()[-1] > first[-1]
     assert heat_step() == updates()[-1] and "step" not in at.query_params
@@ -962,9 +967,17 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
     chosen = updates()[1]
     at.select_slider(key="step_picker").set_value(chosen).run()
     assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
-    make_synthetic_run(run, n_layer=2, n_head=4, steps=140, seed=3, status="running", overwrite=True)
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=140, seed=3, status="running", overwrite=True, **evals)
     at.run()
     assert heat_step() == chosen and at.query_params.get("step") in (str(chosen), [str(chosen)])
+    # Training again, evaluated by now: the default takes the validation loss in, still out of the address
+    goto(at, "training")
+    assert at.multiselect(key="tr_scalars").value == ["loss", "val_loss"] and "scalars" not in at.query_params
+    at.multiselect(key="tr_scalars").set_value(["val_loss"]).run()  # the user's choice: kept, in the address
+    assert at.query_params.get("scalars") in ("val_loss", ["val_loss"])
+    make_synthetic_run(run, n_layer=2, n_head=4, steps=160, seed=3, status="running", overwrite=True, **evals)
+    at.run()
+    assert at.multiselect(key="tr_scalars").value == ["val_loss"]
 
 
 def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypatch, tmp_path):

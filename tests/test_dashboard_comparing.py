@@ -58,7 +58,7 @@ def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(
 
 def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     at = goto(samples, "compare")
-    regimes = at.dataframe[0].value["regime"].tolist()
+    regimes = at.dataframe[0].value["setup"].tolist()
     assert "external" not in regimes and "full_adaptive" in regimes
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
     at = goto(at, "windows")
@@ -116,15 +116,29 @@ def figures(at: AppTest) -> dict[str, dict]:
 
 
 def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three_runs, monkeypatch, tmp_path):
-    from aah_viz.runlog import load_run
+    import shutil
 
-    at = open_training(three_runs, monkeypatch, tmp_path)
-    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0"]).run()
+    from aah_viz.runlog import load_run
+    from aah_viz.samples import make_synthetic_run
+
+    logs = tmp_path / "logs"  # the three runs and one more of a-s0's regime and seed, with 4 sink tokens
+    shutil.copytree(three_runs, logs)
+    make_synthetic_run(logs / "a-sinks", regime="full_adaptive", seed=0, n_layer=2, n_head=4, steps=120)
+    manifest = json.loads((logs / "a-sinks" / "manifest.json").read_text())
+    manifest["config"]["sink_tokens"] = 4
+    (logs / "a-sinks" / "manifest.json").write_text(json.dumps(manifest))
+    at = open_training(logs, monkeypatch, tmp_path)
+    at.multiselect(key="tr_runs").set_value(["a-s0", "a-s1", "f-s0", "a-sinks"]).run()
     at.slider(key="tr_smoothing").set_value(0.0).run()
     at.selectbox(key="tr_group").set_value("regime").run()
     fig = figures(at)["training loss against step"]
     means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
-    assert set(means) == {"regime=full_adaptive (n=2)", "regime=shallow_freeze (n=1)"}
+    # the run with sinks is another setup of the regime: a line of its own, named by what differs
+    assert set(means) == {
+        "regime=full_adaptive (n=2)",
+        "regime=full_adaptive, sink_tokens=4 (n=1)",
+        "regime=shallow_freeze (n=1)",
+    }
     band = next(t for t in fig["data"] if t.get("fill") == "toself")
     assert "full_adaptive" in band["name"]
     # the mean and the band, computed here from the two runs' rows on the figure's own x values
@@ -132,7 +146,7 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     x = np.asarray(mean["x"], float)
     ys = []
     for key in ("a-s0", "a-s1"):
-        loss = load_run(three_runs / key).scalar("loss").sort_values("step")
+        loss = load_run(logs / key).scalar("loss").sort_values("step")
         ys.append(np.interp(x, loss["step"].to_numpy(float), loss["value"].to_numpy()))
     np.testing.assert_allclose(np.asarray(mean["y"], float), np.mean(ys, axis=0), rtol=1e-9)
     # both runs behind every point: the name's "(n=2)" says it once, the hover adds nothing; its header
@@ -142,12 +156,17 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
-    assert any("2 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
+    assert any("3 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
     assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
-    # group by seed instead: seed 0 holds two runs of two regimes
+    # group by seed instead: seed 0 holds runs of two regimes and two setups, never averaged together
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}
-    assert names == {"seed=0 (n=2)", "seed=1 (n=1)"}
+    assert names == {
+        "seed=0 (n=1)",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
+        "seed=0, sink_tokens=4 (n=1)",
+        "seed=0, regime=shallow_freeze (n=1)",
+        "seed=1 (n=1)",
+    }
 
 
 def _command_block_builds_the_charts_shown(at: AppTest) -> None:
@@ -279,7 +298,7 @@ def test_the_runs_table_filters_by_any_field_and_ticks_select_runs(three_runs, m
     tick(at, "a-s0", "f-s0")
     assert at.session_state["selected_runs"] == ["a-s0", "f-s0"]
     goto(at, "compare")
-    assert sorted(at.dataframe[0].value["regime"]) == ["full_adaptive", "shallow_freeze"]
+    assert sorted(at.dataframe[0].value["setup"]) == ["full_adaptive", "shallow_freeze"]
     goto(at, "runs")
     assert at.session_state["runs_ticked"] == [0, 2]  # the table shows the selection it made
     # a filter that hides a selected run keeps it selected
@@ -448,17 +467,29 @@ def test_compare_leaves_unfinished_runs_out_and_names_repeated_seeds(monkeypatch
         ("b", 0, "finished"),
         ("c", 1, "finished"),
         ("live", 2, "running"),
+        ("sinks", 0, "finished"),  # the same regime and seed as a and b, but 4 sink tokens: not a repeat
+        ("longer", 0, "finished"),  # another length of training: another configuration
     ):
-        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=60, seed=seed, status=status)
+        steps = 80 if name == "longer" else 60
+        make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seed=seed, status=status)
+    manifest = json.loads((logs / "sinks" / "manifest.json").read_text())
+    manifest["config"]["sink_tokens"] = 4
+    (logs / "sinks" / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=PATIENCE_S)
+    at.query_params["run"] = "longer"  # the run open: Compare shows its configuration, not the largest
     at.run()
     at.switch_page(PAGE_FILES["compare"]).run()
     assert not at.exception, [e.value for e in at.exception]
+    picker = at.selectbox(key="cmp_config")
+    assert picker.value.endswith("80 steps") and at.dataframe[0].value["n"].tolist() == [1]
+    picker.set_value(next(o.rsplit(" (", 1)[0] for o in picker.options if "60 steps (" in o)).run()
     summary = at.dataframe[0].value
-    assert summary["n"].tolist() == [3]  # a, b and c; the live run left out
+    # a, b and c one setup; the run with sinks a row of its own, named by what differs; the live run left out
+    assert dict(zip(summary["setup"], summary["n"])) == {"full_adaptive": 3, "full_adaptive, sink_tokens=4": 1}
     assert any("Left out of the means (unfinished" in c.value and "live (running)" in c.value for c in at.caption)
-    assert any("repeats, not independent seeds" in w.value and "seed 0 x2" in w.value for w in at.warning)
+    repeats = [w.value.replace("\\", "") for w in at.warning if "repeats, not independent seeds" in w.value]
+    assert len(repeats) == 1 and "full_adaptive: seed 0 x2" in repeats[0] and "x3" not in repeats[0]
     at.checkbox(key="cmp_unfinished").check().run()
-    assert at.dataframe[0].value["n"].tolist() == [4]
+    assert at.dataframe[0].value["n"].tolist() == [4, 1]

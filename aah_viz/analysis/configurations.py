@@ -5,7 +5,9 @@ A mean over seeds means something only over runs of one configuration. Runs of a
 at T = 128 and adaptations of a pretrained model at T = 512 share regime names, not results, so
 every page that pools runs splits them by :func:`configuration_of` first (pure, from manifests).
 The plain-attention baseline executes no candidate window, so it joins every group of its model
-and sequence length (as the export's tables do).
+and sequence length (as the export's tables do). Within a configuration, runs of one regime set up
+differently (sink tokens, a sweep's cell) are not seeds of one experiment either: :func:`setup_names`
+names each setup by the settings that tell its runs apart.
 """
 
 from __future__ import annotations
@@ -73,3 +75,81 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
             groups.setdefault(cfg, []).append(key)
     out = [(configuration_label(cfg), keys) for cfg, keys in groups.items()]
     return sorted(out, key=lambda g: (-len(g[1]), g[0]))
+
+
+# Settings that are not part of what a run computes (where it ran, what it recorded, how it is named) or
+# that the configuration above already names (model, T, windows, steps): never a reason to split runs.
+_NOT_SETTINGS = {
+    "regime", "preset", "seed", "model_dir", "source", "kind", "head_groups", "windows", "block_size", "n_layer",
+    "n_head", "n_embd", "n_ff", "vocab_size", "diagnostic_detail", "mask_cache_size", "attention_backend",
+    "device", "threads", "steps",
+}  # fmt: skip
+_RETROFIT_SETTINGS = ("lr", "weight_decay", "grad_clip", "lr_warmup_steps", "batch_size")
+
+
+def settings_of(manifest: Mapping) -> dict[str, object]:
+    """The settings a run computed with, as ``name -> value``: the model config's keys (``sink_tokens``),
+    the training's (``train.lr``) and an adaptation's overrides and hyperparameters, beside the regime."""
+    out: dict[str, object] = {}
+    config = manifest.get("config") if isinstance(manifest.get("config"), Mapping) else {}
+    out.update({k: v for k, v in config.items() if k not in _NOT_SETTINGS and not isinstance(v, Mapping)})
+    for section in ("train", "retrofit"):
+        part = manifest.get(section) if isinstance(manifest.get(section), Mapping) else {}
+        wanted = _RETROFIT_SETTINGS if section == "retrofit" else [k for k in part if k not in _NOT_SETTINGS]
+        out.update({f"train.{k}": part[k] for k in wanted if k in part and not isinstance(part[k], Mapping)})
+        overrides = part.get("overrides") if section == "retrofit" else None
+        if isinstance(overrides, Mapping):
+            out.update({k: v for k, v in overrides.items() if k not in _NOT_SETTINGS})
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
+    """``{key: manifest}`` -> ``{key: name of its setup}``: its regime (or its value of the flat field ``by``),
+    then each setting telling it apart from the other runs of that regime: ``full_adaptive, sink_tokens=4``.
+    Runs with the same name differ in nothing but their seed, so only they are repeats or seeds of one
+    setup; a setting one manifest records and another lacks (an older version) counts as a difference.
+    A setting's value shared by most runs of the regime (on a tie, an unset one) is left out of the names
+    (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``). Grouped by another field (a seed), runs of
+    different regimes are named apart by their regime, not by the settings their regimes set."""
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    values = {k: (m.get(by) if by == "regime" else flat_fields(m).get(by)) for k, m in manifests.items()}
+    regimes = {k: {"regime": m.get("regime")} for k, m in manifests.items()}
+    settings = {k: settings_of(m) for k, m in manifests.items()}
+    skip = {by, by.removeprefix("config.")}
+    extra: dict[str, list[str]] = {k: [] for k in manifests}
+    for value in dict.fromkeys(values.values()):
+        members = [k for k in manifests if values[k] == value]
+        if by != "regime":
+            for k, said in _telling_apart(members, regimes, skip).items():
+                extra[k] += said
+        for regime in dict.fromkeys(regimes[k]["regime"] for k in members):
+            alike = [k for k in members if regimes[k]["regime"] == regime]
+            for k, said in _telling_apart(alike, settings, skip).items():
+                extra[k] += said
+    return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+
+
+def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:
+    """run -> ``name=value`` of each setting whose values differ among ``members``, but for the value most
+    of them share (on a tie, an unset one)."""
+    fields = set().union(*(settings[k] for k in members)) - set(skip)
+    differ = sorted(f for f in fields if len({repr(settings[k].get(f)) for k in members}) > 1)
+    out: dict[str, list[str]] = {k: [] for k in members}
+    for f in differ:
+        counts: dict[str, int] = {}
+        for k in members:
+            counts[repr(settings[k].get(f))] = counts.get(repr(settings[k].get(f)), 0) + 1
+        top = [v for v, n in counts.items() if n == max(counts.values())]
+        common = top[0] if len(top) == 1 else ("None" if "None" in top else None)
+        for k in members:
+            if repr(settings[k].get(f)) != common:
+                out[k].append(f"{f}={_text(settings[k].get(f, _UNSET))}")
+    return out
+
+
+_UNSET = "unrecorded"  # a manifest without the key: written by a version that did not have it
+
+
+def _text(value) -> str:
+    return "/".join(str(v) for v in value) if isinstance(value, tuple) else str(value)

@@ -46,7 +46,8 @@ def regime_metric_figure(
 ) -> go.Figure:
     """One panel per metric: mean ± std over seeds per regime (a wide dash with its spread), seeds as points.
 
-    ``per_run``: one row per run with ``regime``, ``seed`` and the metric columns.
+    ``per_run``: one row per run with ``regime`` (or a setup's name, ``full_adaptive, sink_tokens=4``),
+    ``seed`` and the metric columns.
     ``reference``: optional rows with ``regime`` and metric columns (published values), drawn as
     diamonds beside our bars; only for data on the same scale (the dashboard draws published
     results in their own figure, :func:`reference_metric_figure`).
@@ -64,6 +65,8 @@ def regime_metric_figure(
     regimes = sorted(per_run["regime"].dropna().astype(str).unique()) if not per_run.empty else []
     if reference is not None and not reference.empty:
         regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
+    # a setup (``full_adaptive, sink_tokens=4``) in its regime's colour: the name before its settings
+    colours = [style.regime_color(r.split(", ")[0]) for r in regimes]
     shown: set[str] = set()
     # each run's regime and seed mark once for every panel, as object arrays: Plotly checks a list's every
     # element against its allowed symbols in Python, an array's against the set of them (1,000 runs, 4 panels)
@@ -96,10 +99,10 @@ def regime_metric_figure(
                 customdata=np.column_stack([n, std]),
                 name="our runs (mean ± sd)",
                 marker=dict(
-                    color=[style.regime_color(r) for r in regimes],
+                    color=colours,
                     size=14,
                     symbol="line-ew-open",
-                    line=dict(width=3, color=[style.regime_color(r) for r in regimes]),
+                    line=dict(width=3, color=colours),
                 ),  # fmt: skip
                 showlegend=legend("ours"),
                 legendgroup="ours",

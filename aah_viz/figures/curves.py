@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from aah_viz.analysis import curves, manifest_fields, queries
 from aah_viz.analysis import windows as wstats
-from aah_viz.analysis.configurations import split_by_configuration
+from aah_viz.analysis.configurations import setup_names, split_by_configuration
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import style
 from aah_viz.figures.data import MAX_SERIES_POINTS, run_label
@@ -298,10 +298,12 @@ def _alpha(color: str, a: float) -> str:
 
 
 def run_groups(manifests: dict[str, dict], group: str) -> dict:
-    """run -> its value of the manifest field ``group`` (a flat name: ``regime``, ``config.lr``), with its
-    configuration appended where the runs hold several: runs of different models, sequence lengths or
-    candidate windows are never averaged together (the Training page and ``aah-viz figure`` alike)."""
-    values = {k: manifest_fields.flat_fields(m).get(group) for k, m in manifests.items()}
+    """run -> its value of the manifest field ``group`` (a flat name: ``regime``, ``config.lr``) and every
+    setting telling it from the other runs of that value (``full_adaptive, sink_tokens=4``: runs set up
+    differently are never averaged together, only seeds of one setup), with its configuration appended
+    where the runs hold several: runs of different models, sequence lengths or candidate windows are never
+    averaged together either (the Training page and ``aah-viz figure`` alike)."""
+    values = setup_names(manifests, by=group)
     found = split_by_configuration(manifests)
     if len(found) > 1:
         where: dict[str, str] = {}

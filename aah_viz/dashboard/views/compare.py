@@ -1,4 +1,5 @@
-"""Compare: runs grouped by regime (mean ± spread over seeds) beside the reference's published results."""
+"""Compare: runs grouped by setup (their regime and every setting telling them apart; mean ± spread over
+seeds) beside the reference's published results."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.analysis.curves import FEW_RUNS
-from aah_viz.dashboard import address, cache, page_head, selection, session
+from aah_viz.dashboard import address, cache, configuration, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
@@ -46,7 +47,7 @@ def per_run_frame(root: str, keys: list[str], token_of=lambda key: 0, views: dic
 
 
 def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFrame]:
-    """Window set -> regime x window mean shares (runs with other candidate windows never share a grid)."""
+    """Window set -> setup x window mean shares (runs with other candidate windows never share a grid)."""
     out: dict[str, pd.DataFrame] = {}
     if frame.empty or "windows" not in frame:
         return out
@@ -54,7 +55,7 @@ def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFram
         if not wset:
             continue
         cols = [f"frac_{w.strip()}" for w in wset.split(",")]
-        g = part.groupby("regime")[cols].mean()
+        g = part.groupby(SETUP if SETUP in part else "regime")[cols].mean()  # the reference's: by regime
         g.columns = [int(c[5:]) for c in cols]
         g.index = [f"{prefix}{r}" for r in g.index]
         out[wset] = g
@@ -62,16 +63,17 @@ def _bucket_rows(frame: pd.DataFrame, prefix: str = "") -> dict[str, pd.DataFram
 
 
 def few_runs_note(ours: pd.DataFrame) -> None:
-    """Regimes with fewer than 3 runs: their standard deviation is a guess (from 2 runs) or absent."""
-    sizes = ours.groupby("regime").size() if not ours.empty else pd.Series(dtype=int)
+    """Setups with fewer than 3 runs: their standard deviation is a guess (from 2 runs) or absent."""
+    sizes = ours.groupby(SETUP).size() if not ours.empty else pd.Series(dtype=int)
     few = sizes[sizes < FEW_RUNS]
     if len(few):
-        named = ", ".join(f"{regime} (n = {n})" for regime, n in few.items())
+        named = "; ".join(f"{setup} (n = {n})" for setup, n in few.items())  # a setup's name holds commas
         st.caption(
             plain(f"Fewer than {FEW_RUNS} runs in {named}: a spread from 2 runs says little, from 1 it is none.")
         )
 
 
+SETUP = "setup"  # the column naming a run's setup
 FINAL = ("finished", "imported")  # statuses whose last values are final
 
 
@@ -99,13 +101,14 @@ def unfinished_left_out(ours: pd.DataFrame) -> pd.DataFrame:
 
 
 def repeated_seeds_note(ours: pd.DataFrame) -> None:
-    """Runs of one regime with the same seed are repeats, not independent seeds: say so."""
+    """Runs of one setup (the same regime and settings) with the same seed are repeats, not independent
+    seeds: say so. Runs set up differently are never repeats: they are rows of their own."""
     if ours.empty or "seed" not in ours:
         return
-    counts = ours.groupby(["regime", "seed"]).size()
+    counts = ours.groupby([SETUP, "seed"]).size()
     repeats = counts[counts > 1]
     if len(repeats):
-        named = "; ".join(f"{regime}: seed {seed} x{n}" for (regime, seed), n in repeats.items())
+        named = "; ".join(f"{setup}: seed {seed} x{n}" for (setup, seed), n in repeats.items())
         st.warning(plain(f"Runs sharing a seed are repeats, not independent seeds, in their mean and spread: {named}."))
 
 
@@ -131,18 +134,22 @@ def render() -> None:
     keys = one_configuration(keys, "cmp_config")
     page_head.show_selection_warnings(keys)
     ours = unfinished_left_out(per_run_frame(root, keys, session.token, views))
+    if not ours.empty:  # a row per setup: runs of one regime set up differently are never averaged
+        ours.insert(1, SETUP, ours["key"].map(configuration.setups(list(ours["key"]))))
     repeated_seeds_note(ours)
     metrics = [m for m in METRICS if m in ours and ours[m].notna().any()]
-    st.subheader("Our runs by regime")
+    st.subheader("Our runs by setup")
     st.caption(
-        "Mean (a dash) ± sample standard deviation over seeds, each seed a point; n = number of runs. Spreads "
+        "One row per setup: a regime, with every setting that tells its runs from the other runs of that "
+        "regime (as setting=value). Mean (a dash) ± sample standard deviation over seeds, each seed a point; "
+        "n = number of runs. Spreads "
         "are clipped to the values each figure can take (a share in [0, 1], a loss at least 0)."
     )
     few_runs_note(ours)
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
-    summary = group_summaries(ours, metrics + frac_cols, by="regime")
+    summary = group_summaries(ours, metrics + frac_cols, by=SETUP).rename(columns={SETUP: "regime"})
     shown = mean_pm(summary, metrics + frac_cols).rename(
-        columns={**METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
+        columns={"regime": SETUP, **METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
     with st.container(key="cmp_summary_box"):  # a handle for the browser tests
         show_table(shown, hide_index=True, width="stretch", key="cmp_summary")
@@ -162,7 +169,12 @@ def render() -> None:
     if paper_keys:
         reference = per_run_frame(ref_root, paper_keys)
     chart(
-        cfig.regime_metric_figure(ours, metrics, None, "regimes: our runs (mean ± sd over seeds)"),
+        cfig.regime_metric_figure(
+            ours.assign(regime=ours[SETUP]) if not ours.empty else ours,
+            metrics,
+            None,
+            "setups: our runs (mean ± sd over seeds)",
+        ),
         key="cmp_metrics",
         name="regimes-ours",
         data=ours,
@@ -184,8 +196,8 @@ def render() -> None:
             wfig.bucket_heatmap_figure(
                 # short enough for one line: a wrapped title left "tokens" alone under the windows
                 grid.fillna(0.0),
-                f"final windows by regime; candidates {wset} tokens",
-                row_title="regime",
+                f"final windows by setup; candidates {wset} tokens",
+                row_title="setup",
             ),
             key=f"cmp_buckets_{i}",
             name=f"window-distribution-{wset.replace(', ', '-')}",

@@ -26,6 +26,10 @@ RANGE_KEY = "tr_range"
 RANGE_USER = "tr_range_user"
 RANGE_FULL = "tr_range_full"  # the full range of the last draw (a slider moved back to it follows again)
 GROUP_FIRST = ("regime", "seed", "preset", "windows")
+SCALARS_KEY = "tr_scalars"
+# whether the user chose the scalars (the picker, the address): until then they are the default of what the
+# runs have logged so far (a live run's validation loss joins once evaluated) and stay out of the address
+SCALARS_USER = "tr_scalars_user"
 
 
 def _set_range(x0: float, x1: float) -> None:
@@ -50,6 +54,24 @@ def _follow_unless_chosen(full) -> None:
         st.session_state[RANGE_KEY] = full
         st.session_state[address.KEEP + RANGE_KEY] = full
     st.session_state[RANGE_FULL] = full
+
+
+def _chose(flag: str):
+    def on_change() -> None:
+        st.session_state[flag] = True
+
+    return on_change
+
+
+def _default_unless_chosen(param: str, key: str, flag: str, default) -> None:
+    """Before the widget is drawn: a value from a new address is the user's; without one chosen, the
+    widget shows ``default`` as it is now (it grows with a live run) and stays out of the address."""
+    text = st.query_params.get(param)
+    if text is not None and text != st.session_state.get(address.SEEN, {}).get(param):
+        st.session_state[flag] = True
+    if not st.session_state.get(flag):
+        st.session_state[key] = list(default)
+        st.session_state[address.KEEP + key] = list(default)
 
 
 def _group_fields(root: str, keys) -> tuple[list[str], dict[str, dict]]:
@@ -89,12 +111,14 @@ def render() -> None:
     keys = tuple(keys) or tuple(default_runs)
     names = sorted({n for k in keys for n in cache.scalar_names(root, k, session.token(k))}, key=cfig.scalar_order)
     default_scalars = [n for n in cfig.DEFAULT_SCALARS if n in names] or names[:1]
+    _default_unless_chosen("scalars", SCALARS_KEY, SCALARS_USER, default_scalars)
     scalars = address.choose_some(
         c2.multiselect,
         "scalars",
-        "tr_scalars",
+        SCALARS_KEY,
         names,
         default_scalars,
+        on_change=_chose(SCALARS_USER),
         label="Scalars",
         format_func=scalar_label,
         help="Every scalar the runs logged, model-wide ones first, then each layer's as NAME/layer_L; one chart each.",
@@ -242,16 +266,17 @@ def render() -> None:
             counts[value] = counts.get(value, 0) + 1
         notes.append(
             f"{len(counts)} groups by {group} ("
-            + ", ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+            # "; " between groups: a setup's name holds commas (full_adaptive, sink_tokens=4)
+            + "; ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
             + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
         few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
         if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
-            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {', '.join(few)}: their band is those runs")
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {'; '.join(few)}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
-                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({', '.join(few)}): a "
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({'; '.join(few)}): a "
                     f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
                     "12.7 standard errors wide). Min-max shows the runs themselves."
                 ),
