@@ -533,6 +533,12 @@ def test_every_page_on_a_paper_shaped_run_sends_under_5_mb_per_figure(tmp_path, 
 SAMPLE_LOGS = REPO / "sample_logs"
 
 
+def frontier_sinks(run) -> dict[str, int]:
+    """Sink tokens of each configuration of a frontier run, read from its events."""
+    rows = [json.loads(d) for d in run.events("inference")["detail"]]
+    return {d["configuration"]: int(d.get("sink_tokens") or 0) for d in rows}
+
+
 @pytest.mark.skipif(not any(SAMPLE_LOGS.glob("**/manifest.json")), reason="no recorded runs in sample_logs/ yet")
 def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
@@ -545,6 +551,20 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     frontier = load_run(SAMPLE_LOGS / at.selectbox(key="frontier_run").value)
     recorded = {json.loads(d)["configuration"] for d in frontier.events("inference")["detail"]}
     assert set(at.dataframe[0].value["configuration"]) == recorded and len(recorded) >= 8
+    # the table names each point as the chart labels it, sink rows too, and each names one point
+    marked = [t for t in charts(at)[0]["data"] if "markers" in t.get("mode", "")]
+    labels = {n: c[3] for t in marked for n, c in zip(t["text"], t["customdata"])}
+    table = at.dataframe[0].value
+    assert dict(zip(table["configuration"], table["on the chart"])) == {n: lab or "–" for n, lab in labels.items()}
+    # a label with its mark and colour names one point (an untrained and an adapted controller share a name)
+    named = [(c[3], t["marker"]["symbol"], t["marker"]["color"]) for t in marked for c in t["customdata"] if c[3]]
+    assert len(named) == len(set(named)), named
+    sink_rows = {n for n, k in frontier_sinks(frontier).items() if k}
+    assert sink_rows, "the sample frontier has configurations with sink tokens"
+    # a configuration with sinks never wears the mark of its family's configurations without them
+    plain_marks = {t["marker"]["symbol"] for t in marked if not set(t["text"]) & sink_rows}
+    sink_marks = {t["marker"]["symbol"] for t in marked if set(t["text"]) & sink_rows}
+    assert sink_marks and not sink_marks & plain_marks, (sink_marks, plain_marks)
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"

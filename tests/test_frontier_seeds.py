@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from aah_viz.analysis.frontier import adaptation_curves, seed_spread
-from aah_viz.figures.frontier import point_label
+from aah_viz.figures.frontier import LABEL_SPOTS, NEAR_ACR, label_positions, point_label
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine.\n" * 60
@@ -150,3 +150,16 @@ def test_an_interrupted_frontier_says_stopped_and_the_same_command_finishes_it(t
     assert load_run(out).manifest["status"] == "finished"
     names = [json.loads(d)["configuration"] for d in load_run(out).events("inference")["detail"]]
     assert len(names) == len(set(names)) and len(names) > done
+
+
+def test_labels_of_points_at_nearly_the_same_acr_take_different_spots():
+    """Near ACR 0.3 the SmolLM2 frontier has five configurations within 0.02 of each other (three labelled
+    "... +4S"): no two such points may print their labels at the same spot."""
+    acr = [0.289, 0.302, 0.303, 0.297, 0.292, 0.5, 0.125, 0.133]
+    table = pd.DataFrame({"acr": acr, "ppl": [37.4, 36.8, 37.4, 94.8, 109.2, 47.1, 111.8, 46.4]})
+    spots = label_positions(table)
+    assert set(spots) <= set(LABEL_SPOTS) and spots.index.equals(table.index)
+    for i in range(len(acr)):
+        for j in range(i + 1, len(acr)):
+            if abs(acr[i] - acr[j]) <= NEAR_ACR:
+                assert spots[i] != spots[j], (i, j, spots[i])

@@ -24,7 +24,7 @@ from aah_viz.analysis.frontier import (
 from aah_viz.dashboard import address, cache, guide, session
 from aah_viz.dashboard.common import chart, guarded, plain, show_table
 from aah_viz.errors import AAHVizError
-from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_label
+from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_labels
 from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
@@ -285,7 +285,7 @@ def render() -> None:
         "(the same resamples for every configuration, so differences are paired), at its ACR (mean key length "
         "over T). The dotted line joins the Pareto front: configurations no other beats on both ACR and "
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
-        "side in the same run. Dotted marks keep the first k positions visible to every query (sink tokens, "
+        "side in the same run. Hollow dotted marks keep the first k positions visible to every query (sink tokens, "
         "+kS); their ACR counts those pairs."
         + (
             " Passkey retrieved: the share of the passkey questions (a key hidden at five depths of filler, "
@@ -295,7 +295,7 @@ def render() -> None:
         )
     )
     # the chart's point labels beside the table's names, so the two read as one
-    labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
+    labelled = t.assign(on_chart=[label or "–" for label in point_labels(t)])
     if labelled["retrieval"].isna().all():  # no passkey questions asked in this frontier
         labelled = labelled.drop(columns="retrieval")
     shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
