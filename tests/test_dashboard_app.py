@@ -565,6 +565,25 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     plain_marks = {t["marker"]["symbol"] for t in marked if not set(t["text"]) & sink_rows}
     sink_marks = {t["marker"]["symbol"] for t in marked if set(t["text"]) & sink_rows}
     assert sink_marks and not sink_marks & plain_marks, (sink_marks, plain_marks)
+    # the Adaptation section: every adapted configuration counted, each recorded curve named, first to last,
+    # "no improvement" exactly when the last evaluation is not below the first, and where each is measured
+    details = [json.loads(d) for d in frontier.events("inference")["detail"]]
+    adapted = [d for d in details if d["family"] == "adapted"]
+    with_curve = [d for d in adapted if d.get("adapt_curve")]
+    text = "\n".join(m.value for m in at.markdown)
+    assert f"{len(with_curve)} of {len(adapted)} adapted configurations recorded" in text
+    for d in with_curve:
+        first, last = (float(np.exp(d["adapt_curve"][i][1])) for i in (0, -1))
+        (line,) = [x for x in text.splitlines() if x.startswith(f"- {d['configuration']}".replace("_", "\\_") + ":")]
+        assert f"{first:.2f} → {last:.2f}" in line and ("no improvement" in line) == (last >= first), line
+        adapt = load_run(Path(frontier.path).parent / d["adapt_run"]).manifest
+        assert f"its {adapt['retrofit']['eval_batches']} evaluation batches" in text
+    assert f"the frontier's {len(details[0]['block_nll'])} held-out blocks" in text
+    curves = next(
+        c for c in charts(at) if "adaptation run's validation" in c["layout"].get("title", {}).get("text", "")
+    )
+    assert curves["layout"]["showlegend"] is True
+    assert [t["name"] for t in curves["data"]] == [d["configuration"] for d in with_curve]
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"

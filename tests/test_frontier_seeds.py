@@ -67,6 +67,19 @@ def test_seed_spread_and_settled_curves_against_their_definitions():
     assert curves["a_adapted"]["settled"] and not curves["a_adapted_seed1"]["settled"]
     assert not curves["b_adapted"]["settled"]  # one evaluation says nothing about a plateau
     assert curves["a_adapted_seed1"]["seed"] == 1
+    # a curve that ends above where it started never improved, however flat its end (the SmolLM2 sample's
+    # 28.5 -> 30.5 -> 29.0 -> 29.3 -> 29.3 was called "stopped improving")
+    worse = [
+        [9, math.log(28.5)],
+        [19, math.log(30.5)],
+        [29, math.log(29.0)],
+        [35, math.log(29.3)],
+        [39, math.log(29.3)],
+    ]
+    both = adaptation_curves([{"configuration": "c_adapted", "family": "adapted", "adapt_curve": worse}, *details])
+    assert both["c_adapted"]["settled"] and not both["c_adapted"]["improved"]
+    assert (both["c_adapted"]["first"], both["c_adapted"]["last"]) == pytest.approx((28.5, 29.3))
+    assert both["a_adapted"]["improved"] and both["a_adapted_seed1"]["improved"] and not both["b_adapted"]["improved"]
 
 
 def _frontier(llama: Path, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -119,7 +132,7 @@ def test_further_seeds_adapt_again_record_their_curves_and_show_on_the_page(tmp_
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     text = "\n".join(m.value for m in at.markdown)
-    assert "of 3 adapted rows had stopped improving" in text
+    assert "3 of 3 adapted configurations recorded" in text
     ppl = [math.exp(sum(nll[n]) / (len(nll[n]) * 32)) for n in seeds]
     assert f"{statistics.mean(ppl):.2f} ± {statistics.stdev(ppl):.2f}" in text
 

@@ -164,4 +164,6 @@ def adaptation_figure(curves: dict[str, list[list[float]]], title: str = "") -> 
         )
     fig.update_xaxes(title="adaptation step")
     fig.update_yaxes(title="validation perplexity (adaptation text)")
-    return style.base_layout(fig, title, height=380)
+    fig = style.base_layout(fig, title, height=380)
+    fig.update_layout(showlegend=True)  # each curve named by its configuration, a single one too
+    return fig
