@@ -534,6 +534,12 @@ def test_every_page_on_a_paper_shaped_run_sends_under_5_mb_per_figure(tmp_path, 
 SAMPLE_LOGS = REPO / "sample_logs"
 
 
+def frontier_sinks(run) -> dict[str, int]:
+    """Sink tokens of each configuration of a frontier run, read from its events."""
+    rows = [json.loads(d) for d in run.events("inference")["detail"]]
+    return {d["configuration"]: int(d.get("sink_tokens") or 0) for d in rows}
+
+
 @pytest.mark.skipif(not any(SAMPLE_LOGS.glob("**/manifest.json")), reason="no recorded runs in sample_logs/ yet")
 def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     monkeypatch.setenv("AAH_VIZ_LOGS", str(SAMPLE_LOGS))
@@ -546,6 +552,39 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     frontier = load_run(SAMPLE_LOGS / at.selectbox(key="frontier_run").value)
     recorded = {json.loads(d)["configuration"] for d in frontier.events("inference")["detail"]}
     assert set(at.dataframe[0].value["configuration"]) == recorded and len(recorded) >= 8
+    # the table names each point as the chart labels it, sink rows too, and each names one point
+    marked = [t for t in charts(at)[0]["data"] if "markers" in t.get("mode", "")]
+    labels = {n: c[3] for t in marked for n, c in zip(t["text"], t["customdata"])}
+    table = at.dataframe[0].value
+    assert dict(zip(table["configuration"], table["on the chart"])) == {n: lab or "–" for n, lab in labels.items()}
+    # a label with its mark and colour names one point (an untrained and an adapted controller share a name)
+    named = [(c[3], t["marker"]["symbol"], t["marker"]["color"]) for t in marked for c in t["customdata"] if c[3]]
+    assert len(named) == len(set(named)), named
+    sink_rows = {n for n, k in frontier_sinks(frontier).items() if k}
+    assert sink_rows, "the sample frontier has configurations with sink tokens"
+    # a configuration with sinks never wears the mark of its family's configurations without them
+    plain_marks = {t["marker"]["symbol"] for t in marked if not set(t["text"]) & sink_rows}
+    sink_marks = {t["marker"]["symbol"] for t in marked if set(t["text"]) & sink_rows}
+    assert sink_marks and not sink_marks & plain_marks, (sink_marks, plain_marks)
+    # the Adaptation section: every adapted configuration counted, each recorded curve named, first to last,
+    # "no improvement" exactly when the last evaluation is not below the first, and where each is measured
+    details = [json.loads(d) for d in frontier.events("inference")["detail"]]
+    adapted = [d for d in details if d["family"] == "adapted"]
+    with_curve = [d for d in adapted if d.get("adapt_curve")]
+    text = "\n".join(m.value for m in at.markdown)
+    assert f"{len(with_curve)} of {len(adapted)} adapted configurations recorded" in text
+    for d in with_curve:
+        first, last = (float(np.exp(d["adapt_curve"][i][1])) for i in (0, -1))
+        (line,) = [x for x in text.splitlines() if x.startswith(f"- {d['configuration']}".replace("_", "\\_") + ":")]
+        assert f"{first:.2f} → {last:.2f}" in line and ("no improvement" in line) == (last >= first), line
+        adapt = load_run(Path(frontier.path).parent / d["adapt_run"]).manifest
+        assert f"its {adapt['retrofit']['eval_batches']} evaluation batches" in text
+    assert f"the frontier's {len(details[0]['block_nll'])} held-out blocks" in text
+    curves = next(
+        c for c in charts(at) if "adaptation run's validation" in c["layout"].get("title", {}).get("text", "")
+    )
+    assert curves["layout"]["showlegend"] is True
+    assert [t["name"] for t in curves["data"]] == [d["configuration"] for d in with_curve]
     goto(at, "runs")
     listed = at.dataframe[0].value["run"].tolist()
     assert listed, "the recorded runs are listed"
@@ -932,10 +971,14 @@ def test_a_fresh_server_opened_on_a_page_address_runs_the_entry_point(logs, monk
     assert any("Logs root" in c.value for c in at.sidebar.caption)  # the entry point's sidebar ran
 
 
-def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp_path):
-    """A live run's Windows page shows its newest routing update, and keeps no step in the address, until
-    the user picks one: then that step stays, in the address too, while the run grows. Training's scalars
-    likewise: opened before the first evaluation, they take the validation loss in once it is logged."""
+@pytest.mark.parametrize(
+    ("page", "title_start"), [("windows", "executed windows at step"), ("hierarchy", "layer 0 at step")]
+)
+def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp_path, page, title_start):
+    """A live run's Windows and Hierarchy pages show its newest routing update, and keep no step in the
+    address, until the user picks one: then that step stays, in the address too, while the run grows.
+    Training's scalars likewise: opened before the first evaluation, they take the validation loss in once
+    it is logged."""
     logs = tmp_path / "logs"
     evals = dict(eval_interval=50)  # no validation loss in the first 40 steps; at step 49 and 99 later
     run = make_synthetic_run(logs / "live", n_layer=2, n_head=4, steps=40, seed=3, status="running", **evals)
@@ -943,25 +986,29 @@ def test_the_step_follows_a_growing_run_until_the_user_moves_it(monkeypatch, tmp
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
-    goto(at, "windows")
+    goto(at, page)
 
     def updates() -> list[int]:
         ups = load_run(run).table("events", filters=[("kind", "==", "routing_update")])
         return sorted(int(s) for s in ups["step"].unique())
 
     def heat_step() -> int:
-        (title,) = [t for t in chart_titles(at) if t.startswith("executed windows at step")]
-        return int(title.rsplit(" ", 1)[-1])
+        (title,) = [t for t in chart_titles(at) if t.startswith(title_start)]
+        return int(title[len(title_start) :].split()[0])
 
     first = updates()
     assert heat_step() == first[-1] and "step" not in at.query_params
     goto(at, "training")  # before the first evaluation: training loss only, and nothing in the address
     assert at.multiselect(key="tr_scalars").value == ["loss"] and "scalars" not in at.query_params
-    goto(at, "windows")
+    goto(at, page)
     # the run grows: the page follows it
     make_synthetic_run(run, n_layer=2, n_head=4, steps=90, seed=3, status="running", overwrite=True, **evals)
     at.run()
     assert updates()[-1] > first[-1]
+    assert heat_step() == updates()[-1] and "step" not in at.query_params
+    # the browser echoes the newest update of an earlier draw (a rerun cut that draw short): not a choice,
+    # the page goes on following (live, this froze Hierarchy at its first update and wrote it to the address)
+    at.select_slider(key="step_picker").set_value(first[-1]).run()
     assert heat_step() == updates()[-1] and "step" not in at.query_params
     # the user picks an earlier update: it stays while the run grows further
     chosen = updates()[1]

@@ -893,3 +893,35 @@ def test_a_baseline_with_no_other_regime_beside_it_is_one_line(tmp_path, capsys)
     assert err == ["aah-viz: error: --baseline full_adaptive: no other regime among these runs to compare with it; "
                    "add runs of another regime, or leave out --baseline"]  # fmt: skip
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_the_frontier_table_in_latex_names_every_row_in_every_part_and_fits_two_pages(tmp_path, capsys):
+    """The SmolLM2 sample's two frontier runs (29 configurations): the long form ran over 8 pages in 8 parts
+    that repeated run, family and adapt_steps (which name no row), split its adapt_steps header at the
+    underscore and ran two caption sentences together. Its LaTeX form: each part repeats the configuration,
+    every perplexity of the CSV is printed, the caption's sentences end, on at most 2 pages."""
+    engine = _tex_engine()
+    frontiers = SAMPLE_LOGS / "smollm2_wikitext"
+    if not (frontiers / "frontier" / "manifest.json").exists():
+        pytest.skip("no SmolLM2 frontier in sample_logs/")
+    for fmt in ("latex", "csv"):
+        args = ["export", str(frontiers), "--table", "frontier", "--format", fmt, "--out", str(tmp_path)]
+        assert main(args) == 0
+    capsys.readouterr()
+    tex = (tmp_path / "frontier.tex").read_text(encoding="utf-8")
+    caption = re.search(r"\\caption\{(.*)\}", tex).group(1)
+    assert re.search(r"[.?!] Configuration: ", caption), caption
+    assert "adapt\\_\\\\" not in tex  # no header broken at an underscore
+    rows = pd.read_csv(tmp_path / "frontier.csv")
+    runs = list(dict.fromkeys(rows["run"]))
+    assert len(runs) > 1
+    names = [f"({chr(ord('a') + runs.index(r))}) {c}" for r, c in zip(rows["run"], rows["configuration"])]
+    parts = re.findall(r"\\midrule\n(.*?)\\bottomrule", tex, flags=re.S)
+    assert len(parts) >= 1
+    for part in parts:  # every part names all its rows, the configuration first
+        firsts = [line.split(" & ")[0] for line in part.strip().splitlines()]
+        assert firsts == [n.replace("_", "\\_") for n in names], firsts[:3]
+    for p, lo, hi in zip(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"]):
+        assert f"{p:.2f} [{lo:.1f}, {hi:.1f}]" in tex
+    pages = _pdf_pages(engine, tmp_path / "frontier.tex", "pdflatex to compile the frontier table")
+    assert len(pages) <= 2, [p[:200] for p in pages]

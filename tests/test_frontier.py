@@ -264,6 +264,32 @@ def test_export_writes_the_frontier_table_with_its_intervals_and_front(tmp_path)
     assert "sliding_window_8" in (tmp_path / "o" / "frontier.md").read_text()
 
 
+def test_the_documented_frontier_export_commands_run_as_written(tmp_path, monkeypatch):
+    """Each ``aah-viz export ... --table frontier`` line of the README and the docs, on a frontier run at
+    the path it names (the commands once lacked the required --out and exited 2)."""
+    import shlex
+
+    from aah_viz.cli import main
+    from aah_viz.samples import make_synthetic_frontier_run
+
+    root = Path(__file__).resolve().parents[1]
+    lines = [
+        line.strip().strip("`").rstrip(".").strip("`")
+        for doc in (root / "README.md", *sorted((root / "docs").glob("*.md")))
+        for line in doc.read_text().splitlines()
+        if line.strip().strip("`").startswith("aah-viz export ") and "--table frontier" in line
+    ]
+    assert len(lines) >= 2, lines  # the README's and real-model.md's at least
+    monkeypatch.chdir(tmp_path)
+    for n, line in enumerate(lines):
+        argv = shlex.split(line)[1:]
+        make_synthetic_frontier_run(tmp_path / f"docs{n}" / "fr", seed=3)
+        argv[1] = str(tmp_path / f"docs{n}")  # the runs folder the line names, here a synthetic frontier
+        assert main(argv) == 0, line
+        out = Path(argv[argv.index("--out") + 1])
+        assert any(out.glob("frontier.*")), line
+
+
 def test_export_all_leaves_out_tables_the_runs_were_never_measured_for(tmp_path):
     from aah_viz.cli import main
     from aah_viz.samples import make_synthetic_run

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from aah_viz.analysis.frontier import adaptation_curves, seed_spread
-from aah_viz.figures.frontier import point_label
+from aah_viz.figures.frontier import LABEL_SPOTS, NEAR_ACR, label_positions, point_label
 
 REPO = Path(__file__).resolve().parents[1]
 TEXT = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine.\n" * 60
@@ -67,6 +67,19 @@ def test_seed_spread_and_settled_curves_against_their_definitions():
     assert curves["a_adapted"]["settled"] and not curves["a_adapted_seed1"]["settled"]
     assert not curves["b_adapted"]["settled"]  # one evaluation says nothing about a plateau
     assert curves["a_adapted_seed1"]["seed"] == 1
+    # a curve that ends above where it started never improved, however flat its end (the SmolLM2 sample's
+    # 28.5 -> 30.5 -> 29.0 -> 29.3 -> 29.3 was called "stopped improving")
+    worse = [
+        [9, math.log(28.5)],
+        [19, math.log(30.5)],
+        [29, math.log(29.0)],
+        [35, math.log(29.3)],
+        [39, math.log(29.3)],
+    ]
+    both = adaptation_curves([{"configuration": "c_adapted", "family": "adapted", "adapt_curve": worse}, *details])
+    assert both["c_adapted"]["settled"] and not both["c_adapted"]["improved"]
+    assert (both["c_adapted"]["first"], both["c_adapted"]["last"]) == pytest.approx((28.5, 29.3))
+    assert both["a_adapted"]["improved"] and both["a_adapted_seed1"]["improved"] and not both["b_adapted"]["improved"]
 
 
 def _frontier(llama: Path, data: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -119,7 +132,7 @@ def test_further_seeds_adapt_again_record_their_curves_and_show_on_the_page(tmp_
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     text = "\n".join(m.value for m in at.markdown)
-    assert "of 3 adapted rows had stopped improving" in text
+    assert "3 of 3 adapted configurations recorded" in text
     ppl = [math.exp(sum(nll[n]) / (len(nll[n]) * 32)) for n in seeds]
     assert f"{statistics.mean(ppl):.2f} ± {statistics.stdev(ppl):.2f}" in text
 
@@ -150,3 +163,16 @@ def test_an_interrupted_frontier_says_stopped_and_the_same_command_finishes_it(t
     assert load_run(out).manifest["status"] == "finished"
     names = [json.loads(d)["configuration"] for d in load_run(out).events("inference")["detail"]]
     assert len(names) == len(set(names)) and len(names) > done
+
+
+def test_labels_of_points_at_nearly_the_same_acr_take_different_spots():
+    """Near ACR 0.3 the SmolLM2 frontier has five configurations within 0.02 of each other (three labelled
+    "... +4S"): no two such points may print their labels at the same spot."""
+    acr = [0.289, 0.302, 0.303, 0.297, 0.292, 0.5, 0.125, 0.133]
+    table = pd.DataFrame({"acr": acr, "ppl": [37.4, 36.8, 37.4, 94.8, 109.2, 47.1, 111.8, 46.4]})
+    spots = label_positions(table)
+    assert set(spots) <= set(LABEL_SPOTS) and spots.index.equals(table.index)
+    for i in range(len(acr)):
+        for j in range(i + 1, len(acr)):
+            if abs(acr[i] - acr[j]) <= NEAR_ACR:
+                assert spots[i] != spots[j], (i, j, spots[i])

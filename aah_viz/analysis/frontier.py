@@ -224,14 +224,23 @@ SETTLED_WITHIN = 0.01  # an adaptation has stopped improving: its last evaluatio
 def adaptation_curves(details: Sequence[dict]) -> dict[str, dict]:
     """configuration -> ``curve`` ([step, validation loss] of its adaptation run), ``settled`` (the last
     evaluation's perplexity within 1% of the one before: still falling means more steps would change the
-    row) and ``seed``, for each adapted configuration whose detail records its curve."""
+    row), ``first`` and ``last`` perplexity, ``improved`` (last below first) and ``seed``, for each adapted
+    configuration whose detail records its curve."""
     out = {}
     for d in details:
         curve = d.get("adapt_curve")
         if d.get("family") != "adapted" or not curve:
             continue
         settled = len(curve) >= 2 and math.exp(float(curve[-2][1]) - float(curve[-1][1])) < 1 + SETTLED_WITHIN
-        out[d["configuration"]] = {"curve": curve, "settled": bool(settled), "seed": d.get("adapt_seed")}
+        first, last = math.exp(float(curve[0][1])), math.exp(float(curve[-1][1]))
+        out[d["configuration"]] = {
+            "curve": curve,
+            "settled": bool(settled),
+            "seed": d.get("adapt_seed"),
+            "first": first,  # perplexity at the first and the last evaluation
+            "last": last,
+            "improved": bool(last < first),  # a curve that ends at or above its start never improved
+        }
     return out
 
 

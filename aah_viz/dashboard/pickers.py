@@ -117,6 +117,20 @@ def pick_head(n_head: int, where=None) -> int | None:
     return out
 
 
+FOLLOWED = "step_followed"  # the newest updates the step picker showed while it followed a growing run
+
+
+def _on_step(widget_key: str) -> None:
+    """The step slider reported a value. While following, a value the slider was only given earlier (an
+    older newest update) is the browser echoing a draw that a rerun cut short, not a choice: seen live, it
+    froze a growing run's Hierarchy at its first update. Ignored, the page keeps following."""
+    value = int(st.session_state[widget_key])
+    following = selection.current().get("step") is None
+    if following and value in st.session_state.get(FOLLOWED, ()):
+        return
+    selection.select(step=value)
+
+
 def pick_step(steps, label: str, where=None, help: str | None = None) -> int | None:
     """A slider over ``steps`` (routing updates): the selected step snaps to the nearest one. Until the user
     moves it (or the address names a step), it follows the newest update, so a live run's page shows its
@@ -134,16 +148,21 @@ def pick_step(steps, label: str, where=None, help: str | None = None) -> int | N
         target.caption(f"{label}: {value} (the only one recorded)")
     else:
         options = [int(s) for s in steps.tolist()]
+        if following:  # the older newest updates: an echo of one of them is not the user's choice
+            shown = st.session_state.setdefault(FOLLOWED, set())
+            shown.intersection_update(options[:-1])
         st.session_state["step_picker"] = value
         target.select_slider(
             label,
             options=options,
             key="step_picker",
-            on_change=_on_widget,  # the user's choice: kept in the selection and the address
-            args=("step", "step_picker", int),
+            on_change=_on_step,  # the user's choice: kept in the selection and the address
+            args=("step_picker",),
             help=(help + " " if help else "") + "Follows the newest update until you move it.",
         )
     if not following:
         selection.select(step=value)
+    elif len(steps) > 1:
+        st.session_state.setdefault(FOLLOWED, set()).add(value)
     selection.write_address()
     return value

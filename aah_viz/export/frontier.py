@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from aah_viz.analysis.frontier import COLUMNS, run_frontier_table
+from aah_viz.export.frontier_form import frontier_form
 
 NAME = "frontier"
 ID_COLUMNS = ["run", "configuration", "family", "adapt_steps", "sink_tokens", "pareto"]
@@ -43,17 +44,18 @@ def build_tables(runs, **_opts) -> list:
         if len(table):
             frames.append(table.assign(run=str(run.run_id)))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS) + ["run"])
-    return [
-        Table(
-            name=NAME,
-            df=df[ID_COLUMNS + VALUE_COLUMNS].reset_index(drop=True),
-            caption="Perplexity against compute: each configuration's perplexity with its 95% interval, ACR "
-            "and measured speed, and the Pareto front",
-            label="tab:frontier",
-            notes=list(NOTES),
-            id_columns=list(ID_COLUMNS),
-            value_columns=list(VALUE_COLUMNS),
-            decimals={c: DECIMALS.get(c, 3) for c in VALUE_COLUMNS},
-            empty_message="no frontier in these runs: run aah-viz frontier MODEL first",
-        )
-    ]
+    table = Table(
+        name=NAME,
+        df=df[ID_COLUMNS + VALUE_COLUMNS].reset_index(drop=True),
+        caption="Perplexity against compute: each configuration's perplexity with its 95% interval, ACR "
+        "and measured speed, and the Pareto front",
+        label="tab:frontier",
+        notes=list(NOTES),
+        id_columns=list(ID_COLUMNS),
+        value_columns=list(VALUE_COLUMNS),
+        decimals={c: DECIMALS.get(c, 3) for c in VALUE_COLUMNS},
+        empty_message="no frontier in these runs: run aah-viz frontier MODEL first",
+    )
+    if not table.is_empty:
+        table.latex_form = frontier_form(table)
+    return [table]

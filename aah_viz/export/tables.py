@@ -94,9 +94,11 @@ def build_tables(name: str, runs, *, allow_mixed: bool = False, **opts) -> list[
         table = _build(name, members, cfg, **opts)
         if len(groups) > 1:
             table.label = f"{table.label}:{config_label(cfg).lower()}"
-            table.caption = (
-                f"{table.caption} Configuration: T = {cfg[0]}, windows {'/'.join(map(str, cfg[1])) or 'none'}."
-            )
+            said = table.caption.rstrip()
+            said += "" if said.endswith((".", "?", "!")) else "."  # a sentence of its own follows
+            table.caption = f"{said} Configuration: T = {cfg[0]}, windows {'/'.join(map(str, cfg[1])) or 'none'}."
+            if table.latex_form is not None:
+                table.latex_form.caption, table.latex_form.label = table.caption, table.label
         out.append(table)
     return out
 

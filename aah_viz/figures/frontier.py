@@ -40,28 +40,55 @@ def point_label(configuration: str, family: str, sinks: int = 0) -> str:
     return ""
 
 
+def _sinks(table: pd.DataFrame) -> pd.Series:
+    if "sink_tokens" not in table:
+        return pd.Series(0, index=table.index)
+    return table["sink_tokens"].fillna(0).astype(int)
+
+
+def point_labels(table: pd.DataFrame) -> list[str]:
+    """The chart's label of each row of ``table`` (its sinks included), for the table's "on the chart"."""
+    return [point_label(c, f, k) for c, f, k in zip(table["configuration"], table["family"], _sinks(table))]
+
+
+def sink_symbol(symbol: str) -> str:
+    """The mark of a configuration that keeps sink tokens: its family's mark, hollow, with a dot (an open
+    mark stays open and gains the dot), so a sink row never looks like its family's plain row."""
+    return f"{symbol}-dot" if symbol.endswith("-open") else f"{symbol}-open-dot"
+
+
 def _groups(table: pd.DataFrame):
     """(family, sink tokens, rows, legend name, marker symbol, colour) in FAMILY_STYLE order, sinks after."""
-    sinks = table["sink_tokens"].fillna(0).astype(int) if "sink_tokens" in table else pd.Series(0, index=table.index)
+    sinks = _sinks(table)
     for family, (label, symbol, color) in FAMILY_STYLE.items():
         for k in sorted(set(sinks[table["family"] == family])):
             rows = table[(table["family"] == family) & (sinks == k)]
-            if k:  # the same colour, a dotted mark: the configuration keeps the first k positions
-                yield family, k, rows, f"{label} + {k} sink{'s' if k > 1 else ''}", f"{symbol}-dot", color
+            if k:  # the same colour, a hollow dotted mark: the configuration keeps the first k positions
+                yield family, k, rows, f"{label} + {k} sink{'s' if k > 1 else ''}", sink_symbol(symbol), color
             else:
                 yield family, 0, rows, label, symbol, color
 
 
-def _label_positions(ppl: pd.Series) -> list[str]:
-    """Above-right and below-right in turn, by perplexity within a family: neighbours' labels part."""
-    order = ppl.rank(method="first").to_numpy()
-    return ["top right" if int(r) % 2 else "bottom right" for r in order]
+LABEL_SPOTS = ("top right", "bottom right", "top left", "bottom left", "middle right", "middle left")
+NEAR_ACR = 0.02  # points closer than this in ACR (in a chain) share a column of the chart: labels take turns
+
+
+def label_positions(table: pd.DataFrame) -> pd.Series:
+    """Where each point's label sits: points of nearly the same ACR (of any family) take the spots around
+    a point in turn, by perplexity, so their labels do not print on top of each other."""
+    order = table.sort_values(["acr", "ppl"], kind="stable")
+    spots, last, turn = {}, None, 0
+    for idx, acr in zip(order.index, order["acr"]):
+        turn = 0 if last is None or acr - last > NEAR_ACR else turn + 1  # a gap in ACR starts a new column
+        spots[idx], last = LABEL_SPOTS[turn % len(LABEL_SPOTS)], acr
+    return pd.Series(spots).reindex(table.index)
 
 
 def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
     """``table``: ``aah_viz.analysis.frontier.frontier_table`` rows. The front joins the points no
     other configuration beats on both ACR and perplexity."""
     fig = go.Figure()
+    spots = label_positions(table)
     groups = list(_groups(table))
     groups.sort(key=lambda g: g[0] == ON_TOP)  # stable: every other family keeps its order
     for family, sinks, rows, label, symbol, color in groups:
@@ -77,7 +104,10 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
                 name=label,
                 legendrank=list(FAMILY_STYLE).index(family) * 10 + sinks % 10,
                 marker=dict(
-                    symbol=symbol, size=18 if ring else 11, color=color, line=dict(width=2 if ring else 1, color=color)
+                    symbol=symbol,
+                    size=18 if ring else 11,
+                    color=color,
+                    line=dict(width=2 if ring or sinks else 1, color=color),
                 ),
                 # small caps, labels above or below the point: a label never sits across a neighbour's bar
                 error_y=style.interval_bars(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"], thickness=1.2, width=3),
@@ -87,7 +117,7 @@ def frontier_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
                     for lo, hi, cov, lab in zip(rows["ppl_lo"], rows["ppl_hi"], rows["acr_causal"], labels)
                 ],
                 texttemplate="%{customdata[3]}",
-                textposition=_label_positions(rows["ppl"]),
+                textposition=spots.loc[rows.index].tolist(),
                 textfont=dict(size=10, color=color),
                 hovertemplate="%{text}<br>perplexity %{y:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
                 "<br>ACR %{x:.3f}, causal coverage %{customdata[2]:.3f}<extra></extra>",
@@ -134,4 +164,6 @@ def adaptation_figure(curves: dict[str, list[list[float]]], title: str = "") -> 
         )
     fig.update_xaxes(title="adaptation step")
     fig.update_yaxes(title="validation perplexity (adaptation text)")
-    return style.base_layout(fig, title, height=380)
+    fig = style.base_layout(fig, title, height=380)
+    fig.update_layout(showlegend=True)  # each curve named by its configuration, a single one too
+    return fig

@@ -24,7 +24,7 @@ from aah_viz.analysis.frontier import (
 from aah_viz.dashboard import address, cache, guide, session
 from aah_viz.dashboard.common import chart, guarded, plain, show_table
 from aah_viz.errors import AAHVizError
-from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_label
+from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_labels
 from aah_viz.runlog import discover_runs, read_manifest
 
 REGIME = "frontier"  # the regime a frontier run's manifest names
@@ -174,32 +174,82 @@ def findings_markdown(
     return "\n\n".join(lines).replace("\n\n- ", "\n- ")  # each list tight under its sentence
 
 
-def adaptation_markdown(curves: dict[str, dict], spread: list[dict]) -> str:
-    """Whether each adapted row's adaptation had stopped improving, and the spread over seeds, in words."""
-    lines = []
-    still = [name for name, c in curves.items() if not c["settled"]]
+def _curve_line(name: str, c: dict, in_table: float | None) -> str:
+    steps = f"step {int(c['curve'][0][0])} to {int(c['curve'][-1][0])}"
+    if not c["improved"]:
+        verdict = "no improvement (the last is not below the first)"
+    elif c["settled"]:
+        verdict = f"improved, and had stopped improving (the last within {SETTLED_WITHIN:.0%} of the one before)"
+    else:
+        verdict = "improved, and was still falling, so more steps would change its row"
+    table = f"; in the table: {in_table:.2f}" if in_table is not None else ""
+    return f"- {_md(name)}: {c['first']:.2f} → {c['last']:.2f} ({steps}): {verdict}{table}."
+
+
+def adaptation_markdown(
+    curves: dict[str, dict], spread: list[dict], table: pd.DataFrame, eval_batches: dict[str, int] | None = None
+) -> str:
+    """Each adapted configuration's adaptation in words: what its validation curve did, where that curve is
+    measured (not where the table is), which adapted rows recorded none, and the spread over seeds."""
+    parts = []  # paragraphs: a list's lines are joined by one newline, paragraphs by a blank line
+    adapted = table.loc[table["family"] == "adapted", "configuration"].tolist()
+    ppl = dict(zip(table["configuration"], table["ppl"]))
     if curves:
-        lines.append(
-            f"**Adaptation.** {len(curves) - len(still)} of {len(curves)} adapted rows had stopped improving (the "
-            f"last validation perplexity within {SETTLED_WITHIN:.0%} of the one before)"
-            + (f"; still falling: {_md(', '.join(still))}, so more steps would change them." if still else ".")
+        without = [c for c in adapted if c not in curves]
+        parts.append(
+            f"**Adaptation.** {len(curves)} of {len(adapted) or len(curves)} adapted configurations recorded the "
+            "validation perplexity of their adaptation run"
+            + (f" ({_md(', '.join(without))} did not)" if without else "")
+            + ": first → last evaluation."
         )
-    for g in spread:
-        values = ", ".join(f"{v:.2f}" for v in g["ppl"])
-        lines.append(
-            f"- {_md(g['configuration'])} over {g['n_seeds']} seeds: perplexity {g['mean']:.2f} ± {g['sd']:.2f} "
-            f"(sd; {values})."
+        parts.append("\n".join(_curve_line(name, c, ppl.get(name)) for name, c in curves.items()))
+        batches = sorted(set((eval_batches or {}).values()))
+        where = f"{' or '.join(map(str, batches))} evaluation batches" if batches else "a few evaluation batches"
+        blocks = int(table["n_blocks"].max()) if "n_blocks" in table else None
+        parts.append(
+            f"These curves are each adaptation run's own validation perplexity, on its {where} of the adaptation "
+            "text; the table's perplexity is the frontier's"
+            + (f" {blocks}" if blocks else "")
+            + " held-out blocks, the same for every configuration. Their levels differ: compare a curve with "
+            "itself (did the adaptation still improve?), and configurations in the table."
         )
-    return "\n".join(lines)
+    if spread:
+        parts.append(
+            "\n".join(
+                f"- {_md(g['configuration'])} over {g['n_seeds']} seeds: perplexity {g['mean']:.2f} ± {g['sd']:.2f} "
+                f"(sd; {', '.join(f'{v:.2f}' for v in g['ppl'])})."
+                for g in spread
+            )
+        )
+    return "\n\n".join(parts)
 
 
-def _adaptation(found: list[dict], t: pd.DataFrame) -> None:
+def _eval_batches(key: str, found: list[dict]) -> dict[str, int]:
+    """configuration -> the evaluation batches its adaptation run averaged (its manifest), where it is here."""
+    out, good = {}, set(session.good_keys())
+    for d in found:
+        name = d.get("adapt_run")
+        if d.get("family") != "adapted" or not name:
+            continue
+        run = posixpath.normpath(posixpath.join(posixpath.dirname(key), str(name)))
+        if run in good:
+            root = session.logs_root()
+            n = (cache.manifest(root, run, session.token(run)).get("retrofit") or {}).get("eval_batches")
+            if n:
+                out[d["configuration"]] = int(n)
+    return out
+
+
+def _adaptation(key: str, found: list[dict], t: pd.DataFrame) -> None:
     curves = adaptation_curves(found)
     if not curves:
         return
-    st.markdown(adaptation_markdown(curves, seed_spread(t)))
+    st.markdown(adaptation_markdown(curves, seed_spread(t), t, _eval_batches(key, found)))
     chart(
-        adaptation_figure({k: c["curve"] for k, c in curves.items()}, "adaptation: validation perplexity by step"),
+        adaptation_figure(
+            {k: c["curve"] for k, c in curves.items()},
+            "each adaptation run's validation perplexity by step (its own evaluation batches)",
+        ),
         key="frontier_adaptation",
         name="frontier-adaptation",
     )
@@ -285,7 +335,7 @@ def render() -> None:
         "(the same resamples for every configuration, so differences are paired), at its ACR (mean key length "
         "over T). The dotted line joins the Pareto front: configurations no other beats on both ACR and "
         "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
-        "side in the same run. Dotted marks keep the first k positions visible to every query (sink tokens, "
+        "side in the same run. Hollow dotted marks keep the first k positions visible to every query (sink tokens, "
         "+kS); their ACR counts those pairs."
         + (
             " Passkey retrieved: the share of the passkey questions (a key hidden at five depths of filler, "
@@ -295,7 +345,7 @@ def render() -> None:
         )
     )
     # the chart's point labels beside the table's names, so the two read as one
-    labelled = t.assign(on_chart=[point_label(c, f) or "–" for c, f in zip(t["configuration"], t["family"])])
+    labelled = t.assign(on_chart=[label or "–" for label in point_labels(t)])
     if labelled["retrieval"].isna().all():  # no passkey questions asked in this frontier
         labelled = labelled.drop(columns="retrieval")
     shown = labelled[[c for c in SHOWN if c in labelled]].rename(columns=SHOWN).sort_values("ACR")
@@ -306,7 +356,7 @@ def render() -> None:
         key="frontier_table",
         column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in FORMATS.items()},
     )
-    _adaptation(found, t)
+    _adaptation(key, found, t)
 
 
 if __name__ == "__main__":
