@@ -280,3 +280,20 @@ def test_a_level_that_repeats_the_one_below_is_compared_once(tmp_path):
     comp = compare_run(load_run(path), permutations=20, n_boot=20)["comparisons"]
     assert set(comp["level"]) == {0}
     assert set(compare_run(load_run(path), level=1, permutations=20, n_boot=20)["comparisons"]["level"]) == {1}
+
+
+def test_long_setup_names_stand_on_the_axis_as_short_marks_with_the_name_on_hover():
+    from aah_viz.figures.compare import regime_metric_figure, setup_ticks
+
+    short = ["full_adaptive", "grouping_off"]
+    assert setup_ticks(short) == short
+    long = ["full_adaptive, controller_pairwise_mode=none", "full_adaptive, ema_alpha=0.0"]
+    assert setup_ticks(long) == ["S1", "S2"]
+    assert setup_ticks([long[0], "grouping_off", long[1]]) == ["S1", "grouping_off", "S2"]
+    runs = pd.DataFrame(
+        {"regime": long * 2, "seed": [0, 0, 1, 1], "val_loss": [2.0, 2.1, 2.2, 2.3], "key": list("abcd")}
+    )
+    fig = regime_metric_figure(runs, ["val_loss"]).to_dict()
+    assert list(fig["layout"]["xaxis"]["tickvals"]) == sorted(long)
+    assert list(fig["layout"]["xaxis"]["ticktext"]) == ["S1", "S2"]
+    assert list(fig["data"][0]["x"]) == sorted(long)  # the whole name is the category: the hover shows it

@@ -67,6 +67,7 @@ def regime_metric_figure(
         regimes = sorted(set(regimes) | set(reference["regime"].astype(str)))
     # a setup (``full_adaptive, sink_tokens=4``) in its regime's colour: the name before its settings
     colours = [style.regime_color(r.split(", ")[0]) for r in regimes]
+    ticks = setup_ticks(regimes)
     shown: set[str] = set()
     # each run's regime and seed mark once for every panel, as object arrays: Plotly checks a list's every
     # element against its allowed symbols in Python, an array's against the set of them (1,000 runs, 4 panels)
@@ -147,7 +148,19 @@ def regime_metric_figure(
                 col=col,
             )
         fig.update_yaxes(title=METRIC_TITLES.get(metric, metric), row=row, col=col, title_font=dict(size=10))
+        if ticks != regimes:  # long setup names: short marks on the axis, the whole name on hover
+            fig.update_xaxes(tickvals=regimes, ticktext=ticks, row=row, col=col)
     return style.base_layout(fig, title, height=380 * n_rows + 60)
+
+
+LONG_TICK = 24  # characters: a longer category name stands on the axis as S1, S2, ...
+
+
+def setup_ticks(names: list[str]) -> list[str]:
+    """The axis marks of these categories: each name, or S1, S2, ... (numbered in this order) for a name
+    too long to stand on a shared axis (a setup spelling out its settings)."""
+    long = [n for n in names if len(n) > LONG_TICK]
+    return [n if len(n) <= LONG_TICK else f"S{long.index(n) + 1}" for n in names]
 
 
 def reference_metric_figure(reference: pd.DataFrame, metrics: list[str], title: str = "") -> go.Figure:

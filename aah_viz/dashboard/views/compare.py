@@ -179,6 +179,11 @@ def render() -> None:
         name="regimes-ours",
         data=ours,
     )
+    names = sorted(ours[SETUP].dropna().astype(str).unique()) if not ours.empty else []
+    marks = cfig.setup_ticks(names)
+    if marks != names:
+        shortened = "; ".join(f"{m} = {n}" for m, n in zip(marks, names) if m != n)
+        st.caption(plain(f"On the axis: {shortened}."))
     if reference is not None and not reference.empty:
         chart(
             cfig.reference_metric_figure(
