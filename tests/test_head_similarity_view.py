@@ -115,6 +115,7 @@ def test_the_stability_page_shows_the_section_and_the_banner_points_to_it(logs, 
     (said,) = [c.value for c in at.caption if c.value.startswith("Similarities here:")]
     assert f"Not measured: {', '.join(a for a in hs.SIMILARITIES if a in absent)}" in said, said
     assert "Stability is not measured" in said
+    assert "training does not keep" in said and "Are the head groups real?" in said  # why, and where they are judged
     next(r for r in at.radio if r.key == "hsim_procedure").set_value("complete").run()
     assert not at.exception
     assert at.query_params["procedure"] == "complete"  # the view travels in the address

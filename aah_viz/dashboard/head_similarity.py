@@ -58,7 +58,11 @@ def missing_sentence(t: pd.DataFrame) -> str:
         return ""
     parts = [f"Similarities here: {', '.join(present)}."]
     if absent:
-        parts.append(f"Not measured: {', '.join(absent)} (they need the run's model or its profile).")
+        parts.append(
+            f"Not measured: {', '.join(absent)}: they need each head's features, which training does not keep "
+            '(it records the grouping each update made from them: "Are the head groups real?" above judges those '
+            "groups update by update), so they are measured again from the run's model or its profile."
+        )
     if no_halves:
         parts.append("Stability is not measured: the heads were measured once, not on two halves of the data.")
     parts.append(
