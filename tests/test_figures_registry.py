@@ -350,11 +350,7 @@ def test_frontier_figure_draws_each_configuration_with_its_interval_and_the_fron
     written = {name: cd[3] for t in fig.data if t.customdata is not None for name, cd in zip(t.text, t.customdata)}
     assert written["full_adaptive_adapted"] == "full_adaptive" and written["sliding_window_8"] == "w 8"
     assert written["unpatched"] == ""
-    # labels above or below their points in turn, never level with a neighbour's interval
-    for t in fig.data:
-        if t.mode == "markers+text" and len(t.y) > 1:
-            by_ppl = [p for _, p in sorted(zip(t.y, t.textposition))]
-            assert all(a != b for a, b in zip(by_ppl, by_ppl[1:])), by_ppl
+    # where labels sit (points of nearly the same ACR take turns) is tested in test_frontier_seeds.py
     (front,) = [t for t in fig.data if t.name == "Pareto front"]
     on_front = table[table["pareto"]].sort_values("acr")
     assert list(front.x) == pytest.approx(list(on_front["acr"]))

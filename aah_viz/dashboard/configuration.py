@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from aah_viz.analysis.configurations import setup_names, split_by_configuration
-from aah_viz.dashboard import address, cache, pickers, selection, session
+from aah_viz.dashboard import address, cache, selection, session
 from aah_viz.dashboard.safe_text import plain
 
 
@@ -50,9 +50,8 @@ def one_configuration(keys, widget_key: str, param: str = "config", where=None) 
         return keys
     labels = [label for label, _ in found]
     members = dict(found)
-    # the configuration of the run the user has open (or the other pages would open), when it is among these;
-    # else the largest
-    current = selection.current().get("run") or pickers.default_run(keys)
+    # the configuration of the run the user has open, when it is among these; else the largest
+    current = selection.current().get("run")
     default = next((lab for lab, ks in found if current in ks), labels[0])
     label = address.choose(
         (where or st).selectbox,
