@@ -44,24 +44,53 @@ def trial_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def run_trial(argv: Sequence[str], log_path: str, threads: int | None = None, running: set | None = None) -> int:
-    """Run one trial to its end; its console output goes to ``log_path``. Returns the exit code.
-
-    A plain function of plain arguments: Ray and submitit ship it to their workers as it is. ``running``
-    (local only) holds the trial's process while it runs, for a stop of the sweep to reach it.
-    """
+def start_trial(argv: Sequence[str], log_path: str, threads: int | None = None) -> subprocess.Popen:
+    """Start one trial; its console output goes to ``log_path`` (appended, after the command line)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ aah-viz {' '.join(argv)}\n")
         log.flush()
-        proc = subprocess.Popen(trial_command(argv), stdout=log, stderr=subprocess.STDOUT, env=trial_env(threads))
-        if running is not None:
-            running.add(proc)
+        return subprocess.Popen(trial_command(argv), stdout=log, stderr=subprocess.STDOUT, env=trial_env(threads))
+
+
+def run_trial(argv: Sequence[str], log_path: str, threads: int | None = None) -> int:
+    """Run one trial to its end. Returns the exit code. A plain function of plain arguments: Ray and submitit
+    ship it to their workers as it is."""
+    return start_trial(argv, log_path, threads).wait()
+
+
+class LocalTrials:
+    """The local trials' processes and whether the sweep is stopping, under one lock: a trial starting in the
+    instant of a stop either never starts or is among the processes the stop signals."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # reentrant: the signal handler may interrupt the main thread holding it
+        self._procs: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def start(self, launch: Callable[[], subprocess.Popen]) -> subprocess.Popen | None:
+        """``launch()``'s process, or None once the sweep is stopping (the next sweep call runs the trial)."""
+        with self._lock:
+            if self.stopping:
+                return None
+            proc = launch()
+            self._procs.add(proc)
+            return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
         try:
             return proc.wait()
         finally:
-            if running is not None:
-                running.discard(proc)
+            with self._lock:
+                self._procs.discard(proc)
+
+    def stop(self, signum=None, frame=None) -> None:
+        """Start no further trial; SIGTERM to the running ones (they stop after their step and close their runs)."""
+        with self._lock:
+            self.stopping = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
 
 
 OnEvent = Callable[[str, object, "int | None"], None]
@@ -71,27 +100,23 @@ def run_local(trials, *, workers: int, threads: int | None, on_event: OnEvent) -
     """The trials on ``workers`` threads. A SIGTERM or SIGHUP to the sweep (or Ctrl+C in its thread) starts no
     further trial and passes SIGTERM to the running ones, which stop after their step as a kill of each would;
     it returns once they have closed their runs (the next ``aah-viz sweep`` resumes them)."""
-    running: set = set()
-    stopping = threading.Event()
+    running = LocalTrials()
 
     def one(trial):
-        if stopping.is_set():
+        try:
+            proc = running.start(lambda: start_trial(trial.argv, str(trial.log_path), threads))
+        except OSError:
+            on_event("start", trial, None)
+            on_event("end", trial, None)
+            return
+        if proc is None:
             return  # never started: the next sweep call runs it
         on_event("start", trial, None)
-        try:
-            code = run_trial(trial.argv, str(trial.log_path), threads, running)
-        except OSError:
-            code = None
-        on_event("end", trial, code)
-
-    def stop(signum=None, frame=None) -> None:
-        stopping.set()
-        for proc in list(running):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        on_event("end", trial, running.wait(proc))
 
     in_main = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)} if in_main else {}
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, running.stop) for sig in signals} if in_main else {}
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sweep-worker") as pool:
             futures = [pool.submit(one, t) for t in trials]
@@ -99,7 +124,7 @@ def run_local(trials, *, workers: int, threads: int | None, on_event: OnEvent) -
                 for future in futures:
                     future.result()
             except BaseException:
-                stop()  # the pool's exit waits for the running trials to close their runs
+                running.stop()  # the pool's exit waits for the running trials to close their runs
                 raise
     finally:
         for sig, handler in previous.items():
