@@ -79,6 +79,17 @@ def chart_titles(at: AppTest) -> list[str]:
     return [c["layout"].get("title", {}).get("text", "") for c in charts(at)]
 
 
+def screen_text(at: AppTest) -> str:
+    """What a reader sees in words: headings, captions, notes, pickers' options and the charts' titles and axes."""
+    parts = [e.value for kind in ("title", "subheader", "caption", "markdown", "info", "warning") for e in at.get(kind)]
+    parts += [str(o) for kind in ("selectbox", "multiselect") for w in at.get(kind) for o in w.options]
+    for fig in charts(at):
+        layout = fig["layout"]
+        parts += [json.dumps(layout.get(k, {}).get("title", "")) for k in layout if k.startswith(("xaxis", "yaxis"))]
+        parts.append(json.dumps(layout.get("title", "")))
+    return "\n".join(parts)
+
+
 def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     table = app.dataframe[0].value
     assert sorted(table["run"]) == ["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]
@@ -249,8 +260,19 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     # any metric: small accuracies span their own range, not black on a fixed 0-1 scale
     at.selectbox(key="probe_name").set_value("syntax").run()
     at.selectbox(key="probe_metric_syntax").set_value("uas").run()
-    uas = {f["layout"]["title"]["text"]: f for f in charts(at)}["syntax: uas per head"]["data"][0]
+    # the metrics in words (the address and the CSV keep their names)
+    assert at.selectbox(key="probe_metric_syntax").options == [
+        "score minus offset baseline",
+        "unlabelled attachment score",
+    ]
+    by_title = {f["layout"]["title"]["text"]: f for f in charts(at)}
+    uas = by_title["syntax: unlabelled attachment score per head"]["data"][0]
     assert (uas["zmin"], uas["zmax"]) == pytest.approx((0.0, (N_LAYER - 1) / 10 + (N_HEAD - 1) / 100))
+    scatter = by_title["window vs syntax unlabelled attachment score"]["layout"]
+    assert scatter["yaxis"]["title"]["text"] == "syntax unlabelled attachment score"
+    shown = screen_text(at)
+    assert not [raw for raw in ("score_minus_baseline", "partition_verdict", " uas") if raw in shown], shown
+    assert "partition validity is the cluster validity" in shown
     assert f"windows at step {STEPS - 1}" in figs
     # relations: the difference with its interval, positional best heads hollow
     deltas = figs["relations: best head against the offset baseline"]["data"][0]

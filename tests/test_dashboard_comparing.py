@@ -49,7 +49,11 @@ def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(
     at = goto(samples, "export")
     assert not at.error, [e.value for e in at.error]
     config = at.selectbox(key="exp_config")
-    assert config.value.startswith("T128_") and any(o.startswith("T510_") for o in config.options)
+    assert config.value.startswith("T128_")  # the address keeps the short name; the picker reads as words
+    assert "T = 510, window 510 · 1 run" in config.options and "T = 75, full attention · 1 run" in config.options
+    counts = {o.split(" · ")[0]: int(o.split(" · ")[1].split()[0]) for o in config.options}
+    assert counts["T = 128, windows 16/32/64/128"] == max(counts.values()) > 1
+    assert all("_" not in o and "(" not in o for o in config.options), config.options
     left = [c for c in captions(at) if c.startswith("Left out")]
     assert len(left) == 1 and PROBE_ONLY in left[0]
     preview = at.dataframe[0].value
@@ -374,7 +378,7 @@ def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
     fig = figure_data(at.get("plotly_chart")[-1].proto.spec)
     names = json.dumps(fig["data"], default=str)
     assert "full_adaptive_seed0" in names and PROBE_ONLY not in names
-    at.selectbox(key="exp_config").set_value(next(o for o in at.selectbox(key="exp_config").options if "T510" in o))
+    at.selectbox(key="exp_config").set_value("T510_w510")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
 
