@@ -497,3 +497,37 @@ def test_compare_leaves_unfinished_runs_out_and_names_repeated_seeds(monkeypatch
     assert len(repeats) == 1 and "full_adaptive: seed 0 x2" in repeats[0] and "x3" not in repeats[0]
     at.checkbox(key="cmp_unfinished").check().run()
     assert at.dataframe[0].value["n"].tolist() == [4, 1]
+
+
+def test_the_runs_download_keeps_whole_numbers_whole_where_some_runs_lack_the_field():
+    """seed 0 and config.n_embd 192 in the CSV, not 0.0 and 192.0, though a probe-only run has neither."""
+    import io
+
+    import pandas as pd
+
+    from aah_viz.dashboard import cache
+    from aah_viz.dashboard.views import runs as runs_view
+    from aah_viz.runlog import discover_runs
+
+    if not is_run(SAMPLE_LOGS / PROBE_ONLY):
+        pytest.skip("the bundled sample logs are not in this checkout")
+    root = str(SAMPLE_LOGS)
+    keys = [Path(p).relative_to(SAMPLE_LOGS).as_posix() for p in discover_runs(SAMPLE_LOGS)]
+    good = {k: o for k in keys if "error" not in (o := cache.overview(root, k, 0))}
+    frame, _ = runs_view._table(root, good)
+    csv = pd.read_csv(io.StringIO(frame.to_csv(index=False)), dtype=str).set_index("run")
+    manifests = {k: o["manifest"] for k, o in good.items()}
+    for field, read in (
+        ("seed", lambda m: m.get("seed")),
+        ("config.n_embd", lambda m: m.get("config", {}).get("n_embd")),
+    ):
+        written = {k: read(m) for k, m in manifests.items()}
+        assert None in written.values() and any(isinstance(v, int) for v in written.values()), field
+        for key, value in written.items():
+            cell = csv.loc[key, field]
+            assert pd.isna(cell) if value is None else cell == str(value), (field, key, cell)
+    # a column of fractions stays as it was; a flag stays a flag
+    from aah_viz.analysis.manifest_fields import fields_frame
+
+    small = fields_frame([{"a": 1, "b": 0.5, "c": True}, {"a": None, "b": 2, "c": False}, {"b": None}])
+    assert small.to_csv(index=False).splitlines() == ["a,b,c", "1,0.5,True", ",2.0,False", ",,"]

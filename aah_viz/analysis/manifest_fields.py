@@ -37,6 +37,23 @@ def flat_fields(manifest: dict) -> dict:
     return out
 
 
+def fields_frame(rows: list[dict]):
+    """``rows`` (one dict per run) as a DataFrame whose columns of whole numbers stay whole numbers
+    (``seed`` 0, ``config.n_embd`` 128, never 0.0 and 128.0) where some runs lack the field: pandas'
+    nullable ``Int64``; a column holding any fraction or text keeps pandas' own type."""
+    import numbers
+
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        values = [row[column] for row in rows if column in row and row[column] is not None]
+        values = [v for v in values if not (isinstance(v, float) and v != v)]  # NaN: a missing value
+        if values and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
 def field_order(fields) -> list[str]:
     """The known fields first (regime, seed, ...), then the others alphabetically."""
     fields = list(dict.fromkeys(fields))

@@ -62,7 +62,7 @@ def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, di
         row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
         row.update({f: v for f, v in fields[k].items() if f not in COLUMNS and f not in row})
         rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = manifest_fields.fields_frame(rows)  # seed 0, not 0.0, where some runs have none
     base = [c for c in COLUMNS.values() if c in frame]
     extra = manifest_fields.field_order(c for c in frame.columns if c not in base)
     return frame[base + extra], fields
