@@ -399,6 +399,18 @@ def test_a_value_in_the_address_a_page_cannot_take_is_dropped_and_said(logs, mon
         at.run()
         assert not at.exception, (text, [e.value for e in at.exception])
         assert at.slider(key="tr_range").value == full, text
+    # text that is no range at all, in a fresh tab: the full range, and said like any other refused value
+    fresh = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    fresh.query_params["range"] = "abc"
+    fresh.run()
+    fresh.switch_page(PAGE_FILES["training"]).run()
+    assert not fresh.exception and fresh.slider(key="tr_range").value == full
+    (said,) = fresh.toast
+    assert said.value == "The address's range=abc is not one this page can show; using the default."
+    assert said.proto.duration >= 10  # read after a page that takes seconds to draw, not gone in 4
+    # a refused range is no choice: the axis follows the run
+    assert "tr_range_user" not in fresh.session_state or not fresh.session_state["tr_range_user"]
+    assert "range" not in fresh.query_params
     # /windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
     # can (layer 0, no head, the last update) and says so, one notice each; a parameter no page takes (a
     # typo) is said and taken out of the address, not carried along
