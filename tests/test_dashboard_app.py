@@ -1066,6 +1066,8 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     runs = (("a0", 64, 60, 0), ("a0-again", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3))
     for name, seq_len, steps, seed in runs:
         make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seq_len=seq_len, seed=seed)
+    # another regime of the same configuration, whose name sorts first: not a seed of a0, not in its default
+    make_synthetic_run(logs / "_other", n_layer=2, n_head=4, steps=60, seq_len=64, seed=0, regime="shallow_freeze")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
@@ -1084,3 +1086,9 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     pick.set_value(["a0", "t128"]).run()
     (said,) = [w.value for w in at.warning if "configurations" in w.value]
     assert "These runs are of 2 configurations" in said and "T = 128" in said
+    # runs ticked on the Runs page (here by a copied link): the default compares them, other seeds or not
+    ticked = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    ticked.query_params.update(sel="a0~_other~t128", run="a0")
+    ticked.run()
+    goto(ticked, "windows")
+    assert ticked.multiselect(key="win_compare_pick").value == ["a0", "_other"]  # t128: another configuration
