@@ -531,3 +531,16 @@ def test_the_runs_download_keeps_whole_numbers_whole_where_some_runs_lack_the_fi
 
     small = fields_frame([{"a": 1, "b": 0.5, "c": True}, {"a": None, "b": 2, "c": False}, {"b": None}])
     assert small.to_csv(index=False).splitlines() == ["a,b,c", "1,0.5,True", ",2.0,False", ",,"]
+
+
+def test_the_settings_diff_folds_only_a_field_repeating_one_of_its_own_name():
+    """config.seed repeats seed and is named once; two different flags that agree run by run are both shown."""
+    from aah_viz.analysis.manifest_fields import diff_summary
+
+    rows = {
+        "a": {"seed": 0, "config.seed": 0, "config.eval_mutates_routing": True, "config.controller_float32": True},
+        "b": {"seed": 1, "config.seed": 1, "config.eval_mutates_routing": False, "config.controller_float32": False},
+    }
+    summary = diff_summary(rows)
+    assert summary["values"] == ["seed", "config.controller_float32", "config.eval_mutates_routing"]
+    assert summary["same_as"] == {"config.seed": "seed"}

@@ -70,10 +70,12 @@ def differing(rows: dict[str, dict]) -> list[str]:
 def diff_summary(rows: dict[str, dict]) -> dict[str, list]:
     """The differing fields of runs sorted for a reader: ``values`` (every run has the field, the values
     differ), ``partial`` (some runs lack it: runs of other kinds, older versions), and ``same_as`` (field ->
-    the first field shown whose values agree run by run: ``config.regime`` beside ``regime``), left out."""
+    the first field shown of the same name whose values agree run by run: ``config.regime`` beside
+    ``regime``), left out. Fields of different names are never folded, whatever their values: two settings
+    that happen to agree over these runs (two flags both on in one run, off in the other) are two settings."""
     values, partial, same_as, seen = [], [], {}, {}
     for field in differing(rows):
-        column = tuple(repr(row.get(field)) for row in rows.values())
+        column = (field.rsplit(".", 1)[-1], tuple(repr(row.get(field)) for row in rows.values()))
         if column in seen:
             same_as[field] = seen[column]
             continue
