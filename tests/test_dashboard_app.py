@@ -108,6 +108,11 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     assert shown["causal-pair coverage"]["label"] == "coverage"
     assert shown["causal-pair coverage"]["help"].startswith("causal-pair coverage: ")
     assert shown["last-batch train loss"]["label"] == "train loss"
+    # the model's shape on request (with it the table ran 180 px past a 1500 px window); windows as 16/32/64/128
+    assert "layers" not in table.columns and "heads" not in table.columns
+    assert {"layers", "heads"} <= set(app.multiselect(key="runs_columns").options)
+    assert set(table["candidate windows (tokens)"]) == {"/".join(str(w) for w in load_run(run.path).windows)}
+    assert shown["progress"]["width"] == "small"
 
 
 def tick(at: AppTest, *rows: int) -> AppTest:
