@@ -187,8 +187,11 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     titles = chart_titles(app)
     assert "ACR, causal-pair coverage and realised work" in titles
     # the heatmap of the runs that share this run's windows says how many; the side-by-side caption its own count
-    assert "final selected-window distribution of the 3 runs" in titles
-    assert any(c.value.startswith("The final layer × head windows of each of the 3 chosen runs") for c in app.caption)
+    # (by default the open run and its own seed, not the shallow_freeze run of another regime)
+    assert app.multiselect(key="win_compare_pick").value == ["adaptive-s0", "adaptive-s1"]
+    assert "final selected-window distribution of the 2 runs" in titles
+    assert any(c.value.startswith("The final layer × head windows of each of the 2 chosen runs") for c in app.caption)
+    app.multiselect(key="win_compare_pick").set_value(["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]).run()
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
     assert not app.exception
