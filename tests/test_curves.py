@@ -223,3 +223,10 @@ def test_many_runs_grow_the_chart_under_its_plot_never_shrink_the_plot_or_cover_
     # entries of about 300 px: 3 a row at 900 px; 17 take 6 rows, 200 stop at the most rows and scroll
     assert layouts[17].margin.b - layouts[2].margin.b == 5 * LEGEND_ROW_PX
     assert layouts[200].legend.maxheight == LEGEND_ROW_PX * LEGEND_MAX_ROWS + 8
+    # a file cannot scroll: the export shows every entry, its margin grown to hold them
+    from aah_viz.export.static import fit_for_export
+
+    exported = fit_for_export(curves_figure(frame(17), "loss")).layout
+    assert exported.legend.maxheight is None and exported.margin.autoexpand is True
+    assert exported.height - exported.margin.t - exported.margin.b == plot[17]  # the plot keeps its height
+    assert exported.margin.b >= BELOW_AXIS_PX + 17 * 20  # and the column of 17 entries has its room
