@@ -56,6 +56,10 @@ def test_binned_series_keeps_the_mean_and_bounds_the_points():
     b = windows.binned_series(df, "step", "value", max_points=500)
     assert len(b) <= 500
     assert b["value"].mean() == pytest.approx(df["value"].mean(), rel=1e-3)
+    # the line spans the steps logged (Training's range slider reads them): 0 to 9,999, not 5 to 9,994
+    assert (b["step"].iloc[0], b["step"].iloc[-1]) == (0, 9_999) and b["step"].is_monotonic_increasing
+    late = windows.binned_series(df.assign(step=df["step"] + 3), "step", "value", max_points=500)
+    assert (late["step"].min(), late["step"].max()) == (3, 10_002)
     small = windows.binned_series(df.head(50), "step", "value", max_points=500)
     assert small["value"].tolist() == df.head(50)["value"].tolist()
 

@@ -196,3 +196,37 @@ def test_two_copies_of_one_run_are_two_lines_of_their_own_colour_and_name(tmp_pa
     assert a[1:] == b[1:]
     with pytest.raises(AAHVizError, match="color_by"):
         lines(color_by="seed")
+
+
+def test_many_runs_grow_the_chart_under_its_plot_never_shrink_the_plot_or_cover_the_axis_title():
+    """17 runs (the walk's Training page): the plot area stays as high as with 2, the legend starts below the
+    x axis's title, and past its rows it scrolls inside itself (Plotly would take its room from the plot)."""
+    import pandas as pd
+
+    from aah_viz.figures.curves import BELOW_AXIS_PX, LEGEND_MAX_ROWS, LEGEND_ROW_PX, curves_figure
+
+    def frame(n):
+        return pd.concat(
+            [pd.DataFrame({"run": f"r{i}", "label": f"sweep_ablation_small/grouping-on__seed-{i}", "regime": "a",
+                           "seed": i, "name": "loss", "step": [0, 1, 2], "tokens": [1.0, 2.0, 3.0],
+                           "wall_s": [0.1, 0.2, 0.3], "value": [3.0, 2.0, 1.0]}) for i in range(n)],
+            ignore_index=True,
+        )  # fmt: skip
+
+    layouts = {n: curves_figure(frame(n), "loss").layout for n in (2, 17, 200)}
+    plot = {n: lay.height - lay.margin.t - lay.margin.b for n, lay in layouts.items()}
+    assert plot[2] == plot[17] == plot[200] >= 240, plot
+    for n, lay in layouts.items():
+        assert lay.margin.autoexpand is False  # the legend cannot take the plot's height
+        assert -lay.legend.y * plot[n] >= BELOW_AXIS_PX - 1  # below the ticks and the x title, in px
+        assert lay.legend.maxheight <= lay.margin.b - BELOW_AXIS_PX  # within the room made for it
+    # entries of about 300 px: 3 a row at 900 px; 17 take 6 rows, 200 stop at the most rows and scroll
+    assert layouts[17].margin.b - layouts[2].margin.b == 5 * LEGEND_ROW_PX
+    assert layouts[200].legend.maxheight == LEGEND_ROW_PX * LEGEND_MAX_ROWS + 8
+    # a file cannot scroll: the export shows every entry, its margin grown to hold them
+    from aah_viz.export.static import fit_for_export
+
+    exported = fit_for_export(curves_figure(frame(17), "loss")).layout
+    assert exported.legend.maxheight is None and exported.margin.autoexpand is True
+    assert exported.height - exported.margin.t - exported.margin.b == plot[17]  # the plot keeps its height
+    assert exported.margin.b >= BELOW_AXIS_PX + 17 * 20  # and the column of 17 entries has its room

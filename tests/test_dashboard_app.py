@@ -79,6 +79,17 @@ def chart_titles(at: AppTest) -> list[str]:
     return [c["layout"].get("title", {}).get("text", "") for c in charts(at)]
 
 
+def screen_text(at: AppTest) -> str:
+    """What a reader sees in words: headings, captions, notes, pickers' options and the charts' titles and axes."""
+    parts = [e.value for kind in ("title", "subheader", "caption", "markdown", "info", "warning") for e in at.get(kind)]
+    parts += [str(o) for kind in ("selectbox", "multiselect") for w in at.get(kind) for o in w.options]
+    for fig in charts(at):
+        layout = fig["layout"]
+        parts += [json.dumps(layout.get(k, {}).get("title", "")) for k in layout if k.startswith(("xaxis", "yaxis"))]
+        parts.append(json.dumps(layout.get("title", "")))
+    return "\n".join(parts)
+
+
 def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     table = app.dataframe[0].value
     assert sorted(table["run"]) == ["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]
@@ -97,6 +108,11 @@ def test_runs_page_lists_good_runs_and_boxes_the_bad_ones(app):
     assert shown["causal-pair coverage"]["label"] == "coverage"
     assert shown["causal-pair coverage"]["help"].startswith("causal-pair coverage: ")
     assert shown["last-batch train loss"]["label"] == "train loss"
+    # the model's shape on request (with it the table ran 180 px past a 1500 px window); windows as 16/32/64/128
+    assert "layers" not in table.columns and "heads" not in table.columns
+    assert {"layers", "heads"} <= set(app.multiselect(key="runs_columns").options)
+    assert set(table["candidate windows (tokens)"]) == {"/".join(str(w) for w in load_run(run.path).windows)}
+    assert shown["progress"]["width"] == "small"
 
 
 def tick(at: AppTest, *rows: int) -> AppTest:
@@ -171,8 +187,11 @@ def test_windows_page_heatmap_follows_the_step_slider(app, logs):
     titles = chart_titles(app)
     assert "ACR, causal-pair coverage and realised work" in titles
     # the heatmap of the runs that share this run's windows says how many; the side-by-side caption its own count
-    assert "final selected-window distribution of the 3 runs" in titles
-    assert any(c.value.startswith("The final layer × head windows of each of the 3 chosen runs") for c in app.caption)
+    # (by default the open run and its own seed, not the shallow_freeze run of another regime)
+    assert app.multiselect(key="win_compare_pick").value == ["adaptive-s0", "adaptive-s1"]
+    assert "final selected-window distribution of the 2 runs" in titles
+    assert any(c.value.startswith("The final layer × head windows of each of the 2 chosen runs") for c in app.caption)
+    app.multiselect(key="win_compare_pick").set_value(["adaptive-s0", "adaptive-s1", "nested/freeze-s0"]).run()
     # pick another run: the page follows it (and keeps the chosen step)
     app.selectbox(key="run_picker").set_value("adaptive-s1").run()
     assert not app.exception
@@ -249,8 +268,19 @@ def test_probes_page_shows_probe_tables(tmp_path, monkeypatch):
     # any metric: small accuracies span their own range, not black on a fixed 0-1 scale
     at.selectbox(key="probe_name").set_value("syntax").run()
     at.selectbox(key="probe_metric_syntax").set_value("uas").run()
-    uas = {f["layout"]["title"]["text"]: f for f in charts(at)}["syntax: uas per head"]["data"][0]
+    # the metrics in words (the address and the CSV keep their names)
+    assert at.selectbox(key="probe_metric_syntax").options == [
+        "score minus offset baseline",
+        "unlabelled attachment score",
+    ]
+    by_title = {f["layout"]["title"]["text"]: f for f in charts(at)}
+    uas = by_title["syntax: unlabelled attachment score per head"]["data"][0]
     assert (uas["zmin"], uas["zmax"]) == pytest.approx((0.0, (N_LAYER - 1) / 10 + (N_HEAD - 1) / 100))
+    scatter = by_title["window vs syntax unlabelled attachment score"]["layout"]
+    assert scatter["yaxis"]["title"]["text"] == "syntax unlabelled attachment score"
+    shown = screen_text(at)
+    assert not [raw for raw in ("score_minus_baseline", "partition_verdict", " uas") if raw in shown], shown
+    assert "partition validity is the cluster validity" in shown
     assert f"windows at step {STEPS - 1}" in figs
     # relations: the difference with its interval, positional best heads hollow
     deltas = figs["relations: best head against the offset baseline"]["data"][0]
@@ -377,6 +407,18 @@ def test_a_value_in_the_address_a_page_cannot_take_is_dropped_and_said(logs, mon
         at.run()
         assert not at.exception, (text, [e.value for e in at.exception])
         assert at.slider(key="tr_range").value == full, text
+    # text that is no range at all, in a fresh tab: the full range, and said like any other refused value
+    fresh = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    fresh.query_params["range"] = "abc"
+    fresh.run()
+    fresh.switch_page(PAGE_FILES["training"]).run()
+    assert not fresh.exception and fresh.slider(key="tr_range").value == full
+    (said,) = fresh.toast
+    assert said.value == "The address's range=abc is not one this page can show; using the default."
+    assert said.proto.duration >= 10  # read after a page that takes seconds to draw, not gone in 4
+    # a refused range is no choice: the axis follows the run
+    assert "tr_range_user" not in fresh.session_state or not fresh.session_state["tr_range_user"]
+    assert "range" not in fresh.query_params
     # /windows?layer=9&head=99&step=99999 on a run of 3 layers, 6 heads and 120 steps: the page shows what it
     # can (layer 0, no head, the last update) and says so, one notice each; a parameter no page takes (a
     # typo) is said and taken out of the address, not carried along
@@ -1032,6 +1074,8 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     runs = (("a0", 64, 60, 0), ("a0-again", 64, 60, 0), ("a1", 64, 60, 1), ("long", 64, 90, 2), ("t128", 128, 60, 3))
     for name, seq_len, steps, seed in runs:
         make_synthetic_run(logs / name, n_layer=2, n_head=4, steps=steps, seq_len=seq_len, seed=seed)
+    # another regime of the same configuration, whose name sorts first: not a seed of a0, not in its default
+    make_synthetic_run(logs / "_other", n_layer=2, n_head=4, steps=60, seq_len=64, seed=0, regime="shallow_freeze")
     monkeypatch.setenv("AAH_VIZ_LOGS", str(logs))
     monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "no-reference"))
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
@@ -1050,3 +1094,9 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     pick.set_value(["a0", "t128"]).run()
     (said,) = [w.value for w in at.warning if "configurations" in w.value]
     assert "These runs are of 2 configurations" in said and "T = 128" in said
+    # runs ticked on the Runs page (here by a copied link): the default compares them, other seeds or not
+    ticked = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    ticked.query_params.update(sel="a0~_other~t128", run="a0")
+    ticked.run()
+    goto(ticked, "windows")
+    assert ticked.multiselect(key="win_compare_pick").value == ["a0", "_other"]  # t128: another configuration

@@ -49,7 +49,11 @@ def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(
     at = goto(samples, "export")
     assert not at.error, [e.value for e in at.error]
     config = at.selectbox(key="exp_config")
-    assert config.value.startswith("T128_") and any(o.startswith("T510_") for o in config.options)
+    assert config.value.startswith("T128_")  # the address keeps the short name; the picker reads as words
+    assert "T = 510, window 510 · 1 run" in config.options and "T = 75, full attention · 1 run" in config.options
+    counts = {o.split(" · ")[0]: int(o.split(" · ")[1].split()[0]) for o in config.options}
+    assert counts["T = 128, windows 16/32/64/128"] == max(counts.values()) > 1
+    assert all("_" not in o and "(" not in o for o in config.options), config.options
     left = [c for c in captions(at) if c.startswith("Left out")]
     assert len(left) == 1 and PROBE_ONLY in left[0]
     preview = at.dataframe[0].value
@@ -374,7 +378,7 @@ def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
     fig = figure_data(at.get("plotly_chart")[-1].proto.spec)
     names = json.dumps(fig["data"], default=str)
     assert "full_adaptive_seed0" in names and PROBE_ONLY not in names
-    at.selectbox(key="exp_config").set_value(next(o for o in at.selectbox(key="exp_config").options if "T510" in o))
+    at.selectbox(key="exp_config").set_value("T510_w510")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
 
@@ -493,3 +497,50 @@ def test_compare_leaves_unfinished_runs_out_and_names_repeated_seeds(monkeypatch
     assert len(repeats) == 1 and "full_adaptive: seed 0 x2" in repeats[0] and "x3" not in repeats[0]
     at.checkbox(key="cmp_unfinished").check().run()
     assert at.dataframe[0].value["n"].tolist() == [4, 1]
+
+
+def test_the_runs_download_keeps_whole_numbers_whole_where_some_runs_lack_the_field():
+    """seed 0 and config.n_embd 192 in the CSV, not 0.0 and 192.0, though a probe-only run has neither."""
+    import io
+
+    import pandas as pd
+
+    from aah_viz.dashboard import cache
+    from aah_viz.dashboard.views import runs as runs_view
+    from aah_viz.runlog import discover_runs
+
+    if not is_run(SAMPLE_LOGS / PROBE_ONLY):
+        pytest.skip("the bundled sample logs are not in this checkout")
+    root = str(SAMPLE_LOGS)
+    keys = [Path(p).relative_to(SAMPLE_LOGS).as_posix() for p in discover_runs(SAMPLE_LOGS)]
+    good = {k: o for k in keys if "error" not in (o := cache.overview(root, k, 0))}
+    frame, _ = runs_view._table(root, good)
+    csv = pd.read_csv(io.StringIO(frame.to_csv(index=False)), dtype=str).set_index("run")
+    manifests = {k: o["manifest"] for k, o in good.items()}
+    for field, read in (
+        ("seed", lambda m: m.get("seed")),
+        ("config.n_embd", lambda m: m.get("config", {}).get("n_embd")),
+    ):
+        written = {k: read(m) for k, m in manifests.items()}
+        assert None in written.values() and any(isinstance(v, int) for v in written.values()), field
+        for key, value in written.items():
+            cell = csv.loc[key, field]
+            assert pd.isna(cell) if value is None else cell == str(value), (field, key, cell)
+    # a column of fractions stays as it was; a flag stays a flag
+    from aah_viz.analysis.manifest_fields import fields_frame
+
+    small = fields_frame([{"a": 1, "b": 0.5, "c": True}, {"a": None, "b": 2, "c": False}, {"b": None}])
+    assert small.to_csv(index=False).splitlines() == ["a,b,c", "1,0.5,True", ",2.0,False", ",,"]
+
+
+def test_the_settings_diff_folds_only_a_field_repeating_one_of_its_own_name():
+    """config.seed repeats seed and is named once; two different flags that agree run by run are both shown."""
+    from aah_viz.analysis.manifest_fields import diff_summary
+
+    rows = {
+        "a": {"seed": 0, "config.seed": 0, "config.eval_mutates_routing": True, "config.controller_float32": True},
+        "b": {"seed": 1, "config.seed": 1, "config.eval_mutates_routing": False, "config.controller_float32": False},
+    }
+    summary = diff_summary(rows)
+    assert summary["values"] == ["seed", "config.controller_float32", "config.eval_mutates_routing"]
+    assert summary["same_as"] == {"config.seed": "seed"}

@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 from waiting import PATIENCE_S, TEST_S
 
 from aah_viz.dashboard.app import PAGE_FILES
+from aah_viz.dashboard.labels import metric_words
 from aah_viz.export.effects import ALIASED, ONE_SEED, TOO_FEW_SEEDS
 from aah_viz.figures.payload import figure_data
 from aah_viz.runlog import load_run
@@ -120,16 +121,17 @@ def axis_title(chart: dict, axis: str) -> str:
 
 
 def interaction_plots(at: AppTest, metric: str) -> list[dict]:
-    return [c for c in charts(at) if axis_title(c, "yaxis").startswith(f"mean final {metric}")]
+    return [c for c in charts(at) if axis_title(c, "yaxis") == f"mean final {metric_words(metric)}"]
 
 
 def forests(at: AppTest) -> dict[str, dict]:
-    """The forest charts by metric (their x axis says which)."""
+    """The forest charts by the metric's name (their x axis says which, in words)."""
+    words = {metric_words(m): m for m in at.multiselect(key="effects_metrics").value}
     out = {}
     for c in charts(at):
         title = axis_title(c, "xaxis")
         if title.startswith("effect on "):
-            out[title.split()[2]] = c
+            out[words[title.removeprefix("effect on ").split(" (level")[0]]] = c
     return out
 
 
@@ -161,6 +163,13 @@ def test_the_page_lists_the_sweeps_and_draws_the_commands_numbers(app, logs, cap
     )
     found = forests(app)
     assert set(found) == {"val_loss", "acr"}
+    # the metrics in words on screen; the tables and the address keep their names
+    assert app.multiselect(key="effects_metrics").options[:2] == ["validation loss", "validation perplexity"]
+    assert [h.value for h in app.subheader][:2] == ["Final validation loss", "Final ACR"]
+    assert axis_title(found["val_loss"], "xaxis") == "effect on validation loss (level minus reference level)"
+    assert found["val_loss"]["layout"]["title"]["text"].startswith("Effects on the final validation loss")
+    titles = json.dumps([c["layout"] for c in charts(app)])
+    assert "val_loss" not in titles and "final acr" not in titles
     for metric, chart in found.items():
         points = forest_points(chart)
         rows = cli[(cli["metric"] == metric) & cli["effect"].notna()]
@@ -261,7 +270,7 @@ def test_a_frontier_sweep_offers_its_configurations_and_draws_the_commands_numbe
     box = app.multiselect(key="effects_metrics")
     table = load_run(logs / "frontier" / "grouping-feature__seed-0").events("inference")
     names = [json.loads(d)["configuration"] for d in table["detail"]]
-    assert box.options == [f"ppl@{n}" for n in names] and box.value == box.options[:2]
+    assert box.options == [f"perplexity, {n}" for n in names] and box.value == [f"ppl@{n}" for n in names[:2]]
     metric = "ppl@sliding_window_8"
     box.set_value([metric]).run()
     assert main(["effects", str(logs / "frontier"), "--metric", metric, "--format", "csv"]) == 0

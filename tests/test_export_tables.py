@@ -925,3 +925,28 @@ def test_the_frontier_table_in_latex_names_every_row_in_every_part_and_fits_two_
         assert f"{p:.2f} [{lo:.1f}, {hi:.1f}]" in tex
     pages = _pdf_pages(engine, tmp_path / "frontier.tex", "pdflatex to compile the frontier table")
     assert len(pages) <= 2, [p[:200] for p in pages]
+
+
+def test_head_similarity_latex_is_its_summary_on_one_page_and_every_layer_on_request(tmp_path, capsys):
+    """The per-layer table of one run ran to 6 parts over 2 pages; LaTeX prints the counts over the layers
+    (computed here from the CSV's per-layer rows), one page in one part, headers in words; --form long keeps
+    every layer."""
+    engine = _tex_engine()
+    run = SAMPLE_LOGS / "full_adaptive_seed0"
+    if not (run / "head_similarity").exists():
+        pytest.skip("the bundled sample logs are not in this checkout")
+    args = ["export", str(run), "--table", "head_similarity"]
+    for fmt, out, extra in (("latex", "summary", []), ("csv", "csv", []), ("latex", "long", ["--form", "long"])):
+        assert main([*args, "--format", fmt, "--out", str(tmp_path / out), *extra]) == 0
+    capsys.readouterr()
+    tex = (tmp_path / "summary" / "head_similarity.tex").read_text(encoding="utf-8")
+    assert "\\_" not in tex.split("\\midrule")[0].split("\\toprule")[-1]  # headers: words, no underscores
+    pages = _pdf_pages(engine, tmp_path / "summary" / "head_similarity.tex", "pdflatex to compile the summary")
+    assert len(pages) == 1 and "in 2 parts" not in pages[0], pages
+    rows = pd.read_csv(tmp_path / "csv" / "head_similarity.csv")
+    for similarity, part in rows.groupby("similarity"):
+        layers, real = part["layer"].nunique(), int((part["verdict"] == "real").sum())
+        stable = int((part["stability"] == "stable").sum())
+        assert f"{similarity} {layers} {real} {stable} " in pages[0], (similarity, pages[0][:600])
+    long_tex = (tmp_path / "long" / "head_similarity.tex").read_text(encoding="utf-8")
+    assert "silhouette" in long_tex and "mantel" in long_tex.lower()

@@ -37,6 +37,23 @@ def flat_fields(manifest: dict) -> dict:
     return out
 
 
+def fields_frame(rows: list[dict]):
+    """``rows`` (one dict per run) as a DataFrame whose columns of whole numbers stay whole numbers
+    (``seed`` 0, ``config.n_embd`` 128, never 0.0 and 128.0) where some runs lack the field: pandas'
+    nullable ``Int64``; a column holding any fraction or text keeps pandas' own type."""
+    import numbers
+
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        values = [row[column] for row in rows if column in row and row[column] is not None]
+        values = [v for v in values if not (isinstance(v, float) and v != v)]  # NaN: a missing value
+        if values and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("Int64")
+    return frame
+
+
 def field_order(fields) -> list[str]:
     """The known fields first (regime, seed, ...), then the others alphabetically."""
     fields = list(dict.fromkeys(fields))
@@ -53,10 +70,12 @@ def differing(rows: dict[str, dict]) -> list[str]:
 def diff_summary(rows: dict[str, dict]) -> dict[str, list]:
     """The differing fields of runs sorted for a reader: ``values`` (every run has the field, the values
     differ), ``partial`` (some runs lack it: runs of other kinds, older versions), and ``same_as`` (field ->
-    the first field shown whose values agree run by run: ``config.regime`` beside ``regime``), left out."""
+    the first field shown of the same name whose values agree run by run: ``config.regime`` beside
+    ``regime``), left out. Fields of different names are never folded, whatever their values: two settings
+    that happen to agree over these runs (two flags both on in one run, off in the other) are two settings."""
     values, partial, same_as, seen = [], [], {}, {}
     for field in differing(rows):
-        column = tuple(repr(row.get(field)) for row in rows.values())
+        column = (field.rsplit(".", 1)[-1], tuple(repr(row.get(field)) for row in rows.values()))
         if column in seen:
             same_as[field] = seen[column]
             continue

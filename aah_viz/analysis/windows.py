@@ -90,7 +90,9 @@ def run_bucket_fractions(per_layer: pd.DataFrame) -> pd.Series:
 def binned_series(frame: pd.DataFrame, x: str, y: str, max_points: int = 1000, by: str | None = None) -> pd.DataFrame:
     """Mean of ``y`` in at most ``max_points`` equal-width bins of ``x`` (per ``by`` group).
 
-    The bin's x is the mean x of its rows, so an unbinned series (fewer rows than bins) is unchanged.
+    The bin's x is the mean x of its rows, so an unbinned series (fewer rows than bins) is unchanged; the
+    first and last bins sit at the series' own first and last x, so a binned line (and an axis or a range
+    slider read from it) spans the steps the run logged, 0 to 2,499, not 1 to 2,498.
     """
     frame = frame.dropna(subset=[y])  # a series of NaN only (a damaged run) draws nothing
     if frame.empty:
@@ -104,6 +106,8 @@ def binned_series(frame: pd.DataFrame, x: str, y: str, max_points: int = 1000, b
             edges = np.linspace(xs[0], xs[-1], max_points + 1)
             b = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, max_points - 1)
             part = part.groupby(b).agg({x: "mean", y: "mean"})
+            part.iloc[0, part.columns.get_loc(x)] = xs[0]
+            part.iloc[-1, part.columns.get_loc(x)] = xs[-1]
         else:
             part = part[[x, y]]
         part = part.reset_index(drop=True)

@@ -58,7 +58,7 @@ def register(subparsers) -> None:
         choices=("summary", "long"),
         help="LaTeX of the training table with --by regime: summary (fits one page: spreads of val. loss and "
         "ACR, window shares in one column, the tests against --baseline in one note) or long (every column "
-        "with its spread)",
+        "with its spread); of head_similarity: summary (counts over the layers, one page) or long (every layer)",
     )
     parser.add_argument(
         "--baseline",

@@ -18,6 +18,8 @@ import streamlit as st
 from aah_viz.dashboard.safe_text import plain
 
 SHOWN_CHARS = 60  # of a refused value in the notice
+# seconds a notice stays: a page may take several seconds to draw below it (Streamlit's short toast is 4 s)
+NOTICE_S = 12
 SEEN = "address_seen"  # {param: the text this session last read from or wrote to the address}
 KEEP = "address_keep_"  # session copy of each bound widget's value (Streamlit forgets widgets off the page)
 
@@ -42,7 +44,7 @@ def say_unknown(known) -> None:
             said.add((param, text))
             shown = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
             st.toast(plain(f"The address's {param}={shown} is not a setting of any page; ignored."),
-                     icon=":material/link_off:")  # fmt: skip
+                     icon=":material/link_off:", duration=NOTICE_S)  # fmt: skip
         del st.query_params[param]
 
 
@@ -84,7 +86,7 @@ def seed(param: str, key: str, default, parse: Callable[[str], object]) -> None:
             # not a value this widget can take: the session's or the default, and the page says so
             shown = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
             st.toast(plain(f"The address's {param}={shown} is not one this page can show; using the default."),
-                     icon=":material/link_off:")  # fmt: skip
+                     icon=":material/link_off:", duration=NOTICE_S)  # fmt: skip
     if key not in st.session_state:
         st.session_state[key] = st.session_state.get(KEEP + key, default)
 

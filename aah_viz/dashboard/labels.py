@@ -43,6 +43,13 @@ SCALAR_LABELS = {
     "peak_mem_mb": "peak memory (MiB)",
     "lr": "learning rate",
     "score_minus_baseline": "score minus offset baseline",
+    "score": "best relation score",
+    "uas": "unlabelled attachment score",
+    "accuracy": "accuracy",
+    "reachable_accuracy": "accuracy on reachable antecedents",
+    "count": "mentions scored",
+    "ppl": "perplexity",
+    "retrieval": "passkey accuracy",
     "syntax_beyond": "share of syntax links beyond the window",
     "coref_beyond": "share of coreference links beyond the window",
     "all_beyond": "share of all gold links beyond the window",
@@ -58,6 +65,22 @@ def scalar_words(name: str) -> str:
     base, _, layer = str(name).partition("/layer_")
     words = SCALAR_LABELS.get(base)
     return str(name) if words is None else f"{words}{f', layer {layer}' if layer else ''}"
+
+
+def metric_words(name: str) -> str:
+    """:func:`scalar_words`, and a frontier sweep's per-configuration metric ``ppl@w64`` as ``perplexity, w64``."""
+    base, at, configuration = str(name).partition("@")
+    if at and base in SCALAR_LABELS:
+        return f"{SCALAR_LABELS[base]}, {configuration}"
+    return scalar_words(name)
+
+
+def scores_words(metrics, values) -> str:
+    """A head's probe scores in one line, ``score minus offset baseline 0.120, best relation score 0.410``:
+    the summary metrics first, in words, then the per-relation ones (``acl:dep2head``) as logged."""
+    pairs = [(str(m), float(v)) for m, v in zip(metrics, values) if pd.notna(v)]
+    pairs.sort(key=lambda p: (":" in p[0], p[0] not in SCALAR_LABELS))
+    return ", ".join(f"{metric_words(m)} {v:.3f}" for m, v in pairs)
 
 
 def scalar_label(name: str) -> str:

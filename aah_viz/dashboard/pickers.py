@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 from aah_viz.analysis.queries import nearest
-from aah_viz.dashboard import selection, session
+from aah_viz.dashboard import address, selection, session
 from aah_viz.dashboard.safe_text import plain
 
 # regimes whose windows are chosen by a controller, in the order a default run is picked
@@ -67,7 +67,11 @@ def pick_run(where=None) -> str | None:
 def _not_here(what: str, value, shown) -> None:
     """A layer, head or step the run does not have (a pasted address, another run's choice): said, not
     corrected silently."""
-    st.toast(plain(f"This run has no {what} {value}; showing {shown}."), icon=":material/link_off:")
+    st.toast(
+        plain(f"This run has no {what} {value}; showing {shown}."),
+        icon=":material/link_off:",
+        duration=address.NOTICE_S,
+    )
 
 
 def pick_layer(n_layer: int, where=None) -> int:

@@ -81,24 +81,34 @@ def _rows_of_runs(runs, rows_of, procedure: str) -> pd.DataFrame:
     return pd.concat(kept, ignore_index=True) if kept else frames[0]
 
 
-def build_tables(runs, *, procedure: str = "method", **_opts) -> list:
-    """The export table of ``runs`` (``aah_viz.runlog.Run``); runs without the table add no rows."""
+def build_tables(runs, *, procedure: str = "method", form: str = "summary", **_opts) -> list:
+    """The export table of ``runs`` (``aah_viz.runlog.Run``); runs without the table add no rows. LaTeX
+    prints its summary form (``form="summary"``, one row per run and similarity: thirteen columns a layer ran
+    to 6 parts over 2 pages for one run); ``form="long"`` keeps every layer's row there too."""
     from aah_viz.export.table import Table
 
     df = _rows_of_runs(runs, records, procedure)
-    return [
-        Table(
-            name=NAME,
-            df=df.reset_index(drop=True),
-            caption="Head groups under each similarity: validity, split-half stability, agreement with span and probe",
-            label="tab:head_similarity",
-            notes=list(NOTES),
-            id_columns=list(ID_COLUMNS),
-            value_columns=list(VALUE_COLUMNS),
-            decimals={c: (0 if c == "groups" else 3) for c in VALUE_COLUMNS},
-            empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
+    table = Table(
+        name=NAME,
+        df=df.reset_index(drop=True),
+        caption="Head groups under each similarity: validity, split-half stability, agreement with span and probe",
+        label="tab:head_similarity",
+        notes=list(NOTES),
+        id_columns=list(ID_COLUMNS),
+        value_columns=list(VALUE_COLUMNS),
+        decimals={c: (0 if c == "groups" else 3) for c in VALUE_COLUMNS},
+        empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
+    )
+    if form == "summary" and not table.is_empty:
+        (summary,) = build_summary_tables(runs, procedure=procedure)
+        short = summary.latex_form
+        short.label = table.label
+        short.notes.append(
+            "Each layer's silhouette, chance level, agreement and Mantel statistic: the CSV or the Markdown, "
+            "or this table with --form long."
         )
-    ]
+        table.latex_form = short
+    return [table]
 
 
 SUMMARY_NAME = "head_similarity_summary"
@@ -122,21 +132,53 @@ def summary_records(run_id: str, table: pd.DataFrame, procedure: str = "method")
     return hs.summary(newest, procedure).assign(run=run_id)[cols]
 
 
+# the summary's LaTeX headers: words, short enough that one table fits a page (no header broken at underscores)
+SUMMARY_WORDS = {"real_and_stable": "both", "agrees_with_span": "with span", "agrees_with_probe": "with probe"}
+SUMMARY_WORDS_NOTE = (
+    "Counts of layers. real: the grouping's silhouette beats both validity nulls; stable: two disjoint halves of "
+    "the data give groupings that agree beyond chance; both: real and stable; with span, with probe: the grouping "
+    "agrees with the layer's span or probe grouping (ARI, permutation test p <= 0.05)."
+)
+
+
+def summary_latex_form(table):
+    """The summary as LaTeX prints it: headers in words, and the run named in a note where there is one."""
+    from dataclasses import replace
+
+    df = table.df.rename(columns=SUMMARY_WORDS)
+    ids = [c for c in table.id_columns if c in df]
+    runs = list(dict.fromkeys(df["run"])) if "run" in df else []
+    notes = [SUMMARY_WORDS_NOTE]
+    if len(runs) == 1:
+        df, ids = df.drop(columns="run"), [c for c in ids if c != "run"]
+        notes.append(f"Run: {runs[0]}.")
+    return replace(
+        table,
+        df=df,
+        notes=notes,
+        id_columns=ids,
+        value_columns=[SUMMARY_WORDS.get(c, c) for c in table.value_columns],
+        decimals={SUMMARY_WORDS.get(c, c): d for c, d in table.decimals.items()},
+        latex_form=None,
+    )
+
+
 def build_summary_tables(runs, *, procedure: str = "method", **_opts) -> list:
     """The summary form of the head_similarity export: a few rows per run instead of one per layer."""
     from aah_viz.export.table import Table
 
     df = _rows_of_runs(runs, summary_records, procedure)
-    return [
-        Table(
-            name=SUMMARY_NAME,
-            df=df.reset_index(drop=True),
-            caption="Head groups under each similarity, over the layers: real, stable, agreeing with span and probe",
-            label="tab:head_similarity_summary",
-            notes=list(SUMMARY_NOTES),
-            id_columns=list(SUMMARY_ID_COLUMNS),
-            value_columns=list(SUMMARY_VALUE_COLUMNS),
-            decimals={c: 0 for c in SUMMARY_VALUE_COLUMNS},
-            empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
-        )
-    ]
+    summary = Table(
+        name=SUMMARY_NAME,
+        df=df.reset_index(drop=True),
+        caption="Head groups under each similarity, over the layers: real, stable, agreeing with span and probe",
+        label="tab:head_similarity_summary",
+        notes=list(SUMMARY_NOTES),
+        id_columns=list(SUMMARY_ID_COLUMNS),
+        value_columns=list(SUMMARY_VALUE_COLUMNS),
+        decimals={c: 0 for c in SUMMARY_VALUE_COLUMNS},
+        empty_message="no head_similarity table in these runs: run aah-viz head-similarity RUN first",
+    )
+    if not summary.is_empty:
+        summary.latex_form = summary_latex_form(summary)
+    return [summary]

@@ -55,6 +55,16 @@ def config_label(cfg: tuple) -> str:
     return f"T{seq_len}_w" + "-".join(str(w) for w in windows)
 
 
+def config_words(cfg: tuple) -> str:
+    """A configuration as a reader takes it: ``T = 128, windows 16/32/64/128``; the baseline's alone
+    ``T = 75, full attention``."""
+    seq_len, windows = cfg
+    size = f"T = {seq_len}" if seq_len is not None else "T unknown"
+    if not windows:
+        return f"{size}, full attention"
+    return f"{size}, {'window' if len(windows) == 1 else 'windows'} " + "/".join(str(w) for w in windows)
+
+
 def split_by_config(runs) -> dict[tuple, list]:
     """Runs grouped by (sequence length, candidate windows); baselines join every group of their T."""
     runs = open_runs(runs)

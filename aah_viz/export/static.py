@@ -151,15 +151,31 @@ def _render_all(items, browser: str) -> list[bytes]:
         return out
 
 
+ENTRY_PX = 30  # a legend entry's height in a column (a line with markers at font size 11), and some room
+
+
 def fit_for_export(fig):
     """A copy of ``fig`` whose legend fits a file's fixed width: a legend laid out in a row (sized for
-    the dashboard's wide screen) becomes a column under its title, left-aligned where it was."""
+    the dashboard's wide screen) becomes a column under its title, left-aligned where it was, and the
+    figure grows under its plot to hold every entry (a file cannot scroll; 14 runs' column was cut off and
+    took its room from the plot)."""
     if not hasattr(fig, "layout"):  # a figure dict: Kaleido's to lay out
         return fig
     out = copy.deepcopy(fig)
-    legend = out.layout.legend
+    legend, margin = out.layout.legend, out.layout.margin
     if legend.orientation == "h":
-        out.update_layout(legend=dict(orientation="v", title_side="top", x=0, xanchor="left"))
+        entries = sum(1 for t in out.data if t.showlegend is not False and t.name)
+        top, bottom = (100 if margin.t is None else margin.t), (80 if margin.b is None else margin.b)
+        plot = (out.layout.height or 450) - top - bottom
+        below = -legend.y * plot if legend.y is not None and legend.y < 0 else 0.0
+        room = int(below + ENTRY_PX * entries + 20)
+        out.update_layout(
+            legend=dict(orientation="v", title_side="top", x=0, xanchor="left"),
+            height=top + plot + max(room, bottom),
+            margin_b=max(room, bottom),
+        )
+    # every entry shown, the margin grown where it still must (a page's legend may scroll past its rows)
+    out.update_layout(legend_maxheight=None, margin_autoexpand=True)
     return out
 
 

@@ -137,7 +137,7 @@ def _build(
     if form not in FORMS:
         raise AAHVizError(f"form must be one of {', '.join(FORMS)}, got {form!r}")
     if kind.own_table is not None:
-        return kind.own_table(runs)[0]
+        return kind.own_table(runs, form=form)[0]
     if source not in SOURCES:
         raise AAHVizError(f"windows source must be 'final' or 'inference', got {source!r}")
     runs = in_paper_order(runs)

@@ -42,6 +42,12 @@ def value_domain(name: str) -> tuple[float, float] | None:
 
 DEFAULT_SCALARS = ("loss", "val_loss")
 PLOT_LEFT = 84  # px left of every chart's plot area: the widest tick labels and the y title fit
+# the legend under the plot grows the figure, never shrinks the plot: the plot area is PLOT_PX high whatever
+# the legend holds; the legend starts below the x axis's ticks and title and shows up to LEGEND_MAX_ROWS rows
+# (more scroll inside it); rows are estimated for a chart LEGEND_WIDTH_PX wide (a narrower one scrolls sooner)
+PLOT_PX = 250
+BELOW_AXIS_PX = 58
+LEGEND_ROW_PX, LEGEND_MAX_ROWS, LEGEND_WIDTH_PX = 21, 8, 900
 GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
 
@@ -242,18 +248,43 @@ def curves_figure(
         yr = curves.robust_range(shown_y, log=log_y)
         if yr is not None:
             fig.update_yaxes(range=list(yr))
-    style.base_layout(fig, title or f"{name} against {X_NAMES[x]}", height=380)
+    style.base_layout(fig, title or f"{name} against {X_NAMES[x]}")
     key = "colour: regime, dash: seed" if groups is None and color_by == "regime" else None
     # one left margin whatever the tick labels ("12" or "0.00025"): stacked charts' plot areas line up
     fig.update_yaxes(automargin=False, title_standoff=6)
+    shown = [t.name or "" for t in fig.data if t.showlegend is not False]
+    legend_px = LEGEND_ROW_PX * min(legend_rows(shown, key), LEGEND_MAX_ROWS) + 8
+    top = fig.layout.margin.t
     return fig.update_layout(
         hovermode="x unified",
         # the legend under the chart, shown even for one line: a legend beside it narrowed some charts of a page
         # and not others, so one step sat at different x positions in charts stacked on one x range
         showlegend=True,
-        legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=11), title_text=key),
-        margin=dict(l=PLOT_LEFT, r=10),
+        legend=dict(
+            orientation="h",
+            x=0,
+            xanchor="left",
+            y=-BELOW_AXIS_PX / PLOT_PX,  # clear of the x axis's title, whatever the legend holds
+            yanchor="top",
+            font=dict(size=11),
+            title_text=key,
+            maxheight=legend_px,
+        ),
+        height=top + PLOT_PX + BELOW_AXIS_PX + legend_px,
+        margin=dict(l=PLOT_LEFT, r=10, b=BELOW_AXIS_PX + legend_px, autoexpand=False),
     )
+
+
+def legend_rows(names, title: str | None = None, width_px: int = LEGEND_WIDTH_PX) -> int:
+    """Rows a horizontal legend of these entries takes in ``width_px`` (Plotly's item: a 40 px line sample
+    and about 6.3 px a character at size 11), its title taking the first row's start."""
+    rows, used = 1, 6.3 * len(title) + 10 if title else 0.0
+    for name in names:
+        width = 40 + 6.3 * len(str(name))
+        if used and used + width > width_px:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
 
 
 def grouped_frame(fig: go.Figure, name: str, x: str) -> pd.DataFrame:

@@ -31,9 +31,11 @@ def forest_rows(effects: pd.DataFrame) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def forest_figure(effects: pd.DataFrame, metric: str, title: str = "") -> go.Figure:
+def forest_figure(effects: pd.DataFrame, metric: str, title: str = "", label: str | None = None) -> go.Figure:
     """One horizontal bar of the 95% interval and a point at the effect per row, the first row on top, a
-    line at zero. An effect without an interval (too few seeds) is a hollow point with no bar."""
+    line at zero. An effect without an interval (too few seeds) is a hollow point with no bar. ``label``: the
+    metric in words for the title and the axis (default its name)."""
+    metric = label or metric
     rows = forest_rows(effects)
     fig = go.Figure()
     for clear, name, color in ((True, "interval leaves out 0", CLEAR), (False, "interval holds 0", UNCLEAR)):
@@ -78,9 +80,13 @@ def forest_figure(effects: pd.DataFrame, metric: str, title: str = "") -> go.Fig
     return fig
 
 
-def interaction_figure(means: pd.DataFrame, pair: tuple[str, str], metric: str, title: str = "") -> go.Figure:
+def interaction_figure(
+    means: pd.DataFrame, pair: tuple[str, str], metric: str, title: str = "", label: str | None = None
+) -> go.Figure:
     """x: the first factor's levels; a line per level of the second through its cell means. Parallel
-    lines: no interaction; lines that cross or spread: the effect of one factor depends on the other."""
+    lines: no interaction; lines that cross or spread: the effect of one factor depends on the other.
+    ``label``: the metric in words for the y axis (default its name)."""
+    metric = label or metric
     f, g = pair
     fig = go.Figure()
     for i, (level, part) in enumerate(means.groupby(g, sort=False)):

@@ -85,9 +85,10 @@ def probe_heatmap_figure(
 
 
 def window_vs_probe_figure(
-    points: pd.DataFrame, probe: str, metric: str, windows: list[int], title: str = ""
+    points: pd.DataFrame, probe: str, metric: str, windows: list[int], title: str = "", label: str | None = None
 ) -> go.Figure:
-    """One point per head: its window (x, log scale) against its probe score (y), jittered in x."""
+    """One point per head: its window (x, log scale) against its probe score (y), jittered in x. ``label``:
+    the metric in words for the axis and the title (default its name)."""
     colors = style.window_colors(windows)
     fig = go.Figure()
     if not points.empty:
@@ -109,5 +110,5 @@ def window_vs_probe_figure(
             )
         )
     fig.update_xaxes(title=style.WINDOW, type="log", tickvals=list(windows), ticktext=[str(w) for w in windows])
-    fig.update_yaxes(title=f"{probe} {metric}")
-    return style.base_layout(fig, title or f"window vs {probe} {metric}", height=420)
+    fig.update_yaxes(title=f"{probe} {label or metric}")
+    return style.base_layout(fig, title or f"window vs {probe} {label or metric}", height=420)

@@ -14,6 +14,7 @@ import streamlit as st
 from aah_viz.dashboard import address, guide, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, show_table
 from aah_viz.dashboard.glossary import help_text
+from aah_viz.dashboard.labels import metric_words
 from aah_viz.errors import AAHVizError
 from aah_viz.export import effects as fx
 from aah_viz.export.design_effects import cells_table, design_runs_frame, effects_table, metric_choices
@@ -100,9 +101,10 @@ def show_metric(tables: dict, metric: str, key: str) -> None:
     design: Design = tables["design"]
     effects = tables["effects"].df
     part = effects[effects["metric"] == metric].reset_index(drop=True)
-    st.subheader(f"Final {metric}", help=help_text("factorial_effect"))
+    words = metric_words(metric)
+    st.subheader(f"Final {words}", help=help_text("factorial_effect"))
     if part.empty:
-        st.info(f"No finished run of this sweep has a final {metric}.")
+        st.info(f"No finished run of this sweep has a final {words}.")
         return
     sentence = seeds_sentence(part, len(design.seeds))
     if sentence:
@@ -110,7 +112,7 @@ def show_metric(tables: dict, metric: str, key: str) -> None:
     if forest_rows(part).empty:
         st.info("No effect could be estimated (every one is aliased).")
     else:
-        chart(forest_figure(part, metric), key=f"{key}_forest", name=f"effects-{metric}", data=part)
+        chart(forest_figure(part, metric, label=words), key=f"{key}_forest", name=f"effects-{metric}", data=part)
     aliased = part[part["note"] == fx.ALIASED]
     if len(aliased):
         st.caption(
@@ -136,7 +138,11 @@ def show_metric(tables: dict, metric: str, key: str) -> None:
         for i, pair in enumerate(pairs):
             means = fx.interaction_means(tables["frame"], levels, pair, metric)
             with columns[i % len(columns)]:
-                chart(interaction_figure(means, pair, metric), key=f"{key}_ix_{i}", name=f"{metric}-{'-x-'.join(pair)}")
+                chart(
+                    interaction_figure(means, pair, metric, label=words),
+                    key=f"{key}_ix_{i}",
+                    name=f"{metric}-{'-x-'.join(pair)}",
+                )
 
 
 @guarded
@@ -174,6 +180,7 @@ def render() -> None:
         offered,
         [m for m in DEFAULT_METRICS if m in offered] or offered[:2],
         label="Final metrics",
+        format_func=metric_words,
         help="Each run's final value of these (the training table's definitions: docs/export.md); in a frontier "
         "sweep, a configuration's perplexity (ppl@NAME) or passkey accuracy (retrieval@NAME)",
     )

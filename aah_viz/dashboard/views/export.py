@@ -12,7 +12,7 @@ from aah_viz.errors import AAHVizError
 from aah_viz.export.formats import EXTENSIONS, FORMATS, display_frame
 from aah_viz.export.formats import render as render_table
 from aah_viz.export.kinds import TABLE_NAMES
-from aah_viz.export.runs import config_label, split_by_config
+from aah_viz.export.runs import config_label, config_words, split_by_config
 from aah_viz.export.tables import build_table
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 from aah_viz.figures.tabular import figure_frame
@@ -77,9 +77,9 @@ def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str,
     return render_table(table, fmt), display_frame(table)  # the preview as the text prints it
 
 
-def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """(configuration label, run keys) of the runs that can share one table, largest group first; from
-    the manifests that came with the runs' overviews (no run opened)."""
+def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
+    """(configuration label, its words, run keys) of the runs that can share one table, largest group
+    first; from the manifests that came with the runs' overviews (no run opened)."""
     views = session.overviews()
     runs = [
         Run(Path(root) / k, views[k]["manifest"], (0, 0)) if "manifest" in views.get(k, {}) else cache.open_run(root, k)
@@ -88,7 +88,7 @@ def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, list[str]
     key_of = {id(run): k for run, k in zip(runs, keys)}
     # baselines join every group of their sequence length
     groups = sorted(split_by_config(runs).items(), key=lambda group: -len(group[1]))
-    return [(config_label(cfg), [key_of[id(r)] for r in members]) for cfg, members in groups]
+    return [(config_label(cfg), config_words(cfg), [key_of[id(r)] for r in members]) for cfg, members in groups]
 
 
 @st.cache_data(show_spinner="Building the figure ...", max_entries=32)
@@ -104,15 +104,16 @@ def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]
     groups = config_groups(root, keys)
     if len(groups) <= 1:
         return keys
-    labels = [label for label, _ in groups]
-    members = dict(groups)
+    labels = [label for label, _, _ in groups]
+    members = {label: keys for label, _, keys in groups}
+    words = {label: f"{said} · {len(keys)} run{'' if len(keys) == 1 else 's'}" for label, said, keys in groups}
     label = address.choose(
         st.selectbox,
         "config",
         "exp_config",
         labels,
         label="Configuration (sequence length T, candidate windows w)",
-        format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
+        format_func=words.get,
         help="Runs with other sequence lengths or candidate windows cannot share one table; "
         "the command line splits them with aah-viz export --allow-mixed.",
     )

@@ -9,6 +9,7 @@ import streamlit as st
 from aah_viz.analysis import lens
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, guarded, plain
+from aah_viz.dashboard.labels import scores_words
 from aah_viz.dashboard.lens_view import token_html
 from aah_viz.figures.lens import distance_map_figure, tokens_figure
 
@@ -122,7 +123,7 @@ def _probe_scores(root: str, key: str, tok: int, layer: int, head: int, source: 
     if mine.empty:
         return
     mine = mine[mine["step"] == mine["step"].max()]
-    scores = ", ".join(f"{m} {v:.3f}" for m, v in zip(mine["metric"], mine["value"]) if pd.notna(v))
+    scores = scores_words(mine["metric"], mine["value"])
     st.caption(plain(f"L{layer}H{head} in the run's {probe} probe (aah-viz probe, all its data): {scores}"))
 
 

@@ -11,7 +11,7 @@ import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, selection
 from aah_viz.dashboard.common import chart, guarded, plain, show_table
-from aah_viz.dashboard.labels import readable, scalar_label, scalar_words
+from aah_viz.dashboard.labels import readable, scalar_words
 from aah_viz.dashboard.lens_view import link_to_lens
 from aah_viz.figures import probe_results as pr
 from aah_viz.figures import probes as pfig
@@ -97,7 +97,7 @@ def _heads_section(ph, m, root, key, token) -> None:
         probes = [p for p in order if p in logged] or sorted(logged)
         c1, c2 = st.columns(2)
         probe = c1.selectbox("Probe", probes, key="probe_name")
-        metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}", format_func=scalar_label)
+        metric = c2.selectbox("Metric", _metrics(ph, probe), key=f"probe_metric_{probe}", format_func=scalar_words)
         z = pfig.probe_matrix(ph, probe, metric, m["n_layer"], m["n_head"])
         chart(
             pfig.probe_heatmap_figure(
@@ -107,7 +107,10 @@ def _heads_section(ph, m, root, key, token) -> None:
             on_select=selection.head_clicked,
         )
         points = cache.probe_points(root, key, token, probe, metric)
-        chart(pfig.window_vs_probe_figure(points, probe, metric, m["windows"]), key="probe_scatter")
+        chart(
+            pfig.window_vs_probe_figure(points, probe, metric, m["windows"], label=scalar_words(metric)),
+            key="probe_scatter",
+        )
 
 
 def _claims_section(claims) -> None:
@@ -153,7 +156,7 @@ def _windows_section(ph, m) -> None:
             "probe_suff_metric",
             s_metrics,
             label="Gold links beyond the window",
-            format_func=scalar_label,
+            format_func=scalar_words,
         )
         zs = pfig.probe_matrix(ph, "sufficiency", s_metric, m["n_layer"], m["n_head"])
         words = scalar_words(s_metric)
@@ -174,7 +177,7 @@ def _comparison_section(tables) -> None:
         "Within each layer: ARI of the AAH groups with clusters of the layer's heads built from their probe "
         "profiles (relation scores, coreference by distance, attention distance), against a permutation null "
         "(grey band: its mean to 95th percentile); the pooled column uses a layer-stratified null. Grey markers "
-        "and rows are degenerate (their reason says why); partition_verdict is the cluster validity of the "
+        "and rows are degenerate (their reason says why); partition validity is the cluster validity of the "
         "compared level-0 partition."
     )
     levels = sorted(int(v) for v in comp["level"].dropna().unique())

@@ -33,9 +33,8 @@ SHOWN = "runs_shown"  # the run keys of the table's rows, in order, as last draw
 TICKED = "runs_ticked"  # the row numbers this page ticked when it last drew the table
 PAGE_ROWS = 500  # rows the table holds at a time (a sweep's thousands are pages of it)
 DIFF_MAX = 50  # runs the table of differing settings shows side by side
-# rows the table shows before it scrolls in its own box (Streamlit's default is 10: 10 of 34 runs)
-TALL_ROWS = 40
-ROW_PX, HEADER_PX = 35, 38
+# in the data and the filter, on screen on request ("More columns"): with them the table ran past 1500 px
+ON_REQUEST = ("layers", "heads")
 # short headers on screen, so every standard column fits 1500 px; the data keeps the full names and the
 # tooltip says what each is
 SHORT = {
@@ -62,7 +61,11 @@ def _table(root: str, good: dict[str, dict]) -> tuple[pd.DataFrame, dict[str, di
         row = {COLUMNS[c]: v for c, v in {"key": k, **o, "progress": _progress(o, total)}.items() if c in COLUMNS}
         row.update({f: v for f, v in fields[k].items() if f not in COLUMNS and f not in row})
         rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = manifest_fields.fields_frame(rows)  # seed 0, not 0.0, where some runs have none
+    if COLUMNS["windows"] in frame:  # 64/128/256/512 as the other pages write them, and narrow enough to fit
+        frame[COLUMNS["windows"]] = frame[COLUMNS["windows"]].map(
+            lambda w: w.replace(", ", "/") if isinstance(w, str) else w
+        )
     base = [c for c in COLUMNS.values() if c in frame]
     extra = manifest_fields.field_order(c for c in frame.columns if c not in base)
     return frame[base + extra], fields
@@ -123,7 +126,7 @@ def render() -> None:
     keys = list(good)
     _take_ticks(keys)
     frame, fields = _table(root, good)
-    standard = [c for c in COLUMNS.values() if c in frame]
+    standard = [c for c in COLUMNS.values() if c in frame and c not in ON_REQUEST]
     others = [c for c in frame.columns if c not in standard]
     differ = manifest_fields.differing(fields)
     c1, c2, c3 = st.columns([2, 2, 3])
@@ -170,14 +173,19 @@ def render() -> None:
         view[standard + list(extra)],
         hide_index=True,
         width="stretch",
-        height=HEADER_PX + ROW_PX * min(max(len(view), 1), TALL_ROWS) + 2,
+        height="content",  # every row of the page on the page: no box scrolling inside the page
         key=TABLE,
         on_select="rerun",
         selection_mode="multi-row",
         column_config={
             "run": st.column_config.TextColumn("run", pinned=True),
             "progress": st.column_config.ProgressColumn(
-                "progress", help="steps recorded / steps planned", min_value=0.0, max_value=1.0, format="percent"
+                "progress",
+                help="steps recorded / steps planned",
+                min_value=0.0,
+                max_value=1.0,
+                format="percent",
+                width="small",
             ),
             "status": st.column_config.TextColumn("status", help=TERMS["status"][1]),
             "T (tokens)": st.column_config.Column("T", help="sequence length (tokens)"),

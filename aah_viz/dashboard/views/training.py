@@ -44,12 +44,17 @@ def _slider_moved() -> None:
     st.session_state[RANGE_USER] = full is None or tuple(st.session_state[RANGE_KEY]) != tuple(full)
 
 
-def _follow_unless_chosen(full) -> None:
-    """Before the slider is drawn: a range from a new address is the user's; without one chosen, the
-    range is the whole run now (a live run's new steps widen it) and stays out of the address."""
+def _follow_unless_chosen(full, parse) -> None:
+    """Before the slider is drawn: a range from a new address is the user's (one ``parse`` refuses is no
+    choice: said, and the axis follows the run); without one chosen, the range is the whole run now (a
+    live run's new steps widen it) and stays out of the address."""
     text = st.query_params.get("range")
     if text is not None and text != st.session_state.get(address.SEEN, {}).get("range"):
-        st.session_state[RANGE_USER] = True
+        try:
+            parse(text)
+            st.session_state[RANGE_USER] = True
+        except (ValueError, TypeError, OverflowError):
+            pass
     if not st.session_state.get(RANGE_USER):
         st.session_state[RANGE_KEY] = full
         st.session_state[address.KEEP + RANGE_KEY] = full
@@ -213,13 +218,14 @@ def render() -> None:
         st.session_state.pop(RANGE_USER, None)
         st.session_state["tr_range_axis"] = x
     if hi > lo:
-        _follow_unless_chosen(full)
+        in_range = address.range_in(lo, hi, cast)
+        _follow_unless_chosen(full, in_range)
         x_range = address.bound(
             st.slider,
             "range",
             RANGE_KEY,
             full,
-            parse=address.range_in(lo, hi, cast),
+            parse=in_range,
             dump=address.range_text,
             fix=_clip(lo, hi, cast),
             label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",

@@ -89,12 +89,16 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
     # by default only runs of this run's configuration (model, T, windows, steps): the ticked ones, else this
-    # run's other seeds (same regime) first; other configurations are there to pick, and said when picked
+    # run's other seeds (same regime), never another regime that happens to sort first (only a run without
+    # seeds of its own shows the first of its configuration); other runs are there to pick, said when picked
     views = session.overviews()
     alike = configuration.same_configuration(key, selected)
     same = [k for k in alike if k != key and views.get(k, {}).get("regime") == views.get(key, {}).get("regime")]
-    others = [k for k in alike if k != key] if selection.ticked() else same + [k for k in alike if k not in same]
-    default = [key] + [k for k in others if k != key][:3]
+    if selection.ticked():
+        others = [k for k in alike if k != key][: MAX_SIDE_BY_SIDE - 1]  # as many as the heatmaps set side by side
+    else:
+        others = (same or [k for k in alike if k != key])[:3]
+    default = [key] + others
     labels = {k: session.label(k) for k in selected}  # computed now: format_func may be called outside the run
     chosen = address.choose_some(
         st.multiselect,
