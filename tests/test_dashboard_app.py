@@ -960,11 +960,12 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Frontier"]
-    want = {}
+    want, speeds = {}, {}
     for detail in run.events("inference")["detail"]:
         d = json.loads(detail)
         nll = np.asarray(d["block_nll"], dtype=float)
         want[d["configuration"]] = (d["acr"], float(np.exp(nll.sum() / (d["tokens_per_block"] * len(nll)))))
+        speeds[d["configuration"]] = (d["speed_vs_unpatched"]["median"], *d["speed_vs_unpatched"]["ci95"])
     points = {}
     for trace in charts(at)[0]["data"]:
         if "markers" in trace.get("mode", ""):
@@ -975,6 +976,13 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    # each speed with the interval its pairs give, and the run's own warning about how few they are
+    shown_speed = table.set_index("configuration")[["speed vs unpatched", "speed low (95%)", "speed high (95%)"]]
+    assert sorted(shown_speed.index) == sorted(speeds)
+    for name, row in shown_speed.iterrows():
+        assert tuple(row) == pytest.approx(speeds[name]), name
+    assert any("from 2 timing pairs (the run warns: only 2 pairs (at least 9 recommended))" in c.value
+               for c in at.caption)  # fmt: skip
     assert "passkey retrieved" not in table  # no questions asked in this frontier: no empty column
     # the table names each point as the chart labels it (the chart's names and the table's agree)
     labels = {n: lab for trace in charts(at)[0]["data"] if "markers" in trace.get("mode", "")

@@ -923,6 +923,11 @@ def test_the_frontier_table_in_latex_names_every_row_in_every_part_and_fits_two_
         assert firsts == [n.replace("_", "\\_") for n in names], firsts[:3]
     for p, lo, hi in zip(rows["ppl"], rows["ppl_lo"], rows["ppl_hi"]):
         assert f"{p:.2f} [{lo:.1f}, {hi:.1f}]" in tex
+    marked = [f"{v:.2f}*" for v, lo, hi in zip(rows["speed_vs_unpatched"], rows["speed_lo"], rows["speed_hi"])
+              if hi - lo > 0.1]  # fmt: skip
+    assert marked  # the sample's 2-pair medians include wide ones (its full-attention patch among them)
+    for cell in marked:  # a speed whose interval is wide never stands bare
+        assert cell in tex
     pages = _pdf_pages(engine, tmp_path / "frontier.tex", "pdflatex to compile the frontier table")
     assert len(pages) <= 2, [p[:200] for p in pages]
 

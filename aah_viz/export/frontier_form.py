@@ -18,6 +18,8 @@ from aah_viz.export.table import Table
 
 PPL = "ppl [95%]"
 SPEED = "speed"
+WIDE = "*"  # marks a speed whose 95% interval is wider than WIDE_SPEED
+WIDE_SPEED = 0.1
 FRONT = "front"
 PASSKEY = "passkey"
 
@@ -43,7 +45,11 @@ def frontier_form(table: Table) -> Table:
         for p, lo, hi in zip(df["ppl"], df["ppl_lo"], df["ppl_hi"])
     ]
     out["ACR"] = [_number(v, 3) for v in df["acr"]]
-    out[SPEED] = [_number(v, 2) for v in df["speed_vs_unpatched"]]
+    # a median whose interval is wide (few timing pairs on a busy machine) is marked, never printed bare
+    out[SPEED] = [
+        _number(v, 2) + (WIDE if _number(lo, 2) != "–" and float(hi) - float(lo) > WIDE_SPEED else "")
+        for v, lo, hi in zip(df["speed_vs_unpatched"], df["speed_lo"], df["speed_hi"])
+    ]
     out[FRONT] = ["yes" if bool(v) else "" for v in df["pareto"]]
     asked = "retrieval" in df and df["retrieval"].notna().any()
     if asked:
@@ -53,7 +59,9 @@ def frontier_form(table: Table) -> Table:
         f"{PPL}: perplexity over the evaluated tokens and its 95% interval from a bootstrap over evaluation blocks "
         "(the same resamples for every configuration of a run, so differences are paired). ACR: mean key length "
         f"over the sequence length. {SPEED}: the unpatched model's forward time over the configuration's, median "
-        f"of pairs measured side by side. {FRONT}: on the Pareto front (no other configuration of the run has "
+        f"of pairs measured side by side; {WIDE}: its 95% interval is wider than {WIDE_SPEED} (few pairs: a rough "
+        "indication). "
+        f"{FRONT}: on the Pareto front (no other configuration of the run has "
         "both a lower ACR and a lower perplexity).",
         "A configuration named _sinkK keeps the first K positions visible to every query; _adapted ones were "
         + (f"adapted for {' or '.join(map(str, steps))} steps" if steps else "adapted")

@@ -32,7 +32,10 @@ def make_synthetic_frontier_run(
         writer.event(
             0, "inference", configuration=name, family=family, acr=acr, acr_causal=acr, tokens_per_block=32,
             block_nll=(mean_nll + rng.normal(0.0, 1.0, n_blocks)).tolist(),
-            speed_vs_unpatched={"median": 1.0 + 0.5 * i, "ci95": [0.9 + 0.5 * i, 1.1 + 0.5 * i]},
+            speed_vs_unpatched={
+                "median": 1.0 + 0.5 * i, "ci95": [0.9 + 0.5 * i, 1.1 + 0.5 * i], "n_pairs": 2,
+                "warning": "only 2 pairs (at least 9 recommended)",
+            },
         )  # fmt: skip
         if retrieval:
             correct = int(rng.binomial(5, acr))

@@ -32,11 +32,13 @@ SHOWN = {
     "configuration": "configuration",
     "on_chart": "on the chart",
     "ppl": "perplexity",
-    "ppl_lo": "low (95%)",
-    "ppl_hi": "high (95%)",
+    "ppl_lo": "perplexity low (95%)",
+    "ppl_hi": "perplexity high (95%)",
     "acr": "ACR",
     "acr_causal": "causal coverage",
     "speed_vs_unpatched": "speed vs unpatched",
+    "speed_lo": "speed low (95%)",
+    "speed_hi": "speed high (95%)",
     "adapt_steps": "adaptation steps",
     "sink_tokens": "sink tokens",
     "retrieval": "passkey retrieved",
@@ -47,14 +49,37 @@ SHOWN = {
 # one number format per column of the table
 FORMATS = {
     "perplexity": "%.2f",
-    "low (95%)": "%.2f",
-    "high (95%)": "%.2f",
+    "perplexity low (95%)": "%.2f",
+    "perplexity high (95%)": "%.2f",
     "ACR": "%.3f",
     "causal coverage": "%.3f",
     "speed vs unpatched": "%.2f",
+    "speed low (95%)": "%.2f",
+    "speed high (95%)": "%.2f",
     "adaptation steps": "%d",
     "passkey retrieved": "%.2f",
 }
+
+
+def speed_caption(found: list[dict]) -> str:
+    """What the speed column is, and how far to trust it: the timing pairs behind its medians and the run's
+    own warning about them (a median of two pairs can read 2.5 times faster on a busy machine)."""
+    timed = [d.get("speed_vs_unpatched") or {} for d in found if d.get("family") != "unpatched"]
+    pairs = sorted({int(t["n_pairs"]) for t in timed if t.get("n_pairs")})
+    text = (
+        "Speed: the unpatched model's forward time over the configuration's, the median of pairs timed side by "
+        "side in the same run, with its 95% interval."
+    )
+    if not pairs:
+        return text
+    text += f" Each median here comes from {' or '.join(map(str, pairs))} timing pairs"
+    warnings = sorted({t["warning"] for t in timed if t.get("warning")})
+    if warnings:
+        text += (
+            f" (the run warns: {'; '.join(warnings)}): read the column as a rough indication; "
+            "`aah-viz bench retrofit` times speed properly"
+        )
+    return text + "."
 
 
 def any_frontier(root: str) -> bool:
@@ -334,8 +359,9 @@ def render() -> None:
         "Each point: perplexity over the held-out tokens with its 95% interval from a bootstrap over blocks "
         "(the same resamples for every configuration, so differences are paired), at its ACR (mean key length "
         "over T). The dotted line joins the Pareto front: configurations no other beats on both ACR and "
-        "perplexity. Speed is the unpatched model's forward time over the configuration's, measured side by "
-        "side in the same run. Hollow dotted marks keep the first k positions visible to every query (sink tokens, "
+        "perplexity. "
+        + speed_caption(found)
+        + " Hollow dotted marks keep the first k positions visible to every query (sink tokens, "
         "+kS); their ACR counts those pairs."
         + (
             " Passkey retrieved: the share of the passkey questions (a key hidden at five depths of filler, "
