@@ -61,6 +61,7 @@ def test_dashboard_figure_to_png_svg_pdf(run_dir, tmp_path):
 
     reader = pypdf.PdfReader(io.BytesIO(pdf), strict=True)
     assert reader.metadata.title == fig.layout.title.text and len(reader.pages) == 1
+    assert b"Kaleido-fier" not in pdf  # not even in the Info object the update supersedes
 
 
 def test_a_pdf_title_goes_in_as_an_incremental_update_any_reader_follows():
@@ -79,7 +80,13 @@ def test_a_pdf_title_goes_in_as_an_incremental_update_any_reader_follows():
     title = plain_title("loss <b>against</b> step<br>grouped: ü (n=2)")
     assert title == "loss against step grouped: ü (n=2)"
     titled = with_title(original, title)
-    assert titled.startswith(original.rstrip(b"\n"))
+    # every original byte where it was, the old title string blanked in place (no "Kaleido-fier" left anywhere)
+    kept = original.rstrip(b"\n")
+    start = kept.index(b"/Title (") + len(b"/Title (")
+    end = kept.index(b")", start)  # pypdf writes the old title as (Kaleido\055fier)
+    assert b"Kaleido" in kept[start:end]
+    assert titled[:start] == kept[:start] and titled[end : len(kept)] == kept[end:]
+    assert titled[start:end] == b" " * (end - start) and b"Kaleido" not in titled
     reader = pypdf.PdfReader(io.BytesIO(titled), strict=True)
     assert reader.metadata.title == title and len(reader.pages) == 1
     assert with_title(b"%PDF-1.7 no classic trailer", title) == b"%PDF-1.7 no classic trailer"

@@ -2,7 +2,9 @@
 ("Kaleido-fier") into every PDF it writes, which a PDF viewer shows as the document's name.
 
 The title goes in by an incremental update (a new Info object, an xref section for it, and a trailer
-pointing back to the previous one; PDF 1.7 §7.5.6), so the bytes Chromium wrote stay as they are.
+pointing back to the previous one; PDF 1.7 §7.5.6), so every object Chromium wrote stays where it is;
+its own title string is blanked in place (spaces of the same length), so that no tool reading the old
+Info object (``strings``, a naive indexer) finds "Kaleido-fier" either.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 
 _TRAILER = re.compile(rb"trailer\s*<<(.*?)>>\s*startxref\s*(\d+)\s*%%EOF\s*$", re.S)
 _TAGS = re.compile(r"<[^>]*>")
+_LITERAL_TITLE = re.compile(rb"/Title\s*\(((?:[^()\\]|\\[\s\S])*)\)")  # escapes included: (Kaleido\055fier)
 
 
 def plain_title(text: str | None) -> str:
@@ -35,6 +38,7 @@ def with_title(pdf: bytes, title: str) -> bytes:
     if size is None or root is None:
         return pdf
     number = int(size.group(1))
+    pdf = _LITERAL_TITLE.sub(lambda m: m.group(0).replace(m.group(1), b" " * len(m.group(1))), pdf)
     body = pdf if pdf.endswith(b"\n") else pdf + b"\n"
     info = (
         f"{number} 0 obj\n<</Title ".encode()
