@@ -39,6 +39,11 @@ def test_the_plan_adds_a_row_and_a_run_per_further_seed(tmp_path):
     assert dirs == {f"fr-full_adaptive{s}{t}" for s in ("", "-sink4") for t in ("", "-seed1", "-seed2")}
     assert "adapt_seeds" not in fc.settings("x") and seeded.settings("x")["adapt_seeds"] == [1, 2]
     assert point_label("full_adaptive_adapted_sink4_seed2", "adapted", 4) == "full_adaptive +4S seed2"
+    # the untrained and the adapted row of a regime never print the same label
+    labels = [
+        point_label(f"grouping_off_{f}{s}", f, k) for f in ("zero_shot", "adapted") for s, k in (("", 0), ("_sink4", 4))
+    ]
+    assert len(set(labels)) == 4, labels
 
 
 def test_seed_spread_and_settled_curves_against_their_definitions():

@@ -25,14 +25,15 @@ FAMILY_STYLE = {
 
 
 def point_label(configuration: str, family: str, sinks: int = 0) -> str:
-    """The short name written beside a point: the regime of an AAH row, the window of a static one, the
-    share of a profiled one; ``+kS`` when it keeps k sink tokens."""
+    """The short name written beside a point: the regime of an AAH row (``0-shot`` for its untrained
+    controller), the window of a static one, the share of a profiled one; ``+kS`` when it keeps k sink tokens."""
     seeded = SEED_SUFFIX.search(configuration)  # a further adaptation seed: "_seed1"
     name = configuration[: seeded.start()] if seeded else configuration
     name = name.removesuffix(f"_sink{sinks}") if sinks else name
     plus = (f" +{sinks}S" if sinks else "") + (f" {seeded.group(0)[1:]}" if seeded else "")
-    if family in ("zero_shot", "adapted"):
-        return name.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "") + plus
+    if family in ("zero_shot", "adapted"):  # the untrained row says so: the two rows of a regime never read alike
+        untrained = " 0-shot" if family == "zero_shot" else ""
+        return name.removesuffix("_zero_shot").removesuffix("_adapted").replace("_grouping", "") + untrained + plus
     if family == "sliding_window":
         return "w " + name.rsplit("_", 1)[-1] + plus
     if family == "head_windows" and sinks:
