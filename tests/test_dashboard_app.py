@@ -392,6 +392,15 @@ def test_a_query_parameter_cannot_leave_the_logs_root(logs, monkeypatch, tmp_pat
     at2.run()
     at2.switch_page(PAGE_FILES["hierarchy"]).run()
     assert not at2.error and at2.selectbox(key="run_picker").value == "nested/freeze-s0"
+    # a link to a damaged run says so and which run it shows instead, never swaps it silently
+    at3 = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at3.query_params["run"] = "broken"
+    at3.run()
+    at3.switch_page(PAGE_FILES["hierarchy"]).run()
+    shown = at3.selectbox(key="run_picker").value
+    assert shown != "broken" and not at3.exception
+    assert any(w.value.startswith("Run broken cannot be read (") and f"showing {shown} instead" in w.value
+               for w in at3.warning), [w.value for w in at3.warning]  # fmt: skip
 
 
 def test_a_value_in_the_address_a_page_cannot_take_is_dropped_and_said(logs, monkeypatch, tmp_path):

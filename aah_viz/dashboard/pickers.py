@@ -46,7 +46,10 @@ def pick_run(where=None) -> str | None:
         if wanted in session.good_keys():  # named by the address but not among the selected runs: show it anyway
             keys = [wanted, *keys]
         else:
-            wanted = default_run(keys)
+            shown = default_run(keys)
+            if wanted:  # a damaged run named by a link: said, not swapped for another silently
+                _unreadable(wanted, shown)
+            wanted = shown
     selection.select(run=wanted)
     target = where or st
     labels = {k: session.label(k) for k in keys}  # computed now: format_func may be called outside the script run
@@ -62,6 +65,11 @@ def pick_run(where=None) -> str | None:
     selection.select(run=key)
     selection.write_address()
     return key
+
+
+def _unreadable(key: str, shown: str | None) -> None:
+    why = (session.overviews().get(key) or {}).get("error") or "it is not among the readable runs"
+    st.warning(plain(f"Run {key} cannot be read ({why}); showing {shown} instead. The Runs page lists what is wrong."))
 
 
 def _not_here(what: str, value, shown) -> None:
