@@ -1001,6 +1001,11 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     first_spec = at.get("plotly_chart")[0].proto.spec
     # a second frontier: the picker travels in the address, and a link opens that frontier
     asked = load_run(make_synthetic_frontier_run(root / "fr2", seed=2, retrieval=True)).events("retrieval")
+    # fr2 stopped before its plan was done: its manifest plans one configuration more than it evaluated
+    m = json.loads((root / "fr2" / "manifest.json").read_text())
+    m["frontier"] = {"configurations": [*want, "grouping_off_adapted_sink4"]}
+    (root / "fr2" / "manifest.json").write_text(json.dumps(m))
+    assert not [w for w in at.warning if "planned" in w.value]  # fr has no plan left undone
     st.cache_data.clear()
     at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
     at.run()
@@ -1012,6 +1017,9 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
     assert linked.selectbox(key="frontier_run").value == "fr2"
     assert linked.get("plotly_chart")[0].proto.spec == at.get("plotly_chart")[0].proto.spec  # fr2's figure
     assert linked.get("plotly_chart")[0].proto.spec != first_spec
+    undone = [w.value.replace("\\_", "_") for w in linked.warning if "planned" in w.value]  # markdown escapes
+    assert len(undone) == 1 and undone[0].startswith(f"{len(want)} of {len(want) + 1} planned configurations")
+    assert "not yet: grouping_off_adapted_sink4." in undone[0]
     answered = {d["configuration"]: d["correct"] / d["n"] for d in map(json.loads, asked["detail"])}
     shown = linked.dataframe[0].value.set_index("configuration")["passkey retrieved"]
     assert shown.to_dict() == pytest.approx(answered)

@@ -82,6 +82,13 @@ def speed_caption(found: list[dict]) -> str:
     return text + "."
 
 
+def not_evaluated(manifest: dict, t: pd.DataFrame) -> list[str]:
+    """The configurations the frontier planned (its manifest) that have no row yet: a run stopped midway."""
+    planned = (manifest.get("frontier") or {}).get("configurations") or []
+    done = set(t["configuration"])
+    return [c for c in planned if c not in done]
+
+
 def any_frontier(root: str) -> bool:
     """Whether a run under ``root`` is a frontier, from the manifests (no Streamlit cache: the entry
     point asks before the page it opens on draws anything)."""
@@ -344,6 +351,15 @@ def render() -> None:
             f"configuration; {len(t)} configurations."
         )  # fmt: skip
     )
+    missing = not_evaluated(manifest, t)
+    if missing:
+        st.warning(
+            plain(
+                f"{len(t)} of {len(t) + len(missing)} planned configurations evaluated (the run is "
+                f"{manifest.get('status') or 'unfinished'}); not yet: {', '.join(missing)}. The same "
+                "aah-viz frontier command continues it."
+            )
+        )
     found = details(root, key, tok)
     maps = adapted_runs(key, found)
     first_token, profiled = None, None
