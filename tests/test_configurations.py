@@ -71,6 +71,22 @@ def test_setups_of_one_regime_are_told_apart_by_the_settings_that_differ():
     assert setup_names(seeds) == {"a0": "r", "a1": "r"}
 
 
+def test_retired_keys_and_a_flag_a_run_lacks_but_ran_with_make_no_setup():
+    from aah_viz.method import RETIRED_KEYS
+    from aah_viz.regimes import REGIMES
+
+    ran_with = REGIMES["grouping_off"].flag("build_hierarchy")  # what an older config lacking it ran with
+    retired = {k: 0.5 for k in RETIRED_KEYS}
+    manifests = {
+        "old": {"regime": "grouping_off", "config": {"lr": 1, **retired}},  # before the flag, with retired keys
+        "new": {"regime": "grouping_off", "config": {"lr": 1, "build_hierarchy": ran_with}},
+        "other": {"regime": "grouping_off", "config": {"lr": 1, "build_hierarchy": not ran_with}},
+    }
+    names = setup_names(manifests)
+    assert names["old"] == names["new"] == "grouping_off"
+    assert names["other"] == f"grouping_off, build_hierarchy={not ran_with}"
+
+
 def test_a_baseline_alone_is_its_own_group():
     assert split_by_configuration({"b": {**BYTE, "regime": "full_attention"}}) == [
         ("preset small, T = 128, full attention only", ["b"])

@@ -71,6 +71,19 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
 
 
+def test_retired_config_keys_do_not_split_the_sample_seeds_into_two_setups(samples):
+    """grouping_off_seed0's manifest records the retired, no-op keys (resolution_collapse_*, ...) and
+    seed1's does not: still one setup of two seeds."""
+    seeds = [json.loads((SAMPLE_LOGS / f"grouping_off_seed{s}" / "manifest.json").read_text()) for s in (0, 1)]
+    recorded = [set(m["config"]) for m in seeds]
+    assert "resolution_collapse_min_frac" in recorded[0] - recorded[1]  # the sample still differs so
+    samples.query_params["run"] = "grouping_off_seed0"  # its configuration (280 steps) opens
+    at = goto(samples, "compare")
+    summary = at.dataframe[0].value
+    assert dict(zip(summary["setup"], summary["n"]))["grouping_off"] == 2
+    assert not any("resolution_collapse" in s or "mask_cache" in s for s in summary["setup"]), summary["setup"]
+
+
 def test_the_probe_only_run_has_no_empty_training_or_controller_charts_on_stability(samples):
     samples.query_params["run"] = PROBE_ONLY
     at = goto(samples, "stability")

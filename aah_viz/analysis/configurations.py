@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
+from aah_viz.method import RETIRED_KEYS
+
 BASELINE = "full_attention"  # its candidate windows are never in effect
 
 
@@ -78,11 +80,12 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
 
 
 # Settings that are not part of what a run computes (where it ran, what it recorded, how it is named) or
-# that the configuration above already names (model, T, windows, steps): never a reason to split runs.
+# that the configuration above already names (model, T, windows, steps), and the retired keys that never did
+# anything (a manifest written before their removal records them; one written after does not): never a reason
+# to split runs.
 _NOT_SETTINGS = {
     "regime", "preset", "seed", "model_dir", "source", "kind", "head_groups", "windows", "block_size", "n_layer",
-    "n_head", "n_embd", "n_ff", "vocab_size", "diagnostic_detail", "mask_cache_size", "attention_backend",
-    "device", "threads", "steps",
+    "n_head", "n_embd", "n_ff", "vocab_size", "attention_backend", "device", "threads", "steps", *RETIRED_KEYS,
 }  # fmt: skip
 _RETROFIT_SETTINGS = ("lr", "weight_decay", "grad_clip", "lr_warmup_steps", "batch_size")
 
@@ -93,6 +96,7 @@ def settings_of(manifest: Mapping) -> dict[str, object]:
     out: dict[str, object] = {}
     config = manifest.get("config") if isinstance(manifest.get("config"), Mapping) else {}
     out.update({k: v for k, v in config.items() if k not in _NOT_SETTINGS and not isinstance(v, Mapping)})
+    out.update({k: v for k, v in _known_defaults(manifest, config).items() if k not in out})
     for section in ("train", "retrofit"):
         part = manifest.get(section) if isinstance(manifest.get(section), Mapping) else {}
         wanted = _RETROFIT_SETTINGS if section == "retrofit" else [k for k in part if k not in _NOT_SETTINGS]
@@ -101,6 +105,16 @@ def settings_of(manifest: Mapping) -> dict[str, object]:
         if isinstance(overrides, Mapping):
             out.update({k: v for k, v in overrides.items() if k not in _NOT_SETTINGS})
     return {k: (tuple(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def _known_defaults(manifest: Mapping, config: Mapping) -> dict[str, object]:
+    """The flags a config written before they existed ran with: its regime's value (``aah_viz.regimes``),
+    so a manifest lacking one is set up as another recording that value. Only for a run with a config: the
+    light side knows no other key's default (the model's, ``instrumentation.config``, needs torch)."""
+    from aah_viz.regimes import BASE_FLAGS, REGIMES
+
+    row = REGIMES.get(str(manifest.get("regime")))
+    return {k: row.flag(k) for k in BASE_FLAGS} if config and row is not None else {}
 
 
 def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
@@ -128,6 +142,22 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
             for k, said in _telling_apart(alike, settings, skip).items():
                 extra[k] += said
     return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+
+
+def setup_groups(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
+    """``{key: manifest}`` -> ``{key: name of its group}``: its setup (:func:`setup_names`) with its
+    configuration appended where the runs hold several (``full_adaptive [preset small, T = 128, windows
+    16/32/64/128, 280 steps]``). Runs with one name are seeds of one setup and one configuration: the only
+    runs any page, figure or table averages together."""
+    values = setup_names(manifests, by=by)
+    found = split_by_configuration(manifests)
+    if len(found) > 1:
+        where: dict[str, str] = {}
+        for label, members in found:
+            for k in members:
+                where.setdefault(k, label)
+        values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
+    return values
 
 
 def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:
