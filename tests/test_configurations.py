@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from aah_viz.analysis.configurations import configuration_of, setup_names, split_by_configuration
+from aah_viz.analysis.configurations import configuration_of, setup_groups, setup_names, split_by_configuration
 from aah_viz.analysis.frontier import against_nearest_static, paired_ratio
 
 BYTE = {"preset": "small", "seq_len": 128, "windows": [16, 32, 64, 128]}
@@ -187,3 +187,16 @@ def test_runs_trained_for_other_lengths_are_another_configuration():
         "preset small, T = 128, windows 16/32/64/128, 280 steps": ["a", "b", "base"],
         "preset small, T = 128, windows 16/32/64/128, 2,500 steps": ["long"],
     }
+    # a run's group names what tells its configuration from the others, and nothing they share
+    assert setup_groups(manifests) == {
+        "a": "full_adaptive [280 steps]",
+        "b": "full_adaptive [280 steps]",
+        "long": "full_adaptive [2,500 steps]",
+        "base": "full_attention [280 steps]",
+    }
+    smol = {**SMOL, "regime": "full_adaptive", "steps": 280}
+    assert setup_groups({"a": manifests["a"], "s": smol}) == {
+        "a": "full_adaptive [preset small, T = 128, windows 16/32/64/128]",
+        "s": "full_adaptive [smollm2-135m, T = 512, windows 64/128/256/512]",
+    }
+    assert setup_groups({"a": manifests["a"], "b": manifests["b"]}) == {"a": "full_adaptive", "b": "full_adaptive"}

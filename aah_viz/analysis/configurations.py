@@ -48,19 +48,22 @@ def configuration_of(manifest: Mapping) -> tuple[str, int | None, tuple[int, ...
     return (model_of(manifest), seq_len, windows, steps)
 
 
-def configuration_label(cfg: tuple) -> str:
-    """``preset small, T = 128, windows 16/32/64/128, 280 steps`` (words a reader can match to a run)."""
+def configuration_label(cfg: tuple, parts=range(4)) -> str:
+    """``preset small, T = 128, windows 16/32/64/128, 280 steps`` (words a reader can match to a run);
+    ``parts``: which of (model, T, windows, steps) to say (``[3]``: ``280 steps``)."""
     model, seq_len, windows, steps = cfg
-    parts = [str(model), f"T = {seq_len}" if seq_len is not None else "T unknown"]
-    parts.append("windows " + "/".join(str(w) for w in windows) if windows else "full attention only")
-    if steps is not None:
-        parts.append(f"{steps:,} steps")
-    return ", ".join(parts)
+    said = {
+        0: str(model),
+        1: f"T = {seq_len}" if seq_len is not None else "T unknown",
+        2: "windows " + "/".join(str(w) for w in windows) if windows else "full attention only",
+        3: f"{steps:,} steps" if steps is not None else "",
+    }
+    return ", ".join(said[i] for i in parts if said[i])
 
 
-def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, list[str]]]:
-    """``{key: manifest}`` -> ``[(label, keys)]``, the largest group first (then by label); a baseline
-    joins every group of its model and T, or forms its own when there is none."""
+def _configuration_groups(manifests: Mapping[str, Mapping]) -> dict[tuple, list[str]]:
+    """``{key: manifest}`` -> ``{configuration: keys}``; a baseline joins every group of its model, T and
+    steps, or forms its own when there is none."""
     groups: dict[tuple, list[str]] = {}
     baselines: list[tuple[str, tuple]] = []
     for key, manifest in manifests.items():
@@ -75,7 +78,13 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
             groups[g].append(key)
         if not homes:
             groups.setdefault(cfg, []).append(key)
-    out = [(configuration_label(cfg), keys) for cfg, keys in groups.items()]
+    return groups
+
+
+def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, list[str]]]:
+    """``{key: manifest}`` -> ``[(label, keys)]``, the largest group first (then by label); a baseline
+    joins every group of its model and T, or forms its own when there is none."""
+    out = [(configuration_label(cfg), keys) for cfg, keys in _configuration_groups(manifests).items()]
     return sorted(out, key=lambda g: (-len(g[1]), g[0]))
 
 
@@ -145,17 +154,19 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
 
 
 def setup_groups(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
-    """``{key: manifest}`` -> ``{key: name of its group}``: its setup (:func:`setup_names`) with its
-    configuration appended where the runs hold several (``full_adaptive [preset small, T = 128, windows
-    16/32/64/128, 280 steps]``). Runs with one name are seeds of one setup and one configuration: the only
-    runs any page, figure or table averages together."""
+    """``{key: manifest}`` -> ``{key: name of its group}``: its setup (:func:`setup_names`) with, where the
+    runs hold several configurations, what tells its configuration from the others (``full_adaptive [280
+    steps]``; ``full_adaptive [preset small, T = 128, windows 16/32/64/128]`` beside SmolLM2's). Runs with
+    one name are seeds of one setup and one configuration: the only runs any page, figure or table averages
+    together."""
     values = setup_names(manifests, by=by)
-    found = split_by_configuration(manifests)
-    if len(found) > 1:
+    groups = _configuration_groups(manifests)
+    if len(groups) > 1:
+        differ = [i for i in range(4) if len({cfg[i] for cfg in groups}) > 1]
         where: dict[str, str] = {}
-        for label, members in found:
-            for k in members:
-                where.setdefault(k, label)
+        for cfg, members in sorted(groups.items(), key=lambda g: (-len(g[1]), configuration_label(g[0]))):
+            for k in members:  # a baseline in several: named with the largest
+                where.setdefault(k, configuration_label(cfg, differ) or configuration_label(cfg))
         values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
     return values
 
