@@ -15,15 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aah_viz.errors import ConfigError
-from aah_viz.method import SIM_THRESHOLD
+from aah_viz.method import RETIRED_KEYS, SIM_THRESHOLD
 from aah_viz.regimes import REGIMES, did_you_mean
 
-# Enumerated values of the keys that take a name (the reference's choices plus our named options).
-# Keys that once existed but did nothing; configs, manifests and checkpoints that still carry them load.
-RETIRED_KEYS = frozenset(
-    {"diagnostic_detail", "mask_cache_size", "resolution_collapse_min_frac", "resolution_collapse_max_frac"}
-)
+# RETIRED_KEYS (aah_viz.method, read by the light side too): keys that once existed but did nothing.
 
+# Enumerated values of the keys that take a name (the reference's choices plus our named options).
 CHOICES: dict[str, tuple[str, ...]] = {
     "controller_input_mode": ("base", "enriched", "contrastive", "position_aware", "relative_sibling_mean"),
     "controller_arch": ("mlp", "deep_mlp"),

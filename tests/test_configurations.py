@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from aah_viz.analysis.configurations import configuration_of, setup_names, split_by_configuration
+from aah_viz.analysis.configurations import configuration_of, setup_groups, setup_names, split_by_configuration
 from aah_viz.analysis.frontier import against_nearest_static, paired_ratio
 
 BYTE = {"preset": "small", "seq_len": 128, "windows": [16, 32, 64, 128]}
@@ -69,6 +69,22 @@ def test_setups_of_one_regime_are_told_apart_by_the_settings_that_differ():
     seeds = {"a0": {"regime": "r", "seed": 0, "config": {"seed": 0, "lr": 1}, "train": {"device": "cpu"}},
              "a1": {"regime": "r", "seed": 1, "config": {"seed": 1, "lr": 1}, "train": {"device": "cuda"}}}  # fmt: skip
     assert setup_names(seeds) == {"a0": "r", "a1": "r"}
+
+
+def test_retired_keys_and_a_flag_a_run_lacks_but_ran_with_make_no_setup():
+    from aah_viz.method import RETIRED_KEYS
+    from aah_viz.regimes import REGIMES
+
+    ran_with = REGIMES["grouping_off"].flag("build_hierarchy")  # what an older config lacking it ran with
+    retired = {k: 0.5 for k in RETIRED_KEYS}
+    manifests = {
+        "old": {"regime": "grouping_off", "config": {"lr": 1, **retired}},  # before the flag, with retired keys
+        "new": {"regime": "grouping_off", "config": {"lr": 1, "build_hierarchy": ran_with}},
+        "other": {"regime": "grouping_off", "config": {"lr": 1, "build_hierarchy": not ran_with}},
+    }
+    names = setup_names(manifests)
+    assert names["old"] == names["new"] == "grouping_off"
+    assert names["other"] == f"grouping_off, build_hierarchy={not ran_with}"
 
 
 def test_a_baseline_alone_is_its_own_group():
@@ -171,3 +187,16 @@ def test_runs_trained_for_other_lengths_are_another_configuration():
         "preset small, T = 128, windows 16/32/64/128, 280 steps": ["a", "b", "base"],
         "preset small, T = 128, windows 16/32/64/128, 2,500 steps": ["long"],
     }
+    # a run's group names what tells its configuration from the others, and nothing they share
+    assert setup_groups(manifests) == {
+        "a": "full_adaptive [280 steps]",
+        "b": "full_adaptive [280 steps]",
+        "long": "full_adaptive [2,500 steps]",
+        "base": "full_attention [280 steps]",
+    }
+    smol = {**SMOL, "regime": "full_adaptive", "steps": 280}
+    assert setup_groups({"a": manifests["a"], "s": smol}) == {
+        "a": "full_adaptive [preset small, T = 128, windows 16/32/64/128]",
+        "s": "full_adaptive [smollm2-135m, T = 512, windows 64/128/256/512]",
+    }
+    assert setup_groups({"a": manifests["a"], "b": manifests["b"]}) == {"a": "full_adaptive", "b": "full_adaptive"}

@@ -45,19 +45,55 @@ def samples(monkeypatch, tmp_path):
     return at
 
 
-def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(samples):
-    at = goto(samples, "export")
-    assert not at.error, [e.value for e in at.error]
+def _final_val_loss(run: str) -> float:
+    import pandas as pd
+
+    sc = pd.read_parquet(SAMPLE_LOGS / run / "scalars")
+    sc = sc[sc["layer"].isna() & (sc["name"] == "val_loss")].dropna(subset=["value"]).sort_values("step")
+    return float(sc["value"].iloc[-1])
+
+
+def _export_rows(at: AppTest):
+    """The training table by setup as the page's CSV text prints it."""
+    import io
+
+    import pandas as pd
+
+    at.selectbox(key="exp_table").set_value("training")
+    at.radio(key="exp_by").set_value("regime")
+    at.radio(key="exp_table_fmt").set_value("csv").run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    return pd.read_csv(io.StringIO(at.code[0].value)).set_index("regime")
+
+
+def test_export_keeps_compares_configurations_and_averages_only_seeds_of_one_setup(samples):
+    samples.query_params["run"] = "full_adaptive_seed0"
+    at = goto(samples, "compare")
+    compared = at.selectbox(key="cmp_config")
+    compared_options, compared_value = set(compared.options), compared.value
+    at = goto(at, "export")
     config = at.selectbox(key="exp_config")
-    assert config.value.startswith("T128_")  # the address keeps the short name; the picker reads as words
-    assert "T = 510, window 510 · 1 run" in config.options and "T = 75, full attention · 1 run" in config.options
-    counts = {o.split(" · ")[0]: int(o.split(" · ")[1].split()[0]) for o in config.options}
-    assert counts["T = 128, windows 16/32/64/128"] == max(counts.values()) > 1
-    assert all("_" not in o and "(" not in o for o in config.options), config.options
-    left = [c for c in captions(at) if c.startswith("Left out")]
+    # Compare's configurations (model, T, windows, training steps), the open run's by default
+    # (Export has the probes and evaluations Compare leaves out, in configurations of their own)
+    assert compared_options < set(config.options) and config.value == compared_value and "280 steps" in config.value
+    left = [c for c in captions(at) if "Left out" in c]
     assert len(left) == 1 and PROBE_ONLY in left[0]
     preview = at.dataframe[0].value
     assert len(preview) and not preview.astype(str).apply(lambda c: c.str.contains(PROBE_ONLY)).any().any()
+    rows = _export_rows(at)
+    # the two 280-step seeds, and no run of the 2,000-step sweep: their own mean
+    assert rows.loc["full_adaptive", "n"] == 2
+    seeds = [_final_val_loss(f"full_adaptive_seed{s}") for s in (0, 1)]
+    assert rows.loc["full_adaptive", "val_loss"] == pytest.approx(np.mean(seeds), rel=1e-9)
+    assert rows.loc["grouping_off", "n"] == 2  # the retired keys one seed records make no setup
+    # the 2,000-step configuration: one row per cell of the sweep (its folder names), each of its seeds
+    sweep = [p.parent.name for p in (SAMPLE_LOGS / "sweep_ablation_small").glob("*/manifest.json")]
+    cells = {name.rsplit("__seed-", 1)[0] for name in sweep}
+    long = next(o for o in config.options if "2,000 steps" in o).rsplit(" (", 1)[0]
+    at.selectbox(key="exp_config").set_value(long).run()
+    rows = _export_rows(at)
+    assert len(rows) == len(cells) > 1 and rows["n"].sum() == len(sweep)
+    assert set(rows["n"]) == {len(sweep) // len(cells)}
 
 
 def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
@@ -69,6 +105,19 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     picker = at.multiselect(key="win_compare_pick")
     assert picker.options and not any(PROBE_ONLY in o for o in picker.options)
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+
+
+def test_retired_config_keys_do_not_split_the_sample_seeds_into_two_setups(samples):
+    """grouping_off_seed0's manifest records the retired, no-op keys (resolution_collapse_*, ...) and
+    seed1's does not: still one setup of two seeds."""
+    seeds = [json.loads((SAMPLE_LOGS / f"grouping_off_seed{s}" / "manifest.json").read_text()) for s in (0, 1)]
+    recorded = [set(m["config"]) for m in seeds]
+    assert "resolution_collapse_min_frac" in recorded[0] - recorded[1]  # the sample still differs so
+    samples.query_params["run"] = "grouping_off_seed0"  # its configuration (280 steps) opens
+    at = goto(samples, "compare")
+    summary = at.dataframe[0].value
+    assert dict(zip(summary["setup"], summary["n"]))["grouping_off"] == 2
+    assert not any("resolution_collapse" in s or "mask_cache" in s for s in summary["setup"]), summary["setup"]
 
 
 def test_the_probe_only_run_has_no_empty_training_or_controller_charts_on_stability(samples):
@@ -373,12 +422,14 @@ def test_the_page_header_reads_less_and_says_the_same(three_runs):
 def test_export_figures_of_several_runs_use_the_chosen_configuration(samples):
     from aah_viz.figures.payload import figure_data
 
+    samples.query_params["run"] = "full_adaptive_seed0"
     at = goto(samples, "export")
     at.selectbox(key="exp_fig_kind").set_value("bucket_heatmap").run()
     fig = figure_data(at.get("plotly_chart")[-1].proto.spec)
     names = json.dumps(fig["data"], default=str)
     assert "full_adaptive_seed0" in names and PROBE_ONLY not in names
-    at.selectbox(key="exp_config").set_value("T510_w510")
+    probed = next(o for o in at.selectbox(key="exp_config").options if "T = 510" in o).rsplit(" (", 1)[0]
+    at.selectbox(key="exp_config").set_value(probed)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
 

@@ -179,6 +179,50 @@ def test_training_by_regime_mean_std_n_and_interval(runs_root, runs, by_regime):
     assert "±" in line
 
 
+def test_rows_by_regime_never_average_other_settings_or_training_lengths(tmp_path, capsys):
+    """Seeds of one setup are averaged; a run of the regime with another setting, and runs trained for
+    another length, are rows of their own, named by what differs (as Compare's setups), on the CLI too."""
+    kw = dict(n_layer=1, n_head=4, windows=WINDOWS, seq_len=64, warmup=2)
+    dirs = {
+        "short": [make_synthetic_run(tmp_path / f"short{s}", steps=12, seed=s, **kw) for s in (0, 1)],
+        "long": [make_synthetic_run(tmp_path / f"long{s}", steps=24, seed=s, **kw) for s in (0, 1)],
+        "sinks": [make_synthetic_run(tmp_path / "sinks", steps=12, seed=2, **kw)],
+    }
+    manifest = dirs["sinks"][0] / "manifest.json"
+    written = json.loads(manifest.read_text())
+    written["config"]["sink_tokens"] = 4  # another setting of the same regime
+    manifest.write_text(json.dumps(written))
+    every = [d for group in dirs.values() for d in group]
+    table = build_table("training", collect_runs(every), by="regime")
+    rows = table.df.set_index("regime")
+    assert len(rows) == 3 and all(r.startswith("full_adaptive") for r in rows.index), list(rows.index)
+    said = {"short": ("12 steps", "sink"), "long": ("24 steps", "sink"), "sinks": ("sink_tokens=4", "24 steps")}
+    for group, members in dirs.items():
+        (name,) = [r for r in rows.index if said[group][0] in r and said[group][1] not in r]
+        mean = np.mean([_expected_training(d)["val_loss"] for d in members])
+        assert rows.loc[name, "n"] == len(members)
+        assert rows.loc[name, "val_loss"] == pytest.approx(mean, rel=1e-12)
+    assert sum("sink_tokens" in r for r in rows.index) == 1  # the setting that tells runs apart, on its row only
+    # the regime_summary figure: a mean per setup, never across them
+    from aah_viz.figures import FIGURE_KINDS
+
+    fig = FIGURE_KINDS["regime_summary"](collect_runs(every), metrics="final_loss")
+    means = dict(zip(fig.data[0].x, fig.data[0].y))
+    assert len(means) == 3 and set(means) == set(rows.index)
+    for group, members in dirs.items():
+        (name,) = [r for r in means if said[group][0] in r and said[group][1] not in r]
+        assert means[name] == pytest.approx(np.mean([_last(_scalars(d), "loss") for d in members]), rel=1e-9)
+    # the CLI: the same rows per setup, each with its own n
+    out = tmp_path / "out"
+    assert main(["export", *map(str, every), "--table", "training", "--by", "regime", "--format", "md",
+                 "--out", str(out)]) == 0  # fmt: skip
+    md = (out / "training.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("| full_adaptive")]
+    assert len(lines) == 3, md
+    cells = sorted(line.split("|")[2].strip() for line in lines)  # n; a single run's says it has no spread
+    assert cells[:2] == ["2", "2"] and cells[2].startswith("n = 1")
+
+
 def test_csv_round_trips_full_precision(by_regime):
     table = by_regime
     rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))

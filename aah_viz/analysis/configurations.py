@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 
+from aah_viz.method import RETIRED_KEYS
+
 BASELINE = "full_attention"  # its candidate windows are never in effect
 
 
@@ -46,19 +48,22 @@ def configuration_of(manifest: Mapping) -> tuple[str, int | None, tuple[int, ...
     return (model_of(manifest), seq_len, windows, steps)
 
 
-def configuration_label(cfg: tuple) -> str:
-    """``preset small, T = 128, windows 16/32/64/128, 280 steps`` (words a reader can match to a run)."""
+def configuration_label(cfg: tuple, parts=range(4)) -> str:
+    """``preset small, T = 128, windows 16/32/64/128, 280 steps`` (words a reader can match to a run);
+    ``parts``: which of (model, T, windows, steps) to say (``[3]``: ``280 steps``)."""
     model, seq_len, windows, steps = cfg
-    parts = [str(model), f"T = {seq_len}" if seq_len is not None else "T unknown"]
-    parts.append("windows " + "/".join(str(w) for w in windows) if windows else "full attention only")
-    if steps is not None:
-        parts.append(f"{steps:,} steps")
-    return ", ".join(parts)
+    said = {
+        0: str(model),
+        1: f"T = {seq_len}" if seq_len is not None else "T unknown",
+        2: "windows " + "/".join(str(w) for w in windows) if windows else "full attention only",
+        3: f"{steps:,} steps" if steps is not None else "",
+    }
+    return ", ".join(said[i] for i in parts if said[i])
 
 
-def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, list[str]]]:
-    """``{key: manifest}`` -> ``[(label, keys)]``, the largest group first (then by label); a baseline
-    joins every group of its model and T, or forms its own when there is none."""
+def _configuration_groups(manifests: Mapping[str, Mapping]) -> dict[tuple, list[str]]:
+    """``{key: manifest}`` -> ``{configuration: keys}``; a baseline joins every group of its model, T and
+    steps, or forms its own when there is none."""
     groups: dict[tuple, list[str]] = {}
     baselines: list[tuple[str, tuple]] = []
     for key, manifest in manifests.items():
@@ -73,16 +78,23 @@ def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, 
             groups[g].append(key)
         if not homes:
             groups.setdefault(cfg, []).append(key)
-    out = [(configuration_label(cfg), keys) for cfg, keys in groups.items()]
+    return groups
+
+
+def split_by_configuration(manifests: Mapping[str, Mapping]) -> list[tuple[str, list[str]]]:
+    """``{key: manifest}`` -> ``[(label, keys)]``, the largest group first (then by label); a baseline
+    joins every group of its model and T, or forms its own when there is none."""
+    out = [(configuration_label(cfg), keys) for cfg, keys in _configuration_groups(manifests).items()]
     return sorted(out, key=lambda g: (-len(g[1]), g[0]))
 
 
 # Settings that are not part of what a run computes (where it ran, what it recorded, how it is named) or
-# that the configuration above already names (model, T, windows, steps): never a reason to split runs.
+# that the configuration above already names (model, T, windows, steps), and the retired keys that never did
+# anything (a manifest written before their removal records them; one written after does not): never a reason
+# to split runs.
 _NOT_SETTINGS = {
     "regime", "preset", "seed", "model_dir", "source", "kind", "head_groups", "windows", "block_size", "n_layer",
-    "n_head", "n_embd", "n_ff", "vocab_size", "diagnostic_detail", "mask_cache_size", "attention_backend",
-    "device", "threads", "steps",
+    "n_head", "n_embd", "n_ff", "vocab_size", "attention_backend", "device", "threads", "steps", *RETIRED_KEYS,
 }  # fmt: skip
 _RETROFIT_SETTINGS = ("lr", "weight_decay", "grad_clip", "lr_warmup_steps", "batch_size")
 
@@ -93,6 +105,7 @@ def settings_of(manifest: Mapping) -> dict[str, object]:
     out: dict[str, object] = {}
     config = manifest.get("config") if isinstance(manifest.get("config"), Mapping) else {}
     out.update({k: v for k, v in config.items() if k not in _NOT_SETTINGS and not isinstance(v, Mapping)})
+    out.update({k: v for k, v in _known_defaults(manifest, config).items() if k not in out})
     for section in ("train", "retrofit"):
         part = manifest.get(section) if isinstance(manifest.get(section), Mapping) else {}
         wanted = _RETROFIT_SETTINGS if section == "retrofit" else [k for k in part if k not in _NOT_SETTINGS]
@@ -101,6 +114,16 @@ def settings_of(manifest: Mapping) -> dict[str, object]:
         if isinstance(overrides, Mapping):
             out.update({k: v for k, v in overrides.items() if k not in _NOT_SETTINGS})
     return {k: (tuple(v) if isinstance(v, list) else v) for k, v in out.items()}
+
+
+def _known_defaults(manifest: Mapping, config: Mapping) -> dict[str, object]:
+    """The flags a config written before they existed ran with: its regime's value (``aah_viz.regimes``),
+    so a manifest lacking one is set up as another recording that value. Only for a run with a config: the
+    light side knows no other key's default (the model's, ``instrumentation.config``, needs torch)."""
+    from aah_viz.regimes import BASE_FLAGS, REGIMES
+
+    row = REGIMES.get(str(manifest.get("regime")))
+    return {k: row.flag(k) for k in BASE_FLAGS} if config and row is not None else {}
 
 
 def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
@@ -128,6 +151,24 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
             for k, said in _telling_apart(alike, settings, skip).items():
                 extra[k] += said
     return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+
+
+def setup_groups(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
+    """``{key: manifest}`` -> ``{key: name of its group}``: its setup (:func:`setup_names`) with, where the
+    runs hold several configurations, what tells its configuration from the others (``full_adaptive [280
+    steps]``; ``full_adaptive [preset small, T = 128, windows 16/32/64/128]`` beside SmolLM2's). Runs with
+    one name are seeds of one setup and one configuration: the only runs any page, figure or table averages
+    together."""
+    values = setup_names(manifests, by=by)
+    groups = _configuration_groups(manifests)
+    if len(groups) > 1:
+        differ = [i for i in range(4) if len({cfg[i] for cfg in groups}) > 1]
+        where: dict[str, str] = {}
+        for cfg, members in sorted(groups.items(), key=lambda g: (-len(g[1]), configuration_label(g[0]))):
+            for k in members:  # a baseline in several: named with the largest
+                where.setdefault(k, configuration_label(cfg, differ) or configuration_label(cfg))
+        values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
+    return values
 
 
 def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:

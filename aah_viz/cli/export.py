@@ -30,8 +30,8 @@ def register(subparsers) -> None:
         "inference (Table 2), windows (bucket fractions per layer, Figure 4 as a table), stability, probes, "
         "head_similarity (written by aah-viz head-similarity), frontier (perplexity against ACR, written by "
         "aah-viz frontier; with 'all', these two only where the runs hold them). "
-        "With --by regime, runs of a regime are summarised (mean, std, n, 95% bootstrap interval); with "
-        "--baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
+        "With --by regime, the seeds of each setup of a regime are summarised (mean, std, n, 95% bootstrap "
+        "interval); with --baseline, regimes are compared with it (Welch's t-test and a permutation test on the final "
         "validation loss, and the per-step paired difference curve). Runs with different candidate windows or "
         "sequence lengths are refused unless --allow-mixed splits the table by configuration. See docs/export.md. "
         "'aah-viz export tensorboard RUN... --out DIR' (no --table) writes the runs as TensorBoard event files "
@@ -50,7 +50,11 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to write into (created if missing)")
     parser.add_argument(
-        "--by", default="run", choices=("run", "regime"), help="one row per run, or per regime over seeds"
+        "--by",
+        default="run",
+        choices=("run", "regime"),
+        help="one row per run, or per setup over seeds (a regime; runs with other settings or training "
+        "lengths are rows of their own, named by what differs)",
     )
     parser.add_argument(
         "--form",

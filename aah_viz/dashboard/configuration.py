@@ -60,7 +60,7 @@ def one_configuration(keys, widget_key: str, param: str = "config", where=None) 
         labels,
         default,
         label="Configuration (model, sequence length T, candidate windows, training steps)",
-        format_func=lambda lab: f"{lab} ({len(members[lab])} runs)",
+        format_func=lambda lab: f"{lab} ({len(members[lab])} run{'' if len(members[lab]) == 1 else 's'})",
         help="Runs of different models, sequence lengths, candidate windows or training lengths are never "
         "averaged together: pick the configuration to show.",
     )

@@ -2,7 +2,8 @@
 
 The runs are opened and checked for one configuration (:mod:`~aah_viz.export.runs`); the table's
 kind (:mod:`~aah_viz.export.kinds`) gives their records; here they become a :class:`Table`: one
-row per run, or per regime with mean, standard deviation and bootstrap interval over seeds; in our
+row per run, or per setup (a regime; with what tells its runs apart, as Compare's rows) with mean,
+standard deviation and bootstrap interval over seeds; in our
 layout or the paper's (:mod:`~aah_viz.export.paper_layout`); with its notes and bold best values
 (:mod:`~aah_viz.export.comparisons`). Rendering (CSV, Markdown, LaTeX) is :mod:`aah_viz.export.formats`.
 
@@ -17,6 +18,7 @@ import math
 
 import pandas as pd
 
+from aah_viz.analysis.configurations import setup_groups
 from aah_viz.errors import AAHVizError
 from aah_viz.export import paper_layout, stats
 from aah_viz.export.columns import decimals, direction, window_columns
@@ -175,6 +177,7 @@ def _build(
     exact_src = paper_layout.published_strings(kind.paper, runs, df) if by == "run" and kind.paper else None
 
     if by == "regime":
+        df = _as_setups(df, runs)
         group_keys = ["regime", *rows.keys]
         summarised = values + [k for k in rows.extra if k in df]
         out, unc, lo, hi = _per_regime(df, group_keys, summarised, n_boot=n_boot, seed=seed)
@@ -184,11 +187,12 @@ def _build(
         out = out.merge(ident[group_keys + keep], on=group_keys, how="left")
         if any(out["n"] < 2):
             notes.append(
-                f"{stats.NO_VARIANCE} for regimes with one run: "
-                + ", ".join(str(r) for r in out.loc[out["n"] < 2, "regime"].unique())
+                f"{stats.NO_VARIANCE} for setups with one run: "
+                + "; ".join(str(r) for r in out.loc[out["n"] < 2, "regime"].unique())
             )
         notes.append(
-            "Values are means over runs (seeds) of each regime, ± the sample standard deviation; CSV adds 95% "
+            "Values are means over runs (seeds) of each setup (a regime; with the settings or training length "
+            "telling its runs apart, where they differ), ± the sample standard deviation; CSV adds 95% "
             f"percentile-bootstrap intervals ({n_boot} resamples, seed {seed})."
         )
         df = out
@@ -239,6 +243,24 @@ def _build(
             cmp = stats.compare_to_baseline(pd.DataFrame(rows.records), baseline, metric="val_loss", seed=seed)
         table.latex_form = training_summary(table, cmp, baseline)
     return table
+
+
+def _as_setups(df: pd.DataFrame, runs) -> pd.DataFrame:
+    """The records with each run's regime replaced by its setup, as Compare names it
+    (:func:`~aah_viz.analysis.configurations.setup_groups`: ``full_adaptive, sink_tokens=4``, with the
+    training length appended where the runs hold several): rows by regime never average runs set up or
+    trained differently. The paper's method name carries the same difference."""
+    if "run" not in df or "regime" not in df:
+        return df
+    names = setup_groups({i: r.manifest for i, r in enumerate(runs)})
+    setup_of = {r.run_id: names[i] for i, r in enumerate(runs)}
+    df = df.copy()
+    setups = df["run"].map(setup_of).fillna(df["regime"]).astype(str)
+    if "method" in df:
+        told = [s[len(str(r)) :] if s.startswith(str(r)) else "" for s, r in zip(setups, df["regime"])]
+        df["method"] = [f"{m}{t}" for m, t in zip(df["method"], told)]
+    df["regime"] = setups
+    return df
 
 
 def _per_regime(df, keys, values, *, n_boot, seed):

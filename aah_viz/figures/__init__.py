@@ -254,8 +254,14 @@ def build_regime_summary(runs, metrics: str | list[str] = "final_loss,final_acr"
 
     if isinstance(metrics, str):
         metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    from aah_viz.analysis.configurations import setup_groups
+
+    runs = list(runs)
     per_run = pd.DataFrame([queries.run_overview(r) for r in runs])
-    return compare.regime_metric_figure(per_run, list(metrics), title="regimes: mean ± sd over seeds")
+    if not per_run.empty:  # one bar per setup, as Compare's rows: never seeds of other settings or lengths
+        names = setup_groups({i: r.manifest for i, r in enumerate(runs)})
+        per_run["regime"] = [names[i] for i in range(len(runs))]
+    return compare.regime_metric_figure(per_run, list(metrics), title="setups: mean ± sd over seeds")
 
 
 def build_frontier(runs, **_) -> go.Figure:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from aah_viz.analysis import curves, manifest_fields, queries
 from aah_viz.analysis import windows as wstats
-from aah_viz.analysis.configurations import setup_names, split_by_configuration
+from aah_viz.analysis.configurations import setup_groups
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import style
 from aah_viz.figures.data import MAX_SERIES_POINTS, run_label
@@ -328,23 +328,6 @@ def _alpha(color: str, a: float) -> str:
     return f"rgba({r},{g},{b},{a})"
 
 
-def run_groups(manifests: dict[str, dict], group: str) -> dict:
-    """run -> its value of the manifest field ``group`` (a flat name: ``regime``, ``config.lr``) and every
-    setting telling it from the other runs of that value (``full_adaptive, sink_tokens=4``: runs set up
-    differently are never averaged together, only seeds of one setup), with its configuration appended
-    where the runs hold several: runs of different models, sequence lengths or candidate windows are never
-    averaged together either (the Training page and ``aah-viz figure`` alike)."""
-    values = setup_names(manifests, by=group)
-    found = split_by_configuration(manifests)
-    if len(found) > 1:
-        where: dict[str, str] = {}
-        for label, members in found:
-            for k in members:
-                where.setdefault(k, label)
-        values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
-    return values
-
-
 def _flag(value) -> bool:
     return str(value).strip().lower() not in ("0", "false", "no", "off")
 
@@ -376,7 +359,7 @@ def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | Non
         fields = {f for m in manifests.values() for f in manifest_fields.flat_fields(m)}
         if group not in fields:
             raise AAHVizError(f"no run has the manifest field {group!r} to group by; e.g. regime, seed, preset")
-        groups = run_groups(manifests, group)
+        groups = setup_groups(manifests, group)
     return curves_figure(
         curve_data(runs, [scalar], keys=keys),
         scalar,

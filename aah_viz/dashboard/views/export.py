@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from aah_viz.dashboard import address, cache, page_head, pickers, selection, session
-from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, say_left_out, show_table
+from aah_viz.dashboard.common import chart, figure_bytes, guarded, plain, show_table
+from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
 from aah_viz.export.formats import EXTENSIONS, FORMATS, display_frame
 from aah_viz.export.formats import render as render_table
 from aah_viz.export.kinds import TABLE_NAMES
-from aah_viz.export.runs import config_label, config_words, split_by_config
 from aah_viz.export.tables import build_table
 from aah_viz.figures import FIGURE_KINDS, FIGURE_OPTIONS
 from aah_viz.figures.tabular import figure_frame
-from aah_viz.runlog.reader import Run
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 MIME = {
@@ -77,49 +74,10 @@ def table_text(root: str, keys: tuple[str, ...], token: int, name: str, by: str,
     return render_table(table, fmt), display_frame(table)  # the preview as the text prints it
 
 
-def config_groups(root: str, keys: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
-    """(configuration label, its words, run keys) of the runs that can share one table, largest group
-    first; from the manifests that came with the runs' overviews (no run opened)."""
-    views = session.overviews()
-    runs = [
-        Run(Path(root) / k, views[k]["manifest"], (0, 0)) if "manifest" in views.get(k, {}) else cache.open_run(root, k)
-        for k in keys
-    ]
-    key_of = {id(run): k for run, k in zip(runs, keys)}
-    # baselines join every group of their sequence length
-    groups = sorted(split_by_config(runs).items(), key=lambda group: -len(group[1]))
-    return [(config_label(cfg), config_words(cfg), [key_of[id(r)] for r in members]) for cfg, members in groups]
-
-
 @st.cache_data(show_spinner="Building the figure ...", max_entries=32)
 def figure(root: str, keys: tuple[str, ...], token: int, kind: str, opts: tuple):
     """The figure of ``kind`` from the runs (a redraw of the page builds it once)."""
     return FIGURE_KINDS[kind]([cache.open_run(root, k) for k in keys], **dict(opts))
-
-
-def _table_runs(root: str, keys: tuple[str, ...], token: int) -> tuple[str, ...]:
-    """The selected runs of one configuration (a table or a figure of several runs never mixes
-    sequence lengths or window sets):
-    the largest group by default, a picker when there are several, the others named."""
-    groups = config_groups(root, keys)
-    if len(groups) <= 1:
-        return keys
-    labels = [label for label, _, _ in groups]
-    members = {label: keys for label, _, keys in groups}
-    words = {label: f"{said} · {len(keys)} run{'' if len(keys) == 1 else 's'}" for label, said, keys in groups}
-    label = address.choose(
-        st.selectbox,
-        "config",
-        "exp_config",
-        labels,
-        label="Configuration (sequence length T, candidate windows w)",
-        format_func=words.get,
-        help="Runs with other sequence lengths or candidate windows cannot share one table; "
-        "the command line splits them with aah-viz export --allow-mixed.",
-    )
-    chosen = tuple(members[label])
-    say_left_out([k for k in keys if k not in chosen], "another configuration: pick it above")
-    return chosen
 
 
 def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
@@ -132,7 +90,9 @@ def _tables(root: str, keys: tuple[str, ...], token: int) -> None:
         ["run", "regime"],
         horizontal=True,
         key="exp_by",
-        format_func=lambda b: "one per run" if b == "run" else "mean over seeds per regime",
+        format_func=lambda b: "one per run" if b == "run" else "mean over seeds per setup",
+        help="Per setup: the runs of one regime set up alike (Compare's rows); runs of one regime with other "
+        "settings are rows of their own, named by what differs.",
     )
     fmt = c3.radio("Format", tuple(FORMATS), horizontal=True, key="exp_table_fmt")
     if len(keys) > BUILD_AT_ONCE and not st.session_state.get(BUILT):
@@ -242,7 +202,8 @@ def render() -> None:
         f"{len(keys)} selected runs. Tables and figures are built from the same run directories the other pages "
         "show; those of several runs from one configuration at a time."
     )
-    keys = _table_runs(root, keys, token)
+    # Compare's configurations (model, T, windows, training steps): a table or figure never pools them
+    keys = tuple(one_configuration(keys, "exp_config"))
     token = session.tokens(keys)  # each run's own stamp: a live run's new segments rebuild its tables
     try:
         _tables(root, keys, token)

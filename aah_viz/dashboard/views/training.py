@@ -13,6 +13,7 @@ import streamlit as st
 
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
+from aah_viz.analysis.configurations import setup_groups
 from aah_viz.dashboard import address, cache, page_head, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
 from aah_viz.dashboard.glossary import help_text
@@ -235,7 +236,7 @@ def render() -> None:
         )
     groups = None
     if group != "none":  # runs of different models, T or windows are never averaged together
-        groups = cfig.run_groups({k: cache.manifest(root, k, session.token(k)) for k in keys}, group)
+        groups = setup_groups({k: cache.manifest(root, k, session.token(k)) for k in keys}, group)
     for name in scalars:
         fig = cfig.curves_figure(
             frame,
