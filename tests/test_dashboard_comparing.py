@@ -137,16 +137,23 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     at.selectbox(key="tr_group").set_value("regime").run()
     fig = figures(at)["training loss against step"]
     means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
-    # the run with sinks is another setup of the regime: a line of its own, named by what differs
+    # the run with sinks is another setup of the regime: a line of its own, a key in the legend, what differs
+    # in the hover and in the table of groups; no two groups alike in colour and dash
     assert set(means) == {
-        "regime=full_adaptive (n=2)",
-        "regime=full_adaptive, sink_tokens=4 (n=1)",
+        "regime=full_adaptive · S1 (n=2)",
+        "regime=full_adaptive · S2 (n=1)",
         "regime=shallow_freeze (n=1)",
     }
+    assert "full_adaptive, sink_tokens=4" in means["regime=full_adaptive · S2 (n=1)"]["hovertemplate"]
+    assert len({(t["line"]["color"], t["line"].get("dash")) for t in means.values()}) == 3
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert list(table["group"]) == ["full_adaptive · S1", "full_adaptive · S2", "shallow_freeze"]
+    assert list(table["setup"]) == ["full_adaptive", "full_adaptive, sink_tokens=4", "shallow_freeze"]
+    assert list(table["runs"]) == [2, 1, 1] and table["run names"].iloc[0] == "a-s0, a-s1"
     band = next(t for t in fig["data"] if t.get("fill") == "toself")
     assert "full_adaptive" in band["name"]
     # the mean and the band, computed here from the two runs' rows on the figure's own x values
-    mean = means["regime=full_adaptive (n=2)"]
+    mean = means["regime=full_adaptive · S1 (n=2)"]
     x = np.asarray(mean["x"], float)
     ys = []
     for key in ("a-s0", "a-s1"):
@@ -160,17 +167,19 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
-    assert any("3 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
-    assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
+    assert any("3 groups by regime (each one's runs and settings: the table below)" in c for c in captions(at))
+    assert any("fewer than 3 runs in full_adaptive · S1: their band is those runs" in c for c in captions(at))
     # group by seed instead: seed 0 holds runs of two regimes and two setups, never averaged together
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}
-    assert names == {
-        "seed=0 (n=1)",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
-        "seed=0, sink_tokens=4 (n=1)",
-        "seed=0, regime=shallow_freeze (n=1)",
-        "seed=1 (n=1)",
-    }
+    assert names == {"seed=0 · S1 (n=1)", "seed=0 · S2 (n=1)", "seed=0 · S3 (n=1)", "seed=1 (n=1)"}
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert list(table["setup"]) == [
+        "0",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
+        "0, regime=shallow_freeze",
+        "0, sink_tokens=4",
+        "1",
+    ]
 
 
 def _command_block_builds_the_charts_shown(at: AppTest) -> None:

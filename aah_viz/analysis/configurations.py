@@ -153,3 +153,74 @@ _UNSET = "unrecorded"  # a manifest without the key: written by a version that d
 
 def _text(value) -> str:
     return "/".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+
+
+LONG_TICK = 24  # characters: a longer setup name stands on an axis or in a legend as S1, S2, ...
+
+
+def setup_ticks(names: list[str], keyed=None) -> list[str]:
+    """The short marks of these setups: each name, or S1, S2, ... (numbered in this order) for a name too
+    long to stand on a shared axis (a setup spelling out its settings), or for each name ``keyed(name)``
+    picks."""
+    keyed = keyed or (lambda n: len(n) > LONG_TICK)
+    long = list(dict.fromkeys(n for n in names if keyed(n)))
+    return [f"S{long.index(n) + 1}" if n in long else n for n in names]
+
+
+def run_groups(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
+    """``{key: manifest}`` -> ``{key: the full name of its group}``: its value of the flat field ``by`` and
+    every setting telling it from the other runs of that value within its configuration (runs set up
+    differently are never averaged together, only seeds of one setup), with its configuration appended
+    in brackets where the runs hold several (runs of different models, T, windows or training lengths are
+    never averaged together either). Settings are told apart within a configuration: across two, the
+    configuration already names them (a retrofit's hyperparameters beside a byte-level run's)."""
+    found = split_by_configuration(manifests)
+    where: dict[str, str] = {}
+    for label, members in found:
+        for k in members:
+            where.setdefault(k, label)
+    out: dict[str, str] = {}
+    for label, _ in found:
+        mine = {k: manifests[k] for k in manifests if where[k] == label}
+        if mine:
+            names = setup_names(mine, by=by)
+            out.update({k: f"{n} [{label}]" if len(found) > 1 else n for k, n in names.items()})
+    return {k: out[k] for k in manifests}
+
+
+def group_value(manifest: Mapping, by: str = "regime"):
+    """A run's value of the flat field ``by`` (what its group is named by first)."""
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    return manifest.get(by) if by == "regime" else flat_fields(manifest).get(by)
+
+
+def group_labels(manifests: Mapping[str, Mapping], groups: Mapping[str, str], by: str = "regime") -> dict[str, str]:
+    """full group name (:func:`run_groups`) -> its short name for a legend: the group's value where no other
+    group shares it, else the value and a setup key (``full_adaptive · S2``; only ``S2`` for a value too
+    long to stand in a legend), numbered as Compare's axis marks (:func:`setup_ticks`) over the names in
+    sorted order (the legend's order). Never a setting's value: the full name is for the hover and a table."""
+    full = sorted(set(groups.values()), key=str)
+    value = {groups[k]: str(group_value(m, by)) for k, m in manifests.items() if k in groups}
+    counts: dict[str, int] = {}
+    for name in full:
+        counts[value.get(name, name)] = counts.get(value.get(name, name), 0) + 1
+    out = {}
+    for name, tick in zip(full, setup_ticks(full, keyed=lambda n: counts[value.get(n, n)] > 1)):
+        v = value.get(name, name)
+        out[name] = (
+            v if tick == name and len(v) <= 2 * LONG_TICK else (f"{v} · {tick}" if len(v) <= LONG_TICK else tick)
+        )
+    return out
+
+
+def group_rows(groups: Mapping[str, str], labels: Mapping[str, str]) -> list[dict]:
+    """One row a group, in the legend's order: its short name, how many runs it averages, its full name
+    (every setting telling it apart, its configuration) and its runs: the table beside a grouped chart."""
+    members: dict[str, list[str]] = {}
+    for k, name in groups.items():
+        members.setdefault(name, []).append(k)
+    return [
+        {"group": labels.get(name, name), "runs": len(keys), "setup": name, "run names": ", ".join(sorted(keys))}
+        for name, keys in sorted(members.items(), key=lambda kv: str(kv[0]))
+    ]
