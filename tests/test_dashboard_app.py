@@ -1100,3 +1100,19 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     ticked.run()
     goto(ticked, "windows")
     assert ticked.multiselect(key="win_compare_pick").value == ["a0", "_other"]  # t128: another configuration
+
+
+def test_an_empty_logs_root_says_so_on_the_pages_of_several_runs(tmp_path, monkeypatch):
+    """No run under the root: Training, Compare and Export say so and how to record one (issue 42); none sends
+    the user to pick runs on a Runs page that has none."""
+    root = tmp_path / "empty"
+    root.mkdir()
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    for page in ("training", "compare", "export"):
+        goto(at, page)
+        said = " ".join(i.value.replace("\\", "") for i in at.info)
+        assert f"No readable run under {root}" in said and "aah-viz train --out" in said, (page, said)
+        assert "Runs page" not in said, (page, said)

@@ -55,7 +55,14 @@ def test_export_opens_on_the_largest_configuration_and_names_the_probe_only_run(
     assert counts["T = 128, windows 16/32/64/128"] == max(counts.values()) > 1
     assert all("_" not in o and "(" not in o for o in config.options), config.options
     left = [c for c in captions(at) if c.startswith("Left out")]
-    assert len(left) == 1 and PROBE_ONLY in left[0]
+    # many runs left out: their count in the line, their names (the probe-only run's too) behind an expander
+    assert (
+        len(left) == 1
+        and left[0].startswith("Left out: ")
+        and left[0].endswith(" runs (another configuration: pick it above).")
+    )
+    (names,) = [e for e in at.expander if e.label.endswith("runs left out")]
+    assert PROBE_ONLY in names.caption[0].value.replace("\\", "")
     preview = at.dataframe[0].value
     assert len(preview) and not preview.astype(str).apply(lambda c: c.str.contains(PROBE_ONLY)).any().any()
 
@@ -65,6 +72,12 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     setups = at.dataframe[0].value["setup"].tolist()
     assert not any(s.startswith("external") for s in setups) and any(s.startswith("full_adaptive") for s in setups)
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+    # the runs of other configurations: one line with their count, the names behind an expander (issue 42)
+    (line,) = [c for c in captions(at) if "configurations among the selected runs" in c]
+    count = int(line.split("Left out: ")[1].split(" runs")[0])
+    assert count > 3 and line.endswith(f"Left out: {count} runs (another configuration: pick it above).")
+    (names,) = [e for e in at.expander if e.label == f"The {count} runs left out"]
+    assert len(names.caption[0].value.replace("\\", "").split(", ")) == count
     at = goto(at, "windows")
     picker = at.multiselect(key="win_compare_pick")
     assert picker.options and not any(PROBE_ONLY in o for o in picker.options)

@@ -40,10 +40,22 @@ def guarded(fn):
     return wrapper
 
 
-def say_left_out(keys, why: str) -> None:
-    """One caption naming the selected runs a page does not show, and why."""
-    if keys:
-        st.caption(f"Left out: {plain(', '.join(keys))} ({why}).")
+FEW_NAMES = 3  # runs left out named in the line itself; more: a count, their names behind an expander
+
+
+def say_left_out(keys, why: str, lead: str = "") -> None:
+    """One caption about the selected runs a page does not show, and why (after ``lead``): their names
+    where there are few, else their count with the names behind an expander (41 names were a paragraph
+    above the results)."""
+    keys = list(keys)
+    if not keys:
+        return
+    if len(keys) <= FEW_NAMES:
+        st.caption(plain(f"{lead}Left out: {', '.join(keys)} ({why})."))
+        return
+    st.caption(plain(f"{lead}Left out: {len(keys)} runs ({why})."))
+    with st.expander(f"The {len(keys)} runs left out"):
+        st.caption(plain(", ".join(keys)))
 
 
 def _file_stem(name: str) -> str:
