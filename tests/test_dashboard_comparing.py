@@ -245,6 +245,15 @@ def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_
     assert len(shown) == 3
     assert all(f["layout"]["xaxis"]["range"] == [50, 200] for f in shown.values())
     assert at.query_params["range"] == "50,200"
+    # against tokens the range is whole tokens, printed whole ("128 – 247104", never "128.00 – 247104.00")
+    at.radio(key="tr_x").set_value("tokens").run()
+    tokens = at.slider(key="tr_range")
+    assert tokens.proto.format == "%d" and all(isinstance(v, int) for v in tokens.value), tokens.value
+    every = [f["layout"]["xaxis"]["range"] for f in figures(at).values()]
+    assert tokens.value == (int(every[0][0]), int(every[0][1]))  # the whole run's tokens, from the charts
+    lo, hi = tokens.value
+    at.slider(key="tr_range").set_value((lo + 1000, hi - 1000)).run()
+    assert at.query_params["range"] == f"{lo + 1000},{hi - 1000}"
 
 
 def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, tmp_path):

@@ -210,7 +210,7 @@ def render() -> None:
         st.info(f"These runs logged no step time, so there is no {cfig.X_NAMES[x]} axis: pick step.")
         return
     lo, hi = float(xs.min()), float(xs.max())
-    integral = x == "step"
+    integral = x in ("step", "tokens")  # whole steps and tokens ("128 – 247104", never "128.00 – 247104.00")
     cast = int if integral else float
     full = (cast(lo), cast(hi))
     x_range = full
@@ -233,6 +233,7 @@ def render() -> None:
             label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",
             min_value=full[0],
             max_value=full[1],
+            format="%d" if integral else "%.1f",
             on_change=_slider_moved,
         )
     groups = short = None
