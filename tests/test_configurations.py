@@ -209,3 +209,19 @@ def test_groups_of_runs_set_up_differently_have_short_names_the_full_ones_in_a_t
     assert [r["runs"] for r in rows] == [sum(g == n for g in groups.values()) for n in order]
     assert {r["setup"] for r in rows} == set(groups.values())  # the full settings and configuration
     assert next(r for r in rows if r["runs"] == 2)["run names"] == "fa0, fa1"
+
+
+def test_a_setting_an_older_manifest_lacks_is_named_only_where_it_alone_tells_setups_apart():
+    new = {"regime": "r", "config": {"ema_alpha": 0.9, "data_seed": 1}}
+    manifests = {
+        "new0": new,
+        "new1": new,
+        "new2": new,  # most runs record data_seed: its value goes unsaid
+        "old_ema0": {"regime": "r", "config": {"ema_alpha": 0.0}},  # written before data_seed was recorded
+        "old": {"regime": "r", "config": {"ema_alpha": 0.9}},  # differs from "new" in that alone
+    }
+    names = setup_names(manifests)
+    assert names["new0"] == names["new1"] == names["new2"] == "r"
+    assert names["old_ema0"] == "r, ema_alpha=0.0"  # told apart by what it records: no "unrecorded" in its name
+    assert names["old"] == "r, data_seed=unrecorded"  # nothing else tells it from "new": the lack is named
+    assert len({names[k] for k in ("new0", "old_ema0", "old")}) == 3  # setups never share a name

@@ -107,7 +107,8 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
     """``{key: manifest}`` -> ``{key: name of its setup}``: its regime (or its value of the flat field ``by``),
     then each setting telling it apart from the other runs of that regime: ``full_adaptive, sink_tokens=4``.
     Runs with the same name differ in nothing but their seed, so only they are repeats or seeds of one
-    setup; a setting one manifest records and another lacks (an older version) counts as a difference.
+    setup; a setting one manifest records and another lacks (an older version) counts as a difference,
+    named ``setting=unrecorded`` only where the name would otherwise be another setup's.
     A setting's value shared by most runs of the regime (on a tie, an unset one) is left out of the names
     (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``). Grouped by another field (a seed), runs of
     different regimes are named apart by their regime, not by the settings their regimes set."""
@@ -127,7 +128,14 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
             alike = [k for k in members if regimes[k]["regime"] == regime]
             for k, said in _telling_apart(alike, settings, skip).items():
                 extra[k] += said
-    return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+    full = {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+    # a setting an older manifest lacks ("train.data=unrecorded") is left out of the name wherever the
+    # names still tell the setups apart; only where two setups would share a name does it stay
+    short = {k: ", ".join([str(values[k]), *(e for e in extra[k] if not e.endswith("=" + _UNSET))]) for k in manifests}
+    behind: dict[str, set[str]] = {}
+    for k in manifests:
+        behind.setdefault(short[k], set()).add(full[k])
+    return {k: short[k] if len(behind[short[k]]) == 1 else full[k] for k in manifests}
 
 
 def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:
