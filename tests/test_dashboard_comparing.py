@@ -195,6 +195,33 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     ]
 
 
+def test_many_groups_of_two_are_counted_in_a_line_never_a_paragraph_of_names(three_runs, monkeypatch, tmp_path):
+    """Five setups of two seeds each (a sweep's cells, issue 42): the caption and the notice count the groups
+    of fewer than 3 runs and leave their names to the table of groups."""
+    import shutil
+
+    logs = tmp_path / "logs"
+    shutil.copytree(three_runs, logs)
+    for cell in range(4):  # four more cells of full_adaptive, each with seeds 0 and 1
+        for seed in (0, 1):
+            run = logs / f"cell{cell}-s{seed}"
+            shutil.copytree(three_runs / f"a-s{seed}", run)
+            manifest = json.loads((run / "manifest.json").read_text())
+            manifest["config"]["ema_alpha"] = cell / 10
+            (run / "manifest.json").write_text(json.dumps(manifest))
+    at = open_training(logs, monkeypatch, tmp_path, group="regime", band="ci95")
+    at.multiselect(key="tr_runs").set_value(sorted(p.name for p in logs.iterdir() if is_run(p))).run()
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert sorted(table["runs"]) == [1, 2, 2, 2, 2, 2]
+    said = [c for c in captions(at) if "groups by regime" in c]
+    assert said and "fewer than 3 runs" not in said[0]  # ci95: the notice says it, not the caption
+    (notice,) = [i.value for i in at.info if "fewer than 3 runs" in i.value]
+    assert notice.startswith("5 group(s) hold fewer than 3 runs (the table below names them)")
+    assert "·" not in notice  # no group's name in it
+    at.selectbox(key="tr_band").set_value("minmax").run()
+    assert any("fewer than 3 runs in 5 groups (their runs: the table below)" in c for c in captions(at))
+
+
 def _command_block_builds_the_charts_shown(at: AppTest) -> None:
     """The Training page's "from the command line" block: its aah-viz figure command (runs, kind curves,
     the x axis, grouping, band, smoothing, robust and log y) builds the chart on screen, trace for trace."""

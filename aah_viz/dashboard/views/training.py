@@ -279,13 +279,16 @@ def render() -> None:
             f"band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
         few = [r["group"] for r in rows if 1 < r["runs"] < curve_stats.FEW_RUNS]
+        # a few groups by name; many by count (the table says which): never a paragraph of names
+        few_text = "; ".join(few) if len(few) <= 4 else f"{len(few)} groups (their runs: the table below)"
         if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
-            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {'; '.join(few)}: their band is those runs")
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {few_text}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
-                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({'; '.join(few)}): a "
-                    f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs "
+                    + (f"({'; '.join(few)})" if len(few) <= 4 else "(the table below names them)")
+                    + f": a {curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
                     "12.7 standard errors wide). Min-max shows the runs themselves."
                 ),
                 icon=":material/info:",
