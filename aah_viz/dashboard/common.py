@@ -29,7 +29,7 @@ def number_formats(frame: pd.DataFrame) -> dict[str, str]:
     for column in frame.columns:
         if not pd.api.types.is_float_dtype(frame[column]):
             continue
-        values = frame[column].to_numpy(dtype=np.float64)
+        values = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)  # pandas Float64 holds NA
         values = values[np.isfinite(values)]
         if values.size == 0:
             continue
