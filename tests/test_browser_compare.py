@@ -174,8 +174,9 @@ def test_a_copied_address_reopens_the_view_and_the_data_downloads(server, browse
     )
     wait_selector(page, ".st-key-tr_fig_loss .js-plotly-plot .legendtext", "the loss chart's legend")
     legend = sorted(_legend(page, "tr_fig_loss"))
-    # seed 0 of two regimes: two lines (runs set up differently are never averaged together)
-    assert legend == ["seed=0, regime=full_adaptive (n=1)", "seed=0, regime=shallow_freeze (n=1)", "seed=1 (n=1)"]
+    # seed 0 of two regimes: two lines (runs set up differently are never averaged together), keyed in the
+    # legend (S1: full_adaptive, S2: shallow_freeze; the table of groups spells them out)
+    assert legend == ["seed=0 · S1 (n=1)", "seed=0 · S2 (n=1)", "seed=1 (n=1)"]
     address = page.url
     with page.expect_download(timeout=WAIT_MS) as download:
         page.locator(".st-key-tr_data_parquet button").click()

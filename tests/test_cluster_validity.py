@@ -242,3 +242,28 @@ def test_the_stability_export_carries_the_recorded_shares(tmp_path):
         assert by_run.loc[seed, "real_share"] == pytest.approx(real)
     by_regime = build_table("stability", runs, by="regime").df
     assert by_regime["forced_share"].iloc[0] == pytest.approx(np.mean([s[0] for s in shares.values()]))
+
+
+def test_a_levels_caption_names_its_score_and_prints_one_pair_once():
+    """A level's logged sim_min / sim_max are its clustering metric's scores (issue 42): upper levels cluster by
+    cosine_normdiff (cosine minus 16 x the relative norm difference), which runs below -1; a single pair
+    (or pairs scoring alike) is one value, never "-1.830 to -1.830"."""
+    one = {"origin": "natural", "sim_min": -1.8304, "sim_max": -1.8296}
+    text = cv.describe_level(one, "cosine_normdiff", 16.0)
+    assert text.count("-1.830") == 1 and "-1.830 to" not in text, text
+    assert text.endswith(
+        "pairwise score of its items: -1.830 (cosine_normdiff: cosine minus 16 x the relative difference of the "
+        "two rows' norms, from -17 to 1)"
+    ), text
+    assert "similarity of its items" not in text
+    # the score the text names is the one the clustering computes: a pair of rows at cosine 1, norms 1 and 2
+    torch = pytest.importorskip("torch")
+    from instrumentation.routing.clustering import cluster
+
+    rows = torch.tensor([[1.0, 0.0], [2.0, 0.0]])
+    res = cluster(rows, threshold=0.5, metric="cosine_normdiff", normdiff_scale=16.0)
+    assert res.sim_min == pytest.approx(1.0 - 16.0 * (2.0 - 1.0) / 2.0)  # -7: no cosine can take it
+    spread = cv.describe_level({"origin": "natural", "sim_min": 0.25, "sim_max": 0.75}, "cosine")
+    assert spread.endswith("pairwise cosine similarity of its items: 0.250 to 0.750")
+    assert "minus the Euclidean distance" in cv.describe_level(one, "l2")
+    assert "similarity" not in cv.describe_level({"origin": "frozen", "sim_min": 0.1, "sim_max": 0.2}, "cosine")

@@ -200,3 +200,57 @@ def test_runs_trained_for_other_lengths_are_another_configuration():
         "s": "full_adaptive [smollm2-135m, T = 512, windows 64/128/256/512]",
     }
     assert setup_groups({"a": manifests["a"], "b": manifests["b"]}) == {"a": "full_adaptive", "b": "full_adaptive"}
+
+
+def test_groups_of_runs_set_up_differently_have_short_names_the_full_ones_in_a_table():
+    """The walk's Training chart (issue 42, M1): a SmolLM2 adaptation beside byte-level runs, a sweep's cells
+    and a seed pair. Settings are told apart within a configuration (the adaptation's hyperparameters, which
+    no byte-level run records, never name a byte-level group "train.lr=unrecorded"); the legend's names are
+    the group's value alone where no other group shares it, else the value and a setup key."""
+    from aah_viz.analysis.configurations import group_labels, group_rows
+
+    byte = {**BYTE, "steps": 280, "train": {"lr": 3e-4}}
+    manifests = {
+        "fa0": {**byte, "regime": "full_adaptive", "config": {"ema_alpha": 0.9}},
+        "fa1": {**byte, "regime": "full_adaptive", "config": {"ema_alpha": 0.9}},
+        "ema0": {**byte, "regime": "full_adaptive", "config": {"ema_alpha": 0.0}},
+        "sw": {**byte, "regime": "sliding_window", "config": {"ema_alpha": 0.9}},
+        "smol": {**SMOL, "regime": "full_adaptive", "steps": 40,
+                 "retrofit": {**SMOL["retrofit"], "lr": 1e-4, "batch_size": 4}},
+    }  # fmt: skip
+    groups = setup_groups(manifests, "regime")
+    assert groups["fa0"] == groups["fa1"] != groups["ema0"]  # seeds of one setup, never another setup
+    assert len(set(groups.values())) == 4
+    assert not any("unrecorded" in name or "train." in name for name in groups.values())
+    assert groups["ema0"].startswith("full_adaptive, ema_alpha=0.0 [preset small, T = 128")
+    labels = group_labels(manifests, groups, "regime")
+    # the legend's order is the full names' order; the three full_adaptive groups are keyed in it
+    order = sorted(set(groups.values()))
+    assert [labels[n] for n in order] == [
+        "full_adaptive · S1",
+        "full_adaptive · S2",
+        "full_adaptive · S3",
+        "sliding_window",
+    ]
+    assert all(len(label) <= 40 for label in labels.values())
+    rows = group_rows(groups, labels)
+    assert [r["group"] for r in rows] == [labels[n] for n in order]
+    assert [r["runs"] for r in rows] == [sum(g == n for g in groups.values()) for n in order]
+    assert {r["setup"] for r in rows} == set(groups.values())  # the full settings and configuration
+    assert next(r for r in rows if r["runs"] == 2)["run names"] == "fa0, fa1"
+
+
+def test_a_setting_an_older_manifest_lacks_is_named_only_where_it_alone_tells_setups_apart():
+    new = {"regime": "r", "config": {"ema_alpha": 0.9, "data_seed": 1}}
+    manifests = {
+        "new0": new,
+        "new1": new,
+        "new2": new,  # most runs record data_seed: its value goes unsaid
+        "old_ema0": {"regime": "r", "config": {"ema_alpha": 0.0}},  # written before data_seed was recorded
+        "old": {"regime": "r", "config": {"ema_alpha": 0.9}},  # differs from "new" in that alone
+    }
+    names = setup_names(manifests)
+    assert names["new0"] == names["new1"] == names["new2"] == "r"
+    assert names["old_ema0"] == "r, ema_alpha=0.0"  # told apart by what it records: no "unrecorded" in its name
+    assert names["old"] == "r, data_seed=unrecorded"  # nothing else tells it from "new": the lack is named
+    assert len({names[k] for k in ("new0", "old_ema0", "old")}) == 3  # setups never share a name

@@ -125,6 +125,37 @@ def test_a_grouped_hover_says_n_once_and_a_points_count_only_where_runs_left_the
     assert list(mean.customdata) == ["" if both else " (1 of 2 runs)" for both in reach]
 
 
+def test_every_group_has_a_look_of_its_own_a_short_legend_name_and_its_full_name_on_hover():
+    """18 groups (the walk's Training chart, issue 42 M1): no two alike in colour and dash, even two setups of
+    one regime (the regime's colour is kept only where each group is a regime of its own colours); the legend
+    holds the short name given, the hover the full one."""
+    import pandas as pd
+
+    from aah_viz.figures.curves import curves_figure
+    from aah_viz.regimes import REGIMES
+
+    def frame(groups):
+        return pd.concat(
+            [pd.DataFrame({"run": run, "label": run, "regime": "a", "seed": 0, "name": "loss", "step": [0, 1, 2],
+                           "tokens": [1.0, 2.0, 3.0], "wall_s": [0.1, 0.2, 0.3], "value": [3.0, 2.0, 1.0]})
+             for run in groups],
+            ignore_index=True,
+        )  # fmt: skip
+
+    groups = {f"r{i}": f"full_adaptive, ema_alpha={i / 100} [preset small, T = 128, 280 steps]" for i in range(18)}
+    labels = {name: f"full_adaptive · S{i + 1}" for i, name in enumerate(sorted(set(groups.values())))}
+    lines = [t for t in curves_figure(frame(groups), "loss", groups=groups, group_by="regime", labels=labels).data]
+    looks = {(t.line.color, t.line.dash or "solid") for t in lines}
+    assert len(lines) == len(looks) == 18
+    assert [t.name for t in lines] == [f"regime={labels[n]} (n=1)" for n in sorted(labels)]
+    assert all(full in t.hovertemplate for t, full in zip(lines, sorted(labels)))
+    # one group a regime: each in its regime's colour, as on every page
+    plain = {"a": "full_adaptive", "b": "sliding_window"}
+    lines = curves_figure(frame(plain), "loss", groups=plain, group_by="regime").data
+    assert [t.line.color for t in lines] == [REGIMES["full_adaptive"].color, REGIMES["sliding_window"].color]
+    assert [t.hovertemplate for t in lines] == ["%{y:.4g}%{customdata}"] * 2  # the name says it all
+
+
 def test_the_grouped_view_downloads_as_its_means_band_edges_and_counts():
     """The grouped chart's CSV: per group and step the mean, the min-max edges and the runs behind it,
     computed here from the two runs' rows."""

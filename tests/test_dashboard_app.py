@@ -1125,3 +1125,39 @@ def test_windows_compares_the_runs_of_its_own_configuration_by_default(monkeypat
     ticked.run()
     goto(ticked, "windows")
     assert ticked.multiselect(key="win_compare_pick").value == ["a0", "_other"]  # t128: another configuration
+
+
+def test_an_empty_logs_root_says_so_on_the_pages_of_several_runs(tmp_path, monkeypatch):
+    """No run under the root: Training, Compare and Export say so and how to record one (issue 42); none sends
+    the user to pick runs on a Runs page that has none."""
+    root = tmp_path / "empty"
+    root.mkdir()
+    monkeypatch.setenv("AAH_VIZ_LOGS", str(root))
+    monkeypatch.setenv("AAH_VIZ_REFERENCE", str(tmp_path / "none"))
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.run()
+    for page in ("training", "compare", "export"):
+        goto(at, page)
+        said = " ".join(i.value.replace("\\", "") for i in at.info)
+        assert f"No readable run under {root}" in said and "aah-viz train --out" in said, (page, said)
+        assert "Runs page" not in said, (page, said)
+
+
+def test_one_number_format_a_column_reads_every_kind_of_float_column():
+    """Fractions get fixed decimals (more where the smallest would read 0.000), whole numbers stay whole, a
+    pandas Float64 column with missing values is read too, and text is left alone."""
+    from aah_viz.dashboard.common import number_formats
+
+    frame = pd.DataFrame(
+        {
+            "split-half": [0.481, 0.6739, 0.811],
+            "p": [0.0005, 0.2, np.nan],
+            "step": [1.0, 250.0, np.nan],
+            "share": pd.array([0.5, None, 0.25], dtype="Float64"),
+            "name": ["a", "b", "c"],
+        }
+    )
+    formats = number_formats(frame)
+    assert formats == {"split-half": "%.3f", "p": "%.5f", "step": "%d", "share": "%.3f"}
+    assert {formats["split-half"] % v for v in frame["split-half"]} == {"0.481", "0.674", "0.811"}
+    assert formats["p"] % 0.0005 == "0.00050"

@@ -76,8 +76,15 @@ def test_export_keeps_compares_configurations_and_averages_only_seeds_of_one_set
     # Compare's configurations (model, T, windows, training steps), the open run's by default
     # (Export has the probes and evaluations Compare leaves out, in configurations of their own)
     assert compared_options < set(config.options) and config.value == compared_value and "280 steps" in config.value
-    left = [c for c in captions(at) if "Left out" in c]
-    assert len(left) == 1 and PROBE_ONLY in left[0]
+    left = [c for c in captions(at) if c.startswith("Left out")]
+    # many runs left out: their count in the line, their names (the probe-only run's too) behind an expander
+    assert (
+        len(left) == 1
+        and left[0].startswith("Left out: ")
+        and left[0].endswith(" runs (another configuration: pick it above).")
+    )
+    (names,) = [e for e in at.expander if e.label.endswith("runs left out")]
+    assert PROBE_ONLY in names.caption[0].value.replace("\\", "")
     preview = at.dataframe[0].value
     assert len(preview) and not preview.astype(str).apply(lambda c: c.str.contains(PROBE_ONLY)).any().any()
     rows = _export_rows(at)
@@ -101,6 +108,12 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     setups = at.dataframe[0].value["setup"].tolist()
     assert not any(s.startswith("external") for s in setups) and any(s.startswith("full_adaptive") for s in setups)
     assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+    # the runs of other configurations: one line with their count, the names behind an expander (issue 42)
+    (line,) = [c for c in captions(at) if "configurations among the selected runs" in c]
+    count = int(line.split("Left out: ")[1].split(" runs")[0])
+    assert count > 3 and line.endswith(f"Left out: {count} runs (another configuration: pick it above).")
+    (names,) = [e for e in at.expander if e.label == f"The {count} runs left out"]
+    assert len(names.caption[0].value.replace("\\", "").split(", ")) == count
     at = goto(at, "windows")
     picker = at.multiselect(key="win_compare_pick")
     assert picker.options and not any(PROBE_ONLY in o for o in picker.options)
@@ -186,16 +199,23 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     at.selectbox(key="tr_group").set_value("regime").run()
     fig = figures(at)["training loss against step"]
     means = {t["name"]: t for t in fig["data"] if t.get("showlegend") is not False}
-    # the run with sinks is another setup of the regime: a line of its own, named by what differs
+    # the run with sinks is another setup of the regime: a line of its own, a key in the legend, what differs
+    # in the hover and in the table of groups; no two groups alike in colour and dash
     assert set(means) == {
-        "regime=full_adaptive (n=2)",
-        "regime=full_adaptive, sink_tokens=4 (n=1)",
+        "regime=full_adaptive · S1 (n=2)",
+        "regime=full_adaptive · S2 (n=1)",
         "regime=shallow_freeze (n=1)",
     }
+    assert "full_adaptive, sink_tokens=4" in means["regime=full_adaptive · S2 (n=1)"]["hovertemplate"]
+    assert len({(t["line"]["color"], t["line"].get("dash")) for t in means.values()}) == 3
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert list(table["group"]) == ["full_adaptive · S1", "full_adaptive · S2", "shallow_freeze"]
+    assert list(table["setup"]) == ["full_adaptive", "full_adaptive, sink_tokens=4", "shallow_freeze"]
+    assert list(table["runs"]) == [2, 1, 1] and table["run names"].iloc[0] == "a-s0, a-s1"
     band = next(t for t in fig["data"] if t.get("fill") == "toself")
     assert "full_adaptive" in band["name"]
     # the mean and the band, computed here from the two runs' rows on the figure's own x values
-    mean = means["regime=full_adaptive (n=2)"]
+    mean = means["regime=full_adaptive · S1 (n=2)"]
     x = np.asarray(mean["x"], float)
     ys = []
     for key in ("a-s0", "a-s1"):
@@ -209,17 +229,46 @@ def test_runs_grouped_by_regime_are_a_mean_with_a_min_max_band_and_a_count(three
     edge = np.asarray(band["y"], float)
     np.testing.assert_allclose(edge[: len(x)], np.max(ys, axis=0), rtol=1e-9)
     np.testing.assert_allclose(edge[len(x) :][::-1], np.min(ys, axis=0), rtol=1e-9)
-    assert any("3 groups by regime" in c and "full_adaptive: 2 runs" in c for c in captions(at))
-    assert any("fewer than 3 runs in full_adaptive: their band is those runs" in c for c in captions(at))
+    assert any("3 groups by regime (each one's runs and settings: the table below)" in c for c in captions(at))
+    assert any("fewer than 3 runs in full_adaptive · S1: their band is those runs" in c for c in captions(at))
     # group by seed instead: seed 0 holds runs of two regimes and two setups, never averaged together
     at.selectbox(key="tr_group").set_value("seed").run()
     names = {t["name"] for t in figures(at)["training loss against step"]["data"] if t.get("showlegend") is not False}
-    assert names == {
-        "seed=0 (n=1)",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
-        "seed=0, sink_tokens=4 (n=1)",
-        "seed=0, regime=shallow_freeze (n=1)",
-        "seed=1 (n=1)",
-    }
+    assert names == {"seed=0 · S1 (n=1)", "seed=0 · S2 (n=1)", "seed=0 · S3 (n=1)", "seed=1 (n=1)"}
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert list(table["setup"]) == [
+        "0",  # what most seed-0 runs are (full_adaptive, no sinks) goes unsaid
+        "0, regime=shallow_freeze",
+        "0, sink_tokens=4",
+        "1",
+    ]
+
+
+def test_many_groups_of_two_are_counted_in_a_line_never_a_paragraph_of_names(three_runs, monkeypatch, tmp_path):
+    """Five setups of two seeds each (a sweep's cells, issue 42): the caption and the notice count the groups
+    of fewer than 3 runs and leave their names to the table of groups."""
+    import shutil
+
+    logs = tmp_path / "logs"
+    shutil.copytree(three_runs, logs)
+    for cell in range(4):  # four more cells of full_adaptive, each with seeds 0 and 1
+        for seed in (0, 1):
+            run = logs / f"cell{cell}-s{seed}"
+            shutil.copytree(three_runs / f"a-s{seed}", run)
+            manifest = json.loads((run / "manifest.json").read_text())
+            manifest["config"]["ema_alpha"] = cell / 10
+            (run / "manifest.json").write_text(json.dumps(manifest))
+    at = open_training(logs, monkeypatch, tmp_path, group="regime", band="ci95")
+    at.multiselect(key="tr_runs").set_value(sorted(p.name for p in logs.iterdir() if is_run(p))).run()
+    (table,) = [d.value for d in at.dataframe if "setup" in d.value.columns]
+    assert sorted(table["runs"]) == [1, 2, 2, 2, 2, 2]
+    said = [c for c in captions(at) if "groups by regime" in c]
+    assert said and "fewer than 3 runs" not in said[0]  # ci95: the notice says it, not the caption
+    (notice,) = [i.value for i in at.info if "fewer than 3 runs" in i.value]
+    assert notice.startswith("5 group(s) hold fewer than 3 runs (the table below names them)")
+    assert "·" not in notice  # no group's name in it
+    at.selectbox(key="tr_band").set_value("minmax").run()
+    assert any("fewer than 3 runs in 5 groups (their runs: the table below)" in c for c in captions(at))
 
 
 def _command_block_builds_the_charts_shown(at: AppTest) -> None:
@@ -272,6 +321,15 @@ def test_the_first_losses_do_not_set_the_y_axis_and_one_x_range_holds_for_every_
     assert len(shown) == 3
     assert all(f["layout"]["xaxis"]["range"] == [50, 200] for f in shown.values())
     assert at.query_params["range"] == "50,200"
+    # against tokens the range is whole tokens, printed whole ("128 – 247104", never "128.00 – 247104.00")
+    at.radio(key="tr_x").set_value("tokens").run()
+    tokens = at.slider(key="tr_range")
+    assert tokens.proto.format == "%d" and all(isinstance(v, int) for v in tokens.value), tokens.value
+    every = [f["layout"]["xaxis"]["range"] for f in figures(at).values()]
+    assert tokens.value == (int(every[0][0]), int(every[0][1]))  # the whole run's tokens, from the charts
+    lo, hi = tokens.value
+    at.slider(key="tr_range").set_value((lo + 1000, hi - 1000)).run()
+    assert at.query_params["range"] == f"{lo + 1000},{hi - 1000}"
 
 
 def test_a_copied_address_reproduces_the_training_view(three_runs, monkeypatch, tmp_path):

@@ -123,6 +123,12 @@ def test_the_hierarchy_says_what_the_level_0_partition_is(logs, monkeypatch):
     notes = [c.value for c in at.caption if c.value.startswith("Level 0")]
     assert len(notes) == 1
     assert "forced split" in notes[0] and "(0.72)" in notes[0] and "not better than chance" in notes[0]
+    # the levels above: their scores named by the run's upper metric (the default cosine_normdiff), defined
+    upper = [c.value.replace("\\", "") for c in at.caption if c.value.startswith("Level ") and c.value[6] != "0"]
+    scored = [n for n in upper if "pairwise" in n]
+    assert scored and all(
+        "pairwise score of its items: " in n and "cosine_normdiff: cosine minus 16" in n for n in scored
+    )
     at = _open(logs, monkeypatch, "real", "hierarchy")
     notes = [c.value for c in at.caption if c.value.startswith("Level 0")]
     assert len(notes) == 1 and "real: silhouette" in notes[0]

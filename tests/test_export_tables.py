@@ -172,7 +172,18 @@ def test_training_by_regime_mean_std_n_and_interval(runs_root, runs, by_regime):
     again = build_table("training", runs, by="regime")
     pd.testing.assert_frame_equal(again.ci_low, table.ci_low)
     md = render(table, "md")
-    assert "n = 1, no variance estimate" in md
+    # a single seed: a dagger on its n, one note (the n column holds numbers only, one format a column)
+    head = next(l for l in md.splitlines() if l.startswith("| "))
+    at = [c.strip() for c in head.strip("|").split("|")].index("n")
+    ns = [
+        [c.strip() for c in l.strip("|").split("|")][at]
+        for l in md.splitlines()[md.splitlines().index(head) + 2 :]
+        if l.startswith("| ")
+    ]
+    want = {r: ("1†" if n < 2 else str(n)) for r, n in zip(table.df["regime"], table.df["n"])}
+    assert ns == [want[r] for r in table.df["regime"]] and "1†" in ns
+    assert "- † one seed: no spread, never tested for significance." in md.splitlines()
+    assert "n = 1, no variance estimate" not in md
     # best (lowest) validation loss is bold, on the shallow-freeze row
     line = next(l for l in md.splitlines() if l.startswith("| shallow_freeze"))
     assert "**2.4" in line

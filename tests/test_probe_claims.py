@@ -3,6 +3,8 @@ from the CoNLL-U columns, written into a run, read back, and shown first on the 
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -127,6 +129,15 @@ def test_claims_are_written_read_back_and_lead_the_probes_page(causal_run, tmp_p
     expected = claims.sort_values("count", ascending=False)
     np.testing.assert_allclose(np.sort(table["split-half acc"]), np.sort(expected["split_half_acc"]))
     np.testing.assert_allclose(np.sort(table["adjusted p"]), np.sort(expected["adjusted_p"]))
+    # one number format a column (never 0.481 beside 0.6739): fixed decimals, at least 3, and enough that the
+    # column's smallest value that is not 0 never reads as 0.000
+    formats = {c: v.get("type_config", {}).get("format") for c, v in json.loads(at.dataframe[0].proto.columns).items()}
+    for column in ("split-half acc", "null 95th pct", "best acc", "baseline acc", "adjusted p"):
+        values = table[column].dropna().to_numpy(float)
+        fmt = formats[column]
+        assert re.fullmatch(r"%\.[3-6]f|%d", fmt or ""), (column, fmt)
+        assert fmt != "%d" or np.all(values == np.round(values)), column
+        assert all(float(fmt % v) != 0 for v in values if v != 0), (column, fmt)
     figure = figure_data(at.get("plotly_chart")[0].proto.spec)
     assert figure["layout"]["title"]["text"] == "best heads once their choice is accounted for"
     null_bar = figure["data"][0]

@@ -261,7 +261,7 @@ def describe(row) -> str:
     threshold, lo = get("threshold"), get("sim_min")
     parts = []
     if origin == FORCED:
-        text = "forced split: every head joined one group at the similarity threshold"
+        text = "forced split into two groups: every head would have joined one group at the similarity threshold"
         if _finite(threshold):
             text += f" ({threshold:.2f})"
         if _finite(lo):
@@ -285,7 +285,7 @@ def describe(row) -> str:
 
 ORIGIN_WORDS = {
     "natural": "clustered at the threshold",
-    FORCED: "forced split (every item joined one group at the threshold)",
+    FORCED: "forced split into two groups (every item would have joined one group at the threshold)",
     "collapsed": "collapsed into one group",
     "frozen": "frozen: carried over, not re-clustered",
     "fixed": "a fixed partition, not clustered",
@@ -295,14 +295,34 @@ ORIGIN_WORDS = {
 }
 
 
-def describe_level(row) -> str:
-    """A tree level in words from its logged facts (origin and the similarity of its items)."""
+def similarity_words(metric: str | None, normdiff_scale: float = 16.0) -> tuple[str, str]:
+    """(name, definition) of a level's logged similarities, by the clustering metric that made it (method
+    §5.1): level 0 clusters heads by cosine; upper levels by the config's ``upper_cluster_metric``, whose
+    default ``cosine_normdiff`` subtracts a norm penalty, so its scores run below -1."""
+    if metric == "cosine_normdiff":
+        return "score", (
+            f"cosine_normdiff: cosine minus {normdiff_scale:g} x the relative difference of the two rows' norms, "
+            f"from {-(1 + normdiff_scale):g} to 1"
+        )
+    if metric == "l2":
+        return "score", "l2: minus the Euclidean distance between the two feature rows, at most 0"
+    if metric == "centered_cosine":
+        return "cosine similarity", "after centring the rows"
+    return "cosine similarity", ""
+
+
+def describe_level(row, metric: str | None = "cosine", normdiff_scale: float = 16.0) -> str:
+    """A tree level in words from its logged facts: its origin and the pairwise scores of the items it
+    clustered (``metric``: the clustering metric of that level, :func:`similarity_words`); one value when
+    its items were a single pair (or all pairs scored alike), else the range."""
     get = row.get if isinstance(row, dict) else (lambda key: getattr(row, key, None))
     origin = get("origin")
     text = ORIGIN_WORDS.get(origin, str(origin or "origin not logged"))
     lo, hi = get("sim_min"), get("sim_max")
     if _finite(lo) and _finite(hi) and origin not in ("frozen", "fixed", "passthrough"):
-        text += f"; similarity of its items {lo:.3f} to {hi:.3f}"
+        name, definition = similarity_words(metric, normdiff_scale)
+        value = f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f} to {hi:.3f}"
+        text += f"; pairwise {name} of its items: {value}" + (f" ({definition})" if definition else "")
     return text
 
 

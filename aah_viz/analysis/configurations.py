@@ -130,7 +130,8 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
     """``{key: manifest}`` -> ``{key: name of its setup}``: its regime (or its value of the flat field ``by``),
     then each setting telling it apart from the other runs of that regime: ``full_adaptive, sink_tokens=4``.
     Runs with the same name differ in nothing but their seed, so only they are repeats or seeds of one
-    setup; a setting one manifest records and another lacks (an older version) counts as a difference.
+    setup; a setting one manifest records and another lacks (an older version) counts as a difference,
+    named ``setting=unrecorded`` only where the name would otherwise be another setup's.
     A setting's value shared by most runs of the regime (on a tie, an unset one) is left out of the names
     (``full_adaptive`` beside ``full_adaptive, sink_tokens=4``). Grouped by another field (a seed), runs of
     different regimes are named apart by their regime, not by the settings their regimes set."""
@@ -150,25 +151,42 @@ def setup_names(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[st
             alike = [k for k in members if regimes[k]["regime"] == regime]
             for k, said in _telling_apart(alike, settings, skip).items():
                 extra[k] += said
-    return {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+    full = {k: ", ".join([str(values[k]), *extra[k]]) for k in manifests}
+    # a setting an older manifest lacks ("train.data=unrecorded") is left out of the name wherever the
+    # names still tell the setups apart; only where two setups would share a name does it stay
+    short = {k: ", ".join([str(values[k]), *(e for e in extra[k] if not e.endswith("=" + _UNSET))]) for k in manifests}
+    behind: dict[str, set[str]] = {}
+    for k in manifests:
+        behind.setdefault(short[k], set()).add(full[k])
+    return {k: short[k] if len(behind[short[k]]) == 1 else full[k] for k in manifests}
 
 
 def setup_groups(manifests: Mapping[str, Mapping], by: str = "regime") -> dict[str, str]:
-    """``{key: manifest}`` -> ``{key: name of its group}``: its setup (:func:`setup_names`) with, where the
-    runs hold several configurations, what tells its configuration from the others (``full_adaptive [280
-    steps]``; ``full_adaptive [preset small, T = 128, windows 16/32/64/128]`` beside SmolLM2's). Runs with
-    one name are seeds of one setup and one configuration: the only runs any page, figure or table averages
-    together."""
-    values = setup_names(manifests, by=by)
+    """``{key: manifest}`` -> ``{key: the full name of its group}``: its setup (:func:`setup_names`: its value
+    of the flat field ``by`` and every setting telling it from the other runs of that value), with, where the
+    runs hold several configurations, what tells its configuration from the others in brackets
+    (``full_adaptive [280 steps]``; ``full_adaptive [preset small, T = 128, windows 16/32/64/128]`` beside
+    SmolLM2's). Settings are told apart within a configuration: across two, the configuration already names
+    them (a retrofit's hyperparameters beside a byte-level run's). Runs with one name are seeds of one setup
+    and one configuration: the only runs any page, figure or table averages together."""
     groups = _configuration_groups(manifests)
-    if len(groups) > 1:
-        differ = [i for i in range(4) if len({cfg[i] for cfg in groups}) > 1]
-        where: dict[str, str] = {}
-        for cfg, members in sorted(groups.items(), key=lambda g: (-len(g[1]), configuration_label(g[0]))):
-            for k in members:  # a baseline in several: named with the largest
-                where.setdefault(k, configuration_label(cfg, differ) or configuration_label(cfg))
-        values = {k: f"{value} [{where[k]}]" for k, value in values.items()}
-    return values
+    order = sorted(groups.items(), key=lambda g: (-len(g[1]), configuration_label(g[0])))
+    differ = [i for i in range(4) if len({cfg[i] for cfg in groups}) > 1]
+    where: dict[str, tuple] = {}
+    for cfg, members in order:
+        for k in members:  # a baseline in several: named with the largest
+            where.setdefault(k, cfg)
+    out: dict[str, str] = {}
+    for cfg, _ in order:
+        mine = {k: manifests[k] for k in manifests if where[k] == cfg}
+        if not mine:
+            continue
+        names = setup_names(mine, by=by)
+        if len(groups) > 1:
+            label = configuration_label(cfg, differ) or configuration_label(cfg)
+            names = {k: f"{n} [{label}]" for k, n in names.items()}
+        out.update(names)
+    return {k: out[k] for k in manifests}
 
 
 def _telling_apart(members: list[str], settings: Mapping[str, Mapping], skip) -> dict[str, list[str]]:
@@ -194,3 +212,53 @@ _UNSET = "unrecorded"  # a manifest without the key: written by a version that d
 
 def _text(value) -> str:
     return "/".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
+
+
+LONG_TICK = 24  # characters: a longer setup name stands on an axis or in a legend as S1, S2, ...
+
+
+def setup_ticks(names: list[str], keyed=None) -> list[str]:
+    """The short marks of these setups: each name, or S1, S2, ... (numbered in this order) for a name too
+    long to stand on a shared axis (a setup spelling out its settings), or for each name ``keyed(name)``
+    picks."""
+    keyed = keyed or (lambda n: len(n) > LONG_TICK)
+    long = list(dict.fromkeys(n for n in names if keyed(n)))
+    return [f"S{long.index(n) + 1}" if n in long else n for n in names]
+
+
+def group_value(manifest: Mapping, by: str = "regime"):
+    """A run's value of the flat field ``by`` (what its group is named by first)."""
+    from aah_viz.analysis.manifest_fields import flat_fields
+
+    return manifest.get(by) if by == "regime" else flat_fields(manifest).get(by)
+
+
+def group_labels(manifests: Mapping[str, Mapping], groups: Mapping[str, str], by: str = "regime") -> dict[str, str]:
+    """full group name (:func:`setup_groups`) -> its short name for a legend: the group's value where no other
+    group shares it, else the value and a setup key (``full_adaptive · S2``; only ``S2`` for a value too
+    long to stand in a legend), numbered as Compare's axis marks (:func:`setup_ticks`) over the names in
+    sorted order (the legend's order). Never a setting's value: the full name is for the hover and a table."""
+    full = sorted(set(groups.values()), key=str)
+    value = {groups[k]: str(group_value(m, by)) for k, m in manifests.items() if k in groups}
+    counts: dict[str, int] = {}
+    for name in full:
+        counts[value.get(name, name)] = counts.get(value.get(name, name), 0) + 1
+    out = {}
+    for name, tick in zip(full, setup_ticks(full, keyed=lambda n: counts[value.get(n, n)] > 1)):
+        v = value.get(name, name)
+        out[name] = (
+            v if tick == name and len(v) <= 2 * LONG_TICK else (f"{v} · {tick}" if len(v) <= LONG_TICK else tick)
+        )
+    return out
+
+
+def group_rows(groups: Mapping[str, str], labels: Mapping[str, str]) -> list[dict]:
+    """One row a group, in the legend's order: its short name, how many runs it averages, its full name
+    (every setting telling it apart, its configuration) and its runs: the table beside a grouped chart."""
+    members: dict[str, list[str]] = {}
+    for k, name in groups.items():
+        members.setdefault(name, []).append(k)
+    return [
+        {"group": labels.get(name, name), "runs": len(keys), "setup": name, "run names": ", ".join(sorted(keys))}
+        for name, keys in sorted(members.items(), key=lambda kv: str(kv[0]))
+    ]

@@ -212,4 +212,5 @@ def range_in(lo: float, hi: float, cast=float) -> Callable[[str], tuple]:
 
 
 def range_text(value) -> str:
-    return ",".join(f"{v:g}" for v in value)
+    """``a,b``: whole numbers whole (247104, never 2.47104e+05), others in their shortest form."""
+    return ",".join(str(v) if isinstance(v, int) else f"{v:g}" for v in value)

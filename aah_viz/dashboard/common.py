@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -20,9 +21,36 @@ FIGURE_MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/p
 MISSING = "–"  # a missing value in every table (Streamlit's own is the word "None", read as a value)
 
 
+def number_formats(frame: pd.DataFrame) -> dict[str, str]:
+    """column -> one printf format for each column of fractional numbers, so a column never reads
+    0.481 / 0.6739 / 0.811: whole numbers as such, else 3 decimals, more where the smallest value that is
+    not 0 would read as 0.000 (a p-value of 0.0005: 0.00050)."""
+    out = {}
+    for column in frame.columns:
+        if not pd.api.types.is_float_dtype(frame[column]):
+            continue
+        values = frame[column].to_numpy(dtype=np.float64, na_value=np.nan)  # pandas Float64 holds NA
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        if np.all(values == np.round(values)):
+            out[column] = "%d"
+            continue
+        nonzero = np.abs(values[values != 0])
+        smallest = float(nonzero.min()) if nonzero.size else 1.0
+        out[column] = f"%.{3 if smallest >= 0.01 else min(6, 1 - int(np.floor(np.log10(smallest))))}f"
+    return out
+
+
 def show_table(data, **options):
-    """``st.dataframe`` with missing values shown as "–", the one way every page shows a table."""
+    """``st.dataframe`` with missing values shown as "–" and one number format a column of fractions
+    (:func:`number_formats`; a page's own column settings win), the one way every page shows a table."""
     options.setdefault("placeholder", MISSING)
+    frame = getattr(data, "data", data)  # a Styler's frame
+    if isinstance(frame, pd.DataFrame):
+        config = {c: st.column_config.NumberColumn(format=f) for c, f in number_formats(frame).items()}
+        config.update(options.get("column_config") or {})
+        options["column_config"] = config
     return st.dataframe(data, **options)
 
 
@@ -40,10 +68,22 @@ def guarded(fn):
     return wrapper
 
 
-def say_left_out(keys, why: str) -> None:
-    """One caption naming the selected runs a page does not show, and why."""
-    if keys:
-        st.caption(f"Left out: {plain(', '.join(keys))} ({why}).")
+FEW_NAMES = 3  # runs left out named in the line itself; more: a count, their names behind an expander
+
+
+def say_left_out(keys, why: str, lead: str = "") -> None:
+    """One caption about the selected runs a page does not show, and why (after ``lead``): their names
+    where there are few, else their count with the names behind an expander (41 names were a paragraph
+    above the results)."""
+    keys = list(keys)
+    if not keys:
+        return
+    if len(keys) <= FEW_NAMES:
+        st.caption(plain(f"{lead}Left out: {', '.join(keys)} ({why})."))
+        return
+    st.caption(plain(f"{lead}Left out: {len(keys)} runs ({why})."))
+    with st.expander(f"The {len(keys)} runs left out"):
+        st.caption(plain(", ".join(keys)))
 
 
 def _file_stem(name: str) -> str:

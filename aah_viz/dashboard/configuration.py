@@ -10,7 +10,7 @@ import streamlit as st
 
 from aah_viz.analysis.configurations import setup_names, split_by_configuration
 from aah_viz.dashboard import address, cache, selection, session
-from aah_viz.dashboard.safe_text import plain
+from aah_viz.dashboard.common import say_left_out
 
 
 def _manifests(keys) -> dict[str, dict]:
@@ -66,11 +66,9 @@ def one_configuration(keys, widget_key: str, param: str = "config", where=None) 
     )
     chosen = members[label]
     left = [k for k in keys if k not in chosen]
-    if left:
-        st.caption(
-            plain(
-                f"{len(found)} configurations among the selected runs; showing {label}. "
-                f"Left out ({len(left)}, another configuration: pick it above): " + ", ".join(left) + "."
-            )
-        )
+    say_left_out(
+        left,
+        "another configuration: pick it above",
+        lead=f"{len(found)} configurations among the selected runs; showing {label}. ",
+    )
     return [k for k in keys if k in chosen]

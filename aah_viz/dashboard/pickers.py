@@ -30,15 +30,20 @@ def _on_widget(name: str, widget_key: str, convert=lambda v: v) -> None:
     selection.select(**{name: convert(st.session_state[widget_key])})
 
 
+def say_no_runs() -> None:
+    """The one line of every page when the logs root holds no readable run (nothing to pick anywhere)."""
+    root = plain(session.logs_root())
+    st.info(
+        f"No readable run under {root}. Record one with aah-viz train --out {root}/NAME "
+        "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
+    )
+
+
 def pick_run(where=None) -> str | None:
     """A run picker over the selected runs; the choice is shared by every page and kept in the address."""
     keys = selection.selected_keys()
     if not keys:
-        root = plain(session.logs_root())
-        st.info(
-            f"No readable run under {root}. Record one with aah-viz train --out {root}/NAME "
-            "or point the dashboard elsewhere with `aah-viz dashboard --logs DIR`."
-        )
+        say_no_runs()
         return None
     selection.read_address()
     wanted = selection.current().get("run")

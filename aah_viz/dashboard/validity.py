@@ -142,11 +142,16 @@ def level_notes(root: str, key: str, token: int, layer: int, tree: pd.DataFrame)
     step = int(tree["step"].iloc[0])
     v = cache.validity(root, key, token)["validity"]
     row = v[(v["step"] == step) & (v["layer"] == layer)]
+    config = cache.manifest(root, key, token).get("config") or {}
+    # level 0 clusters heads by cosine; the levels above by the run's upper metric (the config's default if unrecorded)
+    upper = config.get("upper_cluster_metric", "cosine_normdiff")
+    scale = float(config.get("cosine_normdiff_scale", 16.0))
     notes = []
     for level, rows in tree.groupby("level", sort=True):
         first = rows.iloc[0]
         if int(level) == 0 and not row.empty:
             notes.append(f"Level 0: {cv.describe(row.iloc[0].to_dict())}.")
         else:
-            notes.append(f"Level {int(level)}: {cv.describe_level(first.to_dict())}.")
+            metric = "cosine" if int(level) == 0 else upper
+            notes.append(f"Level {int(level)}: {cv.describe_level(first.to_dict(), metric, scale)}.")
     return notes

@@ -165,6 +165,15 @@ def _display_rows(table, *, pm: str) -> list[list[str]]:
     return rows
 
 
+SINGLE_SEED_NOTE = "† one seed: no spread, never tested for significance."
+
+
+def _marked(cols, row) -> list[str]:
+    """A row as it prints: a single seed's "n = 1, no variance estimate" as a dagger on its n ("1†") and
+    elsewhere "one seed†" (one note under the table says it), so the n column holds numbers only."""
+    return [("1†" if c == "n" else "one seed†") if t == NO_VARIANCE else t for c, t in zip(cols, row)]
+
+
 def display_frame(table):
     """The table as Markdown and LaTeX print it (one number format a column, ``mean ± sd``, "–" where a
     value is missing) under its plain headers: what a preview on screen shows."""
@@ -172,7 +181,8 @@ def display_frame(table):
 
     heads = [plain_header(c)[0] for c in table.df.columns]
     heads = [h if heads.count(h) == 1 else f"{h} ({c})" for h, c in zip(heads, table.df.columns)]
-    return pd.DataFrame(_display_rows(table, pm=" ± ") if not table.is_empty else [], columns=heads)
+    rows = [_marked(table.df.columns, row) for row in _display_rows(table, pm=" ± ")] if not table.is_empty else []
+    return pd.DataFrame(rows, columns=heads)
 
 
 # ------------------------------------------------------------------------------ CSV
@@ -230,16 +240,20 @@ def to_markdown(table) -> str:
     heads = [plain_header(c) for c in cols]
     lines.append("| " + " | ".join(_md_escape(h) for h, _ in heads) + " |")
     lines.append("|" + "|".join("---:" if c in table.value_columns else "---" for c in cols) + "|")
-    for i, row in enumerate(_display_rows(table, pm=" ± ")):
+    shown = _display_rows(table, pm=" ± ")
+    single = any(text == NO_VARIANCE for row in shown for text in row)
+    for i, row in enumerate(shown):
         cells = []
-        for col, text in zip(cols, row):
+        for col, text in zip(cols, _marked(cols, row)):
             text = _md_escape(text)
             cells.append(f"**{text}**" if _is_best(table, i, col) else text)
         lines.append("| " + " | ".join(cells) + " |")
     legend = [entry for _, entry in heads if entry]
     if any(c.startswith("window_frac_") for c in cols):
         legend.append("w=W: share of heads at window W (tokens)")
-    notes = [*table.notes, *(["; ".join(legend) + "."] if legend else [])]
+    notes = [SINGLE_SEED_NOTE] if single else []  # in place of the table's note naming the single seeds
+    notes += [n for n in table.notes if not (single and n.startswith(NO_VARIANCE))]
+    notes += ["; ".join(legend) + "."] if legend else []
     if notes:
         lines.append("")
         lines.extend(f"- {_md_escape(n)}" for n in notes)
@@ -328,9 +342,7 @@ def to_latex(table, *, width_pt: float = latex_layout.ARTICLE_WIDTH_PT) -> str:
     shown = _display_rows(table, pm=" ± ")
     bold = [[_is_best(table, i, c) for c in cols] for i in range(len(shown))]
     single = any(text == NO_VARIANCE for row in shown for text in row)
-    plain = [
-        [("1†" if c == "n" else "one seed†") if t == NO_VARIANCE else t for c, t in zip(cols, row)] for row in shown
-    ]
+    plain = [_marked(cols, row) for row in shown]
     widths, specs, headers, legend = [], [], [], []
     cell_pts = [
         latex_layout.column_pt(0.0, [row[j] for row in plain], [row[j] for row in bold]) - 2 * latex_layout.TABCOLSEP_PT

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from aah_viz.analysis.configurations import setup_ticks
 from aah_viz.figures import style
 from aah_viz.figures.curves import value_domain
 
@@ -151,16 +152,6 @@ def regime_metric_figure(
         if ticks != regimes:  # long setup names: short marks on the axis, the whole name on hover
             fig.update_xaxes(tickvals=regimes, ticktext=ticks, row=row, col=col)
     return style.base_layout(fig, title, height=380 * n_rows + 60)
-
-
-LONG_TICK = 24  # characters: a longer category name stands on the axis as S1, S2, ...
-
-
-def setup_ticks(names: list[str]) -> list[str]:
-    """The axis marks of these categories: each name, or S1, S2, ... (numbered in this order) for a name
-    too long to stand on a shared axis (a setup spelling out its settings)."""
-    long = [n for n in names if len(n) > LONG_TICK]
-    return [n if len(n) <= LONG_TICK else f"S{long.index(n) + 1}" for n in names]
 
 
 def reference_metric_figure(reference: pd.DataFrame, metrics: list[str], title: str = "") -> go.Figure:

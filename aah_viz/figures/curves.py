@@ -10,10 +10,11 @@ import plotly.graph_objects as go
 
 from aah_viz.analysis import curves, manifest_fields, queries
 from aah_viz.analysis import windows as wstats
-from aah_viz.analysis.configurations import setup_groups
+from aah_viz.analysis.configurations import group_labels, setup_groups
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import style
 from aah_viz.figures.data import MAX_SERIES_POINTS, run_label
+from aah_viz.regimes import REGIMES
 
 X_AXES = {
     "step": style.STEP,
@@ -48,7 +49,6 @@ PLOT_LEFT = 84  # px left of every chart's plot area: the widest tick labels and
 PLOT_PX = 250
 BELOW_AXIS_PX = 58
 LEGEND_ROW_PX, LEGEND_MAX_ROWS, LEGEND_WIDTH_PX = 21, 8, 900
-GROUP_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 COLUMNS = ["run", "label", "regime", "seed", "name", "step", "tokens", "wall_s", "value"]
 
 
@@ -134,8 +134,17 @@ def _clock(s: pd.DataFrame):
     return steps, curves.cumulative(steps, rate * secs), curves.cumulative(steps, secs)
 
 
-def _group_color(group, i: int, by: str | None) -> str:
-    return style.regime_color(group) if by == "regime" else GROUP_PALETTE[i % len(GROUP_PALETTE)]
+def group_lines(names: list[str], by: str | None) -> list[dict]:
+    """Line styles of the groups drawn together, in their order, no two alike: grouped by regime with one
+    group a regime, each regime's colour (the same on every page); else each group its own colour of the
+    runs' palette, then a dash once the palette is used up (18 setups of a sweep stay apart)."""
+    if by == "regime" and all(n in REGIMES for n in names):
+        colours = [style.regime_color(n) for n in names]
+        if len(set(colours)) == len(colours):
+            return [dict(color=c) for c in colours]
+    n = len(style.RUN_PALETTE)
+    return [dict(color=style.RUN_PALETTE[i % n], dash=style.SEED_DASHES[(i // n) % len(style.SEED_DASHES)])
+            for i in range(len(names))]  # fmt: skip
 
 
 def curves_figure(
@@ -151,6 +160,7 @@ def curves_figure(
     x_range: tuple[float, float] | None = None,
     title: str | None = None,
     color_by: str = "run",
+    labels: dict | None = None,
 ) -> go.Figure:
     """One scalar of several runs. ``frame``: :func:`curve_data`'s rows. ``groups``: run -> group
     value (runs grouped into one mean line with a band each); None draws every run.
@@ -158,6 +168,7 @@ def curves_figure(
     ``robust``: values beyond Tukey's far-out fences (the first losses) do not set the y range, the
     lines still run beyond it; ``x_range`` limits the x axis (the page shares it across charts).
     ``color_by``: ``run`` (each run its own colour) or ``regime`` (colour by regime, dash by seed).
+    ``labels``: group -> its short name in the legend (:func:`group_labels`); the full name is in the hover.
     """
     part = frame[frame["name"] == name] if not frame.empty else frame
     sparse = name in SPARSE
@@ -194,14 +205,18 @@ def curves_figure(
         members: dict = {}
         for run in lines:
             members.setdefault(groups.get(run), []).append(run)
-        for i, (group, runs_in) in enumerate(sorted(members.items(), key=lambda g: str(g[0]))):
+        ordered = sorted(members.items(), key=lambda g: str(g[0]))
+        looks = group_lines([str(g) for g, _ in ordered], group_by)
+        for (group, runs_in), look in zip(ordered, looks):
             gx, mean, lower, upper, n = curves.group_band(
                 [(lines[r][1], lines[r][3]) for r in runs_in], band=band, domain=value_domain(name)
             )
             if gx.size == 0:
                 continue
-            color = _group_color(group, i, group_by)
-            label = _text(f"{group_by}={group} (n={len(runs_in)})")
+            color, short = look["color"], (labels or {}).get(group, group)
+            label = _text(f"{group_by}={short} (n={len(runs_in)})")
+            # the legend's short name; the hover adds the full one (every setting, the configuration)
+            details = "" if str(short) == str(group) else _text(f" · {group}")
             if band != "none" and len(runs_in) > 1:
                 fig.add_trace(
                     go.Scatter(
@@ -222,13 +237,13 @@ def curves_figure(
                     x=gx,
                     y=mean,
                     mode="lines+markers" if sparse else "lines",
-                    line=dict(color=color, width=2.2),
+                    line=dict(**look, width=2.2),
                     marker=dict(size=6),
                     name=label,
                     legendgroup=label,
                     # the name says n; a point says its own count only where fewer runs reach it
                     customdata=[f" ({k} of {len(runs_in)} runs)" if k < len(runs_in) else "" for k in n],
-                    hovertemplate="%{y:.4g}%{customdata}",
+                    hovertemplate="%{y:.4g}%{customdata}" + details.replace("%{", "% {"),  # no template field
                     meta=dict(group=_text(group), runs=[int(k) for k in n]),  # read back by grouped_frame
                 )
             )
@@ -371,4 +386,5 @@ def runs_chart(runs, scalar: str = "val_loss", x: str = "step", group: str | Non
         robust=_flag(robust),
         log_y=_flag(log_y),
         color_by=color_by,
+        labels=group_labels(manifests, groups, group) if groups is not None else None,
     )

@@ -11,7 +11,7 @@ import streamlit as st
 
 from aah_viz.analysis.compare import mean_pm
 from aah_viz.analysis.curves import FEW_RUNS
-from aah_viz.dashboard import address, cache, configuration, page_head, selection, session
+from aah_viz.dashboard import address, cache, configuration, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.configuration import one_configuration
 from aah_viz.errors import AAHVizError
@@ -129,7 +129,10 @@ def render() -> None:
     keys = [k for k in keys if k not in evaluations]
     say_left_out(evaluations, "frontier evaluations of a pretrained model: on the Frontier page")
     if not keys:
-        st.info("No readable trained runs to compare: pick runs on the Runs page.")
+        if not selection.selected_keys():  # no run at all under the root: nothing to pick on the Runs page
+            pickers.say_no_runs()
+        else:
+            st.info("No readable trained runs among the selected runs: pick runs on the Runs page.")
         return
     keys = one_configuration(keys, "cmp_config")
     page_head.show_selection_warnings(keys)

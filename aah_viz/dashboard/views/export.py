@@ -194,8 +194,8 @@ def render() -> None:
     st.title("Export")
     root, token = session.logs_root(), session.token()
     keys = tuple(selection.selected_keys())
-    if not keys:
-        st.info("No readable runs to export: pick runs on the Runs page.")
+    if not keys:  # the selection falls back to every run: none means none under the root
+        pickers.say_no_runs()
         return
     page_head.show_selection_warnings(keys)
     st.caption(

@@ -9,13 +9,14 @@ import shlex
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from aah_viz.analysis import curves as curve_stats
 from aah_viz.analysis import manifest_fields
-from aah_viz.analysis.configurations import setup_groups
+from aah_viz.analysis.configurations import group_labels, group_rows, setup_groups
 from aah_viz.dashboard import address, cache, page_head, selection, session
-from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.labels import scalar_label, scalar_words
 from aah_viz.figures import curves as cfig
@@ -209,7 +210,7 @@ def render() -> None:
         st.info(f"These runs logged no step time, so there is no {cfig.X_NAMES[x]} axis: pick step.")
         return
     lo, hi = float(xs.min()), float(xs.max())
-    integral = x == "step"
+    integral = x in ("step", "tokens")  # whole steps and tokens ("128 – 247104", never "128.00 – 247104.00")
     cast = int if integral else float
     full = (cast(lo), cast(hi))
     x_range = full
@@ -232,11 +233,14 @@ def render() -> None:
             label=f"{cfig.X_NAMES[x]} range (every chart; or draw a box on a chart)",
             min_value=full[0],
             max_value=full[1],
+            format="%d" if integral else "%.1f",
             on_change=_slider_moved,
         )
-    groups = None
+    groups = short = None
     if group != "none":  # runs of different models, T or windows are never averaged together
-        groups = setup_groups({k: cache.manifest(root, k, session.token(k)) for k in keys}, group)
+        manifests = {k: cache.manifest(root, k, session.token(k)) for k in keys}
+        groups = setup_groups(manifests, group)
+        short = group_labels(manifests, groups, group)  # the legend's names; the full ones in the hover and table
     for name in scalars:
         fig = cfig.curves_figure(
             frame,
@@ -251,6 +255,7 @@ def render() -> None:
             x_range=None if x_range == full else x_range,
             color_by=colour_by,
             title=f"{scalar_words(name)} against {cfig.X_NAMES[x]}",  # words; the y axis names the tag
+            labels=short,
         )
         chart(
             fig,
@@ -268,27 +273,28 @@ def render() -> None:
         "validation losses are points, never smoothed",
     ]
     if groups is not None:
-        counts = {}
-        for value in groups.values():
-            counts[value] = counts.get(value, 0) + 1
+        rows = group_rows(groups, short)
         notes.append(
-            f"{len(counts)} groups by {group} ("
-            # "; " between groups: a setup's name holds commas (full_adaptive, sink_tokens=4)
-            + "; ".join(f"{v}: {n} runs" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
-            + f"); band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
+            f"{len(rows)} groups by {group} (each one's runs and settings: the table below); "
+            f"band: {curve_stats.BAND_NAMES[band]}, clipped to the values each scalar can take"
         )
-        few = sorted(str(v) for v, n in counts.items() if 1 < n < curve_stats.FEW_RUNS)
+        few = [r["group"] for r in rows if 1 < r["runs"] < curve_stats.FEW_RUNS]
+        # a few groups by name; many by count (the table says which): never a paragraph of names
+        few_text = "; ".join(few) if len(few) <= 4 else f"{len(few)} groups (their runs: the table below)"
         if few and band not in curve_stats.ESTIMATED_BANDS:  # min-max shows the runs themselves: said in a word
-            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {'; '.join(few)}: their band is those runs")
+            notes.append(f"fewer than {curve_stats.FEW_RUNS} runs in {few_text}: their band is those runs")
         if band in curve_stats.ESTIMATED_BANDS and few:
             st.info(
                 plain(
-                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs ({'; '.join(few)}): a "
-                    f"{curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
+                    f"{len(few)} group(s) hold fewer than {curve_stats.FEW_RUNS} runs "
+                    + (f"({'; '.join(few)})" if len(few) <= 4 else "(the table below names them)")
+                    + f": a {curve_stats.BAND_NAMES[band]} band from 2 runs says little (at n = 2 a 95% interval is "
                     "12.7 standard errors wide). Min-max shows the runs themselves."
                 ),
                 icon=":material/info:",
             )
+        with st.expander(f"The {len(rows)} groups: runs and settings", expanded=len(rows) <= 3):
+            show_table(pd.DataFrame(rows), hide_index=True, width="stretch", key="tr_groups")
     st.caption(plain("; ".join(notes) + "."))
     st.caption(
         "Training loss is the loss of one logged training batch with dropout on, so it sits above the "
