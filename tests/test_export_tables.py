@@ -231,7 +231,7 @@ def test_rows_by_regime_never_average_other_settings_or_training_lengths(tmp_pat
     lines = [line for line in md.splitlines() if line.startswith("| full_adaptive")]
     assert len(lines) == 3, md
     cells = sorted(line.split("|")[2].strip() for line in lines)  # n; a single run's says it has no spread
-    assert cells[:2] == ["2", "2"] and cells[2].startswith("n = 1")
+    assert cells == ["1†", "2", "2"] and "† one seed: no spread" in md
 
 
 def test_csv_round_trips_full_precision(by_regime):
