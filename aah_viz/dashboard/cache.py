@@ -30,7 +30,9 @@ from aah_viz.schema import STATUS_IMPORTED
 
 
 def open_run(root: str, key: str):
-    return load_run(resolve_under(root, key))
+    """The run, reading its segments' step bounds from its summary: a page's read of one step or a few opens the
+    segments holding them, not every footer of a long run."""
+    return run_summary.indexed(load_run(resolve_under(root, key)))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -131,7 +133,8 @@ def recorded_steps(root: str, key: str, token: int):
 
 @st.cache_data(show_spinner="Reading the hierarchy ...", max_entries=256)
 def hierarchy(root: str, key: str, token: int, layer: int, step: int | None) -> dict:
-    return data.hierarchy_data(open_run(root, key), layer, step)
+    steps = tree_steps(root, key, token, layer)  # the picker's, cached: not read again
+    return data.hierarchy_data(open_run(root, key), layer, step, steps=steps)
 
 
 @st.cache_data(show_spinner="Reading windows ...", max_entries=256)
@@ -183,6 +186,12 @@ def bucket_table(root: str, keys: tuple[str, ...], token: int) -> pd.DataFrame:
 @st.cache_data(show_spinner="Reading cluster validity ...")
 def validity(root: str, key: str, token: int) -> dict:
     return data.validity_data(open_run(root, key))
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def validity_at(root: str, key: str, token: int, layer: int, step: int) -> pd.DataFrame:
+    """The level-0 partition's validity row of one layer at one routing update (the Hierarchy page's note)."""
+    return queries.cluster_validity(open_run(root, key), step=step, layer=layer)
 
 
 @st.cache_data(show_spinner="Comparing routing updates ...")

@@ -140,7 +140,7 @@ def level_notes(root: str, key: str, token: int, layer: int, tree: pd.DataFrame)
     if tree is None or tree.empty:
         return []
     step = int(tree["step"].iloc[0])
-    v = cache.validity(root, key, token)["validity"]
+    v = cache.validity_at(root, key, token, layer, step)
     row = v[(v["step"] == step) & (v["layer"] == layer)]
     notes = []
     for level, rows in tree.groupby("level", sort=True):

@@ -45,10 +45,11 @@ def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
     return int(steps[-1]) if step is None else queries.nearest(steps, int(step))
 
 
-def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
+def hierarchy_data(run, layer: int = 0, step: int | None = None, steps=None) -> dict:
     """Tree rows of one layer at the routing update nearest ``step`` (default: the last), the heads'
-    executed windows, and the heads that moved (group-mates or window) since the previous update."""
-    steps = queries.tree_steps(run, layer)
+    executed windows, and the heads that moved (group-mates or window) since the previous update.
+    ``steps``: the layer's ``queries.tree_steps`` when the caller has them."""
+    steps = queries.tree_steps(run, layer) if steps is None else np.asarray(steps, dtype=np.int64)
     chosen = _pick_step(steps, step)
     if chosen is None:
         return {
@@ -62,7 +63,9 @@ def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
     i = int(np.searchsorted(steps, chosen))
     previous = int(steps[i - 1]) if i > 0 else None
     wanted = [chosen] if previous is None else [previous, chosen]
-    tree_all = run.table("tree", filters=[("layer", "==", int(layer)), ("step", "in", wanted)])
+    tree_all = run.table(
+        "tree", filters=[("layer", "==", int(layer)), ("step", "in", wanted)], steps=(wanted[0], chosen)
+    )
     heads = queries.heads_of_layer(run, layer, steps=wanted)
 
     def windows_at(s):
