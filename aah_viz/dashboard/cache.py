@@ -17,12 +17,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from aah_viz.analysis import manifest_fields, queries
+from aah_viz.analysis import cluster_validity, manifest_fields, queries
 from aah_viz.analysis import stability as stability_stats
 from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
+from aah_viz.figures import stability as stability_figs
+from aah_viz.figures import validity as validity_figs
 from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.runlog.reader import check_shape
@@ -202,6 +204,31 @@ def stability(root: str, key: str, token: int) -> dict:
 @st.cache_data(show_spinner=False)
 def controller(root: str, key: str, token: int) -> dict:
     return data.controller_data(open_run(root, key))
+
+
+# Figures of one run that depend on nothing else, built once per run and token and handed out as they are (a
+# cached resource, not a copy): Plotly's subplots and traces cost a redraw more than reading the cached data.
+# Shared objects: ``common.chart`` only reads them (a copy where it must change one), and so must every caller.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def stability_figure(root: str, key: str, token: int):
+    return stability_figs.stability_figure(stability(root, key, token)["updates"], "routing stability over training")
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def validity_figure(root: str, key: str, token: int) -> tuple:
+    """(the cluster validity figure, the shares by layer) of the run's level-0 partitions (None, None: none)."""
+    d = validity(root, key, token)
+    if d["validity"].empty:
+        return None, None
+    fig = validity_figs.validity_figure(d["validity"], d["threshold"], "cluster validity over training")
+    return fig, cluster_validity.shares_by_layer(d["validity"])
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def controller_figure(root: str, key: str, token: int):
+    c = controller(root, key, token)
+    title = "controller gradient norm, weight drift and decision margin"
+    return stability_figs.controller_health_figure(c["series"], c["margins"], title)
 
 
 @st.cache_data(show_spinner=False)

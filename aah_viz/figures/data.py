@@ -217,6 +217,7 @@ def _fractions_from_scalars(run, step: int | None):
 COVERAGE_SCALARS = ("acr", "acr_causal", "realised_work")
 COST_SCALARS = (*COVERAGE_SCALARS, "flops_ratio_est", "step_time_s", "tokens_per_s")
 COVERAGE_COLUMNS = ["label", "regime", "seed", "backend", "name", "step", "value"]
+MAX_SEGMENTS_READ = 50  # scalars segments read of one run for coverage over training (see coverage_and_cost)
 
 
 def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
@@ -230,14 +231,25 @@ def cost_table(runs) -> pd.DataFrame:
     return coverage_and_cost(runs)[1]
 
 
-def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS, keys=None):
+def coverage_and_cost(
+    runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS, keys=None, max_segments: int = MAX_SEGMENTS_READ
+):
     """(:func:`coverage_data`, :func:`cost_table`) from one read of each run's scalars (a page that
-    shows both reads the run once); ``keys``: the runs' names in labels (default their run ids)."""
-    parts, rows = [], []
+    shows both reads the run once); ``keys``: the runs' names in labels (default their run ids).
+
+    A run of more than ``max_segments`` ``scalars`` segments (a long run: 200 at 100,000 steps flushed every
+    500) is read from that many of them, evenly spaced with the first and last kept: its lines are binned
+    from those stretches of steps and its medians taken over them, its last values read from its tail as
+    always (``queries.last_values``). ``coverage.attrs["sampled"]``: {label: (segments read, segments)} of
+    the runs read so."""
+    parts, rows, sampled = [], [], {}
     for run, key in zip(runs, keys or [None] * len(runs)):
-        s = queries.scalar_frame(run, names, model_wide=True)  # the layer filter read with the rows
+        view, seen, total = run.sampled("scalars", max_segments)
+        s = queries.scalar_frame(view, names, model_wide=True)  # the layer filter read with the rows
         if s.empty:
             continue
+        if seen < total:
+            sampled[run_label(run, key)] = (seen, total)
         cov = s[s["name"].isin(COVERAGE_SCALARS)]
         if not cov.empty:
             b = windows.binned_series(cov, "step", "value", max_points=max_points, by="name")
@@ -247,6 +259,9 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
             b.insert(0, "label", run_label(run, key))
             parts.append(b)
         last = s.sort_values("step", kind="stable").groupby("name")["value"].last()
+        if seen < total:  # the stretches read may end before a name's last value
+            found = queries.last_values(run, COST_SCALARS[:4], model_wide=True)
+            last = {name: value for name, value in found.items() if value is not None}
         median = s.groupby("name")["value"].median()
         rows.append(
             {
@@ -260,6 +275,7 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
             }
         )
     coverage = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COVERAGE_COLUMNS)
+    coverage.attrs["sampled"] = sampled
     return coverage, pd.DataFrame(rows)
 
 

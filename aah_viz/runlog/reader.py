@@ -157,6 +157,20 @@ class Run:
                 out.append(bounds)
         return out
 
+    def sampled(self, table: str, most: int) -> tuple[Run, int, int]:
+        """(this snapshot seeing at most ``most`` of the table's segments, evenly spaced in write order with the
+        first and last kept, the segments it sees, the table's segments): a long run's figure over training read
+        from stretches spread over it. Itself when the table has no more segments."""
+        listed = self._listed(table)
+        if len(listed) <= most:
+            return self, len(listed), len(listed)
+        keep = np.unique(np.linspace(0, len(listed) - 1, max(2, most)).round().astype(int))
+        view = Run(self.path, self.manifest, self.schema_version)
+        view.warnings, view._footers = self.warnings, self._footers  # one run: its warnings and footers shared
+        view._listing = {**self._listing, table: [listed[i] for i in keep]}
+        view._step_index, view._index_loader = self._step_index, self._index_loader
+        return view, len(keep), len(listed)
+
     def _outside(self, table: str, seg: Path, steps: tuple) -> bool:
         bounds = self._known_bounds(table, seg)
         if bounds is None:

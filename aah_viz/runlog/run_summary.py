@@ -211,15 +211,16 @@ def _well_formed(data) -> bool:
 
 def _rows_well_formed(rows, width: int, bounds: bool) -> bool:
     """``bounds``: rows of [segment, size, smallest step, largest step], both steps None for no rows."""
-    if not isinstance(rows, list):
+    if type(rows) is not list:
         return False
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == width and isinstance(row[0], str) and type(row[1]) is int):
+    for row in rows:  # type() rather than isinstance: a long run's summary has thousands of rows, read at every open
+        if type(row) is not list or len(row) != width or type(row[0]) is not str or type(row[1]) is not int:
             return False
-        facts = row[2:]
-        if bounds and (facts[0] is None) != (facts[1] is None):
-            return False
-        if not all(type(v) is int or (v is None and bounds) for v in facts):
+        if bounds:
+            lo, hi = row[2], row[3]
+            if not ((lo is None and hi is None) or (type(lo) is int and type(hi) is int)):
+                return False
+        elif any(type(v) is not int for v in row[2:]):
             return False
     return True
 
