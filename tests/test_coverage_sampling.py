@@ -48,3 +48,20 @@ def test_a_long_runs_coverage_is_read_from_spread_segments_and_its_last_values_f
     cov12, cost12 = data.coverage_and_cost([load_run(run_dir)], max_points=every, max_segments=12)
     pd.testing.assert_frame_equal(cov12, whole_cov)
     pd.testing.assert_frame_equal(cost12, whole_cost)
+
+
+def test_a_long_runs_controller_series_is_read_from_the_same_spread_segments(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=48, flush_every=4)
+    segs = sorted((run_dir / "scalars").glob("*.parquet"))
+    names = ["controller_grad_norm", "controller_weight_drift"]
+    whole = data.controller_data(load_run(run_dir), max_points=10_000)
+    part = data.controller_data(load_run(run_dir), max_points=10_000, max_segments=4)
+    assert whole["series"].attrs["sampled"] is None and part["series"].attrs["sampled"] == (4, 12)
+    per_segment = [model_wide_rows(seg, names) for seg in segs]
+    drawn = set(part["series"]["step"].astype(int))
+    read = [i for i, rows in enumerate(per_segment) if drawn & set(rows["step"].astype(int))]
+    assert read[0] == 0 and read[-1] == 11 and len(read) == 4
+    want = pd.concat([per_segment[i] for i in read]).sort_values(["name", "step"]).reset_index(drop=True)
+    got = part["series"][["name", "step", "value"]].sort_values(["name", "step"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    pd.testing.assert_frame_equal(part["margins"], whole["margins"])  # the margins are read whole

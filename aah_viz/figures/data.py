@@ -339,10 +339,13 @@ def validity_data(run) -> dict:
     }
 
 
-def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
+def controller_data(run, max_points: int = MAX_SERIES_POINTS, max_segments: int = MAX_SEGMENTS_READ) -> dict:
     """Controller gradient norm and weight drift (model-wide, else the mean over layers) and the mean
-    decision margin per step (from the per-update summaries, else from the tree rows)."""
-    s = queries.scalar_frame(run, ["controller_grad_norm", "controller_weight_drift"])
+    decision margin per step (from the per-update summaries, else from the tree rows). A long run's
+    scalars are read as :func:`coverage_and_cost` reads them: from at most ``max_segments`` segments spread
+    over it (``series.attrs["sampled"]``: (segments read, segments) then)."""
+    view, seen, total = run.sampled("scalars", max_segments)
+    s = queries.scalar_frame(view, ["controller_grad_norm", "controller_weight_drift"])
     model_wide = s[s["layer"].isna()]
     if model_wide.empty and not s.empty:  # per-layer values only: show their mean over layers
         model_wide = s.groupby(["step", "name"], as_index=False)["value"].mean()
@@ -351,6 +354,7 @@ def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
         if not model_wide.empty
         else pd.DataFrame(columns=["name", "step", "value"])
     )
+    series.attrs["sampled"] = (seen, total) if seen < total else None
     margins = _margins(run, max_points)
     if margins is None:
         t = queries.tree_stats(run, columns=("step", "margin", "shadow"))

@@ -82,6 +82,12 @@ def render() -> None:
         return
     chart(cache.controller_figure(root, key, token), key="stab_ctrl", name="controller-health")
     st.caption("Gradient norm, weight drift and decision margin.", help=help_text("controller_grad_norm"))
+    sampled = cache.controller(root, key, token)["series"].attrs.get("sampled")
+    if sampled:  # a long run: its scalars read from stretches spread over it (figures.data.controller_data)
+        st.caption(
+            f"A long run: its gradient norm and weight drift are drawn from {sampled[0]} of its {sampled[1]} "
+            "scalars segments, spread over it (the first and last included)."
+        )
 
 
 if __name__ == "__main__":
