@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from aah_viz.analysis import cluster_validity, manifest_fields, queries
 from aah_viz.analysis import stability as stability_stats
@@ -31,10 +32,31 @@ from aah_viz.runlog.reader import check_shape
 from aah_viz.schema import STATUS_IMPORTED
 
 
+def this_script_run() -> dict:
+    """A dict that lives for one script run (a page drawn, a fragment rerun) of this session: what a
+    run of the page reads several times (each run's stamp, the overviews, an opened run) is taken once per
+    run, and a new run of the script takes it afresh. Outside a script run (tests of the pure parts) a new
+    dict."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    marker = getattr(ctx, "parallel_coordinator", None)  # a new object at every ScriptRunContext.reset
+    if marker is None:
+        return {}
+    kept = getattr(ctx, "_aah_viz_script_run", None)
+    if kept is None or kept[0] is not marker:
+        kept = (marker, {})
+        ctx._aah_viz_script_run = kept
+    return kept[1]
+
+
 def open_run(root: str, key: str):
-    """The run, reading its segments' step bounds from its summary: a page's read of one step or a few opens the
-    segments holding them, not every footer of a long run."""
-    return run_summary.indexed(load_run(resolve_under(root, key)))
+    """The run, opened once per script run (one snapshot: its listings and segment footers read once however
+    many of the page's cached reads miss), reading its segments' step bounds from its summary: a read of one
+    step or a few opens the segments holding them, not every footer of a long run."""
+    opened = this_script_run().setdefault("runs", {})
+    run = opened.get((root, key))
+    if run is None:
+        run = opened[(root, key)] = run_summary.indexed(load_run(resolve_under(root, key)))
+    return run
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
