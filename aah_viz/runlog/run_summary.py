@@ -46,6 +46,9 @@ FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
 # find.
 STEPS = "steps"
 STEP_TABLES = ("tree", "updates", "cluster_validity", "margins")
+# a table of fewer segments is left out of the index: opening it whole is cheap, and a thousand short runs'
+# summaries, each read at every cold page, stay small (its rows would add a tenth of a CPU second there)
+STEP_INDEX_FROM = 16
 
 
 def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
@@ -66,9 +69,9 @@ def compute(run: Run, previous: dict | None = None, gradient: bool = True) -> di
             for name, size, *facts in previous.get(STEPS, {}).get(table, []):
                 known[(STEPS, table, name, size)] = facts
 
-    def rows(kind: str, table: str, folder: str) -> list:
+    def rows(kind: str, table: str, folder: str, listing: list | None = None) -> list:
         out = []
-        for name, size in _listing(run.path, folder):
+        for name, size in _listing(run.path, folder) if listing is None else listing:
             facts = known.get((kind, name, size) if kind != STEPS else (STEPS, table, name, size))
             if facts is None:
                 facts = _segment_facts(paths.table_dir(run.path, folder) / name, kind if kind != STEPS else STEPS)
@@ -83,8 +86,14 @@ def compute(run: Run, previous: dict | None = None, gradient: bool = True) -> di
         "final": {k: _finite(v) for k, v in final.items()},
         "buckets": _last_buckets(run, tables["branch"]),
         "extent": shape_extent(run),  # largest layer and head of the first and last heads segments
-        STEPS: {table: rows(STEPS, table, table) for table in STEP_TABLES},
+        STEPS: {table: rows(STEPS, table, table, listing) for table, listing in _long_tables(run.path).items()},
     }
+
+
+def _long_tables(run_dir: Path) -> dict[str, list[tuple[str, int]]]:
+    """The listings of the index's tables of ``STEP_INDEX_FROM`` segments or more."""
+    listings = {table: _listing(run_dir, table) for table in STEP_TABLES}
+    return {table: listing for table, listing in listings.items() if len(listing) >= STEP_INDEX_FROM}
 
 
 def _tail(run: Run, table: str, rows: list, since: int | None, until: int | None = None) -> Run:
