@@ -26,6 +26,7 @@ from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
 from aah_viz.figures import stability as stability_figs
 from aah_viz.figures import validity as validity_figs
+from aah_viz.figures import windows as window_figs
 from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.runlog.reader import check_shape
@@ -244,6 +245,13 @@ def validity_figure(root: str, key: str, token: int) -> tuple:
         return None, None
     fig = validity_figs.validity_figure(d["validity"], d["threshold"], "cluster validity over training")
     return fig, cluster_validity.shares_by_layer(d["validity"])
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def coverage_figure(root: str, keys: tuple[str, ...], token: int, warmup: int | None):
+    """The Windows page's coverage over training of the runs ``keys`` (``token``: their tokens combined)."""
+    coverage, _ = coverage_cost(root, keys, token)
+    return window_figs.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)

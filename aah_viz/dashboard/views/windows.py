@@ -121,11 +121,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         )
     tok = session.tokens(keys)
     coverage, cost = cache.coverage_cost(root, keys, tok)
-    chart(
-        wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
-        key="win_coverage",
-        name="coverage-over-training",
-    )
+    chart(cache.coverage_figure(root, keys, tok, warmup_steps(m)), key="win_coverage", name="coverage-over-training")
     data_downloads(coverage, "coverage-over-training", key="win_data")
     st.caption(
         "Realised work is what the attention backend computed, not what the windows allow: the dense-masked "
