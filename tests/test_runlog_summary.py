@@ -18,7 +18,7 @@ import pytest
 from aah_viz.analysis import cluster_validity as cv
 from aah_viz.analysis import queries
 from aah_viz.analysis.windows import run_bucket_fractions
-from aah_viz.figures.data import branch_data
+from aah_viz.figures.data import branch_data, hierarchy_data
 from aah_viz.runlog import RunWriter, load_run, run_summary, validate_run
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.samples import make_synthetic_run
@@ -74,7 +74,21 @@ def independent(run_dir: Path) -> dict:
             if last - window <= 0:
                 break
             window *= 10
-    return {"version": 1, "tables": tables, "final": final, "extent": extent(run_dir)}  # buckets: see below
+    steps = {table: step_rows(run_dir, table) for table in ("tree", "updates", "cluster_validity", "margins")}
+    steps = {table: rows for table, rows in steps.items() if len(rows) >= run_summary.STEP_INDEX_FROM}
+    return {"version": 1, "tables": tables, "final": final, "extent": extent(run_dir), "steps": steps}  # buckets: below
+
+
+def step_rows(run_dir: Path, table: str) -> list:
+    """[name, size, smallest step, largest step] of each segment, its steps read (None, None: no rows, unreadable)."""
+    rows = []
+    for seg in sorted((run_dir / table).glob("*.parquet")):
+        try:
+            steps = pq.read_table(seg, columns=["step"]).column("step").to_pylist()
+        except Exception:  # noqa: BLE001
+            steps = []
+        rows.append([seg.name, seg.stat().st_size, min(steps, default=None), max(steps, default=None)])
+    return rows
 
 
 def extent(run_dir: Path) -> dict:
@@ -111,6 +125,7 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     want = independent(run_dir)
     assert data["tables"] == want["tables"]
     assert data["extent"] == want["extent"]
+    assert data["steps"] == want["steps"]
     for name in NAMES:
         assert data["final"][name] == pytest.approx(want["final"][name], rel=1e-12, nan_ok=False) or (
             data["final"][name] is None and want["final"][name] is None
@@ -133,6 +148,12 @@ def assert_summary_matches(run_dir: Path, stored_expected: bool) -> dict:
     norms = queries.scalar_frame(fresh, ["controller_grad_norm"])["value"].dropna()
     assert run_summary.controller_gradient(data) == (len(norms), int((norms != 0).sum()))
     return data
+
+
+@pytest.fixture(autouse=True)
+def index_every_table(monkeypatch):
+    """The generated runs here are short: index every table of theirs (one test below keeps the rule)."""
+    monkeypatch.setattr(run_summary, "STEP_INDEX_FROM", 1)
 
 
 CASES = [
@@ -264,3 +285,88 @@ def test_the_shape_check_reads_the_summarys_extent_and_an_older_summary_without_
     data["extent"] = {"layer": 1, "head": 9}  # one that disagrees with the footers is damage
     (run_dir / "summary.json").write_text(json.dumps(data))
     assert "disagrees with the tables (extent)" in " ".join(validate_run(run_dir))
+
+
+def page_reads(run, steps) -> dict:
+    """What the pages read of one step or a few (the queries that tell the reader which steps they want)."""
+    out = {"tree_steps": queries.tree_steps(run, 0)}
+    for table in ("heads", "scalars", "branch", "tree", "updates", "cluster_validity", "margins"):
+        out[f"bounds {table}"] = queries.segment_step_bounds(run, table).tolist()
+    for s in steps:
+        out[f"heads at {s}"] = queries.heads_at_step(run, s)
+        out[f"layer at {s}"] = queries.heads_of_layer(run, 1, steps=[s, s + 3])
+        out[f"branch at {s}"] = queries.branch_at(run, s)
+        out[f"nearest {s}"] = (queries.nearest_step(run, "heads", s), queries.nearest_step(run, "branch", s))
+        out[f"validity {s}"] = queries.cluster_validity(run, step=s, layer=1)
+        out[f"tree {s}"] = queries.tree_at(run, 1, s)
+        out[f"scalars since {s}"] = queries.scalar_frame(run, ["loss", "acr"], since=s)
+        h = hierarchy_data(run, 1, s)
+        out[f"hierarchy {s}"] = (h["step"], h.get("previous"), h["tree"], h["head_windows"], h["moved"])
+    return out
+
+
+def assert_same_reads(run_dir: Path, seed: int) -> None:
+    """Reads through the summary's step index equal reads that open every segment, at random steps."""
+    last = int(load_run(run_dir).manifest.get("last_step") or 60)
+    steps = sorted(int(s) for s in np.random.default_rng(seed).integers(0, last + 8, size=3))
+    fast = page_reads(run_summary.indexed(load_run(run_dir)), steps)
+    slow = page_reads(load_run(run_dir), steps)
+    assert fast.keys() == slow.keys()
+    for name in fast:
+        a, b = (fast[name], slow[name]) if isinstance(fast[name], tuple) else ((fast[name],), (slow[name],))
+        for x, y in zip(a, b):
+            if isinstance(x, pd.DataFrame):
+                pd.testing.assert_frame_equal(x, y, obj=name)
+            else:
+                assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y, name
+
+
+@pytest.mark.slow
+def test_reads_through_the_step_index_equal_reads_of_every_segment(tmp_path):
+    """Property over generated runs: a current summary, a live run whose summary lags its newest segments, and a
+    damaged run (a segment lost, one truncated to another size, the summary naming both): the index only ever
+    spares opening segments, the rows are the same."""
+    for seed, case in enumerate(CASES[:2]):
+        run_dir = make_synthetic_run(tmp_path / f"run{seed}", n_layer=2, n_head=4, **case)
+        assert run_summary.step_index(run_dir).get("tree", []) == step_rows(run_dir, "tree")
+        assert_same_reads(run_dir, seed)
+    live = make_synthetic_run(tmp_path / "live", n_layer=2, n_head=4, steps=40, flush_every=10, status="running")
+    behind = (live / "summary.json").read_bytes()
+    more = make_synthetic_run(tmp_path / "more", n_layer=2, n_head=4, steps=60, flush_every=10)
+    for table in ("heads", "tree", "branch", "cluster_validity", "updates", "scalars"):  # the run's next segments
+        for seg in sorted((more / table).glob("*.parquet"))[4:]:
+            shutil.copy(seg, live / table / seg.name)
+    (live / "summary.json").write_bytes(behind)  # the writer has not rewritten it yet
+    assert run_summary.read(live) is None and len(run_summary.step_index(live)["tree"]) == 4
+    assert_same_reads(live, 7)
+    damaged = make_synthetic_run(tmp_path / "damaged", n_layer=2, n_head=4, steps=50, flush_every=10)
+    sorted((damaged / "tree").glob("*.parquet"))[1].unlink()
+    cut = sorted((damaged / "heads").glob("*.parquet"))[2]
+    cut.write_bytes(cut.read_bytes()[:-200])  # truncated: another size than the summary's, so it is opened
+    assert_same_reads(damaged, 8)
+    run = run_summary.indexed(load_run(damaged))
+    assert queries.heads_at_step(run, 25).empty  # its size is not the summary's: opened, found unreadable
+    assert any(cut.name in w for w in run.warnings)
+
+
+def test_a_summary_whose_step_index_disagrees_is_damage_and_an_older_one_has_none(tmp_path):
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)
+    data = json.loads((run_dir / "summary.json").read_text())
+    data["steps"]["tree"][0][3] += 100  # a wrong largest step, same segment name and size
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert "disagrees with the tables (steps)" in " ".join(validate_run(run_dir))
+    data["steps"]["tree"][0][2] = None  # malformed: one bound without the other
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert run_summary.read(run_dir) is None and run_summary.step_index(run_dir) == {}
+    del data["steps"]  # written before the index: trusted, and reads open every segment
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    assert run_summary.read(run_dir) == data and set(run_summary.step_index(run_dir)) == {"heads", "scalars", "branch"}
+    assert validate_run(run_dir) == []
+
+
+def test_a_short_runs_summary_leaves_its_tables_out_of_the_index(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_summary, "STEP_INDEX_FROM", 4)
+    run_dir = make_synthetic_run(tmp_path / "run", n_layer=2, n_head=4, steps=30, flush_every=10)  # 3 segments
+    data = assert_summary_matches(run_dir, stored_expected=True)
+    assert data["steps"] == {} and validate_run(run_dir) == []
+    assert set(run_summary.step_index(run_dir)) == {"heads", "scalars", "branch"}

@@ -55,11 +55,13 @@ def file_step_bounds(seg) -> tuple[int, int] | None:
 
 
 def segment_step_bounds(run, table: str) -> np.ndarray:
-    """(segments, 2) smallest and largest step of each segment of ``table``, from the Parquet footers'
-    statistics: no row is read."""
+    """(segments, 2) smallest and largest step of each segment of ``table``, from the bounds the run knows
+    (its summary's, ``Run.use_step_index``) or else the Parquet footers' statistics: no row is read."""
     if table not in run.tables():
         return np.zeros((0, 2), dtype=np.int64)
-    out = [b for b in (file_step_bounds(seg) for seg in run.segments(table)) if b is not None]
+    out = run.segment_bounds(table)
+    if out is None:
+        out = [b for b in (file_step_bounds(seg) for seg in run.segments(table)) if b is not None]
     return np.asarray(out, dtype=np.int64).reshape(-1, 2)
 
 
@@ -82,7 +84,9 @@ def nearest_step(run, table: str, step: int | None = None) -> int | None:
     above = bounds[bounds[:, 0] > step, 0]
     lo = min([*bounds[inside, 0].tolist(), *([int(below.max())] if len(below) else []), step])
     hi = max([*bounds[inside, 1].tolist(), *([int(above.min())] if len(above) else []), step])
-    near = run.arrow_table(table, columns=["step"], filters=(pc.field("step") >= lo) & (pc.field("step") <= hi))
+    near = run.arrow_table(
+        table, columns=["step"], filters=(pc.field("step") >= lo) & (pc.field("step") <= hi), steps=(lo, hi)
+    )
     return nearest(_unique_sorted(near.column("step")), step)
 
 
@@ -135,14 +139,18 @@ def update_steps(run) -> pd.DataFrame:
 
 
 def heads_at_step(run, step: int, with_groups: bool = False) -> pd.DataFrame:
-    return run.table("heads", columns=head_columns(run, with_groups), filters=[("step", "==", int(step))])
+    return run.table(
+        "heads", columns=head_columns(run, with_groups), filters=[("step", "==", int(step))], steps=(step, step)
+    )
 
 
 def heads_of_layer(run, layer: int, steps=None, with_groups: bool = False) -> pd.DataFrame:
-    filters = pc.field("layer") == int(layer)
+    filters, span = pc.field("layer") == int(layer), None
     if steps is not None:
-        filters = filters & pc.field("step").isin([int(s) for s in steps])
-    return run.table("heads", columns=head_columns(run, with_groups), filters=filters)
+        steps = [int(s) for s in steps]
+        filters = filters & pc.field("step").isin(steps)
+        span = (min(steps), max(steps)) if steps else None
+    return run.table("heads", columns=head_columns(run, with_groups), filters=filters, steps=span)
 
 
 def heads_at_updates(run, layers=None) -> pd.DataFrame:
@@ -176,14 +184,16 @@ def tree_steps(run, layer: int) -> np.ndarray:
         expr = pc.field("layer") == int(layer)
         if first is not None:
             expr = expr & (pc.field("step") < first)
-        early = _unique_sorted(run.arrow_table("tree", columns=["step"], filters=expr).column("step"))
+        span = None if first is None else (None, first - 1)  # the tree's segments before the first update
+        early = run.arrow_table("tree", columns=["step"], filters=expr, steps=span)
+        early = _unique_sorted(early.column("step"))
         return np.union1d(early, steps).astype(np.int64)
     t = run.arrow_table("tree", columns=["step"], filters=[("layer", "==", int(layer))])
     return _unique_sorted(t.column("step"))
 
 
 def tree_at(run, layer: int, step: int) -> pd.DataFrame:
-    return run.table("tree", filters=[("layer", "==", int(layer)), ("step", "==", int(step))])
+    return run.table("tree", filters=[("layer", "==", int(layer)), ("step", "==", int(step))], steps=(step, step))
 
 
 def tree_stats(
@@ -192,18 +202,21 @@ def tree_stats(
     return run.table("tree", columns=list(columns))
 
 
-def cluster_validity(run) -> pd.DataFrame:
-    """One row per (step, layer) level-0 partition, with every column of the ``cluster_validity`` table.
+def cluster_validity(run, step: int | None = None, layer: int | None = None) -> pd.DataFrame:
+    """One row per (step, layer) level-0 partition, with every column of the ``cluster_validity`` table
+    (``step``, ``layer``: only that step's, that layer's rows).
 
     Runs recorded before that table existed fall back to what ``tree`` holds (origin and the
     similarity range of each level-0 build): the other measures are missing and the verdict is
     ``undefined``.
     """
     columns = list(TABLES["cluster_validity"])
+    where = [(c, "==", int(v)) for c, v in (("step", step), ("layer", layer)) if v is not None]
+    span = None if step is None else (step, step)
     if "cluster_validity" in run.tables():
-        return run.table("cluster_validity").reindex(columns=columns)
+        return run.table("cluster_validity", filters=where or None, steps=span).reindex(columns=columns)
     tree = run.table("tree", columns=["step", "layer", "origin", "shadow", "sim_min", "sim_max", "members"],
-                     filters=[("level", "==", 0)])  # fmt: skip
+                     filters=[("level", "==", 0), *where], steps=span)  # fmt: skip
     if tree.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
     per_update = tree.groupby(["step", "layer"], sort=True)
@@ -216,7 +229,12 @@ def cluster_validity(run) -> pd.DataFrame:
 
 
 def branch_at(run, step: int) -> pd.DataFrame:
-    return run.table("branch", columns=["step", "layer", "window", "fraction"], filters=[("step", "==", int(step))])
+    return run.table(
+        "branch",
+        columns=["step", "layer", "window", "fraction"],
+        filters=[("step", "==", int(step))],
+        steps=(step, step),
+    )
 
 
 def branch_steps(run) -> np.ndarray:
@@ -231,7 +249,8 @@ def scalar_frame(run, names, model_wide: bool = False, since: int | None = None)
         expr = expr & pc.field("layer").is_null()
     if since is not None:
         expr = expr & (pc.field("step") >= int(since))
-    return run.table("scalars", columns=["step", "layer", "name", "value"], filters=expr)
+    span = None if since is None else (int(since), None)
+    return run.table("scalars", columns=["step", "layer", "name", "value"], filters=expr, steps=span)
 
 
 def last_values(run, names, model_wide: bool = False) -> dict[str, float | None]:

@@ -16,21 +16,48 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from aah_viz.analysis import manifest_fields, queries
+from aah_viz.analysis import cluster_validity, manifest_fields, queries
 from aah_viz.analysis import stability as stability_stats
 from aah_viz.analysis.windows import run_bucket_fractions
 from aah_viz.errors import AAHVizError
 from aah_viz.figures import curves as curve_figs
 from aah_viz.figures import data
+from aah_viz.figures import stability as stability_figs
+from aah_viz.figures import validity as validity_figs
+from aah_viz.figures import windows as window_figs
 from aah_viz.runlog import discover_runs, load_run, resolve_under, run_summary
 from aah_viz.runlog.damage import damage_warnings
 from aah_viz.runlog.reader import check_shape
 from aah_viz.schema import STATUS_IMPORTED
 
 
+def this_script_run() -> dict:
+    """A dict that lives for one script run (a page drawn, a fragment rerun) of this session: what a
+    run of the page reads several times (each run's stamp, the overviews, an opened run) is taken once per
+    run, and a new run of the script takes it afresh. Outside a script run (tests of the pure parts) a new
+    dict."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    marker = getattr(ctx, "parallel_coordinator", None)  # a new object at every ScriptRunContext.reset
+    if marker is None:
+        return {}
+    kept = getattr(ctx, "_aah_viz_script_run", None)
+    if kept is None or kept[0] is not marker:
+        kept = (marker, {})
+        ctx._aah_viz_script_run = kept
+    return kept[1]
+
+
 def open_run(root: str, key: str):
-    return load_run(resolve_under(root, key))
+    """The run, opened once per script run (one snapshot: its listings and segment footers read once however
+    many of the page's cached reads miss), reading its segments' step bounds from its summary: a read of one
+    step or a few opens the segments holding them, not every footer of a long run."""
+    opened = this_script_run().setdefault("runs", {})
+    run = opened.get((root, key))
+    if run is None:
+        run = opened[(root, key)] = run_summary.indexed(load_run(resolve_under(root, key)))
+    return run
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -131,7 +158,8 @@ def recorded_steps(root: str, key: str, token: int):
 
 @st.cache_data(show_spinner="Reading the hierarchy ...", max_entries=256)
 def hierarchy(root: str, key: str, token: int, layer: int, step: int | None) -> dict:
-    return data.hierarchy_data(open_run(root, key), layer, step)
+    steps = tree_steps(root, key, token, layer)  # the picker's, cached: not read again
+    return data.hierarchy_data(open_run(root, key), layer, step, steps=steps)
 
 
 @st.cache_data(show_spinner="Reading windows ...", max_entries=256)
@@ -185,6 +213,12 @@ def validity(root: str, key: str, token: int) -> dict:
     return data.validity_data(open_run(root, key))
 
 
+@st.cache_data(show_spinner=False, max_entries=256)
+def validity_at(root: str, key: str, token: int, layer: int, step: int) -> pd.DataFrame:
+    """The level-0 partition's validity row of one layer at one routing update (the Hierarchy page's note)."""
+    return queries.cluster_validity(open_run(root, key), step=step, layer=layer)
+
+
 @st.cache_data(show_spinner="Comparing routing updates ...")
 def stability(root: str, key: str, token: int) -> dict:
     return data.stability_data(open_run(root, key))
@@ -193,6 +227,38 @@ def stability(root: str, key: str, token: int) -> dict:
 @st.cache_data(show_spinner=False)
 def controller(root: str, key: str, token: int) -> dict:
     return data.controller_data(open_run(root, key))
+
+
+# Figures of one run that depend on nothing else, built once per run and token and handed out as they are (a
+# cached resource, not a copy): Plotly's subplots and traces cost a redraw more than reading the cached data.
+# Shared objects: ``common.chart`` only reads them (a copy where it must change one), and so must every caller.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def stability_figure(root: str, key: str, token: int):
+    return stability_figs.stability_figure(stability(root, key, token)["updates"], "routing stability over training")
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def validity_figure(root: str, key: str, token: int) -> tuple:
+    """(the cluster validity figure, the shares by layer) of the run's level-0 partitions (None, None: none)."""
+    d = validity(root, key, token)
+    if d["validity"].empty:
+        return None, None
+    fig = validity_figs.validity_figure(d["validity"], d["threshold"], "cluster validity over training")
+    return fig, cluster_validity.shares_by_layer(d["validity"])
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def coverage_figure(root: str, keys: tuple[str, ...], token: int, warmup: int | None):
+    """The Windows page's coverage over training of the runs ``keys`` (``token``: their tokens combined)."""
+    coverage, _ = coverage_cost(root, keys, token)
+    return window_figs.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def controller_figure(root: str, key: str, token: int):
+    c = controller(root, key, token)
+    title = "controller gradient norm, weight drift and decision margin"
+    return stability_figs.controller_health_figure(c["series"], c["margins"], title)
 
 
 @st.cache_data(show_spinner=False)

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from aah_viz.dashboard import cache, config
 from aah_viz.errors import UnsafePathError
@@ -59,19 +58,7 @@ def run_stamp(root: str, key: str) -> int:
     return total
 
 
-def this_script_run() -> dict:
-    """A dict that lives for one script run (a page drawn, a fragment rerun) of this session: what a
-    run of the page reads several times (each run's stamp, the overviews) is taken once per run, and a
-    new run of the script takes it afresh. Outside a script run (tests of the pure parts) a new dict."""
-    ctx = get_script_run_ctx(suppress_warning=True)
-    marker = getattr(ctx, "parallel_coordinator", None)  # a new object at every ScriptRunContext.reset
-    if marker is None:
-        return {}
-    kept = getattr(ctx, "_aah_viz_script_run", None)
-    if kept is None or kept[0] is not marker:
-        kept = (marker, {})
-        ctx._aah_viz_script_run = kept
-    return kept[1]
+this_script_run = cache.this_script_run  # a dict for one script run (the cache's opened runs live there too)
 
 
 def stamp(key: str) -> int:

@@ -36,13 +36,15 @@ def controller_state(root: str, key: str, token: int, manifest: dict, full: bool
     """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
     if not has_controller(manifest):
         return "none"
-    if full:  # the page reads the controller's series anyway: no second read
+    # the run's summary keeps the counts (no scalar read); older summaries: the series the page reads anyway when
+    # it holds every step, else the scalars
+    counts = cache.overview(root, key, token).get("controller_grad")
+    if counts is None and full:
         series = cache.controller(root, key, token)["series"]
-        grad = series[series["name"] == "controller_grad_norm"]["value"].abs() if not series.empty else series
-        logged, moved = len(grad), bool(len(grad)) and float(grad.max()) != 0.0
-    else:  # the run's summary keeps the counts (no scalar read); older summaries: read the scalars
-        counts = cache.overview(root, key, token).get("controller_grad")
-        logged, moved = counts if counts is not None else cache.controller_grad(root, key, token)
+        if not series.attrs.get("sampled"):
+            grad = series[series["name"] == "controller_grad_norm"]["value"].abs() if not series.empty else series
+            counts = len(grad), bool(len(grad)) and float(grad.max()) != 0.0
+    logged, moved = counts if counts is not None else cache.controller_grad(root, key, token)
     if logged == 0:
         return "unlogged"
     return "learning" if moved else "zero"

@@ -11,7 +11,6 @@ from aah_viz.dashboard import cache, session
 from aah_viz.dashboard.common import chart, plain, show_table
 from aah_viz.dashboard.glossary import help_text
 from aah_viz.dashboard.head_similarity import TITLE as HEAD_SIMILARITY_TITLE
-from aah_viz.figures import validity as vfig
 
 LAYER_COLUMNS = {
     "layer": "layer",
@@ -106,19 +105,17 @@ def similarity_pointer(with_similarity: list[str], named: int | None = None) -> 
 def section(root: str, key: str, token: int) -> None:
     """The Stability page's view: similarity, silhouette against chance, and shares, over training."""
     st.subheader("Are the head groups real?")
-    d = cache.validity(root, key, token)
-    v = d["validity"]
-    if v.empty:
+    fig, shares = cache.validity_figure(root, key, token)
+    if fig is None:
         st.info("No level-0 partitions recorded: the regime has no grouping, or routing has not updated yet.")
         return
-    chart(vfig.validity_figure(v, d["threshold"], "cluster validity over training"), key="valid_fig",
-          name="cluster-validity")  # fmt: skip
+    chart(fig, key="valid_fig", name="cluster-validity")
     st.caption(
         "A partition is real only when its silhouette beats both nulls: random partitions with the same group "
         "sizes, and the same number of groups fitted to structureless heads.",
         help=help_text("cluster_validity"),
     )
-    shares = cv.shares_by_layer(v)  # the real share is nan where nothing was assessed: unknown, not zero
+    # the real share is nan where nothing was assessed: unknown, not zero
     show_table(
         shares.rename(columns=LAYER_COLUMNS),
         hide_index=True,
@@ -140,7 +137,7 @@ def level_notes(root: str, key: str, token: int, layer: int, tree: pd.DataFrame)
     if tree is None or tree.empty:
         return []
     step = int(tree["step"].iloc[0])
-    v = cache.validity(root, key, token)["validity"]
+    v = cache.validity_at(root, key, token, layer, step)
     row = v[(v["step"] == step) & (v["layer"] == layer)]
     config = cache.manifest(root, key, token).get("config") or {}
     # level 0 clusters heads by cosine; the levels above by the run's upper metric (the config's default if unrecorded)

@@ -75,6 +75,12 @@ def regime_metric_figure(
     run_regimes = per_run["regime"].astype(str).to_numpy(dtype=object)
     seeds = per_run.get("seed", pd.Series([0] * len(per_run)))
     seed_marks = np.array([style.seed_symbol(sd) for sd in seeds], dtype=object)
+    # the run's own name: two runs of one regime and seed are two points, each named (once, as an array)
+    names = (
+        np.array([str(k).replace("&", "&amp;").replace("<", "&lt;") for k in per_run["key"]], dtype=object)
+        if "key" in per_run
+        else None
+    )
 
     def legend(group: str) -> bool:  # one legend entry per kind of mark, wherever it first appears
         if group in shown:
@@ -123,10 +129,7 @@ def regime_metric_figure(
                 name="one seed (shape: seed)",
                 showlegend=legend("seeds"),
                 legendgroup="seeds",
-                # the run's own name: two runs of one regime and seed are two points, each named
-                text=[str(k).replace("&", "&amp;").replace("<", "&lt;") for k in per_run["key"]]
-                if "key" in per_run
-                else None,
+                text=names,
                 hovertemplate="%{x}" + ("<br>%{text}" if "key" in per_run else "") + "<br>%{y:.4f}<extra></extra>",
             ),
             row=row,

@@ -45,10 +45,11 @@ def _pick_step(steps: np.ndarray, step: int | None) -> int | None:
     return int(steps[-1]) if step is None else queries.nearest(steps, int(step))
 
 
-def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
+def hierarchy_data(run, layer: int = 0, step: int | None = None, steps=None) -> dict:
     """Tree rows of one layer at the routing update nearest ``step`` (default: the last), the heads'
-    executed windows, and the heads that moved (group-mates or window) since the previous update."""
-    steps = queries.tree_steps(run, layer)
+    executed windows, and the heads that moved (group-mates or window) since the previous update.
+    ``steps``: the layer's ``queries.tree_steps`` when the caller has them."""
+    steps = queries.tree_steps(run, layer) if steps is None else np.asarray(steps, dtype=np.int64)
     chosen = _pick_step(steps, step)
     if chosen is None:
         return {
@@ -62,7 +63,9 @@ def hierarchy_data(run, layer: int = 0, step: int | None = None) -> dict:
     i = int(np.searchsorted(steps, chosen))
     previous = int(steps[i - 1]) if i > 0 else None
     wanted = [chosen] if previous is None else [previous, chosen]
-    tree_all = run.table("tree", filters=[("layer", "==", int(layer)), ("step", "in", wanted)])
+    tree_all = run.table(
+        "tree", filters=[("layer", "==", int(layer)), ("step", "in", wanted)], steps=(wanted[0], chosen)
+    )
     heads = queries.heads_of_layer(run, layer, steps=wanted)
 
     def windows_at(s):
@@ -214,6 +217,7 @@ def _fractions_from_scalars(run, step: int | None):
 COVERAGE_SCALARS = ("acr", "acr_causal", "realised_work")
 COST_SCALARS = (*COVERAGE_SCALARS, "flops_ratio_est", "step_time_s", "tokens_per_s")
 COVERAGE_COLUMNS = ["label", "regime", "seed", "backend", "name", "step", "value"]
+MAX_SEGMENTS_READ = 50  # scalars segments read of one run for coverage over training (see coverage_and_cost)
 
 
 def coverage_data(runs, max_points: int = MAX_SERIES_POINTS) -> pd.DataFrame:
@@ -227,14 +231,25 @@ def cost_table(runs) -> pd.DataFrame:
     return coverage_and_cost(runs)[1]
 
 
-def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS, keys=None):
+def coverage_and_cost(
+    runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCALARS, keys=None, max_segments: int = MAX_SEGMENTS_READ
+):
     """(:func:`coverage_data`, :func:`cost_table`) from one read of each run's scalars (a page that
-    shows both reads the run once); ``keys``: the runs' names in labels (default their run ids)."""
-    parts, rows = [], []
+    shows both reads the run once); ``keys``: the runs' names in labels (default their run ids).
+
+    A run of more than ``max_segments`` ``scalars`` segments (a long run: 200 at 100,000 steps flushed every
+    500) is read from that many of them, evenly spaced with the first and last kept: its lines are binned
+    from those stretches of steps and its medians taken over them, its last values read from its tail as
+    always (``queries.last_values``). ``coverage.attrs["sampled"]``: {label: (segments read, segments)} of
+    the runs read so."""
+    parts, rows, sampled = [], [], {}
     for run, key in zip(runs, keys or [None] * len(runs)):
-        s = queries.scalar_frame(run, names, model_wide=True)  # the layer filter read with the rows
+        view, seen, total = run.sampled("scalars", max_segments)
+        s = queries.scalar_frame(view, names, model_wide=True)  # the layer filter read with the rows
         if s.empty:
             continue
+        if seen < total:
+            sampled[run_label(run, key)] = (seen, total)
         cov = s[s["name"].isin(COVERAGE_SCALARS)]
         if not cov.empty:
             b = windows.binned_series(cov, "step", "value", max_points=max_points, by="name")
@@ -244,6 +259,9 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
             b.insert(0, "label", run_label(run, key))
             parts.append(b)
         last = s.sort_values("step", kind="stable").groupby("name")["value"].last()
+        if seen < total:  # the stretches read may end before a name's last value
+            found = queries.last_values(run, COST_SCALARS[:4], model_wide=True)
+            last = {name: value for name, value in found.items() if value is not None}
         median = s.groupby("name")["value"].median()
         rows.append(
             {
@@ -257,6 +275,7 @@ def coverage_and_cost(runs, max_points: int = MAX_SERIES_POINTS, names=COST_SCAL
             }
         )
     coverage = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COVERAGE_COLUMNS)
+    coverage.attrs["sampled"] = sampled
     return coverage, pd.DataFrame(rows)
 
 
@@ -320,10 +339,13 @@ def validity_data(run) -> dict:
     }
 
 
-def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
+def controller_data(run, max_points: int = MAX_SERIES_POINTS, max_segments: int = MAX_SEGMENTS_READ) -> dict:
     """Controller gradient norm and weight drift (model-wide, else the mean over layers) and the mean
-    decision margin per step (from the per-update summaries, else from the tree rows)."""
-    s = queries.scalar_frame(run, ["controller_grad_norm", "controller_weight_drift"])
+    decision margin per step (from the per-update summaries, else from the tree rows). A long run's
+    scalars are read as :func:`coverage_and_cost` reads them: from at most ``max_segments`` segments spread
+    over it (``series.attrs["sampled"]``: (segments read, segments) then)."""
+    view, seen, total = run.sampled("scalars", max_segments)
+    s = queries.scalar_frame(view, ["controller_grad_norm", "controller_weight_drift"])
     model_wide = s[s["layer"].isna()]
     if model_wide.empty and not s.empty:  # per-layer values only: show their mean over layers
         model_wide = s.groupby(["step", "name"], as_index=False)["value"].mean()
@@ -332,6 +354,7 @@ def controller_data(run, max_points: int = MAX_SERIES_POINTS) -> dict:
         if not model_wide.empty
         else pd.DataFrame(columns=["name", "step", "value"])
     )
+    series.attrs["sampled"] = (seen, total) if seen < total else None
     margins = _margins(run, max_points)
     if margins is None:
         t = queries.tree_stats(run, columns=("step", "margin", "shadow"))

@@ -151,6 +151,7 @@ def _shade_warmup(fig: go.Figure, warmup: int, *, text: str = "warm-up", **where
         annotation_text=text,
         annotation_position="bottom right",
         annotation_font_size=10,
+        exclude_empty_subplots=False,  # the same span on every panel; the check walks every trace's points
         **where,
     )
 

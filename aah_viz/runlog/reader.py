@@ -41,6 +41,8 @@ class Run:
         self.warnings: list[str] = []
         self._footers: dict[str, tuple[int, int, pa.Schema | None]] = {}
         self._listing: dict[str, list[Path]] = {}
+        self._step_index: dict[str, dict[tuple[str, int], tuple]] = {}  # table -> (name, size) -> (lo, hi)
+        self._index_loader = None
         ours = parse_version(SCHEMA_VERSION)
         if version[1] > ours[1]:
             self._warn(
@@ -115,6 +117,69 @@ class Run:
         """Readable segments of a table, in write order (unreadable ones are skipped with a warning)."""
         return [seg for seg, _ in self._good_segments(name)]
 
+    def use_step_index(self, loader) -> Run:
+        """Segments' step bounds known beforehand: ``loader()`` gives ``{table: [[name, size, lo, hi], ...]}``
+        (the run's summary), called at the first read that needs them. A read given ``steps`` then skips the
+        segments whose known bounds lie outside them, without opening them; a segment not known (or of another
+        size) is read as before, so the rows are the same either way."""
+        self._index_loader = loader
+        return self
+
+    def _known(self, table: str) -> dict[tuple[str, int], tuple]:
+        if self._index_loader is not None:
+            loader, self._index_loader = self._index_loader, None
+            rows = loader() or {}
+            self._step_index = {t: {(r[0], r[1]): (r[2], r[3]) for r in rs} for t, rs in rows.items()}
+        return self._step_index.get(table, {})
+
+    def _known_bounds(self, table: str, seg: Path) -> tuple | None:
+        known = self._known(table)
+        if not known:
+            return None
+        try:
+            size = seg.stat().st_size
+        except FileNotFoundError:
+            raise _Vanished from None
+        return known.get((seg.name, size))
+
+    def segment_bounds(self, table: str) -> list[tuple[int, int]] | None:
+        """Smallest and largest step of each of the table's segments with rows, from the known bounds alone;
+        None when some segment's are not known (the caller reads the footers)."""
+        out = []
+        for seg in self._listed(table):
+            try:
+                bounds = self._known_bounds(table, seg)
+            except _Vanished:  # gone since the listing: the caller reads afresh
+                return None
+            if bounds is None:
+                return None
+            if bounds[0] is not None:
+                out.append(bounds)
+        return out
+
+    def sampled(self, table: str, most: int) -> tuple[Run, int, int]:
+        """(this snapshot seeing at most ``most`` of the table's segments, evenly spaced in write order with the
+        first and last kept, the segments it sees, the table's segments): a long run's figure over training read
+        from stretches spread over it. Itself when the table has no more segments."""
+        listed = self._listed(table)
+        if len(listed) <= most:
+            return self, len(listed), len(listed)
+        keep = np.unique(np.linspace(0, len(listed) - 1, max(2, most)).round().astype(int))
+        view = Run(self.path, self.manifest, self.schema_version)
+        view.warnings, view._footers = self.warnings, self._footers  # one run: its warnings and footers shared
+        view._listing = {**self._listing, table: [listed[i] for i in keep]}
+        view._step_index, view._index_loader = self._step_index, self._index_loader
+        return view, len(keep), len(listed)
+
+    def _outside(self, table: str, seg: Path, steps: tuple) -> bool:
+        bounds = self._known_bounds(table, seg)
+        if bounds is None:
+            return False
+        lo, hi = bounds
+        if lo is None:  # no rows (or unreadable: nothing a reader would get from it)
+            return True
+        return (steps[1] is not None and lo > steps[1]) or (steps[0] is not None and hi < steps[0])
+
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
@@ -145,9 +210,11 @@ class Run:
         self._footers[key] = (st.st_size, st.st_mtime_ns, schema)
         return schema
 
-    def _good_segments(self, name: str) -> list[tuple[Path, pa.Schema]]:
+    def _good_segments(self, name: str, steps: tuple | None = None) -> list[tuple[Path, pa.Schema]]:
         out = []
         for seg in self._listed(name):
+            if steps is not None and self._outside(name, seg, steps):
+                continue
             schema = self._footer(seg)
             if schema is not None:
                 out.append((seg, schema))
@@ -184,11 +251,13 @@ class Run:
         self._warn(f"skipped unreadable segment {seg.parent.name}/{seg.name}: {_short(err)}")
 
     # ------------------------------------------------------------------ reading
-    def arrow_table(self, name: str, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
+    def arrow_table(
+        self, name: str, columns: Sequence[str] | None = None, filters: Any = None, steps: tuple | None = None
+    ) -> pa.Table:
         """Like :meth:`table`, as a pyarrow Table."""
         for _ in range(READ_ATTEMPTS):
             try:
-                return self._arrow_table(name, columns, filters)
+                return self._arrow_table(name, columns, filters, steps)
             except _Vanished:
                 self._listing.pop(name, None)  # a segment went away: take a new listing
         raise RunLogError(
@@ -196,9 +265,9 @@ class Run:
             f"running); read it again"
         )
 
-    def _arrow_table(self, name: str, columns: Sequence[str] | None, filters: Any) -> pa.Table:
+    def _arrow_table(self, name: str, columns: Sequence[str] | None, filters: Any, steps: tuple | None) -> pa.Table:
         base = table_schema(name, self.max_depth)
-        good, unified = self._unify(self._good_segments(name))
+        good, unified = self._unify(self._good_segments(name, steps))
         for field in base:
             if field.name not in unified.names:
                 unified = unified.append(field)
@@ -221,15 +290,19 @@ class Run:
             data = self._scan_one_by_one([s for s, _ in good], unified, wanted, expression)
         return data
 
-    def table(self, name: str, columns: Sequence[str] | None = None, filters: Any = None) -> pd.DataFrame:
+    def table(
+        self, name: str, columns: Sequence[str] | None = None, filters: Any = None, steps: tuple | None = None
+    ) -> pd.DataFrame:
         """All rows of ``name`` as a DataFrame (segments in write order).
 
         ``columns`` projects; ``filters`` is a pyarrow-style list such as ``[("layer", "==", 3)]``
         (or a list of such lists for OR) or a ``pyarrow.compute`` expression. A missing table gives
         an empty DataFrame with the contract's columns. Integer columns with nulls come back as
-        float64 with NaN (pandas' default), list columns as object arrays of numpy arrays.
+        float64 with NaN (pandas' default), list columns as object arrays of numpy arrays. ``steps``:
+        ``(lo, hi)`` (either None: open) that every row ``filters`` keeps lies within, so segments known to hold
+        none of those steps are not opened (:meth:`use_step_index`); a hint, the filter still decides.
         """
-        return self.arrow_table(name, columns, filters).to_pandas()
+        return self.arrow_table(name, columns, filters, steps).to_pandas()
 
     @staticmethod
     def _scan(segs: list[Path], schema: pa.Schema, columns: list[str], expression) -> pa.Table:

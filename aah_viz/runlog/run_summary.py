@@ -39,6 +39,16 @@ GRAD = "controller_grad"
 GRAD_SCALAR = "controller_grad_norm"
 FACT_ROWS = {**{t: t for t in TABLES}, GRAD: "scalars"}  # each list of rows and the table folder it lists
 FINAL_SCALARS = ("loss", "val_loss", "acr", "acr_causal")
+# rows: [segment, size, smallest step, largest step] of the tables a page reads a step or a few of (``steps``:
+# the segments' index, with the bound tables': a routing update's tree opens the one segment holding it, not
+# every footer of a long run). Absent from summaries written before it. Not part of what makes the summary
+# current: a reader matches each segment by name and size (``Run.use_step_index``) and reads those it does not
+# find.
+STEPS = "steps"
+STEP_TABLES = ("tree", "updates", "cluster_validity", "margins")
+# a table of fewer segments is left out of the index: opening it whole is cheap, and a thousand short runs'
+# summaries, each read at every cold page, stay small (its rows would add a tenth of a CPU second there)
+STEP_INDEX_FROM = 16
 
 
 def _listing(run_dir: Path, table: str) -> list[tuple[str, int]]:
@@ -55,15 +65,20 @@ def compute(run: Run, previous: dict | None = None, gradient: bool = True) -> di
         for table in FACT_ROWS:
             for name, size, *facts in previous["tables"].get(table, []):
                 known[(table, name, size)] = facts
-    tables = {}
-    for table in FACT_ROWS if gradient else TABLES:
-        rows = []
-        for name, size in _listing(run.path, FACT_ROWS[table]):
-            facts = known.get((table, name, size))
+        for table in STEP_TABLES:
+            for name, size, *facts in previous.get(STEPS, {}).get(table, []):
+                known[(STEPS, table, name, size)] = facts
+
+    def rows(kind: str, table: str, folder: str, listing: list | None = None) -> list:
+        out = []
+        for name, size in _listing(run.path, folder) if listing is None else listing:
+            facts = known.get((kind, name, size) if kind != STEPS else (STEPS, table, name, size))
             if facts is None:
-                facts = _segment_facts(paths.table_dir(run.path, FACT_ROWS[table]) / name, table)
-            rows.append([name, size, *facts])
-        tables[table] = rows
+                facts = _segment_facts(paths.table_dir(run.path, folder) / name, kind if kind != STEPS else STEPS)
+            out.append([name, size, *facts])
+        return out
+
+    tables = {table: rows(table, table, FACT_ROWS[table]) for table in (FACT_ROWS if gradient else TABLES)}
     final = _final_values(run, tables["scalars"])
     return {
         "version": VERSION,
@@ -71,7 +86,14 @@ def compute(run: Run, previous: dict | None = None, gradient: bool = True) -> di
         "final": {k: _finite(v) for k, v in final.items()},
         "buckets": _last_buckets(run, tables["branch"]),
         "extent": shape_extent(run),  # largest layer and head of the first and last heads segments
+        STEPS: {table: rows(STEPS, table, table, listing) for table, listing in _long_tables(run.path).items()},
     }
+
+
+def _long_tables(run_dir: Path) -> dict[str, list[tuple[str, int]]]:
+    """The listings of the index's tables of ``STEP_INDEX_FROM`` segments or more."""
+    listings = {table: _listing(run_dir, table) for table in STEP_TABLES}
+    return {table: listing for table, listing in listings.items() if len(listing) >= STEP_INDEX_FROM}
 
 
 def _tail(run: Run, table: str, rows: list, since: int | None, until: int | None = None) -> Run:
@@ -128,7 +150,7 @@ def _segment_facts(seg: Path, table: str) -> list:
     (``analysis.cluster_validity.run_shares`` over the rows: forced splits, assessed, beating the null)."""
     if table == GRAD:
         return _gradient_facts(seg)
-    if table != VALIDITY:
+    if table != VALIDITY:  # a bound table or a table of the index (STEPS)
         bounds = file_step_bounds(seg)
         return list(bounds) if bounds is not None else [None, None]
     try:
@@ -188,31 +210,47 @@ def _well_formed(data) -> bool:
         rows = tables.get(table)
         if table == GRAD and rows is None:  # written before it
             continue
-        if not isinstance(rows, list):
+        if not _rows_well_formed(rows, 4 if table in (*BOUND_TABLES, GRAD) else 6, table in BOUND_TABLES):
             return False
-        width = 4 if table in (*BOUND_TABLES, GRAD) else 6
-        for row in rows:
-            if not (isinstance(row, list) and len(row) == width and isinstance(row[0], str) and type(row[1]) is int):
+    index = data.get(STEPS, {})  # absent in summaries written before it
+    return isinstance(index, dict) and all(
+        table in STEP_TABLES and _rows_well_formed(rows, 4, True) for table, rows in index.items()
+    )
+
+
+def _rows_well_formed(rows, width: int, bounds: bool) -> bool:
+    """``bounds``: rows of [segment, size, smallest step, largest step], both steps None for no rows."""
+    if type(rows) is not list:
+        return False
+    for row in rows:  # type() rather than isinstance: a long run's summary has thousands of rows, read at every open
+        if type(row) is not list or len(row) != width or type(row[0]) is not str or type(row[1]) is not int:
+            return False
+        if bounds:
+            lo, hi = row[2], row[3]
+            if not ((lo is None and hi is None) or (type(lo) is int and type(hi) is int)):
                 return False
-            facts = row[2:]
-            if table in BOUND_TABLES and (facts[0] is None) != (facts[1] is None):
-                return False
-            if not all(type(v) is int or (v is None and table in BOUND_TABLES) for v in facts):
-                return False
+        elif any(type(v) is not int for v in row[2:]):
+            return False
     return True
 
 
-def read(run_dir: str | os.PathLike) -> dict | None:
-    """The stored summary when it is well formed and was computed from exactly the run's visible
-    segments of ``heads`` and ``scalars`` now; None otherwise (the caller computes it)."""
-    run_dir = Path(run_dir)
+def _stored(run_dir: Path) -> dict | None:
+    """The stored summary when it is well formed, current or not."""
     try:
         data = bounded_json.loads(bounded_json.read_regular(paths.run_entry(run_dir, SUMMARY_NAME)))
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     except Exception:  # noqa: BLE001 - a refused entry (a link out, a hard link): not trusted
         return None
-    if not _well_formed(data):
+    return data if _well_formed(data) else None
+
+
+def read(run_dir: str | os.PathLike) -> dict | None:
+    """The stored summary when it is well formed and was computed from exactly the run's visible
+    segments of ``heads`` and ``scalars`` now; None otherwise (the caller computes it)."""
+    run_dir = Path(run_dir)
+    data = _stored(run_dir)
+    if data is None:
         return None
     listings = {}
     for table in FACT_ROWS:
@@ -224,6 +262,22 @@ def read(run_dir: str | os.PathLike) -> dict | None:
         if [(row[0], row[1]) for row in data["tables"][table]] != listings[folder]:
             return None
     return data
+
+
+def step_index(run_dir: str | os.PathLike) -> dict[str, list]:
+    """``{table: [[segment, size, smallest step, largest step], ...]}`` as the stored summary keeps them (the
+    bound tables and the index), for ``Run.use_step_index``: {} without a well-formed summary. Each row counts
+    only for a segment of that name and size, so a summary behind the tables costs reads, never rows."""
+    data = _stored(Path(run_dir))
+    if data is None:
+        return {}
+    return {**{t: data["tables"][t] for t in BOUND_TABLES}, **data.get(STEPS, {})}
+
+
+def indexed(run: Run) -> Run:
+    """``run`` reading its segments' step bounds from its stored summary (when a read needs them)."""
+    path = run.path
+    return run.use_step_index(lambda: step_index(path))
 
 
 def summary(run: Run) -> tuple[dict, bool]:
@@ -294,9 +348,11 @@ def problems(run_dir: str | os.PathLike) -> list[str]:
         computed.pop("extent")
     if GRAD not in stored["tables"]:  # the same
         computed["tables"].pop(GRAD)
+    if STEPS not in stored:  # the same
+        computed.pop(STEPS)
     if computed == stored:
         return []
-    wrong = [k for k in ("tables", "final", "buckets", "extent") if computed.get(k) != stored.get(k)]
+    wrong = [k for k in ("tables", "final", "buckets", "extent", STEPS) if computed.get(k) != stored.get(k)]
     return [
         f"{SUMMARY_NAME} disagrees with the tables ({', '.join(wrong)}): the Runs page would show wrong "
         "figures; delete it (readers then compute the summary from the tables)"

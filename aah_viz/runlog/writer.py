@@ -264,7 +264,7 @@ class RunWriter:
             and (now - self._last_manifest_write >= self.manifest_interval_s)
         ):
             self._write_manifest_progress(now)
-        if any(seg.parent.name in run_summary.TABLES for seg in written):
+        if any(seg.parent.name in (*run_summary.TABLES, *run_summary.STEP_TABLES) for seg in written):
             self._write_run_summary()
         return written
 

@@ -74,6 +74,35 @@ def few_runs_note(ours: pd.DataFrame) -> None:
 
 
 SETUP = "setup"  # the column naming a run's setup
+
+
+# What the page draws of the runs shown, kept per their rows (hashed: a few ms for a thousand runs): a redraw of
+# hundreds of runs otherwise builds and checks the same Plotly traces and bootstraps the same means again. The
+# figures are cached resources, handed out as they are: ``common.chart`` only reads them.
+@st.cache_data(show_spinner=False, max_entries=8)
+def by_setup(ours: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    return group_summaries(ours, list(columns), by=SETUP).rename(columns={SETUP: "regime"})
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def setups_figure(ours: pd.DataFrame, metrics: tuple[str, ...]):
+    shown = ours.assign(regime=ours[SETUP]) if not ours.empty else ours
+    return cfig.regime_metric_figure(shown, list(metrics), None, "setups: our runs (mean ± sd over seeds)")
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def reference_figure(reference: pd.DataFrame, metrics: tuple[str, ...]):
+    title = "the reference's published values (their model and context: own axes)"
+    return cfig.reference_metric_figure(reference, list(metrics), title)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def buckets_figure(grid: pd.DataFrame, wset: str):
+    # short enough for one line: a wrapped title left "tokens" alone under the windows
+    title = f"final windows by setup; candidates {wset} tokens"
+    return wfig.bucket_heatmap_figure(grid.fillna(0.0), title, row_title="setup")
+
+
 FINAL = ("finished", "imported")  # statuses whose last values are final
 
 
@@ -150,7 +179,7 @@ def render() -> None:
     )
     few_runs_note(ours)
     frac_cols = sorted((c for c in ours.columns if c.startswith("frac_")), key=lambda c: int(c[5:]))
-    summary = group_summaries(ours, metrics + frac_cols, by=SETUP).rename(columns={SETUP: "regime"})
+    summary = by_setup(ours, tuple(metrics + frac_cols))
     shown = mean_pm(summary, metrics + frac_cols).rename(
         columns={"regime": SETUP, **METRIC_NAMES, **{c: f"share at {c[5:]} tokens" for c in frac_cols}}
     )
@@ -171,17 +200,7 @@ def render() -> None:
     qwen_keys = [k for k in ref_keys if k.startswith("qwen")]
     if paper_keys:
         reference = per_run_frame(ref_root, paper_keys)
-    chart(
-        cfig.regime_metric_figure(
-            ours.assign(regime=ours[SETUP]) if not ours.empty else ours,
-            metrics,
-            None,
-            "setups: our runs (mean ± sd over seeds)",
-        ),
-        key="cmp_metrics",
-        name="regimes-ours",
-        data=ours,
-    )
+    chart(setups_figure(ours, tuple(metrics)), key="cmp_metrics", name="regimes-ours", data=ours)
     names = sorted(ours[SETUP].dropna().astype(str).unique()) if not ours.empty else []
     marks = cfig.setup_ticks(names)
     if marks != names:
@@ -189,27 +208,13 @@ def render() -> None:
         st.caption(plain(f"On the axis: {shortened}."))
     if reference is not None and not reference.empty:
         chart(
-            cfig.reference_metric_figure(
-                reference, metrics, "the reference's published values (their model and context: own axes)"
-            ),
-            key="cmp_reference",
-            name="regimes-published",
-            data=reference,
+            reference_figure(reference, tuple(metrics)), key="cmp_reference", name="regimes-published", data=reference
         )
     buckets = _bucket_rows(ours)
     for wset, ref_b in (_bucket_rows(reference, "reference: ") if reference is not None else {}).items():
         buckets[wset] = pd.concat([buckets[wset], ref_b]) if wset in buckets else ref_b
     for i, (wset, grid) in enumerate(sorted(buckets.items())):
-        chart(
-            wfig.bucket_heatmap_figure(
-                # short enough for one line: a wrapped title left "tokens" alone under the windows
-                grid.fillna(0.0),
-                f"final windows by setup; candidates {wset} tokens",
-                row_title="setup",
-            ),
-            key=f"cmp_buckets_{i}",
-            name=f"window-distribution-{wset.replace(', ', '-')}",
-        )
+        chart(buckets_figure(grid, wset), key=f"cmp_buckets_{i}", name=f"window-distribution-{wset.replace(', ', '-')}")
 
     st.subheader("The reference's published results")
     if not ref_dir:

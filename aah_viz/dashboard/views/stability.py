@@ -42,7 +42,7 @@ def render() -> None:
     if s["updates"].empty:
         st.info("No routing updates recorded (full attention, or routing has not updated yet).")
     else:
-        chart(sfig.stability_figure(s["updates"], "routing stability over training"), key="stab_fig", name="stability")
+        chart(cache.stability_figure(root, key, token), key="stab_fig", name="stability")
         data_downloads(s["updates"], "stability-per-update", key="stab_data")
         c1, c2 = st.columns([1, 1])
         with c1:
@@ -80,15 +80,14 @@ def render() -> None:
     if not has_controller(m):
         st.info(f"The {plain(m.get('regime'))} regime has no window controller: nothing here to learn.")
         return
-    c = cache.controller(root, key, token)
-    chart(
-        sfig.controller_health_figure(
-            c["series"], c["margins"], "controller gradient norm, weight drift and decision margin"
-        ),
-        key="stab_ctrl",
-        name="controller-health",
-    )
+    chart(cache.controller_figure(root, key, token), key="stab_ctrl", name="controller-health")
     st.caption("Gradient norm, weight drift and decision margin.", help=help_text("controller_grad_norm"))
+    sampled = cache.controller(root, key, token)["series"].attrs.get("sampled")
+    if sampled:  # a long run: its scalars read from stretches spread over it (figures.data.controller_data)
+        st.caption(
+            f"A long run: its gradient norm and weight drift are drawn from {sampled[0]} of its {sampled[1]} "
+            "scalars segments, spread over it (the first and last included)."
+        )
 
 
 if __name__ == "__main__":

@@ -125,11 +125,7 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         )
     tok = session.tokens(keys)
     coverage, cost = cache.coverage_cost(root, keys, tok)
-    chart(
-        wfig.coverage_figure(coverage, "ACR, causal-pair coverage and realised work", warmup=warmup_steps(m)),
-        key="win_coverage",
-        name="coverage-over-training",
-    )
+    chart(cache.coverage_figure(root, keys, tok, warmup_steps(m)), key="win_coverage", name="coverage-over-training")
     data_downloads(coverage, "coverage-over-training", key="win_data")
     st.caption(
         "Realised work is what the attention backend computed, not what the windows allow: the dense-masked "
@@ -138,6 +134,15 @@ def _across_runs(root: str, key: str, m: dict) -> None:
         "backend is in brackets after each run. Grey: warm-up of the selected run (full windows).",
         help=help_text("realised_work"),
     )
+    sampled = coverage.attrs.get("sampled") or {}
+    if sampled:  # long runs: read from stretches spread over them (figures.data.coverage_and_cost)
+        read = "; ".join(
+            f"{plain(label)}: {seen} of {total} scalars segments" for label, (seen, total) in sampled.items()
+        )
+        st.caption(
+            f"Long runs, drawn from stretches of steps spread over them (the first and last included): {read}. "
+            "Their medians below are over those stretches; their last values are read from the end."
+        )
     if not cost.empty:
         show_table(
             cost.rename(columns={c: short for c, (short, _, _) in COST_COLUMNS.items()}),
