@@ -34,6 +34,16 @@ def captions(at: AppTest) -> list[str]:
     return [c.value.replace("\\", "") for c in at.caption]
 
 
+def left_out(at: AppTest) -> list[str]:
+    """Each line saying which selected runs a page leaves out, with the names it holds: a caption naming a
+    few, or a closed expander whose label says how many (the names inside it)."""
+    lines = [c for c in captions(at) if c.startswith("Left out") or "Left out: " in c]
+    for e in at.expander:
+        if "Left out: " in e.label:
+            lines.append(e.label.replace("\\", "") + " :: " + ", ".join(c.value.replace("\\", "") for c in e.caption))
+    return lines
+
+
 @pytest.fixture
 def samples(monkeypatch, tmp_path):
     if not is_run(SAMPLE_LOGS / PROBE_ONLY):
@@ -77,11 +87,9 @@ def test_export_keeps_compares_configurations_and_averages_only_seeds_of_one_set
     # Compare's configurations (model, T, windows, training steps), the open run's by default
     # (Export has the probes and evaluations Compare leaves out, in configurations of their own)
     assert compared_options < set(config.options) and config.value == compared_value and "280 steps" in config.value
-    left = [c for c in captions(at) if "Left out: " in c]
-    # many runs left out: their count in the line, their names (the probe-only run's too) behind an expander
-    assert len(left) == 1 and re.search(r"Left out: \d+ runs \(another configuration: pick it above\)\.$", left[0])
-    (names,) = [e for e in at.expander if e.label.endswith("runs left out")]
-    assert PROBE_ONLY in names.caption[0].value.replace("\\", "")
+    (left,) = [line for line in left_out(at) if "another configuration" in line]
+    # many runs left out: their count in a closed expander's label, their names (the probe-only run's too) inside
+    assert re.search(r"Left out: \d+ runs \(another configuration: pick it above\) :: ", left) and PROBE_ONLY in left
     preview = at.dataframe[0].value
     assert len(preview) and not preview.astype(str).apply(lambda c: c.str.contains(PROBE_ONLY)).any().any()
     rows = _export_rows(at)
@@ -104,17 +112,16 @@ def test_compare_and_windows_leave_the_probe_only_run_out_and_say_so(samples):
     at = goto(samples, "compare")
     setups = at.dataframe[0].value["setup"].tolist()
     assert not any(s.startswith("external") for s in setups) and any(s.startswith("full_adaptive") for s in setups)
-    assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
-    # the runs of other configurations: one line with their count, the names behind an expander (issue 42)
-    (line,) = [c for c in captions(at) if "configurations among the selected runs" in c]
+    assert any(PROBE_ONLY in line and "not trained here" in line for line in left_out(at))
+    # the runs of other configurations: one closed expander with their count, the names inside (issue 42)
+    (line,) = [line for line in left_out(at) if "configurations among the selected runs" in line]
     count = int(line.split("Left out: ")[1].split(" runs")[0])
-    assert count > 3 and line.endswith(f"Left out: {count} runs (another configuration: pick it above).")
-    (names,) = [e for e in at.expander if e.label == f"The {count} runs left out"]
-    assert len(names.caption[0].value.replace("\\", "").split(", ")) == count
+    assert count > 3 and f"Left out: {count} runs (another configuration: pick it above) :: " in line
+    assert len(line.split(" :: ")[1].split(", ")) == count
     at = goto(at, "windows")
     picker = at.multiselect(key="win_compare_pick")
     assert picker.options and not any(PROBE_ONLY in o for o in picker.options)
-    assert any(c.startswith("Left out") and PROBE_ONLY in c for c in captions(at))
+    assert any(PROBE_ONLY in line and "not trained here" in line for line in left_out(at))
 
 
 def test_retired_config_keys_do_not_split_the_sample_seeds_into_two_setups(samples):

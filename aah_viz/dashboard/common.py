@@ -72,17 +72,16 @@ FEW_NAMES = 3  # runs left out named in the line itself; more: a count, their na
 
 
 def say_left_out(keys, why: str, lead: str = "") -> None:
-    """One caption about the selected runs a page does not show, and why (after ``lead``): their names
-    where there are few, else their count with the names behind an expander (41 names were a paragraph
-    above the results)."""
+    """One line about the selected runs a page does not show, and why (after ``lead``): a caption naming
+    them where there are few, else a closed expander saying their count, the names inside (41 names were
+    a paragraph above the results)."""
     keys = list(keys)
     if not keys:
         return
     if len(keys) <= FEW_NAMES:
         st.caption(plain(f"{lead}Left out: {', '.join(keys)} ({why})."))
         return
-    st.caption(plain(f"{lead}Left out: {len(keys)} runs ({why})."))
-    with st.expander(f"The {len(keys)} runs left out"):
+    with st.expander(plain(f"{lead}Left out: {len(keys)} runs ({why})")):  # one line above the charts
         st.caption(plain(", ".join(keys)))
 
 

@@ -152,7 +152,7 @@ def render() -> None:
     )
     root = session.logs_root()
     keys, probe_only = session.trained_keys(selection.selected_keys())
-    say_left_out(probe_only, "not trained here (a probe or an evaluation of a model); probes are on the Probes page")
+    say_left_out(probe_only, "probes or evaluations, not trained here; probes are on the Probes page")
     views = session.overviews()
     evaluations = [k for k in keys if views.get(k, {}).get("regime") == "frontier"]
     keys = [k for k in keys if k not in evaluations]

@@ -96,7 +96,7 @@ def render() -> None:
         return
     key, root, _, _ = opened
     trained, probe_only = session.trained_keys(selection.selected_keys())
-    say_left_out(probe_only, "not trained here (a probe or an evaluation of a model): no training scalars")
+    say_left_out(probe_only, "probes or evaluations, not trained here: no training scalars")
     if not trained:
         st.info("No trained run among the selected runs: pick runs on the Runs page.")
         return

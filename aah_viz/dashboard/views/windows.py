@@ -84,7 +84,7 @@ def _at_a_step(key: str, root: str, token: int, m: dict) -> None:
 def _across_runs(root: str, key: str, m: dict) -> None:
     st.subheader("Coverage over training and runs side by side")
     selected, probe_only = session.trained_keys(selection.selected_keys())
-    say_left_out(probe_only, "not trained here (a probe or an evaluation of a model): no windows over training")
+    say_left_out(probe_only, "probes or evaluations, not trained here: no windows over training")
     if key not in selected:
         st.info("This run is probe-only: pick a trained run to compare coverage and windows across runs.")
         return
