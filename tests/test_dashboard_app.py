@@ -985,6 +985,7 @@ def test_the_frontier_page_opens_first_on_a_frontier_and_draws_every_configurati
         assert points[name] == pytest.approx((acr, ppl), rel=1e-9)
     table = at.dataframe[0].value
     assert sorted(table["configuration"]) == sorted(want)
+    assert {"frontier_data_csv", "frontier_data_parquet"} <= {b.key for b in at.get("download_button")}
     # each speed with the interval its pairs give, and the run's own warning about how few they are
     shown_speed = table.set_index("configuration")[["speed vs unpatched", "speed low (95%)", "speed high (95%)"]]
     assert sorted(shown_speed.index) == sorted(speeds)

@@ -22,7 +22,7 @@ from aah_viz.analysis.frontier import (
     window_shares,
 )
 from aah_viz.dashboard import address, cache, guide, session
-from aah_viz.dashboard.common import chart, guarded, plain, show_table
+from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, show_table
 from aah_viz.errors import AAHVizError
 from aah_viz.figures.frontier import adaptation_figure, frontier_figure, point_labels
 from aah_viz.runlog import discover_runs, read_manifest
@@ -398,6 +398,7 @@ def render() -> None:
         key="frontier_table",
         column_config={name: st.column_config.NumberColumn(format=fmt) for name, fmt in FORMATS.items()},
     )
+    data_downloads(t, f"frontier-{key}", "frontier_data")  # every column and bound, as aah-viz export writes
     _adaptation(key, found, t)
 
 
