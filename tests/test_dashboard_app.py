@@ -676,6 +676,15 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
     want = np.full((run.n_layer, run.n_head), -1)
     want[heads["layer"].astype(int), heads["head"].astype(int)] = heads["window"]
     np.testing.assert_array_equal(heat["data"][0]["customdata"], want)
+    # a model profiled here (regime full_adaptive, nothing trained): no warning that its routing does not learn
+    profiled = "smollm2_wikitext/heads-passkey"
+    if (SAMPLE_LOGS / profiled).is_dir():
+        at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+        at.query_params["run"] = profiled
+        at.run()
+        goto(at, "windows")
+        assert at.selectbox(key="run_picker").value == profiled and not at.exception
+        assert not [w.value for w in at.warning if "does not learn" in w.value]
 
 
 def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, monkeypatch):

@@ -34,8 +34,8 @@ def has_controller(manifest: dict) -> bool:
 
 def controller_state(root: str, key: str, token: int, manifest: dict, full: bool = False) -> str:
     """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
-    if not has_controller(manifest):
-        return "none"
+    if not has_controller(manifest) or cache.overview(root, key, token).get("probe_only"):
+        return "none"  # a model probed or profiled here trained no controller, whatever its regime says
     # the run's summary keeps the counts (no scalar read); older summaries: the series the page reads anyway when
     # it holds every step, else the scalars
     counts = cache.overview(root, key, token).get("controller_grad")
