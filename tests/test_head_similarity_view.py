@@ -69,6 +69,10 @@ def test_the_agreement_grid_is_the_agreement_rows(logs):
     assert np.allclose(grid.sort_values("layer")["ari"], pairs.sort_values("layer")["ari"], equal_nan=True)
     fig = hfig.agreement_figure(table)
     assert len(fig.data) == 1  # no span grouping in a run that was not profiled: the probe panel only
+    titles = [a.text for a in fig.layout.annotations]
+    assert "agreement with the probe grouping (ARI)" in titles and not any("span grouping (ARI)" in t for t in titles)
+    assert "no span grouping in this run's head_similarity table" in titles  # said once, no empty panel
+    assert "xaxis2" not in fig.layout.to_plotly_json()  # one panel, full width
     assert hfig.verdict_figure(table.iloc[0:0]).layout.annotations[0].text.startswith("no head_similarity table")
 
 

@@ -107,15 +107,16 @@ def agreement_figure(table: pd.DataFrame, procedure: str = "method", title: str 
     grids = {t: agreement_grid(table, t, procedure) for t in TARGETS}
     if all(g.empty for g in grids.values()):
         return style.empty_figure("no span or probe grouping in the head_similarity table to agree with", title)
-    fig = make_subplots(rows=1, cols=len(TARGETS), horizontal_spacing=0.12,
-                        subplot_titles=[f"agreement with the {t} grouping (ARI)" for t in TARGETS])  # fmt: skip
-    for col, target in enumerate(TARGETS, start=1):
+    shown = [t for t in TARGETS if not grids[t].empty]  # a grouping the table lacks gets no empty panel
+    fig = make_subplots(rows=1, cols=len(shown), horizontal_spacing=0.12,
+                        subplot_titles=[f"agreement with the {t} grouping (ARI)" for t in shown])  # fmt: skip
+    missing = [t for t in TARGETS if t not in shown]
+    if missing:
+        fig.add_annotation(text=f"no {' or '.join(missing)} grouping in this run's head_similarity table",
+                           showarrow=False, x=1.0, y=1.0, xref="paper", yref="paper", xanchor="right",
+                           yanchor="bottom", yshift=24, font=dict(size=12))  # fmt: skip
+    for col, target in enumerate(shown, start=1):
         g = grids[target]
-        if g.empty:
-            axis = "" if col == 1 else str(col)
-            fig.add_annotation(text=f"no {target} grouping", showarrow=False, x=0.5, y=0.5,
-                               xref=f"x{axis} domain", yref=f"y{axis} domain")  # fmt: skip
-            continue
         names, layers = _order(g["similarity"]), sorted(g["layer"].unique())
         z = np.full((len(names), len(layers)), np.nan)
         text = np.full(z.shape, "", dtype=object)
@@ -127,7 +128,7 @@ def agreement_figure(table: pd.DataFrame, procedure: str = "method", title: str 
         fig.add_trace(
             go.Heatmap(z=z, x=[str(x) for x in layers], y=names, zmin=-0.2, zmax=1.0, colorscale="Greens",
                        text=text, texttemplate="%{text}" if len(layers) <= MOST_TEXT_COLUMNS // 2 else None,
-                       xgap=2, ygap=2, showscale=col == len(TARGETS),
+                       xgap=2, ygap=2, showscale=col == len(shown),
                        colorbar=dict(title="ARI"), hovertemplate="%{y}, %{x}: ARI %{z:.3f}<extra></extra>"),
             row=1, col=col,
         )  # fmt: skip
