@@ -685,6 +685,18 @@ def test_every_page_works_on_the_recorded_sample_logs(monkeypatch, tmp_path):
         goto(at, "windows")
         assert at.selectbox(key="run_picker").value == profiled and not at.exception
         assert not [w.value for w in at.warning if "does not learn" in w.value]
+    # a profile at a longer T than the run's windows reach says so beside its spans
+    adapted = load_run(SAMPLE_LOGS / "smollm2_wikitext/frontier-full_adaptive")
+    seq = json.loads(adapted.events("profile")["detail"].iloc[-1])["seq_len"]
+    at = AppTest.from_file(APP, default_timeout=PATIENCE_S)
+    at.query_params["run"] = "smollm2_wikitext/frontier-full_adaptive"
+    at.run()
+    goto(at, "windows")
+    said = [c.value for c in at.caption if c.value.startswith("From aah-viz profile")]
+    assert (
+        said
+        and f"on sequences of {seq} tokens, longer than the largest window here ({max(adapted.windows)})" in said[0]
+    )
 
 
 def test_a_run_that_just_started_shows_on_every_page_without_errors(tmp_path, monkeypatch):

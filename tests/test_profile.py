@@ -131,6 +131,8 @@ def test_windows_page_shows_needed_against_executed(tmp_path, monkeypatch):
     fig = needed_vs_executed_figure(spans, [8, 16, 32, 64])
     heads = [t for t in fig.data if t.name == "heads"][0]
     assert list(heads.x) == spans["needed_95"].tolist() and list(heads.y) == spans["executed_window"].tolist()
+    # the legend under the plot, never at its right where the colour bar's title ("layer") stands
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < 0 and heads.marker.showscale
     # the mass beyond each head's executed window: 1 - its share at that window, read here from the raw rows
     grid = span_grid(spans)
     for row in one.itertuples():

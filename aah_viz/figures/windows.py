@@ -301,6 +301,8 @@ def needed_vs_executed_figure(spans: pd.DataFrame, windows: list[int], title: st
         title=title,
         xaxis=dict(title="window keeping 95% of the mass (tokens)", type="log"),
         yaxis=dict(title="executed window (tokens)", type="log", tickvals=list(windows)),
+        # the legend under the plot: at its right it printed over the colour bar's title
+        legend=dict(orientation="h", x=0.0, y=-0.22, xanchor="left", yanchor="top"),
     )
     style.with_template(fig)
     return fig

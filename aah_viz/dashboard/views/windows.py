@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from aah_viz.analysis.frontier import event_details
 from aah_viz.dashboard import address, cache, configuration, page_head, pickers, selection, session
 from aah_viz.dashboard.common import chart, data_downloads, guarded, plain, say_left_out, show_table
 from aah_viz.dashboard.glossary import help_text
@@ -203,8 +204,13 @@ def _needed(key: str, root: str, token: int, m: dict) -> None:
         data=spans,
     )
     cut = int((spans["executed_window"] < spans["needed_95"]).sum())
+    profiled = event_details(cache.open_run(root, key).events("profile"))
+    seq = (profiled[-1] if profiled else {}).get("seq_len")
+    # a profile at a longer T than the run's windows reach finds spans no candidate window can give
+    longer = f", longer than the largest window here ({max(m['windows'])})" if seq and seq > max(m["windows"]) else ""
     st.caption(
-        f"From aah-viz profile (full-attention mass by distance, per head). {cut} of {len(spans)} heads lie below "
+        f"From aah-viz profile (full-attention mass by distance, per head"
+        f"{f', on sequences of {seq} tokens' + longer if seq else ''}). {cut} of {len(spans)} heads lie below "
         "the diagonal: routing executes a window shorter than the one that keeps 95% of what the head attends to."
     )
     chart(
