@@ -310,8 +310,14 @@ def test_the_lens_page_draws_from_the_tables_alone_without_torch(tmp_path):
     assert result["problems"] == [] and result["torch"] is False
     assert result["subheaders"][:2] == ["L0H0", "Heads × distance on this document"]
     assert any("executes a 4-token window on this document" in c for c in result["captions"]), result["captions"]
+    # the document's first-token share is said to be a mean over its queries (the pinned query has its own)
+    assert any("its queries put" in c and "of their full-attention mass on the first token, on average" in c
+               for c in result["captions"]), result["captions"]  # fmt: skip
     # the head's own probe scores for the kind of link the document carries (syntax here)
-    want = "L0H0 in the run's syntax probe (aah-viz probe, all its data): uas 0.000, score_minus_baseline "
+    want = (
+        "L0H0 in the run's syntax probe (aah-viz probe, all its data): unlabelled attachment score 0.000, "
+        "score minus offset baseline "
+    )
     shown = [c.replace("\\", "") for c in result["captions"]]  # Markdown escapes of the shown text
     assert want + f"{probe_value(0, 0):.3f}" in shown, shown
 

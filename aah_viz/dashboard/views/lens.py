@@ -107,7 +107,8 @@ def _head_caption(summary: pd.DataFrame, layer: int, head: int, n_tokens: int, p
             f"executes a {window}-token window on this document; over its queries the window cuts "
             f"{r['mass_outside']:.1%} of the full-attention mass on average"
         )
-    st.caption(plain(f"{prefix}L{layer}H{head} {what}, and {r['mass_sink']:.1%} goes to the first token."))
+    sink = f"its queries put {r['mass_sink']:.1%} of their full-attention mass on the first token, on average"
+    st.caption(plain(f"{prefix}L{layer}H{head} {what}; {sink}."))
 
 
 PROBE_OF_SOURCE = {"syntax": "syntax", "coref": "coref"}
