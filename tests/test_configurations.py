@@ -60,9 +60,11 @@ def test_setups_of_one_regime_are_told_apart_by_the_settings_that_differ():
     smol = {k: m for k, m in smol.items() if m.get("regime") != "frontier"}
     assert setup_names(smol) == {
         "frontier-fixed_random_grouping": "fixed_random_grouping",
+        "frontier-fixed_random_grouping-sink4": "fixed_random_grouping, sink_tokens=4",
         "frontier-full_adaptive": "full_adaptive",
         "frontier-full_adaptive-sink4": "full_adaptive, sink_tokens=4",
         "frontier-grouping_off": "grouping_off",
+        "frontier-grouping_off-sink4": "grouping_off, sink_tokens=4",
         "frontier-zscore-full_adaptive": "full_adaptive, feature_normalization=zscore",
     }
     # seeds of one setup share a name; the seed and where a run ran are no setting
