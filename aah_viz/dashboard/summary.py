@@ -34,11 +34,12 @@ def has_controller(manifest: dict) -> bool:
 
 def controller_state(root: str, key: str, token: int, manifest: dict, full: bool = False) -> str:
     """``none`` (no controller), ``unlogged``, ``zero`` (no gradient at any logged step) or ``learning``."""
-    if not has_controller(manifest) or cache.overview(root, key, token).get("probe_only"):
+    overview = cache.overview(root, key, token)
+    if not has_controller(manifest) or overview.get("probe_only"):
         return "none"  # a model probed or profiled here trained no controller, whatever its regime says
     # the run's summary keeps the counts (no scalar read); older summaries: the series the page reads anyway when
     # it holds every step, else the scalars
-    counts = cache.overview(root, key, token).get("controller_grad")
+    counts = overview.get("controller_grad")
     if counts is None and full:
         series = cache.controller(root, key, token)["series"]
         if not series.attrs.get("sampled"):

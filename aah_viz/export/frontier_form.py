@@ -47,7 +47,7 @@ def frontier_form(table: Table) -> Table:
     out["ACR"] = [_number(v, 3) for v in df["acr"]]
     # a median whose interval is wide (few timing pairs on a busy machine) is marked, never printed bare
     out[SPEED] = [
-        _number(v, 2) + (WIDE if _number(lo, 2) != "–" and float(hi) - float(lo) > WIDE_SPEED else "")
+        _number(v, 2) + (WIDE if pd.notna(lo) and pd.notna(hi) and float(hi) - float(lo) > WIDE_SPEED else "")
         for v, lo, hi in zip(df["speed_vs_unpatched"], df["speed_lo"], df["speed_hi"])
     ]
     out[FRONT] = ["yes" if bool(v) else "" for v in df["pareto"]]
